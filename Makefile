@@ -1,0 +1,125 @@
+# GPT-2 from scratch: CPU reference (C + OpenMP), GPU version (CUDA), tokenizer, inference.
+#
+#   make                 build what this machine can build (GPU targets only where nvcc exists)
+#   make data            tokenizer file + Tiny Shakespeare token files in data/
+#                        (downloads, or copies from DATA_DIR=/path/to/local/folder when offline)
+#   make test            install test dependencies, build, run every test under test/
+#   make bench           all benchmarks (bench-tokenizer, bench-cpu, bench-infer)
+#
+# Knobs: CC, OMP=1 (0 turns OpenMP off), NATIVE=1 (-march=native after a test compile),
+#        NVCC, GPU_ARCH=90, USE_CUBLAS=0, DATA_DIR (local folder holding the source files).
+
+CC       ?= gcc
+OMP      ?= 1
+NATIVE   ?= 1
+NVCC     ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+GPU_ARCH ?= 90
+USE_CUBLAS ?= 0
+DATA_DIR ?=
+PYTHON   ?= /usr/bin/python3
+
+CFLAGS   ?= -O3 -Wall -Wextra -Wno-unused-parameter
+LDLIBS   := -lm
+SHELL    := /bin/bash
+
+# Flags are added only after a test compile shows the compiler takes them.
+try_cc = $(shell echo 'int main(void){return 0;}' | $(CC) $(1) -x c - -o /dev/null >/dev/null 2>&1 && echo yes)
+
+ifeq ($(NATIVE),1)
+  ifeq ($(call try_cc,-march=native),yes)
+    CFLAGS += -march=native
+  endif
+endif
+
+ifeq ($(OMP),1)
+  ifeq ($(call try_cc,-fopenmp),yes)
+    CFLAGS += -fopenmp
+    OMP_STATUS := OpenMP on
+  else
+    OMP_STATUS := OpenMP off (the compiler does not take -fopenmp)
+  endif
+else
+  OMP_STATUS := OpenMP off (OMP=0)
+endif
+
+export CC CFLAGS LDLIBS PYTHON DATA_DIR
+
+CPU_PROGRAMS := tokenizer train_cpu infer
+GPU_PROGRAMS := train_gpu
+
+ifneq ($(NVCC),)
+  NVCC_FLAGS := -O3 -arch=sm_$(GPU_ARCH) -Xcompiler -fopenmp -Wno-deprecated-gpu-targets
+  ifeq ($(USE_CUBLAS),1)
+    NVCC_FLAGS += -DUSE_CUBLAS
+    NVCC_LIBS := -lcublas
+  endif
+  ALL_TARGETS := $(CPU_PROGRAMS) $(GPU_PROGRAMS)
+else
+  ALL_TARGETS := $(CPU_PROGRAMS)
+endif
+
+.PHONY: all data test bench bench-tokenizer bench-cpu bench-infer clean gpu-status
+
+all: $(ALL_TARGETS) gpu-status
+	@echo "built: $(ALL_TARGETS) ($(OMP_STATUS))"
+
+gpu-status:
+ifeq ($(NVCC),)
+	@echo "skipped: $(GPU_PROGRAMS) (nvcc not found; install the CUDA toolkit or set NVCC=)"
+endif
+
+# ---------- programs ----------
+
+tokenizer: tokenizer.c dev/unicode_tables.h
+	$(CC) $(CFLAGS) -o $@ tokenizer.c $(LDLIBS)
+
+# The training programs depend on the data, so `make train_cpu && ./train_cpu` works on a fresh machine.
+train_cpu: train_cpu.c tokenizer.c dev/unicode_tables.h | data
+	$(CC) $(CFLAGS) -o $@ train_cpu.c $(LDLIBS)
+
+infer: infer.c train_cpu.c tokenizer.c dev/unicode_tables.h | data
+	$(CC) $(CFLAGS) -o $@ infer.c $(LDLIBS)
+
+train_gpu: train_gpu.cu train_cpu.c tokenizer.c dev/unicode_tables.h | data
+ifeq ($(NVCC),)
+	@echo "skipped: train_gpu (nvcc not found)"; exit 1
+else
+	$(NVCC) $(NVCC_FLAGS) -o $@ train_gpu.cu $(NVCC_LIBS)
+endif
+
+# ---------- data ----------
+
+DATA_FILES := data/gpt2_tokenizer.bin data/tinyshakespeare_train.bin data/tinyshakespeare_val.bin
+RAW := data/raw/tinyshakespeare.txt data/raw/encoder.json data/raw/vocab.bpe
+
+data: $(DATA_FILES)
+
+$(RAW): dev/fetch_data.sh
+	bash dev/fetch_data.sh data/raw $(DATA_DIR)
+
+data/gpt2_tokenizer.bin: tokenizer $(RAW)
+	./tokenizer vocab data/raw/encoder.json data/raw/vocab.bpe $@
+
+data/tinyshakespeare_train.bin data/tinyshakespeare_val.bin &: tokenizer data/gpt2_tokenizer.bin data/raw/tinyshakespeare.txt
+	./tokenizer -k data/gpt2_tokenizer.bin prepare data/raw/tinyshakespeare.txt data/tinyshakespeare
+
+# ---------- tests and benchmarks ----------
+
+test:
+	bash test/setup.sh
+	$(MAKE) all data
+	bash test/run.sh
+
+bench: bench-tokenizer bench-cpu bench-infer
+
+bench-tokenizer: tokenizer data
+	bash dev/bench_tokenizer.sh
+
+bench-cpu: train_cpu
+	bash dev/bench_cpu.sh
+
+bench-infer: infer
+	bash dev/bench_infer.sh
+
+clean:
+	rm -rf $(CPU_PROGRAMS) $(GPU_PROGRAMS) train_cpu_asan build

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs what the tests need on a fresh Debian machine: PyTorch and NumPy for the reference model
+# (Debian's python3-torch, used through /usr/bin/python3), and the npm package tiktoken for the
+# tokenizer's exactness tests. Nothing else reaches the network. Safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SUDO=""; [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null && SUDO="sudo"
+need_apt=()
+/usr/bin/python3 -c 'import torch, numpy' 2>/dev/null || need_apt+=(python3-torch python3-numpy)
+command -v node >/dev/null || need_apt+=(nodejs npm)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "setup: apt-get install ${need_apt[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+if [ ! -d test/node_modules/tiktoken ]; then
+  echo "setup: npm install tiktoken"
+  (cd test && npm install --no-audit --no-fund --loglevel=error >/dev/null)
+fi
