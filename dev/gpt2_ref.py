@@ -1,0 +1,310 @@
+"""gpt2_ref.py: a PyTorch reference for train_cpu.c's correctness tests.
+
+It builds the same GPT-2 as train_cpu.c from the same llm.c checkpoint file and the same batch,
+independently of the C code: the model is written here a second time, in PyTorch, with autograd
+for the gradients and torch.optim.AdamW for the updates. test/ref_check.c runs train_cpu.c's
+functions on the same files and compares against what this script writes.
+
+    make-model  writes a small random checkpoint (llm.c format, version 3) and a token file
+                with random ids < V (../../shared/FORMATS.md), so tests need nothing from data/.
+    reference   loads a checkpoint and a token file, takes the first batch (B*T+1 tokens: inputs
+                are the first B*T, targets the same shifted by one), and writes a dump (below)
+                holding, for a float32 run and a float64 run of the same computation: the logits
+                (first V columns), the loss, every parameter gradient, the global gradient norm,
+                the losses of `steps` AdamW steps on that same batch, and the parameters after them.
+                The float64 run is the "truth" that tells how far float32 itself is from it.
+
+Model (what train_cpu.c must also compute): pre-norm GPT-2, layernorm eps 1e-5, causal
+multi-head attention scaled by 1/sqrt(head size), GELU tanh approximation, MLP width 4C, output
+layer tied to wte (logits for all Vp rows, the padding columns V..Vp-1 ignored), mean
+cross-entropy over B*T. One training step: forward, backward, clip the global gradient norm to
+max_norm (torch.nn.utils.clip_grad_norm_), AdamW (torch.optim.AdamW) with weight decay only on
+the matrices wte, wpe, qkvw, attprojw, fcw, fcprojw. Every step uses the same batch.
+
+Dump format (little-endian; this project's own, not an llm.c format):
+    header 256 int32: [0] magic 20240901, [1] version 1, [2] B, [3] T, [4] V, [5] Vp,
+                      [6] number of parameters P (with padding), [7] steps, [8] runs (2)
+    float64 lr, beta1, beta2, eps, weight_decay, max_norm
+    int32 inputs (B*T), int32 targets (B*T)
+    then for each run (float32 first, then float64), every value stored as float64:
+        logits (B, T, V), loss, grad_norm (before clipping), grads (P, the 16 tensors in file
+        order), step_losses (steps + 1: the loss before each update, then after the last),
+        params after the last update (P)
+
+Run with Debian's PyTorch: /usr/bin/python3 dev/gpt2_ref.py make-model --help
+"""
+
+import argparse
+import math
+import struct
+import sys
+
+import numpy as np
+import torch
+
+CHECKPOINT_MAGIC, CHECKPOINT_VERSION_F32 = 20240326, 3
+TOKENS_MAGIC, TOKENS_VERSION = 20240520, 1
+DUMP_MAGIC, DUMP_VERSION = 20240901, 1
+HEADER_INTS = 256
+LAYERNORM_EPS = 1e-5
+
+# The 16 tensors in file order, and which of them get weight decay.
+NAMES = ["wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
+         "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"]
+DECAYED = {"wte", "wpe", "qkvw", "attprojw", "fcw", "fcprojw"}
+
+
+def shapes(maxT, Vp, L, C):
+    return {"wte": (Vp, C), "wpe": (maxT, C), "ln1w": (L, C), "ln1b": (L, C),
+            "qkvw": (L, 3 * C, C), "qkvb": (L, 3 * C), "attprojw": (L, C, C),
+            "attprojb": (L, C), "ln2w": (L, C), "ln2b": (L, C), "fcw": (L, 4 * C, C),
+            "fcb": (L, 4 * C), "fcprojw": (L, C, 4 * C), "fcprojb": (L, C),
+            "lnfw": (C,), "lnfb": (C,)}
+
+
+def fail(msg):
+    print(f"error: {msg}", file=sys.stderr)
+    sys.exit(1)
+
+
+# ---------- files ----------
+
+def read_header(f, path, magic, version):
+    raw = f.read(4 * HEADER_INTS)
+    if len(raw) != 4 * HEADER_INTS:
+        fail(f"{path} is truncated: no complete 1,024-byte header")
+    h = np.frombuffer(raw, dtype="<i4")
+    if h[0] != magic:
+        fail(f"{path}: bad magic {h[0]} (expected {magic})")
+    if h[1] != version:
+        fail(f"{path}: unsupported version {h[1]} (expected {version})")
+    return h
+
+
+def write_checkpoint(path, config, params):
+    maxT, V, L, NH, C, Vp = config
+    h = np.zeros(HEADER_INTS, dtype="<i4")
+    h[:8] = [CHECKPOINT_MAGIC, CHECKPOINT_VERSION_F32, maxT, V, L, NH, C, Vp]
+    with open(path, "wb") as f:
+        f.write(h.tobytes())
+        for name in NAMES:
+            f.write(params[name].astype("<f4").tobytes())
+
+
+def read_checkpoint(path):
+    with open(path, "rb") as f:
+        h = read_header(f, path, CHECKPOINT_MAGIC, CHECKPOINT_VERSION_F32)
+        maxT, V, L, NH, C, Vp = (int(x) for x in h[2:8])
+        params = {}
+        for name, shape in shapes(maxT, Vp, L, C).items():
+            n = int(np.prod(shape))
+            raw = f.read(4 * n)
+            if len(raw) != 4 * n:
+                fail(f"{path} is truncated in tensor {name}")
+            params[name] = np.frombuffer(raw, dtype="<f4").reshape(shape).copy()
+    return (maxT, V, L, NH, C, Vp), params
+
+
+def write_tokens(path, tokens):
+    h = np.zeros(HEADER_INTS, dtype="<i4")
+    h[:3] = [TOKENS_MAGIC, TOKENS_VERSION, len(tokens)]
+    with open(path, "wb") as f:
+        f.write(h.tobytes())
+        f.write(np.asarray(tokens, dtype="<u2").tobytes())
+
+
+def read_tokens(path):
+    with open(path, "rb") as f:
+        h = read_header(f, path, TOKENS_MAGIC, TOKENS_VERSION)
+        n = int(h[2])
+        raw = f.read()
+    if len(raw) != 2 * n:
+        fail(f"{path}: header says {n} tokens, the file holds {len(raw) // 2}")
+    return np.frombuffer(raw, dtype="<u2").astype(np.int64)
+
+
+# ---------- the model, written from the equations ----------
+
+def layernorm(x, w, b):
+    # biased variance, as GPT-2 and train_cpu.c
+    mean = x.mean(-1, keepdim=True)
+    var = ((x - mean) ** 2).mean(-1, keepdim=True)
+    return (x - mean) / torch.sqrt(var + LAYERNORM_EPS) * w + b
+
+
+def gelu(x):
+    # tanh approximation (GPT-2)
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def attention(qkv, NH):
+    B, T, C3 = qkv.shape
+    C = C3 // 3
+    hs = C // NH
+    q, k, v = qkv.split(C, dim=-1)             # each (B, T, C); head h is channels h*hs..
+    q = q.view(B, T, NH, hs).transpose(1, 2)   # (B, NH, T, hs)
+    k = k.view(B, T, NH, hs).transpose(1, 2)
+    v = v.view(B, T, NH, hs).transpose(1, 2)
+    att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
+    causal = torch.tril(torch.ones(T, T, dtype=torch.bool))
+    att = att.masked_fill(~causal, float("-inf")).softmax(dim=-1)
+    y = att @ v                                # (B, NH, T, hs)
+    return y.transpose(1, 2).contiguous().view(B, T, C)
+
+
+def forward(p, config, inputs, targets):
+    """Returns logits (B, T, Vp) and the mean cross-entropy over the first V columns."""
+    maxT, V, L, NH, C, Vp = config
+    B, T = inputs.shape
+    x = p["wte"][inputs] + p["wpe"][:T]
+    for l in range(L):
+        h = layernorm(x, p["ln1w"][l], p["ln1b"][l])
+        qkv = h @ p["qkvw"][l].T + p["qkvb"][l]
+        x = x + attention(qkv, NH) @ p["attprojw"][l].T + p["attprojb"][l]
+        h = layernorm(x, p["ln2w"][l], p["ln2b"][l])
+        h = gelu(h @ p["fcw"][l].T + p["fcb"][l])
+        x = x + h @ p["fcprojw"][l].T + p["fcprojb"][l]
+    x = layernorm(x, p["lnfw"], p["lnfb"])
+    logits = x @ p["wte"].T                    # (B, T, Vp); weight tying
+    loss = torch.nn.functional.cross_entropy(logits[:, :, :V].reshape(B * T, V),
+                                             targets.reshape(B * T))
+    return logits, loss
+
+
+def run(config, params_np, inputs, targets, hp, steps, dtype):
+    """One float32 or float64 run: forward/backward once, then `steps` training steps."""
+    p = {n: torch.tensor(params_np[n], dtype=dtype, requires_grad=True) for n in NAMES}
+    logits, loss = forward(p, config, inputs, targets)
+    loss.backward()
+    V = config[1]
+    out = {"logits": logits[:, :, :V].detach().clone(), "loss": loss.item(),
+           "grads": [p[n].grad.detach().clone() for n in NAMES]}
+    # torch.nn.utils.clip_grad_norm_ returns the total norm before clipping.
+    out["grad_norm"] = float(torch.sqrt(sum((g.double() ** 2).sum() for g in out["grads"])))
+
+    groups = [{"params": [p[n] for n in NAMES if n in DECAYED], "weight_decay": hp["wd"]},
+              {"params": [p[n] for n in NAMES if n not in DECAYED], "weight_decay": 0.0}]
+    opt = torch.optim.AdamW(groups, lr=hp["lr"], betas=(hp["beta1"], hp["beta2"]),
+                            eps=hp["eps"])
+    step_losses = []
+    for _ in range(steps):
+        opt.zero_grad(set_to_none=False)
+        _, loss = forward(p, config, inputs, targets)
+        step_losses.append(loss.item())
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_([p[n] for n in NAMES], hp["max_norm"])
+        opt.step()
+    with torch.no_grad():
+        _, loss = forward(p, config, inputs, targets)
+    step_losses.append(loss.item())
+    out["step_losses"] = step_losses
+    out["params"] = [p[n].detach().clone() for n in NAMES]
+    return out
+
+
+# ---------- commands ----------
+
+def make_model(args):
+    V, L, NH, C, maxT = args.V, args.L, args.NH, args.C, args.maxT
+    Vp = args.Vp if args.Vp else (V + 127) // 128 * 128
+    if C % NH != 0:
+        fail(f"C={C} is not a multiple of NH={NH}")
+    if Vp < V or V > 65536:
+        fail(f"need V <= Vp and V <= 65536 (uint16 tokens), got V={V} Vp={Vp}")
+    rng = np.random.default_rng(args.seed)
+    params = {}
+    for name, shape in shapes(maxT, Vp, L, C).items():
+        if name in ("ln1w", "ln2w", "lnfw"):
+            t = 1.0 + 0.1 * rng.standard_normal(shape)    # not exactly 1, so dweight matters
+        elif name in DECAYED:
+            t = args.scale * rng.standard_normal(shape)
+        else:
+            t = 0.1 * args.scale * rng.standard_normal(shape)   # the biases, not zero either
+        params[name] = t.astype(np.float32)
+    params["wte"][V:] = 0.0                                 # padding rows are zero
+    write_checkpoint(args.model, (maxT, V, L, NH, C, Vp), params)
+    write_tokens(args.tokens, rng.integers(0, V, size=args.ntokens))
+    print(f"wrote {args.model} (maxT={maxT} V={V} Vp={Vp} L={L} NH={NH} C={C}) and "
+          f"{args.tokens} ({args.ntokens} tokens)")
+
+
+def reference(args):
+    config, params = read_checkpoint(args.model)
+    maxT, V, L, NH, C, Vp = config
+    tokens = read_tokens(args.tokens)
+    B, T = args.B, args.T
+    if T > maxT:
+        fail(f"T={T} > maxT={maxT}")
+    if len(tokens) < B * T + 1:
+        fail(f"{args.tokens} has {len(tokens)} tokens, a batch needs B*T+1 = {B * T + 1}")
+    if tokens.max() >= V:
+        fail(f"{args.tokens} holds token id {tokens.max()} >= V={V}")
+    batch = torch.tensor(tokens[:B * T + 1])
+    inputs, targets = batch[:-1].view(B, T), batch[1:].view(B, T)
+    hp = {"lr": args.lr, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "wd": args.wd,
+          "max_norm": args.max_norm}
+    torch.set_num_threads(1)   # deterministic and polite on a shared machine
+    runs = [run(config, params, inputs, targets, hp, args.steps, dt)
+            for dt in (torch.float32, torch.float64)]
+
+    r32, r64 = runs
+    def rel(a, b):
+        return float((a.double() - b).norm() / b.norm()) if b.norm() > 0 else 0.0
+    print(f"float32 vs float64 PyTorch: loss {r32['loss']:.8f} vs {r64['loss']:.8f}, "
+          f"logits rel err {rel(r32['logits'], r64['logits']):.2e}, "
+          f"grad norm {r32['grad_norm']:.6f} vs {r64['grad_norm']:.6f} "
+          f"(clipping {'on' if r64['grad_norm'] > args.max_norm else 'off'})")
+    worst = max((rel(a, b), n) for a, b, n in zip(r32["grads"], r64["grads"], NAMES))
+    dl = max(abs(a - b) for a, b in zip(r32["step_losses"], r64["step_losses"]))
+    print(f"  worst grad rel-norm err {worst[0]:.2e} ({worst[1]}), step losses max abs diff "
+          f"{dl:.2e}, losses {r64['step_losses'][0]:.5f} -> {r64['step_losses'][-1]:.5f}")
+
+    h = np.zeros(HEADER_INTS, dtype="<i4")
+    P = sum(params[n].size for n in NAMES)
+    h[:9] = [DUMP_MAGIC, DUMP_VERSION, B, T, V, Vp, P, args.steps, len(runs)]
+    with open(args.out, "wb") as f:
+        f.write(h.tobytes())
+        f.write(np.array([hp["lr"], hp["beta1"], hp["beta2"], hp["eps"], hp["wd"],
+                          hp["max_norm"]], dtype="<f8").tobytes())
+        f.write(inputs.numpy().astype("<i4").tobytes())
+        f.write(targets.numpy().astype("<i4").tobytes())
+        for r in runs:
+            vals = [r["logits"].reshape(-1), torch.tensor([r["loss"], r["grad_norm"]])]
+            vals += [g.reshape(-1) for g in r["grads"]]
+            vals += [torch.tensor(r["step_losses"])]
+            vals += [q.reshape(-1) for q in r["params"]]
+            f.write(torch.cat([v.double() for v in vals]).numpy().astype("<f8").tobytes())
+    print(f"wrote {args.out}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    m = sub.add_parser("make-model", help="random small checkpoint + random token file")
+    m.add_argument("--model", required=True, help="checkpoint to write (.bin)")
+    m.add_argument("--tokens", required=True, help="token file to write (.bin)")
+    m.add_argument("--V", type=int, default=97)
+    m.add_argument("--Vp", type=int, default=0, help="padded vocab (default: V up to 128k)")
+    m.add_argument("--maxT", type=int, default=32)
+    m.add_argument("--L", type=int, default=2)
+    m.add_argument("--NH", type=int, default=4)
+    m.add_argument("--C", type=int, default=32)
+    m.add_argument("--ntokens", type=int, default=1000)
+    m.add_argument("--scale", type=float, default=0.1, help="std of the weight matrices")
+    m.add_argument("--seed", type=int, default=1)
+    r = sub.add_parser("reference", help="logits, loss, grads and AdamW steps, as a dump")
+    r.add_argument("--model", required=True)
+    r.add_argument("--tokens", required=True)
+    r.add_argument("--out", required=True, help="dump to write")
+    r.add_argument("--B", type=int, required=True)
+    r.add_argument("--T", type=int, required=True)
+    r.add_argument("--steps", type=int, default=10)
+    r.add_argument("--lr", type=float, default=1e-3)
+    r.add_argument("--wd", type=float, default=0.0)
+    r.add_argument("--max_norm", type=float, default=1.0)
+    args = ap.parse_args()
+    make_model(args) if args.cmd == "make-model" else reference(args)
+
+
+if __name__ == "__main__":
+    main()
