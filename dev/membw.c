@@ -5,7 +5,8 @@
 // bytes from DRAM, not by their FMA units. This program measures that ceiling the way inference
 // uses memory: every thread sums its own contiguous slice of a buffer far larger than the last-
 // level cache (so each pass really goes to DRAM), with vectorised loads. dev/bench_infer.sh
-// divides the bytes of weights read per token by this figure to get the tokens/s that no batch-1 implementation on this machine can beat (doc/infer.md).
+// divides the bytes of weights read per token by this figure to get the tokens/s that no
+// batch-1 implementation on this machine can beat (doc/infer.md).
 //
 //   gcc -O3 -march=native -fopenmp dev/membw.c -o build/membw && ./build/membw [MiB]
 //   prints: membw_read_gbs 23.4 (threads 2, buffer 1024 MiB, best of 7 passes)
