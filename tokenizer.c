@@ -64,7 +64,7 @@ static void fread_check_(void* ptr, size_t size, size_t n, FILE* f, const char* 
 }
 #define fread_check(ptr, size, n, f, what) fread_check_(ptr, size, n, f, what, __FILE__, __LINE__)
 
-static void fwrite_check_(const void* ptr, size_t size, size_t n, FILE* f, const char* what,
+static inline void fwrite_check_(const void* ptr, size_t size, size_t n, FILE* f, const char* what,
                           const char* file, int line) {
     if (fwrite(ptr, size, n, f) != n) {
         fail_at(file, line, "write error on %s: %s", what, strerror(errno));
@@ -72,7 +72,7 @@ static void fwrite_check_(const void* ptr, size_t size, size_t n, FILE* f, const
 }
 #define fwrite_check(ptr, size, n, f, what) fwrite_check_(ptr, size, n, f, what, __FILE__, __LINE__)
 
-static void fclose_check_(FILE* f, const char* what, const char* file, int line) {
+static inline void fclose_check_(FILE* f, const char* what, const char* file, int line) {
     if (fclose(f) != 0) fail_at(file, line, "cannot close %s: %s", what, strerror(errno));
 }
 #define fclose_check(f, what) fclose_check_(f, what, __FILE__, __LINE__)
@@ -84,14 +84,14 @@ static void* malloc_check_(size_t size, const char* file, int line) {
 }
 #define malloc_check(size) malloc_check_(size, __FILE__, __LINE__)
 
-static void* calloc_check_(size_t n, size_t size, const char* file, int line) {
+static inline void* calloc_check_(size_t n, size_t size, const char* file, int line) {
     void* p = calloc(n == 0 ? 1 : n, size == 0 ? 1 : size);
     if (p == NULL) fail_at(file, line, "out of memory allocating %zu x %zu bytes", n, size);
     return p;
 }
 #define calloc_check(n, size) calloc_check_(n, size, __FILE__, __LINE__)
 
-static void* realloc_check_(void* old, size_t size, const char* file, int line) {
+static inline void* realloc_check_(void* old, size_t size, const char* file, int line) {
     void* p = realloc(old, size == 0 ? 1 : size);
     if (p == NULL) fail_at(file, line, "out of memory reallocating %zu bytes", size);
     return p;
@@ -99,7 +99,7 @@ static void* realloc_check_(void* old, size_t size, const char* file, int line) 
 #define realloc_check(old, size) realloc_check_(old, size, __FILE__, __LINE__)
 
 // Size of an open file in bytes (the file position is restored).
-static long long file_size_check_(FILE* f, const char* what, const char* file, int line) {
+static inline long long file_size_check_(FILE* f, const char* what, const char* file, int line) {
     long pos = ftell(f);
     if (pos < 0 || fseek(f, 0, SEEK_END) != 0) fail_at(file, line, "cannot seek in %s", what);
     long long size = ftell(f);
@@ -116,7 +116,7 @@ typedef struct {
     char* tmp_path;
 } AtomicFile;
 
-static AtomicFile atomic_open_check_(const char* path, const char* file, int line) {
+static inline AtomicFile atomic_open_check_(const char* path, const char* file, int line) {
     AtomicFile a;
     size_t n = strlen(path);
     a.path = (char*)malloc_check_(n + 1, file, line);
@@ -129,7 +129,7 @@ static AtomicFile atomic_open_check_(const char* path, const char* file, int lin
 }
 #define atomic_open_check(path) atomic_open_check_(path, __FILE__, __LINE__)
 
-static void atomic_close_check_(AtomicFile* a, const char* file, int line) {
+static inline void atomic_close_check_(AtomicFile* a, const char* file, int line) {
     if (fflush(a->f) != 0 || ferror(a->f)) {
         fclose(a->f);
         remove(a->tmp_path);
