@@ -435,7 +435,7 @@ typedef struct {
     float* lnfb;      // (C)
 } ParameterTensors;
 
-static const char* PARAMETER_NAMES[NUM_PARAMETER_TENSORS] = {
+const char* PARAMETER_NAMES[NUM_PARAMETER_TENSORS] = {
     "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
     "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};
 
