@@ -684,9 +684,11 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
         exit(1);
     }
     for (int i = 0; i < B * T; i++) {
-        if (inputs[i] < 0 || inputs[i] >= V || (targets != NULL && (targets[i] < 0 || targets[i] >= V))) {
+        int bad = inputs[i] < 0 || inputs[i] >= V ? inputs[i]
+                  : targets != NULL && (targets[i] < 0 || targets[i] >= V) ? targets[i] : -1;
+        if (bad != -1) {
             fprintf(stderr, "error: token id %d at position %d is outside the vocabulary (V=%d)\n",
-                    targets != NULL && (inputs[i] >= 0 && inputs[i] < V) ? targets[i] : inputs[i], i, V);
+                    bad, i, V);
             exit(1);
         }
     }
