@@ -684,11 +684,11 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
         exit(1);
     }
     for (int i = 0; i < B * T; i++) {
-        int bad = inputs[i] < 0 || inputs[i] >= V ? inputs[i]
-                  : targets != NULL && (targets[i] < 0 || targets[i] >= V) ? targets[i] : -1;
-        if (bad != -1) {
+        int bad_input = inputs[i] < 0 || inputs[i] >= V;
+        int bad_target = targets != NULL && (targets[i] < 0 || targets[i] >= V);
+        if (bad_input || bad_target) {
             fprintf(stderr, "error: token id %d at position %d is outside the vocabulary (V=%d)\n",
-                    bad, i, V);
+                    bad_input ? inputs[i] : targets[i], i, V);
             exit(1);
         }
     }
