@@ -1,0 +1,595 @@
+// infer.c: GPT-2 text generation with a key-value cache.
+//
+//   ./infer -e MODEL -p "PROMPT"     prints the continuation token by token; timings on stderr
+//
+// MODEL is an llm.c checkpoint (float32 or bfloat16), a Hugging Face GPT-2 model.safetensors
+// (dev/download_gpt2.sh fetches GPT-2 124M), or dN for a freshly initialised model of N layers.
+//
+// Why a cache. train_cpu.c's forward pass processes a whole sequence; generating with it
+// (gpt2_sample_and_print) reruns the model over all t tokens to get token t+1, so n tokens cost
+// O(n^2) token-passes. But attention is causal: the key and value vectors of a position depend
+// only on the tokens up to it, so they never change once computed. We keep them, per layer and
+// head, in a cache. Then each new token needs one pass of its own through the model, attending
+// to the cached keys and values of all positions before it.
+//
+// Two phases with different bottlenecks:
+//   prefill  the prompt's P tokens at once: every weight matrix multiplies a (P, C) block,
+//            matrix-matrix (train_cpu.c's matmul_forward), so each weight read from memory is
+//            used P times and the FMA units set the pace;
+//   decode   one token per step: every weight matrix multiplies one vector, matrix-vector
+//            (matvec_forward below). Each weight is read once for 2 floating-point operations,
+//            so the speed is set by memory bandwidth: tokens/s <= bandwidth / bytes of weights.
+//            dev/bench_infer.sh measures how close we get (doc/infer.md).
+//
+// Everything else is train_cpu.c's code, included rather than pasted: the layers (encoder,
+// layernorm, gelu, residual, softmax, matmul), the model and its loading, the random numbers,
+// sample_mult and print_token; tokenizer.c does the text. New here is only what the cache needs:
+// the cache itself, attention against it, the matrix-vector product, and the top-k / top-p filter.
+// Define INFER_NO_MAIN before including this file to leave out main() (test/infer_check.c).
+
+#define TRAIN_CPU_NO_MAIN
+#include "train_cpu.c"
+
+// ---------- the cache ----------
+// One allocation, carved into tensors by a table of sizes (as train_cpu.c's activations).
+// Besides the keys and values it holds the scratch activations of the tokens being processed,
+// sized for up to maxT of them (a whole-context prompt); nothing is kept per layer, since there
+// is no backward pass.
+
+#define NUM_CACHE_TENSORS 12
+typedef struct {
+    float* key;       // (L, NH, maxT, hs) the keys of every position so far, per layer and head
+    float* value;     // (L, NH, maxT, hs) the values, the same way
+    float* x;         // (T, C) the residual stream of the T tokens being processed
+    float* ln;        // (T, C) layernorm output
+    float* ln_mean;   // (T)
+    float* ln_rstd;   // (T)
+    float* qkv;       // (T, 3*C)
+    float* atty;      // (T, C) attention output
+    float* proj;      // (T, C) output of attproj and of fcproj, before the residual add
+    float* fch;       // (T, 4*C)
+    float* fch_gelu;  // (T, 4*C)
+    float* logits;    // (Vp) of the last position
+} CacheTensors;
+
+typedef struct {
+    const GPT2* model;
+    CacheTensors t;
+    size_t sizes[NUM_CACHE_TENSORS];
+    float* memory;
+    int pos;          // positions filled: the next token goes to position pos
+} KVCache;
+
+void kvcache_build(KVCache* cache, const GPT2* model) {
+    GPT2Config c = model->config;
+    size_t L = c.num_layers, C = c.channels, maxT = c.max_seq_len, Vp = c.padded_vocab_size;
+    size_t* s = cache->sizes;
+    s[0] = L * maxT * C;   // key: NH heads of hs = C/NH channels each
+    s[1] = L * maxT * C;   // value
+    s[2] = maxT * C;       // x
+    s[3] = maxT * C;       // ln
+    s[4] = maxT;           // ln_mean
+    s[5] = maxT;           // ln_rstd
+    s[6] = maxT * 3 * C;   // qkv
+    s[7] = maxT * C;       // atty
+    s[8] = maxT * C;       // proj
+    s[9] = maxT * 4 * C;   // fch
+    s[10] = maxT * 4 * C;  // fch_gelu
+    s[11] = Vp;            // logits
+    cache->model = model;
+    cache->memory = (float*)calloc_check(sum_sizes(s, NUM_CACHE_TENSORS), sizeof(float));
+    point_tensors((float**)&cache->t, cache->memory, s, NUM_CACHE_TENSORS);
+    cache->pos = 0;
+}
+
+// Forget the sequence: the next token goes to position 0 (the old keys are overwritten).
+void kvcache_reset(KVCache* cache) {
+    cache->pos = 0;
+}
+
+void kvcache_free(KVCache* cache) {
+    free(cache->memory);
+    memset(cache, 0, sizeof(*cache));
+}
+
+// ---------- layers the cache needs ----------
+
+// out (OC) = weight (OC, C) . inp (C) + bias (OC); bias may be NULL. The per-token matmul.
+// Every weight is used once, so the loop must stream the matrix from memory as fast as the
+// memory system delivers it: each thread takes a contiguous block of rows (static schedule:
+// long sequential reads that the hardware prefetcher follows), and the dot product is
+// vectorised (`omp simd` lets the compiler reorder the sum into vector lanes, which plain C
+// forbids without -ffast-math). inp is C floats and stays in L1 for the whole loop.
+void matvec_forward(float* out, const float* inp, const float* weight, const float* bias,
+                    int C, int OC) {
+    #pragma omp parallel for schedule(static)
+    for (int o = 0; o < OC; o++) {
+        const float* w = weight + (size_t)o * C;
+        float sum = 0.0f;
+        #pragma omp simd reduction(+:sum)
+        for (int i = 0; i < C; i++) sum += w[i] * inp[i];
+        out[o] = bias != NULL ? sum + bias[o] : sum;
+    }
+}
+
+// out (T, OC) = inp (T, C) . weight (OC, C)^T + bias: matrix-matrix for a block of tokens
+// (prefill), matrix-vector for the single token of a decode step.
+void linear_forward(float* out, const float* inp, const float* weight, const float* bias,
+                    int T, int C, int OC) {
+    if (T == 1) {
+        matvec_forward(out, inp, weight, bias, C, OC);
+    } else {
+        matmul_forward(out, inp, weight, bias, 1, T, C, OC);
+    }
+}
+
+// Causal self-attention of T new tokens at positions pos..pos+T-1, with the keys and values of
+// positions 0..pos-1 already in the cache. qkv (T, 3C) holds the new tokens' query, key and
+// value; key and value (NH, maxT, hs) are this layer's cache; out (T, C).
+// First the new keys and values join the cache, then each (token, head) attends to positions
+// 0..its own, the same mask and scale as train_cpu.c's attention_forward. The softmax is the
+// one-pass "online" form (Milakov & Gimelshein 2018, the idea behind FlashAttention): a running
+// maximum m and sum s, with the output accumulated as we go and rescaled by exp(m_old - m_new)
+// whenever the maximum grows. So no buffer of T x maxT scores is needed, and each cached key and
+// value row is read once.
+void attention_forward_cached(float* out, float* key, float* value, const float* qkv,
+                              int pos, int T, int C, int NH, int maxT) {
+    int C3 = 3 * C;
+    int hs = C / NH;
+    float scale = 1.0f / sqrtf((float)hs);
+    // the cache holds each head's rows contiguously: a head's attention reads one block
+    #pragma omp parallel for collapse(2)
+    for (int t = 0; t < T; t++) {
+        for (int h = 0; h < NH; h++) {
+            size_t row = ((size_t)h * maxT + pos + t) * hs;
+            memcpy(key + row, qkv + (size_t)t * C3 + C + h * hs, hs * sizeof(float));
+            memcpy(value + row, qkv + (size_t)t * C3 + 2 * C + h * hs, hs * sizeof(float));
+        }
+    }
+    #pragma omp parallel for collapse(2)
+    for (int t = 0; t < T; t++) {
+        for (int h = 0; h < NH; h++) {
+            const float* q = qkv + (size_t)t * C3 + h * hs;
+            const float* k = key + (size_t)h * maxT * hs;
+            const float* v = value + (size_t)h * maxT * hs;
+            float* o = out + (size_t)t * C + h * hs;
+            for (int i = 0; i < hs; i++) o[i] = 0.0f;
+            float maxval = -INFINITY, sum = 0.0f;
+            for (int t2 = 0; t2 <= pos + t; t2++) {
+                const float* k2 = k + (size_t)t2 * hs;
+                const float* v2 = v + (size_t)t2 * hs;
+                float s = 0.0f;
+                for (int i = 0; i < hs; i++) s += q[i] * k2[i];
+                s *= scale;
+                if (s > maxval) {  // rescale what we have to the new maximum (exp(-inf) = 0)
+                    float r = expf(maxval - s);
+                    sum *= r;
+                    for (int i = 0; i < hs; i++) o[i] *= r;
+                    maxval = s;
+                }
+                float w = expf(s - maxval);
+                sum += w;
+                for (int i = 0; i < hs; i++) o[i] += w * v2[i];
+            }
+            float inv = 1.0f / sum;
+            for (int i = 0; i < hs; i++) o[i] *= inv;
+        }
+    }
+}
+
+// ---------- forward with the cache ----------
+
+// Runs T tokens (positions cache->pos .. cache->pos+T-1) through the model, adding their keys
+// and values to the cache. Returns the logits (Vp) of the last of them; with all_logits non-NULL
+// also writes the logits of every one of the T positions there, (T, Vp) (the tests compare them
+// with train_cpu.c's full forward). The padding logits V..Vp-1 are 0 (zero rows of wte).
+float* kvcache_forward(KVCache* cache, const int* tokens, int T, float* all_logits) {
+    GPT2Config cfg = cache->model->config;
+    int V = cfg.vocab_size, Vp = cfg.padded_vocab_size, maxT = cfg.max_seq_len;
+    int L = cfg.num_layers, NH = cfg.num_heads, C = cfg.channels;
+    int pos = cache->pos;
+    if (T < 1 || pos + T > maxT) {
+        fprintf(stderr, "error: %d tokens at position %d do not fit in the context of %d tokens\n",
+                T, pos, maxT);
+        exit(1);
+    }
+    for (int i = 0; i < T; i++) {
+        if (tokens[i] < 0 || tokens[i] >= V) {
+            fprintf(stderr, "error: token id %d is outside the model's vocabulary (V=%d)\n",
+                    tokens[i], V);
+            exit(1);
+        }
+    }
+    const ParameterTensors* p = &cache->model->params;
+    CacheTensors a = cache->t;
+    size_t layer_cache = (size_t)maxT * C;  // one layer's keys: NH heads x maxT x hs
+    // positions pos.. take rows pos.. of wpe
+    encoder_forward(a.x, tokens, p->wte, p->wpe + (size_t)pos * C, 1, T, C);
+    for (int l = 0; l < L; l++) {
+        // the same block as train_cpu.c's gpt2_forward, for T tokens and with the cache
+        layernorm_forward(a.ln, a.ln_mean, a.ln_rstd, a.x, p->ln1w + l * C, p->ln1b + l * C,
+                          1, T, C);
+        linear_forward(a.qkv, a.ln, p->qkvw + (size_t)l * 3 * C * C, p->qkvb + l * 3 * C,
+                       T, C, 3 * C);
+        attention_forward_cached(a.atty, a.key + l * layer_cache, a.value + l * layer_cache,
+                                 a.qkv, pos, T, C, NH, maxT);
+        linear_forward(a.proj, a.atty, p->attprojw + (size_t)l * C * C, p->attprojb + l * C,
+                       T, C, C);
+        residual_forward(a.x, a.x, a.proj, T * C);
+        layernorm_forward(a.ln, a.ln_mean, a.ln_rstd, a.x, p->ln2w + l * C, p->ln2b + l * C,
+                          1, T, C);
+        linear_forward(a.fch, a.ln, p->fcw + (size_t)l * 4 * C * C, p->fcb + l * 4 * C,
+                       T, C, 4 * C);
+        gelu_forward(a.fch_gelu, a.fch, T * 4 * C);
+        linear_forward(a.proj, a.fch_gelu, p->fcprojw + (size_t)l * C * 4 * C,
+                       p->fcprojb + l * C, T, 4 * C, C);
+        residual_forward(a.x, a.x, a.proj, T * C);
+    }
+    layernorm_forward(a.ln, a.ln_mean, a.ln_rstd, a.x, p->lnfw, p->lnfb, 1, T, C);
+    // the output layer is tied to wte; generation needs only the last position's logits
+    if (all_logits != NULL) {
+        linear_forward(all_logits, a.ln, p->wte, NULL, T, C, Vp);
+        memcpy(a.logits, all_logits + (size_t)(T - 1) * Vp, (size_t)Vp * sizeof(float));
+    } else {
+        matvec_forward(a.logits, a.ln + (size_t)(T - 1) * C, p->wte, NULL, C, Vp);
+    }
+    cache->pos += T;
+    return a.logits;
+}
+
+// ---------- sampling ----------
+// temperature 0 is greedy (argmax). Otherwise: probabilities = softmax(logits / temperature);
+// top-k keeps the k most likely tokens; top-p (nucleus sampling, Holtzman et al. 2019) then
+// keeps the smallest set of the most likely tokens whose probability reaches p; the kept
+// probabilities are renormalised and train_cpu.c's sample_mult draws one with a uniform coin.
+
+typedef struct {
+    float prob;
+    int id;
+} Candidate;
+
+// Most likely first; equal probabilities by lower id, so the order is total and the kept set
+// does not depend on the sort algorithm (top-k 1 is then exactly greedy's lowest-id argmax).
+static int candidate_before(Candidate a, Candidate b) {
+    return a.prob > b.prob || (a.prob == b.prob && a.id < b.id);
+}
+
+static int candidate_compare(const void* a, const void* b) {
+    Candidate x = *(const Candidate*)a, y = *(const Candidate*)b;
+    return candidate_before(x, y) ? -1 : candidate_before(y, x) ? 1 : 0;
+}
+
+// Sift heap[i] down a heap of n candidates whose root is the one that comes last in the order.
+static void heap_sift_down(Candidate* heap, int n, int i) {
+    for (;;) {
+        int worst = i, l = 2 * i + 1, r = 2 * i + 2;
+        if (l < n && candidate_before(heap[worst], heap[l])) worst = l;
+        if (r < n && candidate_before(heap[worst], heap[r])) worst = r;
+        if (worst == i) return;
+        Candidate tmp = heap[i];
+        heap[i] = heap[worst];
+        heap[worst] = tmp;
+        i = worst;
+    }
+}
+
+// Keeps in probs[0..n-1] (which sum to 1) only the tokens that top-k and then top-p select,
+// renormalised to sum to 1; the others become 0. top_k 0 (or >= n) keeps all; top_p 1 keeps all.
+// cand is scratch for n candidates. Returns how many tokens were kept.
+int filter_top_k_top_p(float* probs, Candidate* cand, int n, int top_k, float top_p) {
+    int m = 0;
+    if (top_k > 0 && top_k < n) {
+        // the k most likely in one pass, O(n log k): a heap of the best k so far whose root is
+        // the least likely of them, replaced whenever a token beats it
+        for (int i = 0; i < n; i++) {
+            Candidate c;
+            c.prob = probs[i];
+            c.id = i;
+            if (m < top_k) {
+                cand[m++] = c;
+                if (m == top_k) {
+                    for (int j = m / 2 - 1; j >= 0; j--) heap_sift_down(cand, m, j);
+                }
+            } else if (candidate_before(c, cand[0])) {
+                cand[0] = c;
+                heap_sift_down(cand, m, 0);
+            }
+        }
+    } else {
+        // Sorting all n (50,257) tokens for every sampled token would be slow. A token with
+        // probability below (1 - p) / (n - 1) cannot be in the nucleus (the trick of llama2.c):
+        // if any token is at least that likely, the ones below number at most n - 1 and hold
+        // less than 1 - p together, so the others hold more than p and the nucleus is among them.
+        float cutoff = top_p < 1.0f && n > 1 ? (1.0f - top_p) / (float)(n - 1) : 0.0f;
+        for (int pass = 0; pass < 2 && m == 0; pass++) {
+            for (int i = 0; i < n; i++) {
+                if (probs[i] >= cutoff) {
+                    cand[m].prob = probs[i];
+                    cand[m].id = i;
+                    m++;
+                }
+            }
+            cutoff = 0.0f;  // no token reached the cutoff (tiny p): take them all
+        }
+    }
+    qsort(cand, (size_t)m, sizeof(Candidate), candidate_compare);
+    // top-p applies to the distribution top-k left, renormalised: the nucleus must reach
+    // p times the mass top-k kept (without top-k, the whole mass: 1)
+    float target = top_p;
+    if (top_k > 0 && top_k < n) {
+        float total = 0.0f;
+        for (int j = 0; j < m; j++) total += cand[j].prob;
+        target = top_p * total;
+    }
+    int keep = m;
+    if (top_p < 1.0f) {
+        float cum = 0.0f;
+        for (int j = 0; j < m; j++) {
+            cum += cand[j].prob;
+            if (cum >= target) {
+                keep = j + 1;
+                break;
+            }
+        }
+    }
+    float kept = 0.0f;
+    for (int j = 0; j < keep; j++) kept += cand[j].prob;
+    for (int i = 0; i < n; i++) probs[i] = 0.0f;
+    for (int j = 0; j < keep; j++) probs[cand[j].id] = cand[j].prob / kept;
+    return keep;
+}
+
+typedef struct {
+    float temperature;   // 0: greedy
+    int top_k;           // 0: off
+    float top_p;         // 1: off
+    uint64_t rng;        // state of train_cpu.c's random_u32
+    int V, Vp;
+    float* scaled;       // (Vp) logits / temperature
+    float* probs;        // (Vp)
+    Candidate* cand;     // (V) scratch for the filter
+} Sampler;
+
+void sampler_build(Sampler* s, int V, int Vp, float temperature, int top_k, float top_p,
+                   uint64_t seed) {
+    s->temperature = temperature;
+    s->top_k = top_k;
+    s->top_p = top_p;
+    s->rng = seed_mix(seed, 0x1f3e, 0);  // never 0: xorshift would stay at 0
+    s->V = V;
+    s->Vp = Vp;
+    s->scaled = (float*)malloc_check((size_t)Vp * sizeof(float));
+    s->probs = (float*)malloc_check((size_t)Vp * sizeof(float));
+    s->cand = (Candidate*)malloc_check((size_t)V * sizeof(Candidate));
+}
+
+void sampler_free(Sampler* s) {
+    free(s->scaled);
+    free(s->probs);
+    free(s->cand);
+}
+
+// The index of the largest of x[0..n-1]; the lowest such index on ties.
+int argmax(const float* x, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++) if (x[i] > x[best]) best = i;
+    return best;
+}
+
+// The next token from the logits (Vp) of the last position; only the first V are tokens.
+int sampler_sample(Sampler* s, const float* logits) {
+    if (s->temperature == 0.0f) return argmax(logits, s->V);
+    for (int i = 0; i < s->V; i++) s->scaled[i] = logits[i] / s->temperature;
+    softmax_forward(s->probs, s->scaled, 1, 1, s->V, s->Vp);
+    if ((s->top_k > 0 && s->top_k < s->V) || s->top_p < 1.0f) {
+        filter_top_k_top_p(s->probs, s->cand, s->V, s->top_k, s->top_p);
+    }
+    return sample_mult(s->probs, s->V, random_f32(&s->rng));
+}
+
+// ---------- main ----------
+#ifndef INFER_NO_MAIN
+
+typedef struct {
+    const char* model;       // -e
+    const char* tokenizer;   // -k
+    const char* prompt;      // -p; NULL: read stdin
+    int max_new;             // -n; -1: until end-of-text or the context is full
+    float temperature;       // -T
+    int top_k;               // -K
+    float top_p;             // -P
+    uint64_t seed;           // -S
+    int stop_at_eot;         // -E
+} InferConfig;
+
+static void infer_usage(const char* prog) {
+    fprintf(stderr,
+            "usage: %s -e MODEL [options]\n"
+            "  -e MODEL  llm.c checkpoint (.bin, float32 or bfloat16), Hugging Face GPT-2\n"
+            "            model.safetensors (dev/download_gpt2.sh), or dN: a fresh random model of N layers\n"
+            "  -p TEXT   the prompt (default: read standard input)\n"
+            "  -k FILE   tokenizer file (default data/gpt2_tokenizer.bin)\n"
+            "  -n N      new tokens at most (default: until end-of-text or the context is full)\n"
+            "  -T TEMP   temperature; 0 = greedy (default 1)\n"
+            "  -K K      top-k: sample among the K most likely tokens; 0 = off (default 0)\n"
+            "  -P P      top-p: among the most likely tokens that together reach P; 1 = off (default 1)\n"
+            "  -S SEED   random seed for sampling (and for a dN model's weights) (default 1337)\n"
+            "  -E 0      do not stop at end-of-text (default 1: stop)\n"
+            "  -h        this help\n"
+            "The continuation goes to standard output as it is generated; the prompt length and the\n"
+            "prefill and generation speeds go to standard error.\n",
+            prog);
+}
+
+static InferConfig infer_parse_args(int argc, char** argv) {
+    InferConfig c;
+    c.model = NULL;
+    c.tokenizer = "data/gpt2_tokenizer.bin";
+    c.prompt = NULL;
+    c.max_new = -1;
+    c.temperature = 1.0f;
+    c.top_k = 0;
+    c.top_p = 1.0f;
+    c.seed = 1337;
+    c.stop_at_eot = 1;
+    for (int i = 1; i < argc; i += 2) {
+        const char* flag = argv[i];
+        if (strcmp(flag, "-h") == 0 || strcmp(flag, "--help") == 0) {
+            infer_usage(argv[0]);
+            exit(0);
+        }
+        if (flag[0] != '-' || strlen(flag) != 2) {
+            fprintf(stderr, "error: unexpected argument '%s' (see -h)\n", flag);
+            exit(1);
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "error: %s needs a value (see -h)\n", flag);
+            exit(1);
+        }
+        const char* val = argv[i + 1];
+        switch (flag[1]) {
+            case 'e': c.model = val; break;
+            case 'k': c.tokenizer = val; break;
+            case 'p': c.prompt = val; break;
+            case 'n': c.max_new = parse_int_arg(flag, val, 1); break;
+            case 'T': c.temperature = parse_float_arg(flag, val, 0.0f); break;
+            case 'K': c.top_k = parse_int_arg(flag, val, 0); break;
+            case 'P': c.top_p = parse_float_arg(flag, val, 0.0f); break;
+            case 'S': c.seed = (uint64_t)parse_int_arg(flag, val, 0); break;
+            case 'E': c.stop_at_eot = parse_int_arg(flag, val, 0); break;
+            default:
+                fprintf(stderr, "error: unknown option %s (see -h)\n", flag);
+                exit(1);
+        }
+    }
+    if (c.model == NULL) {
+        fprintf(stderr, "error: no model: give -e MODEL (see -h)\n");
+        exit(1);
+    }
+    if (c.top_p > 1.0f || c.top_p == 0.0f) {
+        fprintf(stderr, "error: -P expects a probability in (0, 1], got %g\n", c.top_p);
+        exit(1);
+    }
+    return c;
+}
+
+// All of standard input, as a NUL-terminated string.
+static char* read_stdin(void) {
+    size_t n = 0, cap = 4096;
+    char* buf = (char*)malloc_check(cap);
+    size_t got;
+    while ((got = fread(buf + n, 1, cap - n - 1, stdin)) > 0) {
+        n += got;
+        if (cap - n - 1 == 0) {
+            cap *= 2;
+            buf = (char*)realloc_check(buf, cap);
+        }
+    }
+    if (ferror(stdin)) {
+        fprintf(stderr, "error: cannot read the prompt from standard input: %s\n", strerror(errno));
+        exit(1);
+    }
+    buf[n] = '\0';
+    return buf;
+}
+
+int main(int argc, char** argv) {
+    InferConfig cfg = infer_parse_args(argc, argv);
+
+    GPT2 model;
+    gpt2_build_from_init(&model, cfg.model, cfg.seed);
+    GPT2Config mc = model.config;
+    int maxT = mc.max_seq_len, V = mc.vocab_size;
+
+    Tokenizer tok;
+    tokenizer_init(&tok, cfg.tokenizer);
+    if ((int)tok.vocab_size > V) {
+        fprintf(stderr, "error: the tokenizer %s has %d tokens, more than the model's vocabulary "
+                "(V=%d)\n", cfg.tokenizer, (int)tok.vocab_size, V);
+        exit(1);
+    }
+    int eot = (int)tok.eot_token;
+
+    // the prompt; "<|endoftext|>" in it is the end-of-text token, and an empty prompt starts
+    // from end-of-text, as GPT-2 does for unconditional samples
+    char* text = cfg.prompt != NULL ? NULL : read_stdin();
+    const char* prompt = cfg.prompt != NULL ? cfg.prompt : text;
+    size_t num_prompt = 0;
+    int* ids = tokenizer_encode(&tok, (const unsigned char*)prompt, strlen(prompt), 1, &num_prompt);
+    int P = (int)num_prompt;
+    int* tokens = (int*)malloc_check((size_t)maxT * sizeof(int));
+    if (P == 0) {
+        tokens[0] = eot;
+        P = 1;
+    } else if (num_prompt >= (size_t)maxT) {
+        fprintf(stderr, "error: the prompt is %zu tokens; the model's context holds %d, and at "
+                "least one must be left for generation\n", num_prompt, maxT);
+        exit(1);
+    } else {
+        memcpy(tokens, ids, (size_t)P * sizeof(int));
+    }
+    free(ids);
+    free(text);
+    // the context holds the prompt and every generated token
+    if (cfg.max_new > maxT - P) {
+        fprintf(stderr, "error: -n %d: the prompt (%d tokens) and %d new tokens exceed the "
+                "model's context of %d tokens; use -n %d or less\n", cfg.max_new, P,
+                cfg.max_new, maxT, maxT - P);
+        exit(1);
+    }
+    int max_new = cfg.max_new > 0 ? cfg.max_new : maxT - P;
+
+    KVCache cache;
+    kvcache_build(&cache, &model);
+    Sampler sampler;
+    sampler_build(&sampler, V, mc.padded_vocab_size, cfg.temperature, cfg.top_k, cfg.top_p,
+                  cfg.seed);
+
+    // prefill: the whole prompt in one pass
+    double t0 = now_seconds();
+    const float* logits = kvcache_forward(&cache, tokens, P, NULL);
+    double prefill_time = now_seconds() - t0;
+
+    // decode: sample a token, print it, feed it back; each step is one token through the model
+    int generated = 0, steps = 0;
+    const char* stop = "the -n limit";
+    t0 = now_seconds();
+    for (;;) {
+        int next = sampler_sample(&sampler, logits);
+        if (next == eot && cfg.stop_at_eot) {
+            stop = "end-of-text";
+            break;
+        }
+        print_token(&tok, next);
+        fflush(stdout);
+        tokens[P + generated] = next;
+        generated++;
+        if (generated == max_new) {
+            if (cfg.max_new < 0) stop = "the context is full";
+            break;
+        }
+        logits = kvcache_forward(&cache, &next, 1, NULL);
+        steps++;
+    }
+    double decode_time = now_seconds() - t0;
+    printf("\n");
+    fflush(stdout);
+
+    fprintf(stderr, "model: L=%d NH=%d C=%d V=%d maxT=%d, %zu parameters, %d threads\n",
+            mc.num_layers, mc.num_heads, mc.channels, V, maxT, model.num_parameters,
+            num_threads());
+    fprintf(stderr, "prompt: %d tokens, prefill %.3f s, %.1f tok/s\n", P, prefill_time,
+            P / prefill_time);
+    fprintf(stderr, "generation: %d tokens (stopped at %s), %d decode steps in %.3f s, "
+            "%.2f tok/s\n", generated, stop, steps, decode_time,
+            steps > 0 ? steps / decode_time : 0.0);
+
+    sampler_free(&sampler);
+    kvcache_free(&cache);
+    free(tokens);
+    tokenizer_free(&tok);
+    gpt2_free(&model);
+    return 0;
+}
+
+#endif // INFER_NO_MAIN

@@ -1,0 +1,329 @@
+// test/infer_check.c: checks infer.c against train_cpu.c and against PyTorch.
+//
+//   infer_check kv              the KV-cache path against train_cpu.c's full forward on a random
+//                               small model: logits at every position (prefill, one token at a
+//                               time, and chunks), greedy generation step by step, seeded
+//                               sampling, top-k 1 = greedy, and the top-k / top-p filter itself
+//   infer_check hf MODEL EXPECT a Hugging Face safetensors file written by dev/hf_ref.py: the
+//                               logits of both paths against PyTorch's (EXPECT)
+//
+// Exits non-zero on the first failed check, naming it.
+
+#define INFER_NO_MAIN
+#include "../infer.c"
+
+static int failures = 0;
+
+static void check(int ok, const char* what) {
+    printf("%s  %s\n", ok ? "ok  " : "FAIL", what);
+    if (!ok) failures++;
+}
+
+// max |a - b| / max |b| over n values: the error relative to the scale of the logits, so that
+// logits near 0 do not make a meaningless per-element ratio. NaN never passes.
+static double rel_err(const float* a, const float* b, size_t n) {
+    double diff = 0.0, scale = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        if (!(d <= diff)) diff = d;  // NaN-safe: a NaN d replaces diff
+        if (fabs((double)b[i]) > scale) scale = fabs((double)b[i]);
+    }
+    return scale > 0.0 ? diff / scale : diff;
+}
+
+// A random model whose every parameter matters: matrices std 0.1 (peaked attention), biases and
+// layernorm parameters not 0 or 1. maxT 40, V 211 (padded to 256), 3 layers, 4 heads of 16.
+static void build_random_model(GPT2* model, uint64_t seed) {
+    GPT2Config c;
+    c.max_seq_len = 40;
+    c.vocab_size = 211;
+    c.padded_vocab_size = 256;
+    c.num_layers = 3;
+    c.num_heads = 4;
+    c.channels = 64;
+    gpt2_build_init(model, c, seed);
+    uint64_t rng = seed_mix(seed, 7, 7);
+    for (size_t i = 0; i < model->num_parameters; i++) {
+        model->params_memory[i] += 0.2f * (random_f32(&rng) - 0.5f) * 1.7f;
+    }
+    // wte's padding rows stay zero, as in every real checkpoint
+    memset(model->params.wte + (size_t)c.vocab_size * c.channels, 0,
+           (size_t)(c.padded_vocab_size - c.vocab_size) * c.channels * sizeof(float));
+}
+
+// Logits (T, Vp) of train_cpu.c's full forward on tokens[0..T-1].
+static const float* full_forward(GPT2* model, const int* tokens, int T) {
+    gpt2_forward(model, tokens, NULL, 1, T);
+    return model->acts.logits;
+}
+
+static void check_kv(void) {
+    const double tol = 1e-5;
+    GPT2 model;
+    build_random_model(&model, 42);
+    GPT2Config c = model.config;
+    int T = c.max_seq_len, Vp = c.padded_vocab_size, V = c.vocab_size;
+    int* tokens = (int*)malloc_check((size_t)T * sizeof(int));
+    uint64_t rng = 99;
+    for (int i = 0; i < T; i++) tokens[i] = (int)(random_u32(&rng) % (uint32_t)V);
+    float* full = (float*)malloc_check((size_t)T * Vp * sizeof(float));
+    memcpy(full, full_forward(&model, tokens, T), (size_t)T * Vp * sizeof(float));
+    float* kv = (float*)malloc_check((size_t)T * Vp * sizeof(float));
+    KVCache cache;
+    kvcache_build(&cache, &model);
+    char what[256];
+
+    // 1. prefill of the whole sequence: logits at every position
+    kvcache_forward(&cache, tokens, T, kv);
+    double e = rel_err(kv, full, (size_t)T * Vp);
+    snprintf(what, sizeof(what), "prefill of %d tokens = full forward at every position (rel err %.2e)", T, e);
+    check(e <= tol, what);
+
+    // 2. prefill of P tokens, then one token at a time to the end of the context
+    int prefixes[3] = {1, 7, T - 1};
+    for (int k = 0; k < 3; k++) {
+        int P = prefixes[k];
+        kvcache_reset(&cache);
+        kvcache_forward(&cache, tokens, P, kv);
+        for (int t = P; t < T; t++) {
+            const float* l = kvcache_forward(&cache, tokens + t, 1, NULL);
+            memcpy(kv + (size_t)t * Vp, l, (size_t)Vp * sizeof(float));
+        }
+        e = rel_err(kv, full, (size_t)T * Vp);
+        snprintf(what, sizeof(what), "prefill %d then %d single-token steps = full forward at every position (rel err %.2e)", P, T - P, e);
+        check(e <= tol, what);
+        check(cache.pos == T, "the cache counts its positions");
+    }
+
+    // 3. uneven chunks: 3, 5, 1, 9, ... tokens per call
+    kvcache_reset(&cache);
+    int chunks[6] = {3, 5, 1, 9, 2, 20};
+    for (int k = 0, t = 0; k < 6 && t < T; k++) {
+        int n = chunks[k] < T - t ? chunks[k] : T - t;
+        kvcache_forward(&cache, tokens + t, n, kv + (size_t)t * Vp);
+        t += n;
+    }
+    e = rel_err(kv, full, (size_t)T * Vp);
+    snprintf(what, sizeof(what), "chunks of 3, 5, 1, 9, 2, 20 tokens = full forward (rel err %.2e)", e);
+    check(e <= tol, what);
+
+    // 4. greedy generation: deterministic, and each token the argmax of the full forward
+    int P = 4, n = T - P;
+    int* gen = (int*)malloc_check((size_t)T * sizeof(int));
+    int* gen2 = (int*)malloc_check((size_t)T * sizeof(int));
+    Sampler greedy;
+    sampler_build(&greedy, V, Vp, 0.0f, 0, 1.0f, 1);
+    for (int run = 0; run < 2; run++) {
+        int* out = run == 0 ? gen : gen2;
+        memcpy(out, tokens, (size_t)P * sizeof(int));
+        kvcache_reset(&cache);
+        const float* l = kvcache_forward(&cache, out, P, NULL);
+        for (int t = P; t < T; t++) {
+            out[t] = sampler_sample(&greedy, l);
+            if (t + 1 < T) l = kvcache_forward(&cache, out + t, 1, NULL);
+        }
+    }
+    check(memcmp(gen, gen2, (size_t)T * sizeof(int)) == 0, "greedy generation is deterministic");
+    int agree = 1;
+    for (int t = P; t < T; t++) {
+        const float* l = full_forward(&model, gen, t) + (size_t)(t - 1) * Vp;
+        int best = argmax(l, V);
+        // a different argmax is acceptable only for a tie within float rounding
+        if (best != gen[t] && l[best] - l[gen[t]] > 1e-5f * fabsf(l[best])) {
+            printf("  step %d: KV cache chose %d (logit %.7f), full forward argmax %d (%.7f)\n",
+                   t, gen[t], l[gen[t]], best, l[best]);
+            agree = 0;
+        }
+    }
+    snprintf(what, sizeof(what), "greedy generation of %d tokens = argmax of the full forward at each step", n);
+    check(agree, what);
+
+    // 5. seeded sampling: the same seed gives the same tokens, another seed others;
+    //    top-k 1 at temperature 1 (any seed) gives exactly the greedy tokens
+    int* s1 = (int*)malloc_check((size_t)T * sizeof(int));
+    int* s2 = (int*)malloc_check((size_t)T * sizeof(int));
+    int* s3 = (int*)malloc_check((size_t)T * sizeof(int));
+    int* s4 = (int*)malloc_check((size_t)T * sizeof(int));
+    int* outs[4] = {s1, s2, s3, s4};
+    uint64_t seeds[4] = {5, 5, 6, 77};
+    int top_ks[4] = {0, 0, 0, 1};
+    for (int run = 0; run < 4; run++) {
+        Sampler s;
+        sampler_build(&s, V, Vp, 1.0f, top_ks[run], run == 1 ? 0.95f : 1.0f, seeds[run]);
+        if (run == 1) s.top_p = 1.0f;  // same settings as run 0 (built through another path)
+        int* out = outs[run];
+        memcpy(out, tokens, (size_t)P * sizeof(int));
+        kvcache_reset(&cache);
+        const float* l = kvcache_forward(&cache, out, P, NULL);
+        for (int t = P; t < T; t++) {
+            out[t] = sampler_sample(&s, l);
+            if (t + 1 < T) l = kvcache_forward(&cache, out + t, 1, NULL);
+        }
+        sampler_free(&s);
+    }
+    check(memcmp(s1, s2, (size_t)T * sizeof(int)) == 0, "sampling with the same seed gives the same tokens");
+    check(memcmp(s1, s3, (size_t)T * sizeof(int)) != 0, "sampling with another seed gives other tokens");
+    check(memcmp(s1, gen, (size_t)T * sizeof(int)) != 0, "sampling at temperature 1 is not greedy");
+    check(memcmp(s4, gen, (size_t)T * sizeof(int)) == 0, "top-k 1 at temperature 1 = greedy");
+
+    sampler_free(&greedy);
+    free(s1); free(s2); free(s3); free(s4);
+    free(gen); free(gen2);
+    free(kv); free(full); free(tokens);
+    kvcache_free(&cache);
+    gpt2_free(&model);
+}
+
+// Which ids a filter kept, as a bitmask over n <= 32, with the kept probabilities summing to 1.
+static unsigned kept_mask(const float* probs, int n, double* sum) {
+    unsigned mask = 0;
+    *sum = 0.0;
+    for (int i = 0; i < n; i++) {
+        if (probs[i] > 0.0f) mask |= 1u << i;
+        *sum += probs[i];
+    }
+    return mask;
+}
+
+static void check_filter_case(const float* p, int n, int top_k, float top_p, unsigned expect,
+                              const char* why) {
+    float probs[32];
+    Candidate cand[32];
+    memcpy(probs, p, (size_t)n * sizeof(float));
+    int kept = filter_top_k_top_p(probs, cand, n, top_k, top_p);
+    double sum;
+    unsigned mask = kept_mask(probs, n, &sum);
+    int expect_count = 0;
+    for (int i = 0; i < n; i++) expect_count += (expect >> i) & 1;
+    int ok = mask == expect && kept == expect_count && fabs(sum - 1.0) < 1e-6;
+    // the kept tokens keep their relative probabilities
+    for (int i = 0; i < n && ok; i++) {
+        for (int j = 0; j < n && ok; j++) {
+            if (probs[i] > 0.0f && probs[j] > 0.0f) ok = fabsf(probs[i] * p[j] - probs[j] * p[i]) < 1e-6f;
+        }
+    }
+    char what[256];
+    snprintf(what, sizeof(what), "filter top_k=%d top_p=%g keeps %#x (got %#x): %s", top_k,
+             top_p, expect, mask, why);
+    check(ok, what);
+}
+
+// The nucleus by brute force: sort everything, take the smallest prefix reaching p.
+static void check_filter_large(int n, float top_p, uint64_t seed) {
+    float* p = (float*)malloc_check((size_t)n * sizeof(float));
+    float* probs = (float*)malloc_check((size_t)n * sizeof(float));
+    Candidate* cand = (Candidate*)malloc_check((size_t)n * sizeof(Candidate));
+    Candidate* all = (Candidate*)malloc_check((size_t)n * sizeof(Candidate));
+    uint64_t rng = seed;
+    double total = 0.0;
+    for (int i = 0; i < n; i++) {  // a long-tailed distribution, like a language model's
+        float u = random_f32(&rng);
+        p[i] = expf(12.0f * u * u * u);
+        total += p[i];
+    }
+    for (int i = 0; i < n; i++) p[i] = (float)(p[i] / total);
+    memcpy(probs, p, (size_t)n * sizeof(float));
+    int kept = filter_top_k_top_p(probs, cand, n, 0, top_p);
+    for (int i = 0; i < n; i++) { all[i].prob = p[i]; all[i].id = i; }
+    qsort(all, (size_t)n, sizeof(Candidate), candidate_compare);
+    float cum = 0.0f;
+    int expect = n;
+    for (int i = 0; i < n; i++) {
+        cum += all[i].prob;
+        if (cum >= top_p) { expect = i + 1; break; }
+    }
+    int ok = kept == expect;
+    for (int i = 0; i < expect && ok; i++) ok = probs[all[i].id] > 0.0f;
+    char what[256];
+    snprintf(what, sizeof(what), "filter on %d tokens, top_p=%g: the brute-force nucleus (%d tokens, got %d)",
+             n, top_p, expect, kept);
+    check(ok, what);
+    free(p); free(probs); free(cand); free(all);
+}
+
+static void check_filter(void) {
+    // five tokens, shuffled so the filter must sort: by probability 3 > 0 > 4 > 1 > 2
+    const float p[5] = {0.2f, 0.1f, 0.05f, 0.5f, 0.15f};
+    check_filter_case(p, 5, 0, 1.0f, 0x1f, "top_p 1 keeps all");
+    check_filter_case(p, 5, 0, 0.5f, 1u << 3, "0.5 alone reaches p = 0.5");
+    check_filter_case(p, 5, 0, 0.4f, 1u << 3, "the most likely token alone exceeds p");
+    check_filter_case(p, 5, 0, 0.6f, (1u << 3) | 1u, "0.5 + 0.2 is the smallest set reaching 0.6");
+    check_filter_case(p, 5, 0, 0.8f, (1u << 3) | 1u | (1u << 4), "0.5 + 0.2 + 0.15 reaches 0.8");
+    check_filter_case(p, 5, 0, 0.99f, 0x1f, "the four most likely hold 0.95 < 0.99: all five");
+    check_filter_case(p, 5, 0, 1e-6f, 1u << 3, "a tiny p keeps the most likely token");
+    check_filter_case(p, 5, 1, 1.0f, 1u << 3, "top-k 1 is the argmax");
+    check_filter_case(p, 5, 2, 1.0f, (1u << 3) | 1u, "top-k 2");
+    check_filter_case(p, 5, 5, 1.0f, 0x1f, "top-k n keeps all");
+    // top-k 3 leaves 0.5, 0.2, 0.15 (sum 0.85): renormalised 0.588, 0.235, 0.176; p = 0.8
+    // is reached by the first two (0.824), where without top-k it needs three (0.5+0.2 < 0.8)
+    check_filter_case(p, 5, 3, 0.8f, (1u << 3) | 1u, "top-p applies after top-k, renormalised");
+    const float tie[4] = {0.25f, 0.25f, 0.25f, 0.25f};
+    check_filter_case(tie, 4, 2, 1.0f, 0x3, "ties go to the lower ids");
+    check_filter_case(tie, 4, 0, 0.5f, 0x3, "ties go to the lower ids (top-p)");
+    check_filter_large(50257, 0.9f, 1);
+    check_filter_large(50257, 0.5f, 2);
+    check_filter_large(1000, 0.999f, 3);
+}
+
+// ---------- Hugging Face safetensors against PyTorch ----------
+
+static void check_hf(const char* model_path, const char* expect_path) {
+    const double tol = 1e-4;  // float32 C against float32 PyTorch: different summation orders
+    GPT2 model;
+    gpt2_build_from_checkpoint(&model, model_path);
+    GPT2Config c = model.config;
+    printf("loaded %s: maxT=%d V=%d Vp=%d L=%d NH=%d C=%d\n", model_path, c.max_seq_len,
+           c.vocab_size, c.padded_vocab_size, c.num_layers, c.num_heads, c.channels);
+    FILE* f = fopen_check(expect_path, "rb");
+    int32_t tv[2];
+    fread_check(tv, sizeof(int32_t), 2, f, expect_path);
+    int T = tv[0], V = tv[1], Vp = c.padded_vocab_size;
+    check(V == c.vocab_size, "V from the file = V of the PyTorch model");
+    if (V != c.vocab_size || T > c.max_seq_len) exit(1);
+    int* tokens = (int*)malloc_check((size_t)T * sizeof(int));
+    float* ref = (float*)malloc_check((size_t)T * V * sizeof(float));
+    fread_check(tokens, sizeof(int32_t), (size_t)T, f, expect_path);
+    fread_check(ref, sizeof(float), (size_t)T * V, f, expect_path);
+    fclose(f);
+
+    // compare the first V columns of (T, Vp) logits
+    float* got = (float*)malloc_check((size_t)T * V * sizeof(float));
+    const float* full = full_forward(&model, tokens, T);
+    for (int t = 0; t < T; t++) memcpy(got + (size_t)t * V, full + (size_t)t * Vp, (size_t)V * sizeof(float));
+    double e = rel_err(got, ref, (size_t)T * V);
+    char what[256];
+    snprintf(what, sizeof(what), "train_cpu.c full forward = PyTorch on %d tokens (rel err %.2e)", T, e);
+    check(e <= tol, what);
+
+    KVCache cache;
+    kvcache_build(&cache, &model);
+    kvcache_forward(&cache, tokens, T / 2, NULL);
+    for (int t = T / 2; t < T; t++) {
+        const float* l = kvcache_forward(&cache, tokens + t, 1, NULL);
+        memcpy(got + (size_t)t * V, l, (size_t)V * sizeof(float));
+    }
+    e = rel_err(got + (size_t)(T / 2) * V, ref + (size_t)(T / 2) * V, (size_t)(T - T / 2) * V);
+    snprintf(what, sizeof(what), "KV-cache decode steps = PyTorch (rel err %.2e)", e);
+    check(e <= tol, what);
+    // the padding rows of wte must be zero: their logits are exactly 0
+    int pad_zero = 1;
+    for (int i = V; i < Vp; i++) pad_zero &= full[i] == 0.0f;
+    check(pad_zero, "wte padded with zero rows up to Vp");
+    kvcache_free(&cache);
+    free(tokens); free(ref); free(got);
+    gpt2_free(&model);
+}
+
+int main(int argc, char** argv) {
+    if (argc == 2 && strcmp(argv[1], "kv") == 0) {
+        check_kv();
+        check_filter();
+    } else if (argc == 4 && strcmp(argv[1], "hf") == 0) {
+        check_hf(argv[2], argv[3]);
+    } else {
+        fprintf(stderr, "usage: infer_check kv | infer_check hf MODEL.safetensors EXPECT\n");
+        return 2;
+    }
+    printf("%s\n", failures == 0 ? "all checks passed" : "SOME CHECKS FAILED");
+    return failures == 0 ? 0 : 1;
+}
