@@ -291,7 +291,12 @@ static void tokenizer_build_tables(Tokenizer* t, const char* what) {
 // Reads an llm.c tokenizer file (../shared/FORMATS.md). Exits with one clear line on a missing,
 // foreign, truncated or inconsistent file.
 void tokenizer_init(Tokenizer* t, const char* path) {
-    FILE* f = fopen_check(path, "rb");
+    FILE* f = fopen(path, "rb");
+    if (f == NULL) {
+        fprintf(stderr, "error: cannot open tokenizer file %s: %s (`make data` writes data/gpt2_tokenizer.bin)\n",
+                path, strerror(errno));
+        exit(1);
+    }
     long long file_size = file_size_check(f, path);
     int32_t header[HEADER_INTS];
     if (file_size < (long long)sizeof(header)) {
@@ -785,7 +790,12 @@ static void cmd_vocab(const char* json_path, const char* bpe_path, const char* o
         int ncp = json_string(&r, cps, 255);
         json_expect(&r, ':');
         long id = json_int(&r);
-        if (tok_at[id] >= 0) { r.pos = key_pos; json_fail(&r, "duplicate token id"); }
+        if (tok_at[id] >= 0) {
+            char msg[64];
+            snprintf(msg, sizeof(msg), "token id %ld given twice", id);
+            r.pos = key_pos;
+            json_fail(&r, msg);
+        }
         int nb = token_text_to_bytes(u2b, cps, ncp, tok);
         if (ncp == 13 && nb == 13 && memcmp(tok, EOT_TEXT, 13) == 0) eot = (int)id;
         if (nb <= 0) { r.pos = key_pos; json_fail(&r, "token has a character outside GPT-2's byte mapping, or is empty"); }
