@@ -1052,12 +1052,473 @@ void gpt2_save_checkpoint(const GPT2* model, const char* path) {
 }
 
 // ---------- safetensors ----------
+// Hugging Face's model.safetensors (FORMATS.md): a u64 header length N, N bytes of JSON, then
+// the raw little-endian tensors. The JSON is one flat object: "__metadata__" (ignored) and, per
+// tensor, "name": {"dtype": "F32", "shape": [768, 2304], "data_offsets": [begin, end]}, the
+// offsets counted from the end of the header. It is small (about 15 KB for GPT-2), so a minimal
+// reader does: strings, integers, arrays and objects, other values skipped.
+//
+// GPT-2's tensors by transformers' names (files saved from GPT2LMHeadModel put "transformer."
+// in front of all but lm_head.weight) and where they go:
+//   wte.weight (V, C)             -> wte (Vp, C), the rows V..Vp-1 zero
+//   wpe.weight (maxT, C)          -> wpe
+//   h.N.ln_1, h.N.ln_2, ln_f      -> ln1w/ln1b, ln2w/ln2b, lnfw/lnfb (.weight/.bias, (C))
+//   h.N.attn.c_attn  (C, 3C)      -> qkvw (3C, C), transposed;  .bias (3C) -> qkvb
+//   h.N.attn.c_proj  (C, C)       -> attprojw (C, C), transposed;  .bias -> attprojb
+//   h.N.mlp.c_fc     (C, 4C)      -> fcw (4C, C), transposed;  .bias -> fcb
+//   h.N.mlp.c_proj   (4C, C)      -> fcprojw (C, 4C), transposed;  .bias -> fcprojb
+// The four matrices are transformers' Conv1D, which computes x @ W + b with W stored (in, out):
+// the transpose of the (out, in) rows of a Linear and of llm.c. The model's shape comes from
+// the file: V and C from wte, maxT from wpe's rows, L from the h.N count. The number of heads is
+// not stored; every GPT-2 size uses heads of 64 channels, so NH = C / 64.
+// Also accepted: h.N.attn.bias and h.N.attn.masked_bias, the causal-mask buffers older files
+// hold (not parameters: skipped), and lm_head.weight, which must equal wte (GPT-2 ties them).
+// Tensors may be F32, F16 or BF16 (converted to float32). Anything else is an error: a missing
+// or misshapen tensor, an unknown one, offsets outside the file.
+
+#define SAFETENSORS_MAX_HEADER (100 << 20)  // the format's own limit on the JSON header
+#define SAFETENSORS_MAX_DIMS 8
+#define SAFETENSORS_MAX_NAME 256
+#define GPT2_HEAD_SIZE 64
+
+#define safetensors_fail(path, ...)                \
+    do {                                           \
+        fprintf(stderr, "error: %s: ", path);      \
+        fprintf(stderr, __VA_ARGS__);              \
+        fprintf(stderr, "\n");                     \
+        exit(1);                                   \
+    } while (0)
+
+typedef struct {
+    char name[SAFETENSORS_MAX_NAME];
+    char dtype[8];
+    int ndim;
+    long long shape[SAFETENSORS_MAX_DIMS];
+    long long begin, end;  // byte range within the data section
+    int used;              // loaded into the model (or a buffer we skip)
+} SafetensorsEntry;
+
+typedef struct {
+    const char* s;   // the JSON header
+    size_t n, pos;
+    const char* path;
+} SafetensorsJson;
+
+static void st_json_fail(const SafetensorsJson* r, const char* what) {
+    safetensors_fail(r->path, "malformed safetensors header: %s at byte %zu of the JSON", what,
+                     r->pos);
+}
+
+static void st_json_space(SafetensorsJson* r) {
+    while (r->pos < r->n && (r->s[r->pos] == ' ' || r->s[r->pos] == '\n' ||
+                             r->s[r->pos] == '\r' || r->s[r->pos] == '\t')) r->pos++;
+}
+
+// Consumes c (after whitespace) if it is next; returns whether it was.
+static int st_json_accept(SafetensorsJson* r, char c) {
+    st_json_space(r);
+    if (r->pos < r->n && r->s[r->pos] == c) {
+        r->pos++;
+        return 1;
+    }
+    return 0;
+}
+
+static void st_json_expect(SafetensorsJson* r, char c) {
+    if (!st_json_accept(r, c)) {
+        char what[32];
+        snprintf(what, sizeof(what), "expected '%c'", c);
+        st_json_fail(r, what);
+    }
+}
+
+// A string into out (cap bytes with the NUL). Tensor names and dtypes are ASCII: the escapes
+// \" \\ \/ and \u00XX are decoded, anything beyond ASCII is refused.
+static void st_json_string(SafetensorsJson* r, char* out, size_t cap) {
+    st_json_expect(r, '"');
+    size_t len = 0;
+    for (;;) {
+        if (r->pos >= r->n) st_json_fail(r, "unterminated string");
+        char c = r->s[r->pos++];
+        if (c == '"') break;
+        if (c == '\\') {
+            if (r->pos >= r->n) st_json_fail(r, "unterminated string");
+            c = r->s[r->pos++];
+            if (c == 'u') {
+                unsigned v = 0;
+                for (int i = 0; i < 4; i++) {
+                    char h = r->pos < r->n ? r->s[r->pos++] : 'x';
+                    int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10
+                          : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+                    if (d < 0) st_json_fail(r, "bad \\u escape");
+                    v = v * 16 + (unsigned)d;
+                }
+                if (v == 0 || v >= 0x80) st_json_fail(r, "non-ASCII character in a name");
+                c = (char)v;
+            } else if (c != '"' && c != '\\' && c != '/') {
+                st_json_fail(r, "unsupported escape in a name");
+            }
+        } else if ((unsigned char)c < 0x20 || (unsigned char)c >= 0x80) {
+            st_json_fail(r, "control or non-ASCII character in a string");
+        }
+        if (len + 1 >= cap) st_json_fail(r, "string too long for a tensor name");
+        out[len++] = c;
+    }
+    out[len] = '\0';
+}
+
+static long long st_json_int(SafetensorsJson* r) {
+    st_json_space(r);
+    size_t start = r->pos;
+    long long v = 0;
+    while (r->pos < r->n && r->s[r->pos] >= '0' && r->s[r->pos] <= '9') {
+        if (v > (1LL << 50)) st_json_fail(r, "integer too large");
+        v = v * 10 + (r->s[r->pos++] - '0');
+    }
+    if (r->pos == start) st_json_fail(r, "expected a non-negative integer");
+    return v;
+}
+
+// [int, int, ...] into out (at most max of them); returns how many.
+static int st_json_int_array(SafetensorsJson* r, long long* out, int max) {
+    st_json_expect(r, '[');
+    int n = 0;
+    if (st_json_accept(r, ']')) return 0;
+    do {
+        if (n == max) st_json_fail(r, "array too long");
+        out[n++] = st_json_int(r);
+    } while (st_json_accept(r, ','));
+    st_json_expect(r, ']');
+    return n;
+}
+
+// Skips any JSON value (the metadata, unknown fields).
+static void st_json_skip(SafetensorsJson* r, int depth) {
+    if (depth > 16) st_json_fail(r, "nested too deeply");
+    st_json_space(r);
+    if (r->pos >= r->n) st_json_fail(r, "unexpected end");
+    char c = r->s[r->pos];
+    if (c == '"') {
+        r->pos++;
+        while (r->pos < r->n && r->s[r->pos] != '"') r->pos += r->s[r->pos] == '\\' ? 2 : 1;
+        if (r->pos >= r->n) st_json_fail(r, "unterminated string");
+        r->pos++;
+    } else if (c == '{' || c == '[') {
+        char close = c == '{' ? '}' : ']';
+        r->pos++;
+        if (st_json_accept(r, close)) return;
+        do {
+            if (c == '{') {
+                st_json_skip(r, depth + 1);  // the key
+                st_json_expect(r, ':');
+            }
+            st_json_skip(r, depth + 1);
+        } while (st_json_accept(r, ','));
+        st_json_expect(r, close);
+    } else {  // a number, true, false or null
+        size_t start = r->pos;
+        while (r->pos < r->n && strchr(",}] \n\r\t", r->s[r->pos]) == NULL) r->pos++;
+        if (r->pos == start) st_json_fail(r, "expected a value");
+    }
+}
+
+// One tensor's {"dtype": ..., "shape": [...], "data_offsets": [begin, end]}.
+static void st_json_tensor(SafetensorsJson* r, SafetensorsEntry* e) {
+    int have_dtype = 0, have_shape = 0, have_offsets = 0;
+    char key[32];
+    st_json_expect(r, '{');
+    do {
+        st_json_string(r, key, sizeof(key));
+        st_json_expect(r, ':');
+        if (strcmp(key, "dtype") == 0) {
+            st_json_string(r, e->dtype, sizeof(e->dtype));
+            have_dtype = 1;
+        } else if (strcmp(key, "shape") == 0) {
+            e->ndim = st_json_int_array(r, e->shape, SAFETENSORS_MAX_DIMS);
+            have_shape = 1;
+        } else if (strcmp(key, "data_offsets") == 0) {
+            long long off[2];
+            if (st_json_int_array(r, off, 2) != 2) st_json_fail(r, "data_offsets needs 2 integers");
+            e->begin = off[0];
+            e->end = off[1];
+            have_offsets = 1;
+        } else {
+            st_json_skip(r, 1);
+        }
+    } while (st_json_accept(r, ','));
+    st_json_expect(r, '}');
+    if (!have_dtype || !have_shape || !have_offsets) {
+        safetensors_fail(r->path, "tensor %s lacks dtype, shape or data_offsets", e->name);
+    }
+}
+
+static size_t st_dtype_size(const char* dtype) {
+    if (strcmp(dtype, "F64") == 0 || strcmp(dtype, "I64") == 0 || strcmp(dtype, "U64") == 0) return 8;
+    if (strcmp(dtype, "F32") == 0 || strcmp(dtype, "I32") == 0 || strcmp(dtype, "U32") == 0) return 4;
+    if (strcmp(dtype, "F16") == 0 || strcmp(dtype, "BF16") == 0 || strcmp(dtype, "I16") == 0 ||
+        strcmp(dtype, "U16") == 0) return 2;
+    if (strcmp(dtype, "I8") == 0 || strcmp(dtype, "U8") == 0 || strcmp(dtype, "BOOL") == 0) return 1;
+    return 0;
+}
+
+static float f16_to_float(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff;
+    if (exponent == 0) {  // zero or subnormal: mantissa * 2^-24
+        float f = ldexpf((float)mantissa, -24);
+        return sign ? -f : f;
+    }
+    // float16 exponent bias 15, float32 127; 31 is inf/NaN in both (255 in float32)
+    uint32_t bits = sign | (exponent == 31 ? 0xffu << 23 : (exponent + 112) << 23) | mantissa << 13;
+    float f;
+    memcpy(&f, &bits, sizeof(f));
+    return f;
+}
+
+typedef struct {
+    const char* path;
+    FILE* f;
+    long long data_start;      // 8 + header length
+    SafetensorsEntry* entries;
+    int num_entries;
+    const char* prefix;        // "transformer." or ""
+} Safetensors;
+
+static SafetensorsEntry* st_find(const Safetensors* st, const char* name) {
+    for (int i = 0; i < st->num_entries; i++) {
+        if (strcmp(st->entries[i].name, name) == 0) return &st->entries[i];
+    }
+    return NULL;
+}
+
+// Reads the tensor `name` (prefix added; "h.LAYER." too when layer >= 0), which must have shape
+// (rows) when cols is 0, else (rows, cols), as float32 into dest. With transpose, dest receives
+// it as (cols, rows): a Conv1D (in, out) weight becomes (out, in).
+static void st_load(Safetensors* st, int layer, const char* name, float* dest, long long rows,
+                    long long cols, int transpose) {
+    char full[SAFETENSORS_MAX_NAME];
+    if (layer >= 0) snprintf(full, sizeof(full), "%sh.%d.%s", st->prefix, layer, name);
+    else snprintf(full, sizeof(full), "%s%s", st->prefix, name);
+    SafetensorsEntry* e = st_find(st, full);
+    if (e == NULL) safetensors_fail(st->path, "tensor %s is missing", full);
+    int ndim = cols == 0 ? 1 : 2;
+    if (e->ndim != ndim || e->shape[0] != rows || (ndim == 2 && e->shape[1] != cols)) {
+        char got[128] = "", want[64];
+        for (int i = 0; i < e->ndim; i++) {
+            size_t len = strlen(got);
+            snprintf(got + len, sizeof(got) - len, "%s%lld", i ? ", " : "", e->shape[i]);
+        }
+        if (ndim == 1) snprintf(want, sizeof(want), "%lld", rows);
+        else snprintf(want, sizeof(want), "%lld, %lld", rows, cols);
+        safetensors_fail(st->path, "tensor %s has shape (%s), expected (%s) for this model", full,
+                         got, want);
+    }
+    size_t n = (size_t)rows * (size_t)(cols == 0 ? 1 : cols);
+    if (fseek(st->f, (long)(st->data_start + e->begin), SEEK_SET) != 0) {
+        safetensors_fail(st->path, "cannot seek to tensor %s", full);
+    }
+    float* buf = transpose ? (float*)malloc_check(n * sizeof(float)) : dest;
+    if (strcmp(e->dtype, "F32") == 0) {
+        fread_check(buf, sizeof(float), n, st->f, st->path);
+    } else {
+        int bf16 = strcmp(e->dtype, "BF16") == 0;
+        if (!bf16 && strcmp(e->dtype, "F16") != 0) {
+            safetensors_fail(st->path, "tensor %s has dtype %s; this program reads F32, F16 and BF16",
+                             full, e->dtype);
+        }
+        const size_t chunk = 1 << 16;
+        uint16_t* raw = (uint16_t*)malloc_check(chunk * sizeof(uint16_t));
+        for (size_t done = 0; done < n; done += chunk) {
+            size_t m = n - done < chunk ? n - done : chunk;
+            fread_check(raw, sizeof(uint16_t), m, st->f, st->path);
+            for (size_t i = 0; i < m; i++) buf[done + i] = bf16 ? bf16_to_float(raw[i]) : f16_to_float(raw[i]);
+        }
+        free(raw);
+    }
+    if (transpose) {
+        #pragma omp parallel for
+        for (long long c = 0; c < cols; c++) {
+            for (long long r = 0; r < rows; r++) dest[c * rows + r] = buf[r * cols + c];
+        }
+        free(buf);
+    }
+    e->used = 1;
+}
+
+// Is name (prefix removed) h.N.REST? Then returns N and points *rest at REST; else -1.
+static int st_layer_of(const char* name, const char** rest) {
+    if (strncmp(name, "h.", 2) != 0 || name[2] < '0' || name[2] > '9') return -1;
+    char* end;
+    long layer = strtol(name + 2, &end, 10);
+    if (*end != '.' || layer > 100000) return -1;
+    *rest = end + 1;
+    return (int)layer;
+}
 
 void gpt2_build_from_safetensors(GPT2* model, const char* path) {
-    (void)model;
-    fprintf(stderr, "error: %s is not an llm.c checkpoint (magic %d); safetensors files are not "
-            "supported yet\n", path, CHECKPOINT_MAGIC);
-    exit(1);
+    Safetensors st;
+    memset(&st, 0, sizeof(st));
+    st.path = path;
+    st.f = fopen_check(path, "rb");
+    long long size = file_size_check(st.f, path);
+
+    // the header: its length, then the JSON
+    uint64_t header_len = 0;
+    if (size >= 8) fread_check(&header_len, sizeof(header_len), 1, st.f, path);
+    if (size < 8 || header_len < 2 || header_len > SAFETENSORS_MAX_HEADER ||
+        (long long)header_len > size - 8) {
+        safetensors_fail(path, "neither an llm.c checkpoint (magic %d) nor a safetensors file "
+                         "(%lld bytes; a safetensors file starts with the length of its JSON "
+                         "header, here %llu)", CHECKPOINT_MAGIC, size,
+                         (unsigned long long)header_len);
+    }
+    char* json = (char*)malloc_check((size_t)header_len);
+    fread_check(json, 1, (size_t)header_len, st.f, path);
+    st.data_start = 8 + (long long)header_len;
+    long long data_size = size - st.data_start;
+    SafetensorsJson r;
+    r.s = json;
+    r.n = (size_t)header_len;
+    r.pos = 0;
+    r.path = path;
+    st_json_space(&r);
+    if (r.pos >= r.n || r.s[r.pos] != '{') {
+        safetensors_fail(path, "neither an llm.c checkpoint (magic %d) nor a safetensors file "
+                         "(no JSON header after the first 8 bytes)", CHECKPOINT_MAGIC);
+    }
+    st_json_expect(&r, '{');
+    int cap = 0;
+    if (!st_json_accept(&r, '}')) {
+        do {
+            char name[SAFETENSORS_MAX_NAME];
+            st_json_string(&r, name, sizeof(name));
+            st_json_expect(&r, ':');
+            if (strcmp(name, "__metadata__") == 0) {
+                st_json_skip(&r, 1);
+                continue;
+            }
+            if (st_find(&st, name) != NULL) safetensors_fail(path, "tensor %s appears twice", name);
+            if (st.num_entries == cap) {
+                cap = cap ? 2 * cap : 256;
+                st.entries = (SafetensorsEntry*)realloc_check(st.entries, (size_t)cap * sizeof(SafetensorsEntry));
+            }
+            SafetensorsEntry* e = &st.entries[st.num_entries++];
+            memset(e, 0, sizeof(*e));
+            memcpy(e->name, name, sizeof(name));
+            st_json_tensor(&r, e);
+        } while (st_json_accept(&r, ','));
+        st_json_expect(&r, '}');
+    }
+    st_json_space(&r);
+    if (r.pos != r.n) st_json_fail(&r, "text after the header object");
+    free(json);
+
+    // every tensor's bytes lie inside the data section and match its dtype and shape
+    for (int i = 0; i < st.num_entries; i++) {
+        SafetensorsEntry* e = &st.entries[i];
+        size_t elem = st_dtype_size(e->dtype);
+        if (elem == 0) safetensors_fail(path, "tensor %s has unknown dtype %s", e->name, e->dtype);
+        long long numel = 1;
+        for (int d = 0; d < e->ndim; d++) {
+            if (e->shape[d] > (1LL << 40) / (numel > 0 ? numel : 1)) {
+                safetensors_fail(path, "tensor %s has an impossible shape", e->name);
+            }
+            numel *= e->shape[d];
+        }
+        if (e->begin > e->end || e->end > data_size) {
+            safetensors_fail(path, "tensor %s has data_offsets [%lld, %lld] outside the %lld bytes "
+                             "of data (truncated file?)", e->name, e->begin, e->end, data_size);
+        }
+        if (e->end - e->begin != numel * (long long)elem) {
+            safetensors_fail(path, "tensor %s: data_offsets span %lld bytes, its shape and dtype "
+                             "need %lld", e->name, e->end - e->begin, numel * (long long)elem);
+        }
+    }
+
+    // the model's shape from the file
+    st.prefix = st_find(&st, "transformer.wte.weight") != NULL ? "transformer." : "";
+    char name[SAFETENSORS_MAX_NAME];
+    snprintf(name, sizeof(name), "%swte.weight", st.prefix);
+    SafetensorsEntry* wte = st_find(&st, name);
+    snprintf(name, sizeof(name), "%swpe.weight", st.prefix);
+    SafetensorsEntry* wpe = st_find(&st, name);
+    if (wte == NULL || wpe == NULL || wte->ndim != 2 || wpe->ndim != 2 ||
+        wpe->shape[1] != wte->shape[1]) {
+        safetensors_fail(path, "not a GPT-2 safetensors file: needs wte.weight (V, C) and "
+                         "wpe.weight (maxT, C)");
+    }
+    size_t prefix_len = strlen(st.prefix);
+    int L = 0;
+    for (int i = 0; i < st.num_entries; i++) {
+        const char* rest;
+        const char* n = st.entries[i].name;
+        if (strncmp(n, st.prefix, prefix_len) != 0) continue;
+        int layer = st_layer_of(n + prefix_len, &rest);
+        if (layer + 1 > L) L = layer + 1;
+    }
+    GPT2Config config;
+    config.vocab_size = (int)(wte->shape[0] < INT32_MAX ? wte->shape[0] : -1);
+    config.padded_vocab_size = (config.vocab_size + 127) / 128 * 128;
+    config.channels = (int)(wte->shape[1] < INT32_MAX ? wte->shape[1] : -1);
+    config.max_seq_len = (int)(wpe->shape[0] < INT32_MAX ? wpe->shape[0] : -1);
+    config.num_layers = L;
+    if (config.channels <= 0 || config.channels % GPT2_HEAD_SIZE != 0) {
+        safetensors_fail(path, "channels C=%d are not a multiple of GPT-2's head size %d, so "
+                         "the number of heads is unknown", config.channels, GPT2_HEAD_SIZE);
+    }
+    config.num_heads = config.channels / GPT2_HEAD_SIZE;
+    gpt2_check_config(config, path);
+    gpt2_allocate_params(model, config);
+
+    // the tensors, each checked for its shape
+    long long V = config.vocab_size, C = config.channels, maxT = config.max_seq_len;
+    const ParameterTensors* p = &model->params;
+    st_load(&st, -1, "wte.weight", p->wte, V, C, 0);
+    memset(p->wte + V * C, 0, (size_t)(config.padded_vocab_size - V) * C * sizeof(float));
+    st_load(&st, -1, "wpe.weight", p->wpe, maxT, C, 0);
+    for (int l = 0; l < L; l++) {
+        st_load(&st, l, "ln_1.weight", p->ln1w + l * C, C, 0, 0);
+        st_load(&st, l, "ln_1.bias", p->ln1b + l * C, C, 0, 0);
+        st_load(&st, l, "attn.c_attn.weight", p->qkvw + l * 3 * C * C, C, 3 * C, 1);
+        st_load(&st, l, "attn.c_attn.bias", p->qkvb + l * 3 * C, 3 * C, 0, 0);
+        st_load(&st, l, "attn.c_proj.weight", p->attprojw + l * C * C, C, C, 1);
+        st_load(&st, l, "attn.c_proj.bias", p->attprojb + l * C, C, 0, 0);
+        st_load(&st, l, "ln_2.weight", p->ln2w + l * C, C, 0, 0);
+        st_load(&st, l, "ln_2.bias", p->ln2b + l * C, C, 0, 0);
+        st_load(&st, l, "mlp.c_fc.weight", p->fcw + l * 4 * C * C, C, 4 * C, 1);
+        st_load(&st, l, "mlp.c_fc.bias", p->fcb + l * 4 * C, 4 * C, 0, 0);
+        st_load(&st, l, "mlp.c_proj.weight", p->fcprojw + l * C * 4 * C, 4 * C, C, 1);
+        st_load(&st, l, "mlp.c_proj.bias", p->fcprojb + l * C, C, 0, 0);
+    }
+    st_load(&st, -1, "ln_f.weight", p->lnfw, C, 0, 0);
+    st_load(&st, -1, "ln_f.bias", p->lnfb, C, 0, 0);
+
+    // what is left must be the mask buffers or a tied lm_head.weight
+    for (int i = 0; i < st.num_entries; i++) {
+        SafetensorsEntry* e = &st.entries[i];
+        if (e->used) continue;
+        const char* rest = NULL;
+        int layer = strncmp(e->name, st.prefix, prefix_len) == 0
+                        ? st_layer_of(e->name + prefix_len, &rest) : -1;
+        if (layer >= 0 && (strcmp(rest, "attn.bias") == 0 || strcmp(rest, "attn.masked_bias") == 0)) {
+            continue;
+        }
+        if (strcmp(e->name, "lm_head.weight") == 0) {
+            float* head = (float*)malloc_check((size_t)(V * C) * sizeof(float));
+            const char* saved = st.prefix;
+            st.prefix = "";
+            st_load(&st, -1, "lm_head.weight", head, V, C, 0);
+            st.prefix = saved;
+            if (memcmp(head, p->wte, (size_t)(V * C) * sizeof(float)) != 0) {
+                safetensors_fail(path, "lm_head.weight differs from wte.weight: GPT-2 ties its "
+                                 "output layer to the embedding, and so does this program");
+            }
+            free(head);
+            continue;
+        }
+        safetensors_fail(path, "unexpected tensor %s: not part of GPT-2", e->name);
+    }
+    free(st.entries);
+    fclose(st.f);
 }
 
 // ---------- token data ----------
