@@ -1364,12 +1364,15 @@ void gpt2_build_from_safetensors(GPT2* model, const char* path) {
     // the header: its length, then the JSON
     uint64_t header_len = 0;
     if (size >= 8) fread_check(&header_len, sizeof(header_len), 1, st.f, path);
-    if (size < 8 || header_len < 2 || header_len > SAFETENSORS_MAX_HEADER ||
-        (long long)header_len > size - 8) {
+    if (size < 8) {
         safetensors_fail(path, "neither an llm.c checkpoint (magic %d) nor a safetensors file "
-                         "(%lld bytes; a safetensors file starts with the length of its JSON "
-                         "header, here %llu)", CHECKPOINT_MAGIC, size,
-                         (unsigned long long)header_len);
+                         "(only %lld bytes)", CHECKPOINT_MAGIC, size);
+    }
+    if (header_len < 2 || header_len > SAFETENSORS_MAX_HEADER || (long long)header_len > size - 8) {
+        safetensors_fail(path, "neither an llm.c checkpoint (magic %d) nor a safetensors file "
+                         "(a safetensors file starts with the length of its JSON header; this "
+                         "one's first 8 bytes say %llu, the file has %lld)", CHECKPOINT_MAGIC,
+                         (unsigned long long)header_len, size);
     }
     char* json = (char*)malloc_check((size_t)header_len);
     fread_check(json, 1, (size_t)header_len, st.f, path);
