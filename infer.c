@@ -552,7 +552,7 @@ int main(int argc, char** argv) {
 
     // decode: sample a token, print it, feed it back; each step is one token through the model
     int generated = 0, steps = 0;
-    const char* stop = "the -n limit";
+    const char* stop = "-n limit";
     t0 = now_seconds();
     for (;;) {
         int next = sampler_sample(&sampler, logits);
@@ -565,7 +565,7 @@ int main(int argc, char** argv) {
         tokens[P + generated] = next;
         generated++;
         if (generated == max_new) {
-            if (cfg.max_new < 0) stop = "the context is full";
+            if (cfg.max_new < 0) stop = "context full";
             break;
         }
         logits = kvcache_forward(&cache, &next, 1, NULL);
@@ -580,7 +580,7 @@ int main(int argc, char** argv) {
             num_threads());
     fprintf(stderr, "prompt: %d tokens, prefill %.3f s, %.1f tok/s\n", P, prefill_time,
             P / prefill_time);
-    fprintf(stderr, "generation: %d tokens (stopped at %s), %d decode steps in %.3f s, "
+    fprintf(stderr, "generation: %d tokens (stop: %s), %d decode steps in %.3f s, "
             "%.2f tok/s\n", generated, stop, steps, decode_time,
             steps > 0 ? steps / decode_time : 0.0);
 
