@@ -6,12 +6,15 @@
 #   tokens/s <= read bandwidth / bytes read per token.
 # Bytes per token: all parameters except wpe (only the token's own row of it is read), as float32,
 # plus the keys and values in the cache (2 L C floats per position attended to). Read bandwidth:
-# dev/membw.c, all threads summing a 1 GiB buffer. The machine is shared and its bandwidth varies
-# from moment to moment, so both are measured ROUNDS times, alternating, and the best of each is
-# compared (the least disturbed measurement of each).
+# dev/membw.c, all threads summing a 1 GiB buffer, the median of its passes (sustained, as the
+# generation speed is an average over many tokens). The machine may be shared and its bandwidth
+# varies from moment to moment, so the two alternate: membw, infer, membw, infer, ..., membw, and
+# each round compares infer with the mean of the two bandwidths measured around it. The summary
+# is the median round.
 #
 #   bash dev/bench_infer.sh                   random GPT-2 124M weights (-e d12)
 #   MODEL=data/gpt2_124M.safetensors bash dev/bench_infer.sh    any model infer reads
+#   knobs: TOKENS=128 (tokens generated per run), ROUNDS=3
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CC=${CC:-gcc}
@@ -24,30 +27,38 @@ mkdir -p build
 $CC $CFLAGS -o build/membw dev/membw.c
 [ -x ./infer ] || { echo "bench_infer: ./infer not built (make infer)" >&2; exit 1; }
 
-best_bw=0; best_tps=0
+# bytes read per decode step, from infer's own report of the model and the run
+bytes_per_token() {  # stderr file of an infer run
+  awk '
+    /^model:/ { for (i = 1; i <= NF; i++) { split($i, f, "="); gsub(",", "", f[2]); v[f[1]] = f[2] }
+                params = $(NF-3) }
+    /^prompt:/ { P = $2 }
+    /^generation:/ { for (i = 1; i <= NF; i++) if ($i == "decode") steps = $(i-1) }
+    END {
+      weights = 4 * (params - (v["maxT"] - 1) * v["C"])      # float32; one row of wpe
+      kv = 4 * 2 * v["L"] * v["C"] * (P + (steps + 1) / 2)   # cache, averaged over the steps
+      printf "%.0f %.0f\n", weights, kv
+    }' "$1"
+}
+
+bw_before=$(./build/membw | awk '{print $2}')
+ratios=()
 for ((r = 1; r <= ROUNDS; r++)); do
-  bw=$(./build/membw | awk '{print $2}')
   ./infer -e "$MODEL" -p "$PROMPT" -n "$TOKENS" -E 0 -S "$r" > /dev/null 2> build/bench_infer.err ||
     { cat build/bench_infer.err >&2; exit 1; }
+  bw_after=$(./build/membw | awk '{print $2}')
   tps=$(awk '/^generation:/ {print $(NF-1)}' build/bench_infer.err)
-  echo "round $r: memory read $bw GB/s, generation $tps tok/s"
-  best_bw=$(awk -v a="$best_bw" -v b="$bw" 'BEGIN {print (b > a ? b : a)}')
-  best_tps=$(awk -v a="$best_tps" -v b="$tps" 'BEGIN {print (b > a ? b : a)}')
+  read -r weights kv < <(bytes_per_token build/bench_infer.err)
+  line=$(awk -v a="$bw_before" -v b="$bw_after" -v w="$weights" -v kv="$kv" -v tps="$tps" -v r="$r" 'BEGIN {
+    bw = (a + b) / 2; limit = bw * 1e9 / (w + kv)
+    printf "round %d: memory read %.1f GB/s (%.1f before, %.1f after), limit %.1f tok/s, generation %.1f tok/s = %.0f%%", r, bw, a, b, limit, tps, 100 * tps / limit
+  }')
+  echo "$line"
+  ratios+=("$(echo "$line" | awk '{gsub("%", "", $NF); print $NF}') $line")
+  bw_before=$bw_after
 done
 grep '^model:\|^prompt:\|^generation:' build/bench_infer.err | sed 's/^/last run: /'
-# model: L=12 NH=12 C=768 V=50257 maxT=1024, 124475904 parameters, 2 threads
-read -r L C maxT params P steps < <(awk '
-  /^model:/ { for (i = 1; i <= NF; i++) { split($i, kv, "="); gsub(",", "", kv[2]); v[kv[1]] = kv[2] }
-              L = v["L"]; C = v["C"]; maxT = v["maxT"]; params = $(NF-3) }
-  /^prompt:/ { P = $2 }
-  /^generation:/ { for (i = 1; i <= NF; i++) if ($i == "decode") steps = $(i-1) }
-  END { print L, C, maxT, params, P, steps }' build/bench_infer.err)
-awk -v L="$L" -v C="$C" -v maxT="$maxT" -v params="$params" -v P="$P" -v steps="$steps" \
-    -v bw="$best_bw" -v tps="$best_tps" -v model="$MODEL" 'BEGIN {
-  weights = 4 * (params - (maxT - 1) * C)          # float32; one row of wpe
-  kv = 4 * 2 * L * C * (P + (steps + 1) / 2)       # cache read, averaged over the decode steps
-  limit = bw * 1e9 / (weights + kv)
-  printf "model %s: %.1f MB of weights + %.1f MB of cache (average) read per token\n", model, weights / 1e6, kv / 1e6
-  printf "memory-bandwidth limit: %.1f GB/s / %.1f MB = %.1f tok/s\n", bw, (weights + kv) / 1e6, limit
-  printf "bench_infer: generation %.1f tok/s at batch 1 = %.0f%% of the memory-bandwidth limit (%.1f tok/s)\n", tps, 100 * tps / limit, limit
-}'
+awk -v w="$weights" -v kv="$kv" -v model="$MODEL" 'BEGIN {
+  printf "model %s: %.1f MB of weights + %.1f MB of cache (on average) read per generated token\n", model, w / 1e6, kv / 1e6 }'
+median=$(printf '%s\n' "${ratios[@]}" | sort -n | awk -v n="${#ratios[@]}" 'NR == int((n + 1) / 2) {$1 = ""; print substr($0, 2)}')
+echo "bench_infer: median $median of the memory-bandwidth limit (batch 1, float32)"
