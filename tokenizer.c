@@ -154,7 +154,8 @@ static inline void atomic_close_check_(AtomicFile* a, const char* file, int line
 //        's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
 //      written out by hand as a small state machine over UTF-8 characters and their class
 //      (letter, number, whitespace, other) from the generated table dev/unicode_tables.h;
-//   2. a piece that is itself a token becomes that token (as tiktoken does);
+//   2. a piece that is itself a token becomes that token, as in tiktoken (for GPT-2 a shortcut:
+//      merging a token's bytes always gives back that token);
 //   3. otherwise byte-pair merging: start from one token per byte and repeatedly merge the
 //      adjacent pair whose concatenation is the token of lowest rank (leftmost on ties). In GPT-2
 //      a token's id is its rank, so the tokenizer file alone is enough to encode.
