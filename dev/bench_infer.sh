@@ -41,6 +41,10 @@ bytes_per_token() {  # stderr file of an infer run
     }' "$1"
 }
 
+# Other jobs on the cores hurt infer far more than membw: each token passes ~135 OpenMP barriers,
+# and one descheduled thread stalls each of them (doc/infer.md). Say how busy the machine was.
+cores=$(getconf _NPROCESSORS_ONLN)
+load_before=$(cut -d' ' -f1 /proc/loadavg)
 bw_before=$(./build/membw | awk '{print $2}')
 ratios=()
 for ((r = 1; r <= ROUNDS; r++)); do
@@ -62,3 +66,9 @@ awk -v w="$weights" -v kv="$kv" -v model="$MODEL" 'BEGIN {
   printf "model %s: %.1f MB of weights + %.1f MB of cache (on average) read per generated token\n", model, w / 1e6, kv / 1e6 }'
 median=$(printf '%s\n' "${ratios[@]}" | sort -n | awk -v n="${#ratios[@]}" 'NR == int((n + 1) / 2) {$1 = ""; print substr($0, 2)}')
 echo "bench_infer: median $median of the memory-bandwidth limit (batch 1, float32)"
+load_after=$(cut -d' ' -f1 /proc/loadavg)
+echo "load average $load_before before, $load_after after, on $cores cores (includes this benchmark)"
+if awk -v l="$load_before" -v c="$cores" 'BEGIN {exit !(l > 0.5 * c)}'; then
+  echo "warning: the machine was busy before the run (load $load_before on $cores cores): other jobs" \
+       "share the cores, and the tok/s above understate infer; rerun when it is idle"
+fi
