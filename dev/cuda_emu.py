@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""dev/cuda_emu.py: turns a .cu file into C++ that runs its kernels on the CPU (dev/cuda_emu.h).
+
+    python3 dev/cuda_emu.py dev/gpu_check.cu build/emu/gpu_check.cpp
+    g++ -O1 -g -fopenmp -include dev/cuda_emu.h -I. build/emu/gpu_check.cpp -o build/emu/gpu_check
+
+Three rewrites, each keeping line numbers (so errors and __LINE__ point into the original file):
+  kernel<<<grid, block>>>(args);   ->  emu_launch(grid, block, [=] { kernel(args); });
+  #include "other.cu"              ->  that file, rewritten the same way, inlined behind #line
+  #include <cuda_runtime.h>        ->  nothing (the emulator header is force-included instead)
+"""
+import os
+import re
+import sys
+
+
+def match_back(s, i, open_c, close_c):
+    """s[i] is close_c: returns the index of its matching open_c."""
+    depth = 0
+    while i >= 0:
+        if s[i] == close_c:
+            depth += 1
+        elif s[i] == open_c:
+            depth -= 1
+            if depth == 0:
+                return i
+        i -= 1
+    raise SystemExit("cuda_emu.py: unbalanced %s%s" % (open_c, close_c))
+
+
+def match_forward(s, i, open_c, close_c):
+    """s[i] is open_c: returns the index of its matching close_c."""
+    depth = 0
+    while i < len(s):
+        if s[i] == open_c:
+            depth += 1
+        elif s[i] == close_c:
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    raise SystemExit("cuda_emu.py: unbalanced %s%s" % (open_c, close_c))
+
+
+def rewrite_launches(s):
+    out = []
+    pos = 0
+    while True:
+        i = s.find("<<<", pos)
+        if i < 0:
+            out.append(s[pos:])
+            return "".join(out)
+        line_start = s.rfind("\n", 0, i) + 1
+        if "//" in s[line_start:i]:  # a launch written in a comment stays as it is
+            out.append(s[pos:i + 3])
+            pos = i + 3
+            continue
+        # the callee: an identifier, maybe qualified, maybe with template arguments
+        j = i - 1
+        while s[j].isspace():
+            j -= 1
+        if s[j] == ">":
+            j = match_back(s, j, "<", ">") - 1
+        while j >= 0 and (s[j].isalnum() or s[j] in "_:"):
+            j -= 1
+        start = j + 1
+        callee = s[start:i].strip()
+        k = s.find(">>>", i)
+        config = s[i + 3:k]
+        p = k + 3
+        while s[p].isspace():
+            p += 1
+        if s[p] != "(":
+            raise SystemExit("cuda_emu.py: expected ( after >>> near: " + s[start:p + 20])
+        q = match_forward(s, p, "(", ")")
+        args = s[p + 1:q]
+        out.append(s[pos:start])
+        out.append("emu_launch(%s, [=] { %s(%s); })" % (config, callee, args))
+        pos = q + 1
+
+
+def transform(path):
+    text = open(path).read()
+    lines = text.split("\n")
+    result = ['#line 1 "%s"' % path]
+    for n, line in enumerate(lines, 1):
+        m = re.match(r'\s*#\s*include\s+"([^"]+\.cu)"', line)
+        if m:
+            inc = os.path.normpath(os.path.join(os.path.dirname(path), m.group(1)))
+            result.append(transform(inc))
+            result.append('#line %d "%s"' % (n + 1, path))
+            continue
+        if re.match(r"\s*#\s*include\s+<(cuda_runtime|cublas_v2)\.h>", line):
+            result.append("")
+            continue
+        result.append(line)
+    return rewrite_launches("\n".join(result))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        raise SystemExit("usage: cuda_emu.py INPUT.cu OUTPUT.cpp")
+    src = transform(sys.argv[1])
+    os.makedirs(os.path.dirname(os.path.abspath(sys.argv[2])), exist_ok=True)
+    open(sys.argv[2], "w").write(src)

@@ -1,0 +1,645 @@
+// dev/gpu_check.cu: every kernel of train_gpu.cu against its CPU reference in train_cpu.c, the
+// whole model against the CPU model, and the kernels' speed.
+//
+//   make gpu-checks && build/gpu_check          all checks, then timings at GPT-2 124M sizes
+//   build/gpu_check --quick                     validation at small sizes only, no timing
+//   build/gpu_check matmul attention            only these; names: encoder layernorm matmul
+//                                               attention gelu residual classifier clip adamw model
+//   build/gpu_check --device                    print the device and exit (1: there is none)
+//   make gpu-emu && build/emu/gpu_check --quick the same checks on the CPU emulator (dev/cuda_emu.h)
+//
+// Validation: fresh random inputs from a fixed seed; the CPU function (train_cpu.c, included
+// through train_gpu.cu, not pasted) on host copies; the GPU launcher on device copies whose
+// outputs were first poisoned with NaN (outputs that accumulate start from the same random
+// values on both sides instead); then every output element is compared:
+//     |gpu - cpu| <= atol + rtol * |cpu|,  and NaN never passes.
+// Each layer runs at odd sizes (partial tiles, rows that are not float4-aligned) and, without
+// --quick, at GPT-2 124M's sizes (B=4, T=1024, C=768, NH=12). The tolerances, and why they are
+// not zero: the GPU adds the same float32 numbers in another order (tiles, warp trees), and its
+// expf/tanhf differ from glibc's by an ulp or two. A sum of K terms of size s can then differ by
+// about eps * sqrt(K) * s (eps = 6e-8); the tolerances below allow 10-100 times that, far below
+// what any indexing error produces (those are O(s)). Any mismatch: exit code 1.
+// Timing: 3 warm-up runs, then 20 runs each timed with CUDA events, the median; the CPU function
+// is timed the same way (one warm-up, 3 runs, median) for the speedup. Memory-bound kernels report
+// GB/s (the bytes they must move at least) and % of the peak bandwidth; matmuls and attention
+// TFLOP/s and % of the float32 peak (train_gpu.cu: gpu_init).
+//
+// The whole model: the same initial weights and batch on the CPU and the GPU; logits, loss, all
+// 16 parameter gradients, then the losses and gradient norms of 10 AdamW steps must agree.
+
+#define TRAIN_GPU_NO_MAIN
+#include "../train_gpu.cu"
+
+// ---------- helpers ----------
+
+static uint64_t rng_state = 1337;
+static int failures = 0;
+static int quick = 0;
+
+static float* host_random(size_t n, float lo, float hi) {
+    float* x = (float*)malloc_check(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = lo + (hi - lo) * random_f32(&rng_state);
+    return x;
+}
+static int* host_tokens(size_t n, int max_id) {
+    int* x = (int*)malloc_check(n * sizeof(int));
+    for (size_t i = 0; i < n; i++) x[i] = (int)(random_u32(&rng_state) % (uint32_t)max_id);
+    return x;
+}
+static float* host_zeros(size_t n) { return (float*)calloc_check(n, sizeof(float)); }
+static float* to_device(const float* x, size_t n) {
+    float* d;
+    cuda_check(cudaMalloc((void**)&d, n * sizeof(float)));
+    cuda_check(cudaMemcpy(d, x, n * sizeof(float), cudaMemcpyHostToDevice));
+    return d;
+}
+static int* to_device_int(const int* x, size_t n) {
+    int* d;
+    cuda_check(cudaMalloc((void**)&d, n * sizeof(int)));
+    cuda_check(cudaMemcpy(d, x, n * sizeof(int), cudaMemcpyHostToDevice));
+    return d;
+}
+// A device output, every float NaN (all bits set), so that an element the kernel never writes fails.
+static float* device_poisoned(size_t n) {
+    float* d;
+    cuda_check(cudaMalloc((void**)&d, n * sizeof(float)));
+    cuda_check(cudaMemset(d, 0xff, n * sizeof(float)));
+    return d;
+}
+static float* to_host(const float* d, size_t n) {
+    float* x = (float*)malloc_check(n * sizeof(float));
+    cuda_check(cudaMemcpy(x, d, n * sizeof(float), cudaMemcpyDeviceToHost));
+    return x;
+}
+
+// Compares n floats of a host array (gpu) with the reference; mask, if not NULL, says which to
+// compare. Prints one line; counts a failure.
+static int compare_host(const char* what, const float* gpu, const float* ref, size_t n, float atol,
+                        float rtol, const unsigned char* mask) {
+    size_t bad = 0, first_bad = 0, compared = 0;
+    double max_err = 0.0, max_ratio = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        if (mask != NULL && !mask[i]) continue;
+        compared++;
+        double err = fabs((double)gpu[i] - (double)ref[i]);
+        double allowed = atol + rtol * fabs((double)ref[i]);
+        int ok = err <= allowed;  // false for NaN
+        if (!ok) {
+            if (bad == 0) first_bad = i;
+            bad++;
+        }
+        if (err > max_err || err != err) max_err = err;
+        if (allowed > 0 && err / allowed > max_ratio) max_ratio = err / allowed;
+    }
+    if (bad > 0) {
+        printf("  FAIL %-34s %zu of %zu differ; first at %zu: gpu %.9g cpu %.9g (atol %g rtol %g)\n", what,
+               bad, compared, first_bad, gpu[first_bad], ref[first_bad], atol, rtol);
+        failures++;
+        return 1;
+    }
+    printf("  ok   %-34s %zu values, max |diff| %.3g (%.0f%% of tolerance)\n", what, compared, max_err,
+           100.0 * max_ratio);
+    return 0;
+}
+static int compare(const char* what, const float* dev, const float* ref, size_t n, float atol, float rtol) {
+    float* h = to_host(dev, n);
+    int r = compare_host(what, h, ref, n, atol, rtol, NULL);
+    free(h);
+    return r;
+}
+static int compare_scalar(const char* what, double gpu, double ref, double atol, double rtol) {
+    float g = (float)gpu, r = (float)ref;
+    return compare_host(what, &g, &r, 1, (float)atol, (float)rtol, NULL);
+}
+
+static int cmp_double(const void* a, const void* b) {
+    double x = *(const double*)a, y = *(const double*)b;
+    return x < y ? -1 : x > y;
+}
+static double median(double* x, int n) {
+    qsort(x, n, sizeof(double), cmp_double);
+    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
+// Median milliseconds of f() on the GPU: 3 warm-up runs, then 20 runs timed with CUDA events.
+template <typename F>
+static double gpu_ms(F f) {
+    const int warmup = 3, runs = 20;
+    cudaEvent_t start, stop;
+    cuda_check(cudaEventCreate(&start));
+    cuda_check(cudaEventCreate(&stop));
+    for (int i = 0; i < warmup; i++) f();
+    cuda_check(cudaDeviceSynchronize());
+    double ms[runs];
+    for (int i = 0; i < runs; i++) {
+        cuda_check(cudaEventRecord(start));
+        f();
+        cuda_check(cudaEventRecord(stop));
+        cuda_check(cudaEventSynchronize(stop));
+        float t;
+        cuda_check(cudaEventElapsedTime(&t, start, stop));
+        ms[i] = t;
+    }
+    cuda_check(cudaEventDestroy(start));
+    cuda_check(cudaEventDestroy(stop));
+    return median(ms, runs);
+}
+
+// Median milliseconds of f() on the CPU: one warm-up run, then 3 timed runs.
+template <typename F>
+static double cpu_ms(F f) {
+    const int runs = 3;
+    f();
+    double ms[runs];
+    for (int i = 0; i < runs; i++) {
+        double t0 = now_seconds();
+        f();
+        ms[i] = (now_seconds() - t0) * 1e3;
+    }
+    return median(ms, runs);
+}
+
+// One timing line: flops > 0 reports TFLOP/s, else bytes reports GB/s.
+static void report(const char* what, double gpu_time, double cpu_time, double flops, double bytes) {
+    if (flops > 0) {
+        printf("  time %-26s GPU %8.3f ms %7.2f TFLOP/s (%4.1f%% of peak) | CPU %9.1f ms | speedup %6.0fx\n",
+               what, gpu_time, flops / gpu_time / 1e9, 100.0 * flops / (gpu_time * 1e-3) / gpu_info.peak_flops,
+               cpu_time, cpu_time / gpu_time);
+    } else {
+        printf("  time %-26s GPU %8.3f ms %7.1f GB/s    (%4.1f%% of peak) | CPU %9.1f ms | speedup %6.0fx\n",
+               what, gpu_time, bytes / gpu_time / 1e6, 100.0 * bytes / (gpu_time * 1e-3) / gpu_info.peak_bandwidth,
+               cpu_time, cpu_time / gpu_time);
+    }
+}
+
+// ---------- layers ----------
+
+static void check_encoder(int B, int T, int C, int V, int bench) {
+    printf("encoder B=%d T=%d C=%d V=%d\n", B, T, C, V);
+    size_t BT = (size_t)B * T, BTC = BT * C;
+    int* inp = host_tokens(BT, V < 1000 ? V : 1000);  // a small range: tokens repeat, as in text
+    float* wte = host_random((size_t)V * C, -1, 1);
+    float* wpe = host_random((size_t)T * C, -1, 1);
+    float* out = host_zeros(BTC);
+    int* d_inp = to_device_int(inp, BT);
+    float *d_wte = to_device(wte, (size_t)V * C), *d_wpe = to_device(wpe, (size_t)T * C);
+    float* d_out = device_poisoned(BTC);
+    encoder_forward(out, inp, wte, wpe, B, T, C);
+    encoder_forward_gpu(d_out, d_inp, d_wte, d_wpe, B, T, C);
+    compare("encoder_forward out", d_out, out, BTC, 0.0f, 0.0f);  // one addition: exact
+
+    float* dout = host_random(BTC, -1, 1);
+    float* dwte = host_random((size_t)V * C, -1, 1);
+    float* dwpe = host_random((size_t)T * C, -1, 1);
+    float *d_dout = to_device(dout, BTC), *d_dwte = to_device(dwte, (size_t)V * C), *d_dwpe = to_device(dwpe, (size_t)T * C);
+    encoder_backward(dwte, dwpe, dout, inp, B, T, C);
+    encoder_backward_gpu(d_dwte, d_dwpe, d_dout, d_inp, B, T, C);
+    compare("encoder_backward dwte", d_dwte, dwte, (size_t)V * C, 1e-5f, 1e-5f);
+    compare("encoder_backward dwpe", d_dwpe, dwpe, (size_t)T * C, 1e-5f, 1e-5f);
+    if (bench) {
+        double g = gpu_ms([&] { encoder_forward_gpu(d_out, d_inp, d_wte, d_wpe, B, T, C); });
+        double c = cpu_ms([&] { encoder_forward(out, inp, wte, wpe, B, T, C); });
+        report("encoder_forward", g, c, 0, 3.0 * BTC * 4);
+        g = gpu_ms([&] { encoder_backward_gpu(d_dwte, d_dwpe, d_dout, d_inp, B, T, C); });
+        c = cpu_ms([&] { encoder_backward(dwte, dwpe, dout, inp, B, T, C); });
+        report("encoder_backward", g, c, 0, 3.0 * BTC * 4);
+    }
+    free(inp); free(wte); free(wpe); free(out); free(dout); free(dwte); free(dwpe);
+    cuda_check(cudaFree(d_inp)); cuda_check(cudaFree(d_wte)); cuda_check(cudaFree(d_wpe)); cuda_check(cudaFree(d_out));
+    cuda_check(cudaFree(d_dout)); cuda_check(cudaFree(d_dwte)); cuda_check(cudaFree(d_dwpe));
+}
+
+static void check_layernorm(int B, int T, int C, int bench) {
+    printf("layernorm B=%d T=%d C=%d\n", B, T, C);
+    size_t BT = (size_t)B * T, BTC = BT * C;
+    float* inp = host_random(BTC, -2, 3);  // mean 0.5: the mean subtraction matters
+    float* w = host_random(C, 0.5f, 1.5f);
+    float* b = host_random(C, -0.5f, 0.5f);
+    float *out = host_zeros(BTC), *mean = host_zeros(BT), *rstd = host_zeros(BT);
+    float *d_inp = to_device(inp, BTC), *d_w = to_device(w, C), *d_b = to_device(b, C);
+    float *d_out = device_poisoned(BTC), *d_mean = device_poisoned(BT), *d_rstd = device_poisoned(BT);
+    layernorm_forward(out, mean, rstd, inp, w, b, B, T, C);
+    layernorm_forward_gpu(d_out, d_mean, d_rstd, d_inp, d_w, d_b, B, T, C);
+    compare("layernorm_forward out", d_out, out, BTC, 1e-5f, 1e-5f);
+    compare("layernorm_forward mean", d_mean, mean, BT, 1e-6f, 1e-5f);
+    compare("layernorm_forward rstd", d_rstd, rstd, BT, 1e-6f, 1e-5f);
+
+    float* dout = host_random(BTC, -1, 1);
+    float *dinp = host_random(BTC, -1, 1), *dw = host_random(C, -1, 1), *db = host_random(C, -1, 1);
+    float *d_dout = to_device(dout, BTC), *d_dinp = to_device(dinp, BTC), *d_dw = to_device(dw, C), *d_db = to_device(db, C);
+    layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, B, T, C);
+    layernorm_backward_gpu(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_mean, d_rstd, B, T, C);
+    compare("layernorm_backward dinp", d_dinp, dinp, BTC, 1e-5f, 1e-4f);
+    float sum_atol = 1e-6f * sqrtf((float)BT) * 10;  // sums over B*T rows
+    compare("layernorm_backward dweight", d_dw, dw, C, sum_atol, 1e-4f);
+    compare("layernorm_backward dbias", d_db, db, C, sum_atol, 1e-4f);
+    if (bench) {
+        double g = gpu_ms([&] { layernorm_forward_gpu(d_out, d_mean, d_rstd, d_inp, d_w, d_b, B, T, C); });
+        double c = cpu_ms([&] { layernorm_forward(out, mean, rstd, inp, w, b, B, T, C); });
+        report("layernorm_forward", g, c, 0, 2.0 * BTC * 4);
+        g = gpu_ms([&] { layernorm_backward_gpu(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_mean, d_rstd, B, T, C); });
+        c = cpu_ms([&] { layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, B, T, C); });
+        report("layernorm_backward", g, c, 0, 4.0 * BTC * 4);
+    }
+    free(inp); free(w); free(b); free(out); free(mean); free(rstd); free(dout); free(dinp); free(dw); free(db);
+    cuda_check(cudaFree(d_inp)); cuda_check(cudaFree(d_w)); cuda_check(cudaFree(d_b)); cuda_check(cudaFree(d_out));
+    cuda_check(cudaFree(d_mean)); cuda_check(cudaFree(d_rstd)); cuda_check(cudaFree(d_dout)); cuda_check(cudaFree(d_dinp));
+    cuda_check(cudaFree(d_dw)); cuda_check(cudaFree(d_db));
+}
+
+static void check_matmul(int B, int T, int C, int OC, int use_bias, int bench) {
+    printf("matmul B=%d T=%d C=%d OC=%d%s\n", B, T, C, OC, use_bias ? "" : " (no bias)");
+    size_t BT = (size_t)B * T;
+    float* inp = host_random(BT * C, -1, 1);
+    float* w = host_random((size_t)OC * C, -1, 1);
+    float* bias = use_bias ? host_random(OC, -1, 1) : NULL;
+    float* out = host_zeros(BT * OC);
+    float *d_inp = to_device(inp, BT * C), *d_w = to_device(w, (size_t)OC * C);
+    float* d_bias = use_bias ? to_device(bias, OC) : NULL;
+    float* d_out = device_poisoned(BT * OC);
+    matmul_forward(out, inp, w, bias, B, T, C, OC);
+    matmul_forward_gpu(d_out, d_inp, d_w, d_bias, B, T, C, OC);
+    // a sum of K products of U(-1,1) numbers has size ~ sqrt(K)/3: allow 1e-5 of sqrt(K)
+    compare("matmul_forward out", d_out, out, BT * OC, 1e-5f * sqrtf((float)C), 1e-5f);
+
+    float* dout = host_random(BT * OC, -1, 1);
+    float *dinp = host_random(BT * C, -1, 1), *dw = host_random((size_t)OC * C, -1, 1);
+    float* db = use_bias ? host_random(OC, -1, 1) : NULL;
+    float *d_dout = to_device(dout, BT * OC), *d_dinp = to_device(dinp, BT * C), *d_dw = to_device(dw, (size_t)OC * C);
+    float* d_db = use_bias ? to_device(db, OC) : NULL;
+    matmul_backward(dinp, dw, db, dout, inp, w, B, T, C, OC);
+    matmul_backward_gpu(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, B, T, C, OC);
+    compare("matmul_backward dinp", d_dinp, dinp, BT * C, 1e-5f * sqrtf((float)OC), 1e-5f);
+    compare("matmul_backward dweight", d_dw, dw, (size_t)OC * C, 1e-5f * sqrtf((float)BT), 1e-5f);
+    if (use_bias) compare("matmul_backward dbias", d_db, db, OC, 1e-5f * sqrtf((float)BT), 1e-5f);
+    if (bench) {
+        double flops = 2.0 * BT * C * OC;
+        double g = gpu_ms([&] { matmul_forward_gpu(d_out, d_inp, d_w, d_bias, B, T, C, OC); });
+        double c = cpu_ms([&] { matmul_forward(out, inp, w, bias, B, T, C, OC); });
+        report("matmul_forward", g, c, flops, 0);
+        g = gpu_ms([&] { matmul_backward_gpu(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, B, T, C, OC); });
+        c = cpu_ms([&] { matmul_backward(dinp, dw, db, dout, inp, w, B, T, C, OC); });
+        report("matmul_backward", g, c, 2 * flops, 0);
+    }
+    free(inp); free(w); free(bias); free(out); free(dout); free(dinp); free(dw); free(db);
+    cuda_check(cudaFree(d_inp)); cuda_check(cudaFree(d_w)); cuda_check(cudaFree(d_bias)); cuda_check(cudaFree(d_out));
+    cuda_check(cudaFree(d_dout)); cuda_check(cudaFree(d_dinp)); cuda_check(cudaFree(d_dw)); cuda_check(cudaFree(d_db));
+}
+
+static void check_attention(int B, int T, int C, int NH, int bench) {
+    printf("attention B=%d T=%d C=%d NH=%d\n", B, T, C, NH);
+    size_t BT = (size_t)B * T, att_n = (size_t)B * NH * T * T;
+    int hs = C / NH;
+    float* inp = host_random(BT * 3 * C, -1, 1);
+    float *out = host_zeros(BT * C), *preatt = host_zeros(att_n), *att = host_zeros(att_n);
+    float* d_inp = to_device(inp, BT * 3 * C);
+    float *d_out = device_poisoned(BT * C), *d_preatt = device_poisoned(att_n), *d_att = device_poisoned(att_n);
+    attention_forward(out, preatt, att, inp, B, T, C, NH);
+    attention_forward_gpu(d_out, d_preatt, d_att, d_inp, B, T, C, NH);
+    // preatt is only defined on the causal part (t2 <= t): the GPU leaves the rest unwritten
+    unsigned char* causal = (unsigned char*)malloc_check(att_n);
+    for (size_t i = 0; i < att_n; i++) causal[i] = (i % T) <= ((i / T) % T);
+    float* h_preatt = to_host(d_preatt, att_n);
+    compare_host("attention_forward preatt (t2<=t)", h_preatt, preatt, att_n, 1e-5f * sqrtf((float)hs), 1e-5f, causal);
+    compare("attention_forward att", d_att, att, att_n, 1e-6f, 1e-4f);
+    compare("attention_forward out", d_out, out, BT * C, 1e-5f, 1e-4f);
+
+    float* dout = host_random(BT * C, -1, 1);
+    float* dinp = host_random(BT * 3 * C, -1, 1);
+    float *dpreatt = host_zeros(att_n), *datt = host_zeros(att_n);
+    float *d_dout = to_device(dout, BT * C), *d_dinp = to_device(dinp, BT * 3 * C);
+    float *d_dpreatt = device_poisoned(att_n), *d_datt = device_poisoned(att_n);  // scratch: never read unwritten
+    attention_backward(dinp, dpreatt, datt, dout, inp, att, B, T, C, NH);
+    attention_backward_gpu(d_dinp, d_dpreatt, d_datt, d_dout, d_inp, d_att, B, T, C, NH);
+    compare("attention_backward dinp (dqkv)", d_dinp, dinp, BT * 3 * C, 1e-5f * sqrtf((float)T), 1e-4f);
+    if (bench) {
+        // causal: QK^T and att V each 2*hs flops per (t, t2 <= t) pair, ~T^2/2 pairs per (b, h)
+        double flops = 2.0 * 2.0 * hs * (double)B * NH * T * (T + 1) / 2.0;
+        double g = gpu_ms([&] { attention_forward_gpu(d_out, d_preatt, d_att, d_inp, B, T, C, NH); });
+        double c = cpu_ms([&] { attention_forward(out, preatt, att, inp, B, T, C, NH); });
+        report("attention_forward", g, c, flops, 0);
+        g = gpu_ms([&] { attention_backward_gpu(d_dinp, d_dpreatt, d_datt, d_dout, d_inp, d_att, B, T, C, NH); });
+        c = cpu_ms([&] { attention_backward(dinp, dpreatt, datt, dout, inp, att, B, T, C, NH); });
+        report("attention_backward", g, c, 2 * flops, 0);
+    }
+    free(inp); free(out); free(preatt); free(att); free(causal); free(h_preatt); free(dout); free(dinp);
+    free(dpreatt); free(datt);
+    cuda_check(cudaFree(d_inp)); cuda_check(cudaFree(d_out)); cuda_check(cudaFree(d_preatt)); cuda_check(cudaFree(d_att));
+    cuda_check(cudaFree(d_dout)); cuda_check(cudaFree(d_dinp)); cuda_check(cudaFree(d_dpreatt)); cuda_check(cudaFree(d_datt));
+}
+
+static void check_gelu(int N, int bench) {
+    printf("gelu N=%d\n", N);
+    float* inp = host_random(N, -5, 5);
+    float* out = host_zeros(N);
+    float* d_inp = to_device(inp, N);
+    float* d_out = device_poisoned(N);
+    gelu_forward(out, inp, N);
+    gelu_forward_gpu(d_out, d_inp, N);
+    compare("gelu_forward out", d_out, out, N, 1e-6f, 1e-5f);  // tanhf: a few ulps apart
+    float *dout = host_random(N, -1, 1), *dinp = host_random(N, -1, 1);
+    float *d_dout = to_device(dout, N), *d_dinp = to_device(dinp, N);
+    gelu_backward(dinp, inp, dout, N);
+    gelu_backward_gpu(d_dinp, d_inp, d_dout, N);
+    compare("gelu_backward dinp", d_dinp, dinp, N, 1e-6f, 1e-5f);
+    if (bench) {
+        double g = gpu_ms([&] { gelu_forward_gpu(d_out, d_inp, N); });
+        double c = cpu_ms([&] { gelu_forward(out, inp, N); });
+        report("gelu_forward", g, c, 0, 2.0 * N * 4);
+        g = gpu_ms([&] { gelu_backward_gpu(d_dinp, d_inp, d_dout, N); });
+        c = cpu_ms([&] { gelu_backward(dinp, inp, dout, N); });
+        report("gelu_backward", g, c, 0, 4.0 * N * 4);
+    }
+    free(inp); free(out); free(dout); free(dinp);
+    cuda_check(cudaFree(d_inp)); cuda_check(cudaFree(d_out)); cuda_check(cudaFree(d_dout)); cuda_check(cudaFree(d_dinp));
+}
+
+static void check_residual(int N, int bench) {
+    printf("residual N=%d\n", N);
+    float *a = host_random(N, -1, 1), *b = host_random(N, -1, 1), *out = host_zeros(N);
+    float *d_a = to_device(a, N), *d_b = to_device(b, N), *d_out = device_poisoned(N);
+    residual_forward(out, a, b, N);
+    residual_forward_gpu(d_out, d_a, d_b, N);
+    compare("residual_forward out", d_out, out, N, 0.0f, 0.0f);
+    float *dout = host_random(N, -1, 1), *da = host_random(N, -1, 1), *db = host_random(N, -1, 1);
+    float *d_dout = to_device(dout, N), *d_da = to_device(da, N), *d_db = to_device(db, N);
+    residual_backward(da, db, dout, N);
+    residual_backward_gpu(d_da, d_db, d_dout, N);
+    compare("residual_backward dinp1", d_da, da, N, 0.0f, 0.0f);
+    compare("residual_backward dinp2", d_db, db, N, 0.0f, 0.0f);
+    if (bench) {
+        double g = gpu_ms([&] { residual_forward_gpu(d_out, d_a, d_b, N); });
+        double c = cpu_ms([&] { residual_forward(out, a, b, N); });
+        report("residual_forward", g, c, 0, 3.0 * N * 4);
+        g = gpu_ms([&] { residual_backward_gpu(d_da, d_db, d_dout, N); });
+        c = cpu_ms([&] { residual_backward(da, db, dout, N); });
+        report("residual_backward", g, c, 0, 5.0 * N * 4);
+    }
+    free(a); free(b); free(out); free(dout); free(da); free(db);
+    cuda_check(cudaFree(d_a)); cuda_check(cudaFree(d_b)); cuda_check(cudaFree(d_out));
+    cuda_check(cudaFree(d_dout)); cuda_check(cudaFree(d_da)); cuda_check(cudaFree(d_db));
+}
+
+// The fused classifier against the CPU's three functions: softmax_forward, crossentropy_forward
+// and crossentropy_softmax_backward with dlosses = 1/(B*T), the gradient of the mean loss.
+static void check_classifier(int B, int T, int V, int Vp, int bench) {
+    printf("classifier B=%d T=%d V=%d Vp=%d\n", B, T, V, Vp);
+    size_t BT = (size_t)B * T, n = BT * Vp;
+    float* logits = host_random(n, -4, 4);  // padding columns hold junk too: it must be ignored
+    int* targets = host_tokens(BT, V);
+    float *probs = host_zeros(n), *losses = host_zeros(BT), *dlogits = host_zeros(n), *dlosses = host_zeros(BT);
+    for (size_t i = 0; i < BT; i++) dlosses[i] = 1.0f / (float)BT;
+    float* d_logits = to_device(logits, n);
+    int* d_targets = to_device_int(targets, BT);
+    float *d_losses = device_poisoned(BT), *d_dlogits = device_poisoned(n);
+    softmax_forward(probs, logits, B, T, V, Vp);
+    crossentropy_forward(losses, probs, targets, B, T, Vp);
+    crossentropy_softmax_backward(dlogits, dlosses, probs, targets, B, T, V, Vp);
+    fused_classifier_gpu(d_dlogits, d_losses, d_logits, d_targets, B, T, V, Vp);
+    compare("fused_classifier losses", d_losses, losses, BT, 1e-5f, 1e-5f);
+    compare("fused_classifier dlogits", d_dlogits, dlogits, n, 1e-11f, 1e-4f);  // entries ~ p/(B*T)
+    if (bench) {
+        double g = gpu_ms([&] { fused_classifier_gpu(d_dlogits, d_losses, d_logits, d_targets, B, T, V, Vp); });
+        double c = cpu_ms([&] {
+            softmax_forward(probs, logits, B, T, V, Vp);
+            crossentropy_forward(losses, probs, targets, B, T, Vp);
+            crossentropy_softmax_backward(dlogits, dlosses, probs, targets, B, T, V, Vp);
+        });
+        report("fused_classifier", g, c, 0, 2.0 * n * 4);
+    }
+    free(logits); free(targets); free(probs); free(losses); free(dlogits); free(dlosses);
+    cuda_check(cudaFree(d_logits)); cuda_check(cudaFree(d_targets)); cuda_check(cudaFree(d_losses));
+    cuda_check(cudaFree(d_dlogits));
+}
+
+// Global norm and clipping, against gpt2_clip_gradients (which reads only grads_memory and
+// num_parameters of the model it is given).
+static void check_clip(size_t n, float max_norm, int bench) {
+    printf("clip n=%zu max_norm=%g\n", n, max_norm);
+    float* grads = host_random(n, -0.01f, 0.01f);
+    float* d_grads = to_device(grads, n);
+    GPT2 cpu;
+    memset(&cpu, 0, sizeof(cpu));
+    cpu.grads_memory = grads;
+    cpu.num_parameters = n;
+    float norm = gpt2_clip_gradients(&cpu, max_norm);
+    float d_norm = clip_gradients_gpu(d_grads, n, max_norm);
+    compare_scalar("clip_gradients norm", d_norm, norm, 0.0, 1e-6);
+    compare("clip_gradients grads", d_grads, grads, n, 0.0f, 1e-6f);
+    if (bench) {
+        double g = gpu_ms([&] { clip_gradients_gpu(d_grads, n, 1e30f); });
+        double c = cpu_ms([&] { gpt2_clip_gradients(&cpu, 1e30f); });
+        report("global norm", g, c, 0, 1.0 * n * 4);
+    }
+    free(grads);
+    cuda_check(cudaFree(d_grads));
+}
+
+// A small model shape for the optimizer and whole-model checks: V=1000 < Vp=1024 keeps padding.
+static GPT2Config tiny_config(void) {
+    GPT2Config c;
+    c.max_seq_len = 128;
+    c.vocab_size = 1000;
+    c.padded_vocab_size = 1024;
+    c.num_layers = 2;
+    c.num_heads = 2;
+    c.channels = 64;
+    return c;
+}
+
+// AdamW against gpt2_update, with weight decay, so that the decay grouping is checked too.
+static void check_adamw(GPT2Config config, int bench) {
+    printf("adamw L=%d C=%d V=%d\n", config.num_layers, config.channels, config.vocab_size);
+    GPT2 cpu;
+    gpt2_build_init(&cpu, config, 7);
+    size_t n = cpu.num_parameters;
+    cpu.grads_memory = host_random(n, -0.1f, 0.1f);
+    cpu.m_memory = host_random(n, -0.01f, 0.01f);
+    cpu.v_memory = host_random(n, 0.0f, 1e-4f);
+    GPT2GPU gpu;
+    gpt2_build_gpu(&gpu, &cpu, 1, 1);
+    cuda_check(cudaMemcpy(gpu.grads_memory, cpu.grads_memory, n * sizeof(float), cudaMemcpyHostToDevice));
+    cuda_check(cudaMemcpy(gpu.m_memory, cpu.m_memory, n * sizeof(float), cudaMemcpyHostToDevice));
+    cuda_check(cudaMemcpy(gpu.v_memory, cpu.v_memory, n * sizeof(float), cudaMemcpyHostToDevice));
+    gpt2_update(&cpu, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3);
+    gpt2_update_gpu(&gpu, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3);
+    compare("adamw params", gpu.params_memory, cpu.params_memory, n, 1e-7f, 1e-6f);
+    compare("adamw m", gpu.m_memory, cpu.m_memory, n, 1e-9f, 1e-6f);
+    compare("adamw v", gpu.v_memory, cpu.v_memory, n, 1e-12f, 1e-6f);
+    if (bench) {
+        double g = gpu_ms([&] { gpt2_update_gpu(&gpu, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3); });
+        double c = cpu_ms([&] { gpt2_update(&cpu, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3); });
+        report("adamw", g, c, 0, 7.0 * n * 4);
+    }
+    gpt2_free_gpu(&gpu);
+    gpt2_free(&cpu);
+}
+
+// ---------- the whole model ----------
+
+// Compares the 16 gradient tensors, each with atol relative to its own largest entry: a
+// gradient's small entries are differences of larger terms and carry their absolute error.
+static void compare_grads(GPT2GPU* gpu, GPT2* cpu, float rel_atol, float rtol) {
+    float* g = to_host(gpu->grads_memory, gpu->num_parameters);
+    size_t offset = 0;
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        size_t n = cpu->param_sizes[k];
+        float maxabs = 0.0f;
+        for (size_t i = 0; i < n; i++) maxabs = fmaxf(maxabs, fabsf(cpu->grads_memory[offset + i]));
+        char what[64];
+        snprintf(what, sizeof(what), "grad %s", PARAMETER_NAMES[k]);
+        compare_host(what, g + offset, cpu->grads_memory + offset, n, rel_atol * maxabs, rtol, NULL);
+        offset += n;
+    }
+    free(g);
+}
+
+// The same weights and batch on both: logits, loss, every gradient, then 10 AdamW steps whose
+// losses and gradient norms must agree. Tolerances (float32 through a whole network, sums in a
+// different order at every layer): logits 1e-4 + 1e-4 |x|; loss 1e-5 relative; gradients
+// 1e-3 of the tensor's largest entry + 1e-2 relative; step losses 1e-4 relative (the optimizer
+// amplifies the first differences a little each step).
+static void check_model(GPT2Config config, int B, int T, int steps) {
+    printf("model L=%d NH=%d C=%d V=%d Vp=%d, B=%d T=%d, %d AdamW steps\n", config.num_layers,
+           config.num_heads, config.channels, config.vocab_size, config.padded_vocab_size, B, T, steps);
+    GPT2 cpu;
+    gpt2_build_init(&cpu, config, 42);
+    GPT2GPU gpu;
+    gpt2_build_gpu(&gpu, &cpu, B, T);
+    size_t BT = (size_t)B * T;
+    int* inputs = host_tokens(BT, config.vocab_size);
+    int* targets = host_tokens(BT, config.vocab_size);
+
+    gpt2_forward(&cpu, inputs, targets, B, T);
+    gpt2_forward_gpu(&gpu, inputs, targets, B, T);
+    compare("model logits", gpu.acts.logits, cpu.acts.logits, BT * config.padded_vocab_size, 1e-4f, 1e-4f);
+    compare_scalar("model loss", gpu.mean_loss, cpu.mean_loss, 0.0, 1e-5);
+    gpt2_zero_grad(&cpu);
+    gpt2_backward(&cpu);
+    gpt2_zero_grad_gpu(&gpu);
+    gpt2_backward_gpu(&gpu);
+    compare_grads(&gpu, &cpu, 1e-3f, 1e-2f);
+
+    for (int step = 1; step <= steps; step++) {
+        if (step > 1) {
+            gpt2_forward(&cpu, inputs, targets, B, T);
+            gpt2_forward_gpu(&gpu, inputs, targets, B, T);
+            gpt2_zero_grad(&cpu);
+            gpt2_backward(&cpu);
+            gpt2_zero_grad_gpu(&gpu);
+            gpt2_backward_gpu(&gpu);
+        }
+        float norm = gpt2_clip_gradients(&cpu, 1.0f);
+        float d_norm = gpt2_clip_gradients_gpu(&gpu, 1.0f);
+        gpt2_update(&cpu, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, step);
+        gpt2_update_gpu(&gpu, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, step);
+        char what[64];
+        snprintf(what, sizeof(what), "step %d loss %.6f", step, cpu.mean_loss);
+        compare_scalar(what, gpu.mean_loss, cpu.mean_loss, 0.0, 1e-4);
+        snprintf(what, sizeof(what), "step %d grad norm %.6f", step, norm);
+        compare_scalar(what, d_norm, norm, 0.0, 1e-3);
+    }
+    free(inputs);
+    free(targets);
+    gpt2_free_gpu(&gpu);
+    gpt2_free(&cpu);
+}
+
+// ---------- main ----------
+
+static int wanted(int argc, char** argv, const char* name) {
+    int any = 0;
+    for (int i = 1; i < argc; i++) {
+        if (argv[i][0] == '-') continue;
+        any = 1;
+        if (strcmp(argv[i], name) == 0) return 1;
+    }
+    return !any;
+}
+
+int main(int argc, char** argv) {
+    int device_only = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--quick") == 0) quick = 1;
+        else if (strcmp(argv[i], "--device") == 0) device_only = 1;
+        else if (argv[i][0] == '-') {
+            fprintf(stderr, "usage: %s [--quick | --device] [encoder layernorm matmul attention gelu residual "
+                    "classifier clip adamw model]\n", argv[0]);
+            return 1;
+        }
+    }
+    gpu_init();  // no device: one line, exit 1
+    gpu_print_info();
+    if (device_only) return 0;
+    int bench = !quick;
+    // GPT-2 124M's shapes, with a batch that the CPU reference finishes in seconds
+    const int B = 4, T = 1024, C = 768, NH = 12, V = 50257, Vp = 50304;
+    if (wanted(argc, argv, "encoder")) {
+        check_encoder(3, 37, 67, 101, 0);
+        if (!quick) check_encoder(B, T, C, V, bench);
+    }
+    if (wanted(argc, argv, "layernorm")) {
+        check_layernorm(3, 37, 67, 0);
+        if (!quick) check_layernorm(B, T, C, bench);
+    }
+    // gemm_gpu picks 128x128 tiles when there are enough of them for the SMs: pretending the GPU
+    // has one SM makes the small checks run the 128x128 kernels too.
+    int num_sms = gpu_num_sms;
+    if (wanted(argc, argv, "matmul")) {
+        for (int pass = 0; pass < 2; pass++) {
+            gpu_num_sms = pass == 0 ? num_sms : 1;
+            printf("(%s tiles)\n", pass == 0 ? "64x64" : "128x128");
+            check_matmul(3, 37, 67, 131, 1, 0);   // nothing a multiple of 4: the scalar paths
+            check_matmul(2, 64, 64, 192, 0, 0);   // aligned: the float4 paths
+            check_matmul(1, 300, 260, 520, 1, 0); // partial edge tiles
+        }
+        gpu_num_sms = num_sms;
+        if (!quick) {
+            check_matmul(B, T, C, 3 * C, 1, bench);  // qkv
+            check_matmul(B, T, C, C, 1, bench);      // attention projection
+            check_matmul(B, T, C, 4 * C, 1, bench);  // fc
+            check_matmul(B, T, 4 * C, C, 1, bench);  // fc projection
+        }
+    }
+    if (wanted(argc, argv, "attention")) {
+        for (int pass = 0; pass < 2; pass++) {
+            gpu_num_sms = pass == 0 ? num_sms : 1;
+            printf("(%s tiles)\n", pass == 0 ? "64x64" : "128x128");
+            check_attention(2, 37, 24, 3, 0);     // hs = 8, T not a multiple of anything
+            check_attention(1, 300, 128, 2, 0);   // hs = 64, T over two tiles: skipped causal tiles
+        }
+        gpu_num_sms = num_sms;
+        if (!quick) check_attention(B, T, C, NH, bench);
+    }
+    if (wanted(argc, argv, "gelu")) {
+        check_gelu(1001, 0);
+        if (!quick) check_gelu(B * T * 4 * C, bench);
+    }
+    if (wanted(argc, argv, "residual")) {
+        check_residual(1001, 0);
+        if (!quick) check_residual(B * T * C, bench);
+    }
+    if (wanted(argc, argv, "classifier")) {
+        check_classifier(3, 7, 1000, 1024, 0);
+        if (!quick) check_classifier(B, T, V, Vp, bench);
+    }
+    if (wanted(argc, argv, "clip")) {
+        check_clip(100003, 1.0f, 0);   // norm ~1.8: clipped
+        check_clip(100003, 10.0f, 0);  // not clipped
+        if (!quick) check_clip(124475904, 1.0f, bench);
+    }
+    if (wanted(argc, argv, "adamw")) {
+        check_adamw(tiny_config(), 0);
+        if (!quick) check_adamw(gpt2_config_for_depth(12), bench);
+    }
+    if (wanted(argc, argv, "model")) {
+        check_model(tiny_config(), 3, 61, quick ? 3 : 10);
+        if (!quick) check_model(gpt2_config_for_depth(12), 2, 64, 10);
+    }
+    if (failures > 0) {
+        printf("gpu_check: %d FAILED\n", failures);
+        return 1;
+    }
+    printf("gpu_check: all passed\n");
+    return 0;
+}

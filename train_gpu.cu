@@ -1,0 +1,1455 @@
+// train_gpu.cu: GPT-2 training on one NVIDIA GPU, every operation a kernel written here in float32.
+//
+// The GPU twin of train_cpu.c. It includes train_cpu.c for everything that is not arithmetic on
+// the GPU: the checked I/O, the config and parameter-size table, checkpoints, the data loader,
+// the command line, the sampler and the CPU reference layers the dev/ checks compare against.
+// Each CPU layer `x(...)` has a GPU twin `x_gpu(...)` with the same arguments, only that the
+// pointers are device pointers, so the model code below reads like the CPU one. The kernels:
+//   - matmul: one register-tiled shared-memory SGEMM (128x128 tiles, 8x8 outputs per thread,
+//     float4 loads, any M, N, K) serves the linear layers and the attention products;
+//   - attention: Q K^T and att V as batched SGEMMs over (b, h), causal tiles skipped, and a
+//     warp-per-row causal softmax in between (no flash attention: T x T scores are stored);
+//   - layernorm, GELU, residual, encoder: warp-per-row or element-wise kernels;
+//   - a fused classifier: softmax, cross-entropy and its gradient in one kernel per row;
+//   - gradient global norm (deterministic two-stage reduction), clipping and AdamW.
+// Every reduction runs in a fixed order, so two runs of the same step give the same bits.
+// Build with USE_CUBLAS=1 to swap cuBLAS in for the linear layers, for comparison only.
+// doc/gpu.md explains the kernels; dev/gpu_check.cu checks each one against the CPU.
+
+#define TRAIN_CPU_NO_MAIN
+#include "train_cpu.c"
+
+#include <stddef.h>
+#include <cuda_runtime.h>
+#ifdef USE_CUBLAS
+#include <cublas_v2.h>
+#endif
+
+// ---------- CUDA utilities ----------
+
+// Every CUDA call goes through cuda_check, which names the failed call, file and line and exits.
+// Kernel launches are followed by cuda_check(cudaGetLastError()): a bad launch configuration is
+// reported there, at the launch, not at some later call.
+static void cuda_check_(cudaError_t err, const char* call, const char* file, int line) {
+    if (err != cudaSuccess) {
+        fprintf(stderr, "error: CUDA call %s failed: %s (%s:%d)\n", call, cudaGetErrorString(err),
+                file, line);
+        exit(1);
+    }
+}
+#define cuda_check(call) cuda_check_((call), #call, __FILE__, __LINE__)
+
+static int ceil_div(size_t n, int d) { return (int)((n + d - 1) / d); }
+
+static int gpu_num_sms = 132;  // set from the device in gpu_init; picks the matmul tile size
+
+// Sums over the 32 lanes of a warp; every lane gets the result (butterfly, fixed order).
+template <typename F>
+__device__ __forceinline__ F warp_sum(F v) {
+    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+    for (int offset = 16; offset > 0; offset >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    return v;
+}
+
+// Sum (or max) over the whole block; blockDim.x must be a multiple of 32. Every thread gets the
+// result. The first __syncthreads keeps a second call from overwriting `partial` while a slow
+// warp still reads the first call's values.
+template <typename F>
+__device__ F block_sum(F v) {
+    __shared__ F partial[32];
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0) partial[warp] = v;
+    __syncthreads();
+    return warp_sum(lane < nwarps ? partial[lane] : (F)0);
+}
+__device__ float block_max(float v) {
+    __shared__ float partial[32];
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) partial[warp] = v;
+    __syncthreads();
+    return warp_max(lane < nwarps ? partial[lane] : -INFINITY);
+}
+
+// Scratch memory for the partial sums of two-stage reductions, grown on demand. The kernels of
+// one stream run in order, so one buffer serves every reduction.
+static float* gpu_scratch = NULL;
+static size_t gpu_scratch_floats = 0;
+static float* scratch_floats(size_t n) {
+    if (n > gpu_scratch_floats) {
+        if (gpu_scratch != NULL) cuda_check(cudaFree(gpu_scratch));  // synchronises: no kernel still uses it
+        cuda_check(cudaMalloc((void**)&gpu_scratch, n * sizeof(float)));
+        gpu_scratch_floats = n;
+    }
+    return gpu_scratch;
+}
+
+// Stage 2 of the deterministic column sums: out[i] += sum over chunks c (in order) of
+// partial[c * stride + i], for i < n.
+__global__ void sum_partials_kernel(float* out, const float* partial, int chunks, int stride, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float sum = 0.0f;
+    for (int c = 0; c < chunks; c++) sum += partial[(size_t)c * stride + i];
+    out[i] += sum;
+}
+
+// Column sums over many rows are split into chunks of rows (one block per 32 columns and chunk,
+// stage 1) whose partial sums a second kernel adds in order (stage 2): enough blocks to fill the
+// GPU, and the same result on every run, which atomicAdd would not give.
+#define COLSUM_ROWS_PER_CHUNK 128
+
+// ---------- encoder ----------
+
+// out[b,t,:] = wte[inp[b,t],:] + wpe[t,:], one thread per output element (coalesced along C).
+__global__ void encoder_forward_kernel(float* out, const int* inp, const float* wte, const float* wpe,
+                                       int B, int T, int C) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)B * T * C) return;
+    int c = (int)(idx % C);
+    size_t bt = idx / C;
+    int t = (int)(bt % T);
+    out[idx] = wte[(size_t)inp[bt] * C + c] + wpe[(size_t)t * C + c];
+}
+
+static void encoder_forward_gpu(float* out, const int* inp, const float* wte, const float* wpe,
+                                int B, int T, int C) {
+    encoder_forward_kernel<<<ceil_div((size_t)B * T * C, 256), 256>>>(out, inp, wte, wpe, B, T, C);
+    cuda_check(cudaGetLastError());
+}
+
+// dwpe[t,c] += sum over b of dout[b,t,c]: one thread per (t, c), b in order.
+__global__ void encoder_backward_wpe_kernel(float* dwpe, const float* dout, int B, int T, int C) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)T * C) return;
+    float sum = 0.0f;
+    for (int b = 0; b < B; b++) sum += dout[(size_t)b * T * C + idx];
+    dwpe[idx] += sum;
+}
+
+// dwte[tok,:] += sum of dout[p,:] over the positions p holding tok. One block per position p; only
+// the block of a token's first position writes, summing all its positions in order, so that no
+// two blocks write the same row and the sum is deterministic (atomicAdd per position would not be).
+__global__ void encoder_backward_wte_kernel(float* dwte, const float* dout, const int* inp, int BT, int C) {
+    int p = blockIdx.x;
+    int tok = inp[p];
+    int seen_before = 0;
+    for (int q = threadIdx.x; q < p; q += blockDim.x) seen_before |= inp[q] == tok;
+    if (__syncthreads_or(seen_before)) return;  // the whole block leaves together
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float sum = 0.0f;
+        for (int q = p; q < BT; q++) {
+            if (inp[q] == tok) sum += dout[(size_t)q * C + c];  // inp[q]: one address, broadcast
+        }
+        dwte[(size_t)tok * C + c] += sum;
+    }
+}
+
+static void encoder_backward_gpu(float* dwte, float* dwpe, const float* dout, const int* inp,
+                                 int B, int T, int C) {
+    encoder_backward_wpe_kernel<<<ceil_div((size_t)T * C, 256), 256>>>(dwpe, dout, B, T, C);
+    cuda_check(cudaGetLastError());
+    encoder_backward_wte_kernel<<<B * T, 256>>>(dwte, dout, inp, B * T, C);
+    cuda_check(cudaGetLastError());
+}
+
+// ---------- layernorm ----------
+
+// One warp per row of C: two passes over the row (mean, then variance of x - mean, as the CPU
+// does, which is more accurate than E[x^2] - E[x]^2), then the normalised output.
+__global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* inp,
+                                         const float* weight, const float* bias, int N, int C) {
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (row >= N) return;  // whole warps leave: the shuffles below still see all 32 lanes
+    const float* x = inp + (size_t)row * C;
+    float sum = 0.0f;
+    for (int i = lane; i < C; i += 32) sum += x[i];
+    float m = warp_sum(sum) / C;
+    float var = 0.0f;
+    for (int i = lane; i < C; i += 32) {
+        float d = x[i] - m;
+        var += d * d;
+    }
+    float s = 1.0f / sqrtf(warp_sum(var) / C + LAYERNORM_EPS);
+    float* o = out + (size_t)row * C;
+    for (int i = lane; i < C; i += 32) o[i] = (s * (x[i] - m)) * weight[i] + bias[i];
+    if (lane == 0) {
+        mean[row] = m;
+        rstd[row] = s;
+    }
+}
+
+static void layernorm_forward_gpu(float* out, float* mean, float* rstd, const float* inp,
+                                  const float* weight, const float* bias, int B, int T, int C) {
+    int N = B * T;
+    layernorm_forward_kernel<<<ceil_div(N, 8), 256>>>(out, mean, rstd, inp, weight, bias, N, C);
+    cuda_check(cudaGetLastError());
+}
+
+// dinp, one warp per row: with n = (x - mean) * rstd and g = weight * dout,
+// dinp += (g - mean(g) - n * mean(g * n)) * rstd.
+__global__ void layernorm_backward_kernel(float* dinp, const float* dout, const float* inp,
+                                          const float* weight, const float* mean, const float* rstd,
+                                          int N, int C) {
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (row >= N) return;
+    const float* x = inp + (size_t)row * C;
+    const float* dy = dout + (size_t)row * C;
+    float m = mean[row], s = rstd[row];
+    float g_sum = 0.0f, gn_sum = 0.0f;
+    for (int i = lane; i < C; i += 32) {
+        float g = weight[i] * dy[i];
+        g_sum += g;
+        gn_sum += g * (x[i] - m) * s;
+    }
+    float g_mean = warp_sum(g_sum) / C, gn_mean = warp_sum(gn_sum) / C;
+    float* dx = dinp + (size_t)row * C;
+    for (int i = lane; i < C; i += 32) {
+        float n = (x[i] - m) * s;
+        dx[i] += (weight[i] * dy[i] - g_mean - n * gn_mean) * s;
+    }
+}
+
+// Stage 1 of dweight += sum over rows of dout * n and dbias += sum over rows of dout. Block =
+// 32 columns x 8 warps; warp w takes rows w, w+8, ... of its chunk, reading 32 consecutive
+// floats of a row per step (coalesced). Writes partial[chunk][0][col] and partial[chunk][1][col].
+__global__ void layernorm_backward_params_kernel(float* partial, const float* dout, const float* inp,
+                                                 const float* mean, const float* rstd, int N, int C) {
+    __shared__ float dw_part[8][32], db_part[8][32];
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    int col = blockIdx.x * 32 + lane;
+    int row_end = min(N, (int)(blockIdx.y + 1) * COLSUM_ROWS_PER_CHUNK);
+    float dw = 0.0f, db = 0.0f;
+    if (col < C) {
+        for (int row = blockIdx.y * COLSUM_ROWS_PER_CHUNK + warp; row < row_end; row += 8) {
+            float dy = dout[(size_t)row * C + col];
+            dw += dy * (inp[(size_t)row * C + col] - mean[row]) * rstd[row];
+            db += dy;
+        }
+    }
+    dw_part[warp][lane] = dw;
+    db_part[warp][lane] = db;
+    __syncthreads();
+    if (warp == 0 && col < C) {
+        float dw_sum = 0.0f, db_sum = 0.0f;
+        for (int w = 0; w < 8; w++) {
+            dw_sum += dw_part[w][lane];
+            db_sum += db_part[w][lane];
+        }
+        partial[(size_t)blockIdx.y * 2 * C + col] = dw_sum;
+        partial[(size_t)blockIdx.y * 2 * C + C + col] = db_sum;
+    }
+}
+
+static void layernorm_backward_gpu(float* dinp, float* dweight, float* dbias, const float* dout,
+                                   const float* inp, const float* weight, const float* mean,
+                                   const float* rstd, int B, int T, int C) {
+    int N = B * T;
+    layernorm_backward_kernel<<<ceil_div(N, 8), 256>>>(dinp, dout, inp, weight, mean, rstd, N, C);
+    cuda_check(cudaGetLastError());
+    int chunks = ceil_div(N, COLSUM_ROWS_PER_CHUNK);
+    float* partial = scratch_floats((size_t)chunks * 2 * C);
+    dim3 grid(ceil_div(C, 32), chunks);
+    layernorm_backward_params_kernel<<<grid, 256>>>(partial, dout, inp, mean, rstd, N, C);
+    cuda_check(cudaGetLastError());
+    sum_partials_kernel<<<ceil_div(C, 256), 256>>>(dweight, partial, chunks, 2 * C, C);
+    cuda_check(cudaGetLastError());
+    sum_partials_kernel<<<ceil_div(C, 256), 256>>>(dbias, partial + C, chunks, 2 * C, C);
+    cuda_check(cudaGetLastError());
+}
+
+// ---------- matmul ----------
+//
+// One SGEMM kernel for every product in the model:
+//   C(m,n) = alpha * sum_k A(m,k) B(k,n)  [+ bias(n)]  [+ C(m,n) if accumulate]
+// with A(m,k) = A[m*lda + k], or A[k*lda + m] when TA (A stored transposed), and likewise
+// B(k,n) = B[k*ldb + n], or B[n*ldb + k] when TB. A batch runs over blockIdx.z: batch z uses
+// A + (z / inner) * strideA[0] + (z % inner) * strideA[1], the same for B and C; the attention
+// uses that to address head h of sequence b inside the (B, T, 3C) qkv tensor.
+//
+// Tiling (the classic register-blocked SGEMM): a block computes a BM x BN tile of C with
+// (BM/TM) x (BN/TN) threads, each TM x TN outputs held in registers. For every BK-wide slice of
+// k, the block stages a BM x BK tile of A and a BK x BN tile of B in shared memory, both stored
+// k-major, so each thread reads its TM values of A and TN values of B for one k as float4s and
+// does TM*TN FMAs with them: 2*TM*TN flops per (TM+TN) shared-memory reads instead of 2 per 2.
+// A thread's outputs are 4-wide groups spaced 4*BN/TN apart (not one contiguous run of TN),
+// so that the 8 threads of a quarter warp read 8 consecutive float4s: no bank conflicts.
+
+enum { CAUSAL_NONE, CAUSAL_OUT_LOWER, CAUSAL_A_LOWER, CAUSAL_A_UPPER };
+// CAUSAL_OUT_LOWER: only C(m,n) with n <= m is needed: tiles entirely above the diagonal are
+//   skipped (left unwritten). CAUSAL_A_LOWER: A(m,k) = 0 for k > m, so k stops at the tile's
+//   last row. CAUSAL_A_UPPER: A(m,k) = 0 for k < m, so k starts at the tile's first row.
+
+typedef struct {
+    const float* A;
+    const float* B;
+    float* C;
+    const float* bias;  // (N) or NULL
+    int M, N, K;
+    long long lda, ldb, ldc;
+    long long strideA[2], strideB[2], strideC[2];
+    int inner;          // batch z = outer * inner + inner index
+    float alpha;
+    int accumulate;     // 1: C += result; 0: C = result
+    int causal;
+    int vecA, vecB, vecC;  // 1 when rows of A / B / C (and bias) may be read as aligned float4
+} GemmArgs;
+
+// Loads p[r*ld + c .. c+3] with zeros outside rows [0, R) and columns [0, Cn). The float4 path
+// needs ld and p 16-byte aligned (vec) and c a multiple of 4 (always true here).
+__device__ __forceinline__ float4 load_tile4(const float* p, long long ld, int r, int c, int R, int Cn, int vec) {
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (r >= R) return v;
+    const float* row = p + r * ld;
+    if (vec && c + 3 < Cn) return *reinterpret_cast<const float4*>(row + c);
+    if (c < Cn) v.x = row[c];
+    if (c + 1 < Cn) v.y = row[c + 1];
+    if (c + 2 < Cn) v.z = row[c + 2];
+    if (c + 3 < Cn) v.w = row[c + 3];
+    return v;
+}
+
+// __launch_bounds__(threads, 2): at most 128 registers a thread, so that two blocks share an SM
+// and one block's loads overlap the other's FMAs.
+template <int BM, int BN, int BK, int TM, int TN, bool TA, bool TB>
+__global__ void __launch_bounds__((BM / TM) * (BN / TN), 2) matmul_kernel(GemmArgs g) {
+    constexpr int NT = (BM / TM) * (BN / TN);  // threads per block
+    constexpr int TX = BN / TN;                // threads along n
+    constexpr int GM = 4 * BM / TM, GN = 4 * BN / TN;  // spacing of a thread's 4-wide groups
+    // +4 columns of padding: the transposed stores below (As[k][m] for k-contiguous A) would
+    // otherwise hit the same bank for k and k+8; a multiple of 4 keeps float4 reads aligned.
+    __shared__ __align__(16) float As[BK][BM + 4];
+    __shared__ __align__(16) float Bs[BK][BN + 4];
+
+    int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
+    if (g.causal == CAUSAL_OUT_LOWER && n0 > m0 + BM - 1) return;  // the whole block leaves
+    int outer = blockIdx.z / g.inner, in = blockIdx.z % g.inner;
+    const float* A = g.A + outer * g.strideA[0] + in * g.strideA[1];
+    const float* B = g.B + outer * g.strideB[0] + in * g.strideB[1];
+    float* C = g.C + outer * g.strideC[0] + in * g.strideC[1];
+    int k_begin = 0, k_end = g.K;
+    if (g.causal == CAUSAL_A_LOWER) k_end = min(g.K, m0 + BM);
+    if (g.causal == CAUSAL_A_UPPER) k_begin = min(g.K, m0);  // m0 is a multiple of BK: float4 alignment holds
+
+    int tid = threadIdx.x, tx = tid % TX, ty = tid / TX;
+    float acc[TM][TN];
+#pragma unroll
+    for (int i = 0; i < TM; i++)
+#pragma unroll
+        for (int j = 0; j < TN; j++) acc[i][j] = 0.0f;
+
+    for (int k0 = k_begin; k0 < k_end; k0 += BK) {
+        // Stage the A tile (BM x BK) and B tile (BK x BN), k-major, zeros outside the matrix.
+        for (int f = tid; f < BM * BK / 4; f += NT) {
+            if (!TA) {  // A(m,k) = A[m*lda + k]: read 4 consecutive k of one row, store transposed
+                int m = f / (BK / 4), kq = (f % (BK / 4)) * 4;
+                float4 v = load_tile4(A, g.lda, m0 + m, k0 + kq, g.M, k_end, g.vecA);
+                As[kq + 0][m] = v.x; As[kq + 1][m] = v.y; As[kq + 2][m] = v.z; As[kq + 3][m] = v.w;
+            } else {    // A(m,k) = A[k*lda + m]: read 4 consecutive m, store as they are
+                int k = f / (BM / 4), mq = (f % (BM / 4)) * 4;
+                float4 v = load_tile4(A, g.lda, k0 + k, m0 + mq, k_end, g.M, g.vecA);
+                *reinterpret_cast<float4*>(&As[k][mq]) = v;
+            }
+        }
+        for (int f = tid; f < BN * BK / 4; f += NT) {
+            if (!TB) {  // B(k,n) = B[k*ldb + n]
+                int k = f / (BN / 4), nq = (f % (BN / 4)) * 4;
+                float4 v = load_tile4(B, g.ldb, k0 + k, n0 + nq, k_end, g.N, g.vecB);
+                *reinterpret_cast<float4*>(&Bs[k][nq]) = v;
+            } else {    // B(k,n) = B[n*ldb + k]
+                int n = f / (BK / 4), kq = (f % (BK / 4)) * 4;
+                float4 v = load_tile4(B, g.ldb, n0 + n, k0 + kq, g.N, k_end, g.vecB);
+                Bs[kq + 0][n] = v.x; Bs[kq + 1][n] = v.y; Bs[kq + 2][n] = v.z; Bs[kq + 3][n] = v.w;
+            }
+        }
+        __syncthreads();  // tiles complete before anyone reads them
+#pragma unroll
+        for (int k = 0; k < BK; k++) {
+            float a[TM], b[TN];
+#pragma unroll
+            for (int i = 0; i < TM / 4; i++) {
+                float4 v = *reinterpret_cast<const float4*>(&As[k][i * GM + ty * 4]);
+                a[4 * i + 0] = v.x; a[4 * i + 1] = v.y; a[4 * i + 2] = v.z; a[4 * i + 3] = v.w;
+            }
+#pragma unroll
+            for (int j = 0; j < TN / 4; j++) {
+                float4 v = *reinterpret_cast<const float4*>(&Bs[k][j * GN + tx * 4]);
+                b[4 * j + 0] = v.x; b[4 * j + 1] = v.y; b[4 * j + 2] = v.z; b[4 * j + 3] = v.w;
+            }
+#pragma unroll
+            for (int i = 0; i < TM; i++)
+#pragma unroll
+                for (int j = 0; j < TN; j++) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+        }
+        __syncthreads();  // everyone done reading before the next tiles overwrite them
+    }
+
+    // Write back: row m = m0 + (i/4)*GM + ty*4 + i%4, columns in 4-wide groups.
+#pragma unroll
+    for (int i = 0; i < TM; i++) {
+        int m = m0 + (i / 4) * GM + ty * 4 + i % 4;
+        if (m >= g.M) continue;
+        float* crow = C + m * g.ldc;
+#pragma unroll
+        for (int j = 0; j < TN; j += 4) {
+            int n = n0 + (j / 4) * GN + tx * 4;
+            float r[4];
+            for (int q = 0; q < 4; q++) r[q] = g.alpha * acc[i][j + q];
+            if (g.vecC && n + 3 < g.N) {
+                if (g.bias != NULL) {
+                    float4 bv = *reinterpret_cast<const float4*>(g.bias + n);
+                    r[0] += bv.x; r[1] += bv.y; r[2] += bv.z; r[3] += bv.w;
+                }
+                if (g.accumulate) {
+                    float4 cv = *reinterpret_cast<const float4*>(crow + n);
+                    r[0] += cv.x; r[1] += cv.y; r[2] += cv.z; r[3] += cv.w;
+                }
+                *reinterpret_cast<float4*>(crow + n) = make_float4(r[0], r[1], r[2], r[3]);
+            } else {
+                for (int q = 0; q < 4 && n + q < g.N; q++) {
+                    float v = r[q];
+                    if (g.bias != NULL) v += g.bias[n + q];
+                    if (g.accumulate) v += crow[n + q];
+                    crow[n + q] = v;
+                }
+            }
+        }
+    }
+}
+
+static int aligned16(const void* p) { return ((uintptr_t)p % 16) == 0; }
+
+#ifdef USE_CUBLAS
+static cublasHandle_t cublas_handle;
+static void cublas_check_(cublasStatus_t s, const char* call, const char* file, int line) {
+    if (s != CUBLAS_STATUS_SUCCESS) {
+        fprintf(stderr, "error: cuBLAS call %s failed with status %d (%s:%d)\n", call, (int)s, file, line);
+        exit(1);
+    }
+}
+#define cublas_check(call) cublas_check_((call), #call, __FILE__, __LINE__)
+
+__global__ void add_bias_kernel(float* out, const float* bias, int M, int N) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx < (size_t)M * N) out[idx] += bias[idx % N];
+}
+#endif
+
+// Runs the SGEMM on `batch` products. Big problems use 128x128 tiles (8x8 per thread); when
+// that would give fewer than two blocks per SM (e.g. dweight of a C x C projection: 36 tiles
+// for 132 SMs), 64x64 tiles (4x4 per thread) keep the GPU busy instead.
+static void gemm_gpu(GemmArgs g, bool ta, bool tb, int batch) {
+    if (g.M == 0 || g.N == 0 || batch == 0) return;
+    g.vecA = aligned16(g.A) && g.lda % 4 == 0 && g.strideA[0] % 4 == 0 && g.strideA[1] % 4 == 0;
+    g.vecB = aligned16(g.B) && g.ldb % 4 == 0 && g.strideB[0] % 4 == 0 && g.strideB[1] % 4 == 0;
+    g.vecC = aligned16(g.C) && g.ldc % 4 == 0 && g.strideC[0] % 4 == 0 && g.strideC[1] % 4 == 0 &&
+             (g.bias == NULL || aligned16(g.bias));
+#ifdef USE_CUBLAS
+    if (batch == 1 && g.causal == CAUSAL_NONE) {
+        // cuBLAS is column-major: row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T,
+        // and a row-major matrix read as column-major is its transpose: swap A and B, keep flags.
+        float beta = g.accumulate ? 1.0f : 0.0f;
+        if (g.bias != NULL && g.accumulate) {
+            fprintf(stderr, "error: gemm_gpu: bias with accumulate is not supported (%s:%d)\n", __FILE__, __LINE__);
+            exit(1);
+        }
+        cublas_check(cublasSgemm(cublas_handle, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                 g.N, g.M, g.K, &g.alpha, g.B, (int)g.ldb, g.A, (int)g.lda, &beta, g.C, (int)g.ldc));
+        if (g.bias != NULL) {
+            add_bias_kernel<<<ceil_div((size_t)g.M * g.N, 256), 256>>>(g.C, g.bias, g.M, g.N);
+            cuda_check(cudaGetLastError());
+        }
+        return;
+    }
+#endif
+    bool big = (size_t)ceil_div(g.M, 128) * ceil_div(g.N, 128) * batch >= (size_t)2 * gpu_num_sms;
+    int bm = big ? 128 : 64;
+    dim3 grid(ceil_div(g.N, bm), ceil_div(g.M, bm), batch);
+    if (grid.y > 65535 || grid.z > 65535) {
+        fprintf(stderr, "error: matmul of %d x %d (batch %d) is too large for one launch (%s:%d)\n",
+                g.M, g.N, batch, __FILE__, __LINE__);
+        exit(1);
+    }
+    if (big) {
+        if (!ta && !tb) matmul_kernel<128, 128, 16, 8, 8, false, false><<<grid, 256>>>(g);
+        if (!ta && tb) matmul_kernel<128, 128, 16, 8, 8, false, true><<<grid, 256>>>(g);
+        if (ta && !tb) matmul_kernel<128, 128, 16, 8, 8, true, false><<<grid, 256>>>(g);
+        if (ta && tb) matmul_kernel<128, 128, 16, 8, 8, true, true><<<grid, 256>>>(g);
+    } else {
+        if (!ta && !tb) matmul_kernel<64, 64, 16, 4, 4, false, false><<<grid, 256>>>(g);
+        if (!ta && tb) matmul_kernel<64, 64, 16, 4, 4, false, true><<<grid, 256>>>(g);
+        if (ta && !tb) matmul_kernel<64, 64, 16, 4, 4, true, false><<<grid, 256>>>(g);
+        if (ta && tb) matmul_kernel<64, 64, 16, 4, 4, true, true><<<grid, 256>>>(g);
+    }
+    cuda_check(cudaGetLastError());
+}
+
+// A plain (unbatched) product with the given operands; the caller sets the rest.
+static GemmArgs gemm_args(const float* A, long long lda, const float* B, long long ldb, float* C,
+                          long long ldc, int M, int N, int K) {
+    GemmArgs g;
+    memset(&g, 0, sizeof(g));
+    g.A = A; g.B = B; g.C = C;
+    g.lda = lda; g.ldb = ldb; g.ldc = ldc;
+    g.M = M; g.N = N; g.K = K;
+    g.inner = 1;
+    g.alpha = 1.0f;
+    g.causal = CAUSAL_NONE;
+    return g;
+}
+
+// out(B,T,OC) = inp(B,T,C) weight(OC,C)^T + bias(OC): the SGEMM with B stored transposed.
+static void matmul_forward_gpu(float* out, const float* inp, const float* weight, const float* bias,
+                               int B, int T, int C, int OC) {
+    GemmArgs g = gemm_args(inp, C, weight, C, out, OC, B * T, OC, C);
+    g.bias = bias;
+    gemm_gpu(g, false, true, 1);
+}
+
+// dbias[o] += sum over rows of dout[row, o], stage 1: as layernorm_backward_params_kernel.
+__global__ void bias_backward_kernel(float* partial, const float* dout, int N, int OC) {
+    __shared__ float part[8][32];
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    int col = blockIdx.x * 32 + lane;
+    int row_end = min(N, (int)(blockIdx.y + 1) * COLSUM_ROWS_PER_CHUNK);
+    float sum = 0.0f;
+    if (col < OC) {
+        for (int row = blockIdx.y * COLSUM_ROWS_PER_CHUNK + warp; row < row_end; row += 8) {
+            sum += dout[(size_t)row * OC + col];
+        }
+    }
+    part[warp][lane] = sum;
+    __syncthreads();
+    if (warp == 0 && col < OC) {
+        float total = 0.0f;
+        for (int w = 0; w < 8; w++) total += part[w][lane];
+        partial[(size_t)blockIdx.y * OC + col] = total;
+    }
+}
+
+// dinp(B,T,C) += dout(B,T,OC) weight(OC,C); dweight(OC,C) += dout^T inp; dbias(OC) += column
+// sums of dout (dbias may be NULL).
+static void matmul_backward_gpu(float* dinp, float* dweight, float* dbias, const float* dout,
+                                const float* inp, const float* weight, int B, int T, int C, int OC) {
+    int N = B * T;
+    GemmArgs g = gemm_args(dout, OC, weight, C, dinp, C, N, C, OC);
+    g.accumulate = 1;
+    gemm_gpu(g, false, false, 1);
+    g = gemm_args(dout, OC, inp, C, dweight, C, OC, C, N);  // A(o,row) = dout[row*OC + o]: transposed
+    g.accumulate = 1;
+    gemm_gpu(g, true, false, 1);
+    if (dbias != NULL) {
+        int chunks = ceil_div(N, COLSUM_ROWS_PER_CHUNK);
+        float* partial = scratch_floats((size_t)chunks * OC);
+        bias_backward_kernel<<<dim3(ceil_div(OC, 32), chunks), 256>>>(partial, dout, N, OC);
+        cuda_check(cudaGetLastError());
+        sum_partials_kernel<<<ceil_div(OC, 256), 256>>>(dbias, partial, chunks, OC, OC);
+        cuda_check(cudaGetLastError());
+    }
+}
+
+// ---------- attention ----------
+//
+// qkv (B,T,3C) holds for each position the query, key and value of all NH heads; head h of
+// sequence b is the (T, hs) slice starting at b*T*3C + h*hs (+C for keys, +2C for values) with
+// row stride 3C. Each product below is one batched SGEMM over z = b*NH + h.
+
+// att[b,h,t,:] = causal softmax of preatt[b,h,t,0..t]; zeros after t (the att V product reads
+// whole rows of the diagonal tiles). One warp per row; preatt is already scaled by 1/sqrt(hs).
+__global__ void attention_softmax_kernel(float* att, const float* preatt, int rows, int T) {
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (row >= rows) return;
+    int t = row % T;
+    const float* x = preatt + (size_t)row * T;  // only x[0..t] was computed
+    float* y = att + (size_t)row * T;
+    float maxval = -INFINITY;
+    for (int i = lane; i <= t; i += 32) maxval = fmaxf(maxval, x[i]);
+    maxval = warp_max(maxval);
+    float sum = 0.0f;
+    for (int i = lane; i <= t; i += 32) sum += expf(x[i] - maxval);
+    sum = warp_sum(sum);
+    float inv = sum == 0.0f ? 0.0f : 1.0f / sum;
+    for (int i = lane; i < T; i += 32) y[i] = i <= t ? expf(x[i] - maxval) * inv : 0.0f;
+}
+
+// Fills the batch addressing of a (T, hs) head slice: z = b*NH + h.
+static void head_strides(long long stride[2], long long batch_stride, long long head_stride) {
+    stride[0] = batch_stride;
+    stride[1] = head_stride;
+}
+
+// out (B,T,C), preatt and att (B,NH,T,T), inp = qkv (B,T,3C). preatt = Q K^T / sqrt(hs) (only
+// n <= m computed), att = softmax, out = att V. preatt's upper triangle is left unwritten.
+static void attention_forward_gpu(float* out, float* preatt, float* att, const float* inp,
+                                  int B, int T, int C, int NH) {
+    int hs = C / NH;
+    long long TT = (long long)T * T;
+    // preatt[z] (T x T) = scale * Q (T x hs) K^T: B operand K stored (n, k): transposed
+    GemmArgs g = gemm_args(inp, 3 * C, inp + C, 3 * C, preatt, T, T, T, hs);
+    head_strides(g.strideA, (long long)T * 3 * C, hs);
+    head_strides(g.strideB, (long long)T * 3 * C, hs);
+    head_strides(g.strideC, NH * TT, TT);
+    g.inner = NH;
+    g.alpha = 1.0f / sqrtf((float)hs);
+    g.causal = CAUSAL_OUT_LOWER;
+    gemm_gpu(g, false, true, B * NH);
+
+    attention_softmax_kernel<<<ceil_div((size_t)B * NH * T, 8), 256>>>(att, preatt, B * NH * T, T);
+    cuda_check(cudaGetLastError());
+
+    // out[b, :, h*hs:(h+1)*hs] (T x hs) = att[z] (T x T) V (T x hs)
+    g = gemm_args(att, T, inp + 2 * C, 3 * C, out, C, T, hs, T);
+    head_strides(g.strideA, NH * TT, TT);
+    head_strides(g.strideB, (long long)T * 3 * C, hs);
+    head_strides(g.strideC, (long long)T * C, hs);
+    g.inner = NH;
+    g.causal = CAUSAL_A_LOWER;
+    gemm_gpu(g, false, false, B * NH);
+}
+
+// dpreatt = att * (datt - sum(att * datt)) on the causal part of each row, zeros after it.
+__global__ void attention_softmax_backward_kernel(float* dpreatt, const float* datt, const float* att,
+                                                  int rows, int T) {
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (row >= rows) return;
+    int t = row % T;
+    const float* a = att + (size_t)row * T;
+    const float* da = datt + (size_t)row * T;  // only da[0..t] was computed
+    float dot = 0.0f;
+    for (int i = lane; i <= t; i += 32) dot += a[i] * da[i];
+    dot = warp_sum(dot);
+    float* dp = dpreatt + (size_t)row * T;
+    for (int i = lane; i < T; i += 32) dp[i] = i <= t ? a[i] * (da[i] - dot) : 0.0f;
+}
+
+// dinp = dqkv (B,T,3C) accumulates (+=) the gradients of Q, K and V. dpreatt and datt
+// (B,NH,T,T) are scratch, overwritten (unlike the CPU, which accumulates into them).
+static void attention_backward_gpu(float* dinp, float* dpreatt, float* datt, const float* dout,
+                                   const float* inp, const float* att, int B, int T, int C, int NH) {
+    int hs = C / NH;
+    long long TT = (long long)T * T;
+    float scale = 1.0f / sqrtf((float)hs);
+    const float* q = inp;
+    const float* k = inp + C;
+    const float* v = inp + 2 * C;
+    // datt[z] = dout_h (T x hs) V^T: only n <= m is needed
+    GemmArgs g = gemm_args(dout, C, v, 3 * C, datt, T, T, T, hs);
+    head_strides(g.strideA, (long long)T * C, hs);
+    head_strides(g.strideB, (long long)T * 3 * C, hs);
+    head_strides(g.strideC, NH * TT, TT);
+    g.inner = NH;
+    g.causal = CAUSAL_OUT_LOWER;
+    gemm_gpu(g, false, true, B * NH);
+
+    // dV += att^T dout_h: A(m=t2, k=t1) = att[t1][t2], zero for t1 < t2
+    g = gemm_args(att, T, dout, C, dinp + 2 * C, 3 * C, T, hs, T);
+    head_strides(g.strideA, NH * TT, TT);
+    head_strides(g.strideB, (long long)T * C, hs);
+    head_strides(g.strideC, (long long)T * 3 * C, hs);
+    g.inner = NH;
+    g.accumulate = 1;
+    g.causal = CAUSAL_A_UPPER;
+    gemm_gpu(g, true, false, B * NH);
+
+    attention_softmax_backward_kernel<<<ceil_div((size_t)B * NH * T, 8), 256>>>(dpreatt, datt, att, B * NH * T, T);
+    cuda_check(cudaGetLastError());
+
+    // dQ += scale * dpreatt K: dpreatt is lower triangular
+    g = gemm_args(dpreatt, T, k, 3 * C, dinp, 3 * C, T, hs, T);
+    head_strides(g.strideA, NH * TT, TT);
+    head_strides(g.strideB, (long long)T * 3 * C, hs);
+    head_strides(g.strideC, (long long)T * 3 * C, hs);
+    g.inner = NH;
+    g.alpha = scale;
+    g.accumulate = 1;
+    g.causal = CAUSAL_A_LOWER;
+    gemm_gpu(g, false, false, B * NH);
+
+    // dK += scale * dpreatt^T Q: A(m=t2, k=t1) = dpreatt[t1][t2], zero for t1 < t2
+    g = gemm_args(dpreatt, T, q, 3 * C, dinp + C, 3 * C, T, hs, T);
+    head_strides(g.strideA, NH * TT, TT);
+    head_strides(g.strideB, (long long)T * 3 * C, hs);
+    head_strides(g.strideC, (long long)T * 3 * C, hs);
+    g.inner = NH;
+    g.alpha = scale;
+    g.accumulate = 1;
+    g.causal = CAUSAL_A_UPPER;
+    gemm_gpu(g, true, false, B * NH);
+}
+
+// ---------- GELU and residual ----------
+
+// GELU, tanh approximation (as GPT-2): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+__global__ void gelu_forward_kernel(float* out, const float* inp, size_t N) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= N) return;
+    float x = inp[i];
+    float cube = 0.044715f * x * x * x;
+    out[i] = 0.5f * x * (1.0f + tanhf(GELU_SCALING_FACTOR * (x + cube)));
+}
+
+static void gelu_forward_gpu(float* out, const float* inp, int N) {
+    gelu_forward_kernel<<<ceil_div(N, 256), 256>>>(out, inp, N);
+    cuda_check(cudaGetLastError());
+}
+
+__global__ void gelu_backward_kernel(float* dinp, const float* inp, const float* dout, size_t N) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= N) return;
+    float x = inp[i];
+    float u = GELU_SCALING_FACTOR * (x + 0.044715f * x * x * x);
+    float th = tanhf(u);
+    float sech2 = 1.0f - th * th;  // d tanh(u) / du
+    float du = GELU_SCALING_FACTOR * (1.0f + 3.0f * 0.044715f * x * x);
+    dinp[i] += dout[i] * (0.5f * (1.0f + th) + 0.5f * x * sech2 * du);
+}
+
+static void gelu_backward_gpu(float* dinp, const float* inp, const float* dout, int N) {
+    gelu_backward_kernel<<<ceil_div(N, 256), 256>>>(dinp, inp, dout, N);
+    cuda_check(cudaGetLastError());
+}
+
+__global__ void residual_forward_kernel(float* out, const float* inp1, const float* inp2, size_t N) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < N) out[i] = inp1[i] + inp2[i];
+}
+
+static void residual_forward_gpu(float* out, const float* inp1, const float* inp2, int N) {
+    residual_forward_kernel<<<ceil_div(N, 256), 256>>>(out, inp1, inp2, N);
+    cuda_check(cudaGetLastError());
+}
+
+__global__ void residual_backward_kernel(float* dinp1, float* dinp2, const float* dout, size_t N) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= N) return;
+    dinp1[i] += dout[i];
+    dinp2[i] += dout[i];
+}
+
+static void residual_backward_gpu(float* dinp1, float* dinp2, const float* dout, int N) {
+    residual_backward_kernel<<<ceil_div(N, 256), 256>>>(dinp1, dinp2, dout, N);
+    cuda_check(cudaGetLastError());
+}
+
+// ---------- fused classifier ----------
+
+// One block per position (b,t), over the V real columns of its Vp logits: the max, the sum of
+// exp (for a softmax that cannot overflow), the loss -log p[target] = log(sum) - (x[target] -
+// max), and the gradient of the mean loss, dlogits = (p - 1[target]) / (B*T). That replaces the
+// CPU's softmax_forward, crossentropy_forward and crossentropy_softmax_backward without ever
+// storing the (B,T,Vp) probabilities. dlogits is written (not accumulated), padding columns 0.
+__global__ void fused_classifier_kernel(float* dlogits, float* losses, const float* logits,
+                                        const int* targets, float dloss, int V, int Vp) {
+    size_t row = blockIdx.x;
+    const float* x = logits + row * Vp;
+    float maxval = -INFINITY;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) maxval = fmaxf(maxval, x[i]);
+    maxval = block_max(maxval);
+    float sum = 0.0f;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) sum += expf(x[i] - maxval);
+    sum = block_sum(sum);
+    int target = targets[row];
+    if (threadIdx.x == 0) losses[row] = logf(sum) - (x[target] - maxval);
+    float inv = 1.0f / sum;
+    float* dx = dlogits + row * Vp;
+    for (int i = threadIdx.x; i < Vp; i += blockDim.x) {
+        dx[i] = i < V ? (expf(x[i] - maxval) * inv - (i == target ? 1.0f : 0.0f)) * dloss : 0.0f;
+    }
+}
+
+static void fused_classifier_gpu(float* dlogits, float* losses, const float* logits, const int* targets,
+                                 int B, int T, int V, int Vp) {
+    fused_classifier_kernel<<<B * T, 1024>>>(dlogits, losses, logits, targets, 1.0f / (B * T), V, Vp);
+    cuda_check(cudaGetLastError());
+}
+
+// ---------- optimizer ----------
+
+#define NORM_BLOCKS 512  // fixed, not per device: the summation order, hence the bits, never change
+
+// Stage 1: block b sums x[i]^2 over its grid-strided elements into partial[b]. In double, as
+// the CPU does: 124M squares summed in float would lose digits.
+__global__ void norm_squared_kernel(double* partial, const float* x, size_t n) {
+    double sum = 0.0;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        sum += (double)x[i] * x[i];
+    }
+    sum = block_sum(sum);
+    if (threadIdx.x == 0) partial[blockIdx.x] = sum;
+}
+
+// Stage 2: one block adds the NORM_BLOCKS partial sums into partial[NORM_BLOCKS].
+__global__ void norm_finish_kernel(double* partial, int n) {
+    double sum = 0.0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) sum += partial[i];
+    sum = block_sum(sum);
+    if (threadIdx.x == 0) partial[n] = sum;
+}
+
+__global__ void scale_kernel(float* x, float s, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] *= s;
+}
+
+// Global L2 norm of the n gradients; scaled by max_norm / (norm + 1e-6) when that is below 1,
+// the rule of the CPU's gpt2_clip_gradients (and PyTorch's clip_grad_norm_). Returns the norm.
+static float clip_gradients_gpu(float* grads, size_t n, float max_norm) {
+    double* partial = (double*)scratch_floats(2 * (NORM_BLOCKS + 1));
+    norm_squared_kernel<<<NORM_BLOCKS, 256>>>(partial, grads, n);
+    cuda_check(cudaGetLastError());
+    norm_finish_kernel<<<1, 256>>>(partial, NORM_BLOCKS);
+    cuda_check(cudaGetLastError());
+    double sum;
+    cuda_check(cudaMemcpy(&sum, partial + NORM_BLOCKS, sizeof(double), cudaMemcpyDeviceToHost));
+    float norm = (float)sqrt(sum);
+    float coef = max_norm / (norm + 1e-6f);
+    if (coef < 1.0f) {
+        scale_kernel<<<ceil_div(n, 256), 256>>>(grads, coef, n);
+        cuda_check(cudaGetLastError());
+    }
+    return norm;
+}
+
+// One AdamW step on n parameters, the CPU's gpt2_update formula element for element:
+//   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;  p = p*decay - step_size * m / (sqrt(v)/bc2 + eps)
+__global__ void adamw_kernel(float* params, const float* grads, float* m, float* v, size_t n,
+                             float beta1, float beta2, float eps, float decay, float step_size,
+                             float bias_correction2_sqrt) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float g = grads[i];
+    float mi = beta1 * m[i] + (1.0f - beta1) * g;
+    float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    float denom = sqrtf(vi) / bias_correction2_sqrt + eps;
+    params[i] = params[i] * decay - step_size * mi / denom;
+}
+
+// ---------- the model ----------
+
+// train_cpu.c's GPT2 with every tensor in device memory. The parameters come from a host GPT2
+// (built, loaded or initialised by train_cpu.c) and are copied back to it to be saved, so every
+// file format is read and written by train_cpu.c's code.
+typedef struct {
+    GPT2Config config;
+    ParameterTensors params;  // device pointers into params_memory, in file order
+    size_t param_sizes[NUM_PARAMETER_TENSORS];
+    float* params_memory;
+    size_t num_parameters;
+    ParameterTensors grads;
+    float* grads_memory;
+    float* m_memory;          // AdamW moments
+    float* v_memory;
+    ActivationTensors acts;   // as on the CPU, except that probs is not stored (size 0)
+    size_t act_sizes[NUM_ACTIVATION_TENSORS];
+    float* acts_memory;
+    size_t num_activations;
+    ActivationTensors grads_acts;
+    float* grads_acts_memory;
+    int batch_size;           // B and T the activations were allocated for
+    int seq_len;
+    int B, T;                 // of the last forward pass
+    int* inputs;              // device (B, T)
+    int* targets;             // device (B, T)
+    float* losses;            // host copy of acts.losses (B, T)
+    float mean_loss;          // of the last forward pass; -1 when it had no targets
+} GPT2GPU;
+
+#define ACT_INDEX(field) (offsetof(ActivationTensors, field) / sizeof(float*))
+
+// The CPU's activation table, without probs: the fused classifier never stores them.
+static void gpu_activation_sizes(size_t* sizes, GPT2Config config, int B, int T) {
+    fill_in_activation_sizes(sizes, config, B, T);
+    sizes[ACT_INDEX(probs)] = 0;
+}
+
+// Copies the parameters of a host model to the GPU and allocates everything for batches of up to
+// B x T. Gradients and AdamW moments start at zero.
+void gpt2_build_gpu(GPT2GPU* model, const GPT2* host, int B, int T) {
+    memset(model, 0, sizeof(*model));
+    model->config = host->config;
+    memcpy(model->param_sizes, host->param_sizes, sizeof(model->param_sizes));
+    model->num_parameters = host->num_parameters;
+    model->batch_size = B;
+    model->seq_len = T;
+    gpu_activation_sizes(model->act_sizes, model->config, B, T);
+    model->num_activations = sum_sizes(model->act_sizes, NUM_ACTIVATION_TENSORS);
+    size_t n = model->num_parameters, na = model->num_activations;
+    size_t need = (4 * n + 2 * na) * sizeof(float) + 2 * (size_t)B * T * sizeof(int);
+    size_t free_bytes, total_bytes;
+    cuda_check(cudaMemGetInfo(&free_bytes, &total_bytes));
+    if (need > free_bytes) {
+        fprintf(stderr, "error: the model needs %.1f GiB of GPU memory (parameters, gradients, AdamW "
+                "moments, activations for B=%d T=%d) but %.1f GiB are free: use a smaller -b or -t\n",
+                need / 1073741824.0, B, T, free_bytes / 1073741824.0);
+        exit(1);
+    }
+    cuda_check(cudaMalloc((void**)&model->params_memory, n * sizeof(float)));
+    cuda_check(cudaMalloc((void**)&model->grads_memory, n * sizeof(float)));
+    cuda_check(cudaMalloc((void**)&model->m_memory, n * sizeof(float)));
+    cuda_check(cudaMalloc((void**)&model->v_memory, n * sizeof(float)));
+    cuda_check(cudaMalloc((void**)&model->acts_memory, na * sizeof(float)));
+    cuda_check(cudaMalloc((void**)&model->grads_acts_memory, na * sizeof(float)));
+    cuda_check(cudaMalloc((void**)&model->inputs, (size_t)B * T * sizeof(int)));
+    cuda_check(cudaMalloc((void**)&model->targets, (size_t)B * T * sizeof(int)));
+    cuda_check(cudaMemcpy(model->params_memory, host->params_memory, n * sizeof(float), cudaMemcpyHostToDevice));
+    cuda_check(cudaMemset(model->grads_memory, 0, n * sizeof(float)));
+    cuda_check(cudaMemset(model->m_memory, 0, n * sizeof(float)));
+    cuda_check(cudaMemset(model->v_memory, 0, n * sizeof(float)));
+    point_tensors((float**)&model->params, model->params_memory, model->param_sizes, NUM_PARAMETER_TENSORS);
+    point_tensors((float**)&model->grads, model->grads_memory, model->param_sizes, NUM_PARAMETER_TENSORS);
+    model->losses = (float*)malloc_check((size_t)B * T * sizeof(float));
+    model->mean_loss = -1.0f;
+}
+
+// Copies the parameters back into a host model of the same shape (to save a checkpoint).
+void gpt2_copy_params_to_host(const GPT2GPU* model, GPT2* host) {
+    cuda_check(cudaMemcpy(host->params_memory, model->params_memory, model->num_parameters * sizeof(float),
+                          cudaMemcpyDeviceToHost));
+}
+
+// The forward pass, as gpt2_forward: inputs and targets are host arrays (B, T); targets may be
+// NULL. With targets, the fused classifier also leaves the gradient of the mean loss with
+// respect to the logits in grads_acts.logits, ready for gpt2_backward_gpu.
+void gpt2_forward_gpu(GPT2GPU* model, const int* inputs, const int* targets, int B, int T) {
+    GPT2Config cfg = model->config;
+    int V = cfg.vocab_size, Vp = cfg.padded_vocab_size;
+    int L = cfg.num_layers, NH = cfg.num_heads, C = cfg.channels;
+    if (B > model->batch_size || T > model->seq_len) {
+        fprintf(stderr, "error: batch B=%d T=%d is larger than the GPU allocation B=%d T=%d\n", B, T,
+                model->batch_size, model->seq_len);
+        exit(1);
+    }
+    for (int i = 0; i < B * T; i++) {  // an id out of range would read outside wte on the device
+        int bad_input = inputs[i] < 0 || inputs[i] >= V;
+        int bad_target = targets != NULL && (targets[i] < 0 || targets[i] >= V);
+        if (bad_input || bad_target) {
+            fprintf(stderr, "error: token id %d at position %d is outside the vocabulary (V=%d)\n",
+                    bad_input ? inputs[i] : targets[i], i, V);
+            exit(1);
+        }
+    }
+    // the tensors are laid out for this B and T inside the allocation, as on the CPU
+    size_t sizes[NUM_ACTIVATION_TENSORS];
+    gpu_activation_sizes(sizes, cfg, B, T);
+    point_tensors((float**)&model->acts, model->acts_memory, sizes, NUM_ACTIVATION_TENSORS);
+    point_tensors((float**)&model->grads_acts, model->grads_acts_memory, sizes, NUM_ACTIVATION_TENSORS);
+    model->B = B;
+    model->T = T;
+    cuda_check(cudaMemcpy(model->inputs, inputs, (size_t)B * T * sizeof(int), cudaMemcpyHostToDevice));
+    if (targets != NULL) {
+        cuda_check(cudaMemcpy(model->targets, targets, (size_t)B * T * sizeof(int), cudaMemcpyHostToDevice));
+    }
+
+    ParameterTensors p = model->params;
+    ActivationTensors a = model->acts;
+    size_t BTC = (size_t)B * T * C, BT = (size_t)B * T, att_size = (size_t)B * NH * T * T;
+    encoder_forward_gpu(a.encoded, model->inputs, p.wte, p.wpe, B, T, C);
+    for (int l = 0; l < L; l++) {
+        float* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * BTC;
+        // this layer's weights
+        float* l_ln1w = p.ln1w + l * C;
+        float* l_ln1b = p.ln1b + l * C;
+        float* l_qkvw = p.qkvw + (size_t)l * 3 * C * C;
+        float* l_qkvb = p.qkvb + l * 3 * C;
+        float* l_attprojw = p.attprojw + (size_t)l * C * C;
+        float* l_attprojb = p.attprojb + l * C;
+        float* l_ln2w = p.ln2w + l * C;
+        float* l_ln2b = p.ln2b + l * C;
+        float* l_fcw = p.fcw + (size_t)l * 4 * C * C;
+        float* l_fcb = p.fcb + l * 4 * C;
+        float* l_fcprojw = p.fcprojw + (size_t)l * C * 4 * C;
+        float* l_fcprojb = p.fcprojb + l * C;
+        // this layer's activations
+        float* l_ln1 = a.ln1 + l * BTC;
+        float* l_ln1_mean = a.ln1_mean + l * BT;
+        float* l_ln1_rstd = a.ln1_rstd + l * BT;
+        float* l_qkv = a.qkv + l * BTC * 3;
+        float* l_atty = a.atty + l * BTC;
+        float* l_preatt = a.preatt + l * att_size;
+        float* l_att = a.att + l * att_size;
+        float* l_attproj = a.attproj + l * BTC;
+        float* l_residual2 = a.residual2 + l * BTC;
+        float* l_ln2 = a.ln2 + l * BTC;
+        float* l_ln2_mean = a.ln2_mean + l * BT;
+        float* l_ln2_rstd = a.ln2_rstd + l * BT;
+        float* l_fch = a.fch + l * BTC * 4;
+        float* l_fch_gelu = a.fch_gelu + l * BTC * 4;
+        float* l_fcproj = a.fcproj + l * BTC;
+        float* l_residual3 = a.residual3 + l * BTC;
+        // attention block, then MLP block, each pre-norm with a residual connection
+        layernorm_forward_gpu(l_ln1, l_ln1_mean, l_ln1_rstd, residual, l_ln1w, l_ln1b, B, T, C);
+        matmul_forward_gpu(l_qkv, l_ln1, l_qkvw, l_qkvb, B, T, C, 3 * C);
+        attention_forward_gpu(l_atty, l_preatt, l_att, l_qkv, B, T, C, NH);
+        matmul_forward_gpu(l_attproj, l_atty, l_attprojw, l_attprojb, B, T, C, C);
+        residual_forward_gpu(l_residual2, residual, l_attproj, (int)BTC);
+        layernorm_forward_gpu(l_ln2, l_ln2_mean, l_ln2_rstd, l_residual2, l_ln2w, l_ln2b, B, T, C);
+        matmul_forward_gpu(l_fch, l_ln2, l_fcw, l_fcb, B, T, C, 4 * C);
+        gelu_forward_gpu(l_fch_gelu, l_fch, (int)(BTC * 4));
+        matmul_forward_gpu(l_fcproj, l_fch_gelu, l_fcprojw, l_fcprojb, B, T, 4 * C, C);
+        residual_forward_gpu(l_residual3, l_residual2, l_fcproj, (int)BTC);
+    }
+    float* residual = a.residual3 + (L - 1) * BTC;
+    layernorm_forward_gpu(a.lnf, a.lnf_mean, a.lnf_rstd, residual, p.lnfw, p.lnfb, B, T, C);
+    matmul_forward_gpu(a.logits, a.lnf, p.wte, NULL, B, T, C, Vp);  // output layer tied to wte
+
+    if (targets != NULL) {
+        fused_classifier_gpu(model->grads_acts.logits, a.losses, a.logits, model->targets, B, T, V, Vp);
+        cuda_check(cudaMemcpy(model->losses, a.losses, BT * sizeof(float), cudaMemcpyDeviceToHost));
+        double sum = 0.0;
+        for (size_t i = 0; i < BT; i++) sum += model->losses[i];
+        model->mean_loss = (float)(sum / (double)BT);
+    } else {
+        model->mean_loss = -1.0f;
+    }
+}
+
+void gpt2_zero_grad_gpu(GPT2GPU* model) {
+    cuda_check(cudaMemset(model->grads_memory, 0, model->num_parameters * sizeof(float)));
+}
+
+// The backward pass of the last forward pass (which must have had targets), as gpt2_backward.
+// Activation gradients are zeroed here, except three that are written before they are read:
+// logits (by the forward's fused classifier), preatt and att (attention scratch).
+void gpt2_backward_gpu(GPT2GPU* model) {
+    if (model->mean_loss == -1.0f) {
+        fprintf(stderr, "error: gpt2_backward_gpu needs a forward pass with targets first\n");
+        exit(1);
+    }
+    GPT2Config cfg = model->config;
+    int B = model->B, T = model->T;
+    int Vp = cfg.padded_vocab_size;
+    int L = cfg.num_layers, NH = cfg.num_heads, C = cfg.channels;
+    size_t sizes[NUM_ACTIVATION_TENSORS];
+    gpu_activation_sizes(sizes, cfg, B, T);
+    float** dtensors = (float**)&model->grads_acts;
+    for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) {
+        if (i == (int)ACT_INDEX(logits) || i == (int)ACT_INDEX(preatt) || i == (int)ACT_INDEX(att)) continue;
+        cuda_check(cudaMemset(dtensors[i], 0, sizes[i] * sizeof(float)));
+    }
+
+    ParameterTensors p = model->params;
+    ParameterTensors g = model->grads;
+    ActivationTensors a = model->acts;
+    ActivationTensors ga = model->grads_acts;
+    size_t BTC = (size_t)B * T * C, BT = (size_t)B * T, att_size = (size_t)B * NH * T * T;
+
+    matmul_backward_gpu(ga.lnf, g.wte, NULL, ga.logits, a.lnf, p.wte, B, T, C, Vp);
+    float* residual = a.residual3 + (L - 1) * BTC;
+    float* dresidual = ga.residual3 + (L - 1) * BTC;
+    layernorm_backward_gpu(dresidual, g.lnfw, g.lnfb, ga.lnf, residual, p.lnfw, a.lnf_mean,
+                           a.lnf_rstd, B, T, C);
+
+    for (int l = L - 1; l >= 0; l--) {
+        residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * BTC;
+        dresidual = l == 0 ? ga.encoded : ga.residual3 + (l - 1) * BTC;
+        // weights and their gradients
+        float* l_ln1w = p.ln1w + l * C;
+        float* l_qkvw = p.qkvw + (size_t)l * 3 * C * C;
+        float* l_attprojw = p.attprojw + (size_t)l * C * C;
+        float* l_ln2w = p.ln2w + l * C;
+        float* l_fcw = p.fcw + (size_t)l * 4 * C * C;
+        float* l_fcprojw = p.fcprojw + (size_t)l * C * 4 * C;
+        float* dl_ln1w = g.ln1w + l * C;
+        float* dl_ln1b = g.ln1b + l * C;
+        float* dl_qkvw = g.qkvw + (size_t)l * 3 * C * C;
+        float* dl_qkvb = g.qkvb + l * 3 * C;
+        float* dl_attprojw = g.attprojw + (size_t)l * C * C;
+        float* dl_attprojb = g.attprojb + l * C;
+        float* dl_ln2w = g.ln2w + l * C;
+        float* dl_ln2b = g.ln2b + l * C;
+        float* dl_fcw = g.fcw + (size_t)l * 4 * C * C;
+        float* dl_fcb = g.fcb + l * 4 * C;
+        float* dl_fcprojw = g.fcprojw + (size_t)l * C * 4 * C;
+        float* dl_fcprojb = g.fcprojb + l * C;
+        // activations and their gradients
+        float* l_ln1 = a.ln1 + l * BTC;
+        float* l_ln1_mean = a.ln1_mean + l * BT;
+        float* l_ln1_rstd = a.ln1_rstd + l * BT;
+        float* l_qkv = a.qkv + l * BTC * 3;
+        float* l_atty = a.atty + l * BTC;
+        float* l_att = a.att + l * att_size;
+        float* l_residual2 = a.residual2 + l * BTC;
+        float* l_ln2 = a.ln2 + l * BTC;
+        float* l_ln2_mean = a.ln2_mean + l * BT;
+        float* l_ln2_rstd = a.ln2_rstd + l * BT;
+        float* l_fch = a.fch + l * BTC * 4;
+        float* l_fch_gelu = a.fch_gelu + l * BTC * 4;
+        float* dl_ln1 = ga.ln1 + l * BTC;
+        float* dl_qkv = ga.qkv + l * BTC * 3;
+        float* dl_atty = ga.atty + l * BTC;
+        float* dl_preatt = ga.preatt + l * att_size;
+        float* dl_att = ga.att + l * att_size;
+        float* dl_attproj = ga.attproj + l * BTC;
+        float* dl_residual2 = ga.residual2 + l * BTC;
+        float* dl_ln2 = ga.ln2 + l * BTC;
+        float* dl_fch = ga.fch + l * BTC * 4;
+        float* dl_fch_gelu = ga.fch_gelu + l * BTC * 4;
+        float* dl_fcproj = ga.fcproj + l * BTC;
+        float* dl_residual3 = ga.residual3 + l * BTC;
+        // the forward pass of this layer in reverse
+        residual_backward_gpu(dl_residual2, dl_fcproj, dl_residual3, (int)BTC);
+        matmul_backward_gpu(dl_fch_gelu, dl_fcprojw, dl_fcprojb, dl_fcproj, l_fch_gelu, l_fcprojw,
+                            B, T, 4 * C, C);
+        gelu_backward_gpu(dl_fch, l_fch, dl_fch_gelu, (int)(BTC * 4));
+        matmul_backward_gpu(dl_ln2, dl_fcw, dl_fcb, dl_fch, l_ln2, l_fcw, B, T, C, 4 * C);
+        layernorm_backward_gpu(dl_residual2, dl_ln2w, dl_ln2b, dl_ln2, l_residual2, l_ln2w,
+                               l_ln2_mean, l_ln2_rstd, B, T, C);
+        residual_backward_gpu(dresidual, dl_attproj, dl_residual2, (int)BTC);
+        matmul_backward_gpu(dl_atty, dl_attprojw, dl_attprojb, dl_attproj, l_atty, l_attprojw,
+                            B, T, C, C);
+        attention_backward_gpu(dl_qkv, dl_preatt, dl_att, dl_atty, l_qkv, l_att, B, T, C, NH);
+        matmul_backward_gpu(dl_ln1, dl_qkvw, dl_qkvb, dl_qkv, l_ln1, l_qkvw, B, T, C, 3 * C);
+        layernorm_backward_gpu(dresidual, dl_ln1w, dl_ln1b, dl_ln1, residual, l_ln1w, l_ln1_mean,
+                               l_ln1_rstd, B, T, C);
+    }
+    encoder_backward_gpu(g.wte, g.wpe, ga.encoded, model->inputs, B, T, C);
+}
+
+float gpt2_clip_gradients_gpu(GPT2GPU* model, float max_norm) {
+    return clip_gradients_gpu(model->grads_memory, model->num_parameters, max_norm);
+}
+
+// One AdamW step (t from 1), as gpt2_update: one launch per tensor, weight decay on the
+// matrices only (PARAMETER_DECAYS).
+void gpt2_update_gpu(GPT2GPU* model, float lr, float beta1, float beta2, float eps,
+                     float weight_decay, int t) {
+    float bias_correction1 = 1.0f - powf(beta1, (float)t);
+    float bias_correction2_sqrt = sqrtf(1.0f - powf(beta2, (float)t));
+    float step_size = lr / bias_correction1;
+    size_t offset = 0;
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        float decay = PARAMETER_DECAYS[k] ? 1.0f - lr * weight_decay : 1.0f;
+        size_t n = model->param_sizes[k];
+        adamw_kernel<<<ceil_div(n, 256), 256>>>(model->params_memory + offset, model->grads_memory + offset,
+                                                model->m_memory + offset, model->v_memory + offset, n,
+                                                beta1, beta2, eps, decay, step_size, bias_correction2_sqrt);
+        cuda_check(cudaGetLastError());
+        offset += n;
+    }
+}
+
+void gpt2_free_gpu(GPT2GPU* model) {
+    cuda_check(cudaFree(model->params_memory));
+    cuda_check(cudaFree(model->grads_memory));
+    cuda_check(cudaFree(model->m_memory));
+    cuda_check(cudaFree(model->v_memory));
+    cuda_check(cudaFree(model->acts_memory));
+    cuda_check(cudaFree(model->grads_acts_memory));
+    cuda_check(cudaFree(model->inputs));
+    cuda_check(cudaFree(model->targets));
+    free(model->losses);
+    memset(model, 0, sizeof(*model));
+}
+
+// Mean loss over up to max_batches validation batches, as gpt2_validate.
+float gpt2_validate_gpu(GPT2GPU* model, DataLoader* val, int max_batches) {
+    dataloader_reset(val);
+    int n = max_batches < (int)val->num_batches ? max_batches : (int)val->num_batches;
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) {
+        dataloader_next_batch(val);
+        gpt2_forward_gpu(model, val->inputs, val->targets, val->B, val->T);
+        sum += model->mean_loss;
+    }
+    return (float)(sum / n);
+}
+
+// As gpt2_sample_and_print: the logits of the last position come back to the host, where
+// train_cpu.c's softmax_forward and sample_mult pick the next token.
+void gpt2_sample_and_print_gpu(GPT2GPU* model, const Tokenizer* tok, int n, uint64_t* rng) {
+    int maxT = model->seq_len;
+    if (n > maxT - 1) n = maxT - 1;
+    int eot = tok != NULL ? tok->eot_token : GPT2_EOT;
+    if (eot >= model->config.vocab_size) eot = model->config.vocab_size - 1;
+    int V = model->config.vocab_size, Vp = model->config.padded_vocab_size;
+    int* tokens = (int*)malloc_check((size_t)(n + 1) * sizeof(int));
+    float* logits = (float*)malloc_check((size_t)Vp * sizeof(float));
+    float* probs = (float*)malloc_check((size_t)Vp * sizeof(float));
+    tokens[0] = eot;
+    for (int t = 1; t <= n; t++) {
+        gpt2_forward_gpu(model, tokens, NULL, 1, t);
+        cuda_check(cudaMemcpy(logits, model->acts.logits + (size_t)(t - 1) * Vp, (size_t)Vp * sizeof(float),
+                              cudaMemcpyDeviceToHost));
+        softmax_forward(probs, logits, 1, 1, V, Vp);
+        int next = sample_mult(probs, V, random_f32(rng));
+        tokens[t] = next;
+        print_token(tok, next);
+        fflush(stdout);
+    }
+    printf("\n");
+    free(tokens);
+    free(logits);
+    free(probs);
+}
+
+// ---------- the device ----------
+
+// Peak float32 throughput without tensor cores: SMs x clock x FP32 lanes per SM x 2 (an FMA is
+// two flops). Lanes per SM by compute capability: 64 on Volta/Turing (7.x) and A100 (8.0), 128
+// on 8.6+ and Hopper (9.0). H100 SXM: 132 x 1.98 GHz x 128 x 2 = 66.9 TFLOP/s.
+typedef struct {
+    cudaDeviceProp prop;
+    double clock_ghz;
+    int lanes_per_sm;
+    double peak_flops;      // float32 FLOP/s
+    double peak_bandwidth;  // bytes/s: 2 transfers per memory clock (DDR) x bus width
+} GpuInfo;
+
+static GpuInfo gpu_info;
+
+// Picks device 0, or says there is none (one line) and exits 1.
+static void gpu_init(void) {
+    int count = 0;
+    cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess || count == 0) {
+        fprintf(stderr, "train_gpu: no CUDA device found (%s); use ./train_cpu instead\n",
+                err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
+        exit(1);
+    }
+    cuda_check(cudaSetDevice(0));
+    cuda_check(cudaGetDeviceProperties(&gpu_info.prop, 0));
+    int clock_khz = 0;
+    cuda_check(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0));
+    gpu_info.clock_ghz = clock_khz / 1e6;
+    int major = gpu_info.prop.major, minor = gpu_info.prop.minor;
+    gpu_info.lanes_per_sm = (major == 7 || (major == 8 && minor == 0)) ? 64 : 128;
+    gpu_info.peak_flops = gpu_info.prop.multiProcessorCount * gpu_info.clock_ghz * 1e9 * gpu_info.lanes_per_sm * 2.0;
+    int mem_clock_khz = 0, bus_bits = 0;
+    cuda_check(cudaDeviceGetAttribute(&mem_clock_khz, cudaDevAttrMemoryClockRate, 0));
+    cuda_check(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, 0));
+    gpu_info.peak_bandwidth = 2.0 * mem_clock_khz * 1e3 * bus_bits / 8.0;
+    gpu_num_sms = gpu_info.prop.multiProcessorCount;
+#ifdef USE_CUBLAS
+    cublas_check(cublasCreate(&cublas_handle));
+#endif
+}
+
+static void gpu_print_info(void) {
+    printf("device: %s, compute capability %d.%d, %d SMs at %.2f GHz, %.1f GiB\n", gpu_info.prop.name,
+           gpu_info.prop.major, gpu_info.prop.minor, gpu_info.prop.multiProcessorCount, gpu_info.clock_ghz,
+           gpu_info.prop.totalGlobalMem / 1073741824.0);
+    printf("peak float32 (no tensor cores) %.1f TFLOP/s = %d SMs x %.2f GHz x %d lanes x 2, the MFU reference%s\n",
+           gpu_info.peak_flops / 1e12, gpu_info.prop.multiProcessorCount, gpu_info.clock_ghz,
+           gpu_info.lanes_per_sm,
+#ifdef USE_CUBLAS
+           " (USE_CUBLAS build: matmuls by cuBLAS)"
+#else
+           ""
+#endif
+    );
+}
+
+// Training flops per token, as PaLM (appendix B) and llm.c count them: 6 per parameter (forward
+// 2, backward 4) plus the attention scores and weighted sums, 12 * L * C * T.
+static double flops_per_token(const GPT2GPU* model, int T) {
+    GPT2Config c = model->config;
+    return 6.0 * (double)model->num_parameters + 12.0 * c.num_layers * c.channels * (double)T;
+}
+
+// ---------- main ----------
+#ifndef TRAIN_GPU_NO_MAIN
+
+// train_cpu's options and outputs; only the defaults differ: the default run is GPT-2 124M (d12)
+// on Tiny Shakespeare at T=1024, with B=8 (about 36 GiB of activations and their gradients:
+// fits an 80 GB H100) and llm.c's learning rate for that model.
+static TrainConfig train_gpu_defaults(void) {
+    TrainConfig c = train_config_defaults();
+    c.init = "d12";
+    c.B = 8;
+    c.T = 1024;
+    c.learning_rate = 3e-4f;
+    c.max_steps = 100;
+    c.val_every = 20;
+    c.sample_every = 50;
+    return c;
+}
+
+int main(int argc, char** argv) {
+    TrainConfig cfg = parse_args_over(train_gpu_defaults(), argc, argv);
+    int B = cfg.B, T = cfg.T;
+    gpu_init();
+
+    // the model: fresh, from a file, or from the latest checkpoint of a run being resumed; it is
+    // built on the host by train_cpu.c and copied to the GPU
+    GPT2 host;
+    TrainState state;
+    memset(&state, 0, sizeof(state));
+    int resume_step = -1;
+    char path[4096];
+    if (cfg.output_dir != NULL) ensure_output_dir(cfg.output_dir);
+    if (cfg.resume) {
+        resume_step = find_latest_checkpoint(cfg.output_dir, cfg.max_steps);
+        if (resume_step < 0) {
+            fprintf(stderr, "error: -y 1: no model_STEP.bin with state_STEP.bin (STEP <= %d) in %s\n",
+                    cfg.max_steps, cfg.output_dir);
+            exit(1);
+        }
+        snprintf(path, sizeof(path), "%s/model_%08d.bin", cfg.output_dir, resume_step);
+        gpt2_build_from_checkpoint(&host, path);
+    } else {
+        gpt2_build_from_init(&host, cfg.init, cfg.seed);
+    }
+    GPT2Config mc = host.config;
+    if (T > mc.max_seq_len) {
+        fprintf(stderr, "error: -t %d is longer than the model's context maxT=%d\n", T, mc.max_seq_len);
+        exit(1);
+    }
+
+    DataLoader train_loader, val_loader;
+    dataloader_init(&train_loader, cfg.train_file, B, T, mc.vocab_size, cfg.shuffle, cfg.seed);
+    int use_val = cfg.val_every > 0;
+    if (use_val) dataloader_init(&val_loader, cfg.val_file, B, T, mc.vocab_size, 0, 0);
+
+    // the tokenizer only prints samples: without one, samples print as token ids
+    Tokenizer tokenizer;
+    Tokenizer* tok = NULL;
+    if (cfg.sample_every > 0) {
+        if (file_exists(cfg.tokenizer_file)) {
+            tokenizer_init(&tokenizer, cfg.tokenizer_file);
+            if ((int)tokenizer.vocab_size >= mc.vocab_size) tok = &tokenizer;
+            else tokenizer_free(&tokenizer);
+        }
+        if (tok == NULL) fprintf(stderr, "note: no tokenizer for this vocabulary at %s: samples print as token ids\n",
+                                 cfg.tokenizer_file);
+    }
+
+    GPT2GPU model;
+    gpt2_build_gpu(&model, &host, B, T);
+    gpu_print_info();
+    printf("model: L=%d NH=%d C=%d V=%d (padded %d) maxT=%d, %zu parameters (%.1f MB)\n",
+           mc.num_layers, mc.num_heads, mc.channels, mc.vocab_size, mc.padded_vocab_size,
+           mc.max_seq_len, model.num_parameters, model.num_parameters * 4.0 / 1e6);
+    printf("memory: parameters + gradients + AdamW m, v %.1f MB, activations + their gradients %.1f MB (B=%d, T=%d)\n",
+           model.num_parameters * 16.0 / 1e6, model.num_activations * 8.0 / 1e6, B, T);
+    printf("train: %s (%zu tokens, %zu batches)%s, val: %s\n", cfg.train_file,
+           train_loader.num_tokens, train_loader.num_batches, cfg.shuffle ? " shuffled" : "",
+           use_val ? cfg.val_file : "off");
+    printf("steps %d, lr %g (warmup %d, final fraction %g), weight decay %g, seed %llu\n",
+           cfg.max_steps, cfg.learning_rate, cfg.warmup_steps, cfg.final_lr_frac, cfg.weight_decay,
+           (unsigned long long)cfg.seed);
+
+    uint64_t sample_rng = seed_mix(cfg.seed, 0x5a3b1e, 0);
+    int start_step = 0;
+    if (resume_step >= 0) {
+        float* m = (float*)malloc_check(model.num_parameters * sizeof(float));
+        float* v = (float*)malloc_check(model.num_parameters * sizeof(float));
+        snprintf(path, sizeof(path), "%s/state_%08d.bin", cfg.output_dir, resume_step);
+        read_state(path, &state, m, v, model.num_parameters);
+        if (state.B != B || state.T != T || state.step != resume_step) {
+            fprintf(stderr, "error: %s was written by a run with B=%d T=%d at step %d; resume with the same -b and -t\n",
+                    path, state.B, state.T, state.step);
+            exit(1);
+        }
+        cuda_check(cudaMemcpy(model.m_memory, m, model.num_parameters * sizeof(float), cudaMemcpyHostToDevice));
+        cuda_check(cudaMemcpy(model.v_memory, v, model.num_parameters * sizeof(float), cudaMemcpyHostToDevice));
+        free(m);
+        free(v);
+        dataloader_seek(&train_loader, state.epoch, (size_t)state.batch_index);
+        sample_rng = state.rng;
+        start_step = resume_step;
+        printf("resumed from %s/model_%08d.bin at step %d\n", cfg.output_dir, resume_step, resume_step);
+    }
+
+    FILE* log = NULL;
+    if (cfg.output_dir != NULL) {
+        snprintf(path, sizeof(path), "%s/main.log", cfg.output_dir);
+        if (resume_step < 0 && file_exists(path)) {
+            fprintf(stderr, "error: %s already exists: resume that run with -y 1, or choose another -o\n", path);
+            exit(1);
+        }
+        log = fopen_check(path, resume_step >= 0 ? "a" : "w");
+    }
+
+    if (use_val && start_step == 0) {
+        float val_loss = gpt2_validate_gpu(&model, &val_loader, cfg.val_batches);
+        printf("step %d: val loss %.6f\n", 0, val_loss);
+        if (log) { fprintf(log, "s:%d tel:%f\n", 0, val_loss); fflush(log); }
+    }
+
+    double flops_per_step = flops_per_token(&model, T) * B * T;
+    double total_time = 0.0;
+    int timed_steps = 0;
+    for (int step = start_step + 1; step <= cfg.max_steps; step++) {
+        double t0 = now_seconds();
+        dataloader_next_batch(&train_loader);
+        gpt2_forward_gpu(&model, train_loader.inputs, train_loader.targets, B, T);
+        gpt2_zero_grad_gpu(&model);
+        gpt2_backward_gpu(&model);
+        float norm = gpt2_clip_gradients_gpu(&model, 1.0f);
+        float lr = learning_rate_at(&cfg, step);
+        gpt2_update_gpu(&model, lr, 0.9f, 0.95f, 1e-8f, cfg.weight_decay, step);
+        cuda_check(cudaDeviceSynchronize());  // the kernels run asynchronously: wait, then time
+        double dt = now_seconds() - t0;
+        if (step > start_step + 1 || cfg.max_steps - start_step == 1) { total_time += dt; timed_steps++; }
+        printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s | MFU %.1f%%\n", step,
+               cfg.max_steps, model.mean_loss, norm, lr, dt * 1e3, B * T / dt,
+               100.0 * flops_per_step / dt / gpu_info.peak_flops);
+        fflush(stdout);
+        if (log) { fprintf(log, "s:%d trl:%f\n", step, model.mean_loss); fflush(log); }
+
+        int last = step == cfg.max_steps;
+        if (use_val && (step % cfg.val_every == 0 || last)) {
+            float val_loss = gpt2_validate_gpu(&model, &val_loader, cfg.val_batches);
+            printf("step %d: val loss %.6f\n", step, val_loss);
+            if (log) { fprintf(log, "s:%d tel:%f\n", step, val_loss); fflush(log); }
+        }
+        if (cfg.sample_every > 0 && (step % cfg.sample_every == 0 || last)) {
+            printf("--- sample at step %d ---\n", step);
+            gpt2_sample_and_print_gpu(&model, tok, cfg.gen_tokens, &sample_rng);
+            printf("---\n");
+        }
+        if (cfg.output_dir != NULL &&
+            ((cfg.checkpoint_every > 0 && step % cfg.checkpoint_every == 0) || last)) {
+            snprintf(path, sizeof(path), "%s/model_%08d.bin", cfg.output_dir, step);
+            gpt2_copy_params_to_host(&model, &host);
+            gpt2_save_checkpoint(&host, path);
+            state.step = step;
+            state.B = B;
+            state.T = T;
+            state.epoch = train_loader.epoch;
+            state.batch_index = train_loader.batch_index;
+            state.rng = sample_rng;
+            float* m = (float*)malloc_check(model.num_parameters * sizeof(float));
+            float* v = (float*)malloc_check(model.num_parameters * sizeof(float));
+            cuda_check(cudaMemcpy(m, model.m_memory, model.num_parameters * sizeof(float), cudaMemcpyDeviceToHost));
+            cuda_check(cudaMemcpy(v, model.v_memory, model.num_parameters * sizeof(float), cudaMemcpyDeviceToHost));
+            snprintf(path, sizeof(path), "%s/state_%08d.bin", cfg.output_dir, step);
+            write_state(path, state, m, v, model.num_parameters);
+            free(m);
+            free(v);
+            printf("wrote %s/model_%08d.bin and state_%08d.bin\n", cfg.output_dir, step, step);
+        }
+    }
+    if (cfg.max_steps == 0 && cfg.output_dir != NULL) {  // -x 0: just write the initial model
+        snprintf(path, sizeof(path), "%s/model_%08d.bin", cfg.output_dir, 0);
+        gpt2_save_checkpoint(&host, path);
+        printf("wrote %s\n", path);
+    }
+    if (timed_steps > 0) {
+        double step_time = total_time / timed_steps;
+        printf("average %.1f ms per step, %.0f tok/s, MFU %.1f%%\n", step_time * 1e3, B * T / step_time,
+               100.0 * flops_per_step / step_time / gpu_info.peak_flops);
+    }
+
+    if (log) fclose_check(log, "main.log");
+    if (tok) tokenizer_free(tok);
+    dataloader_free(&train_loader);
+    if (use_val) dataloader_free(&val_loader);
+    gpt2_free_gpu(&model);
+    gpt2_free(&host);
+    return 0;
+}
+
+#endif // TRAIN_GPU_NO_MAIN
