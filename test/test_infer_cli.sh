@@ -25,6 +25,9 @@ $CC $CFLAGS -o build/infer infer.c -lm || { echo "FAIL: infer does not build"; e
 "$PY" dev/gpt2_ref.py make-model --model "$dir/m.bin" --tokens "$dir/tok.bin" --V 50257 \
   --maxT 64 --L 2 --NH 2 --C 64 --ntokens 10 --scale 0.3 > /dev/null || { echo "FAIL: make-model"; exit 1; }
 infer() { ./build/infer -e "$dir/m.bin" -k "$TOK" "$@"; }
+# Waiting OpenMP threads sleep instead of spinning: with other jobs on the cores, spinning threads
+# take the core from the one they wait for, and ~20 short runs can take minutes instead of seconds.
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 
 status=0
 ok() { echo "ok    $1"; }
