@@ -58,7 +58,7 @@ else
   ALL_TARGETS := $(CPU_PROGRAMS)
 endif
 
-.PHONY: all data test bench bench-tokenizer bench-cpu bench-infer clean gpu-status
+.PHONY: all data test bench bench-tokenizer bench-cpu bench-infer clean gpu-status gpu-checks gpu-emu bench-gpu
 
 all: $(ALL_TARGETS) gpu-status
 	@echo "built: $(ALL_TARGETS) ($(OMP_STATUS))"
@@ -86,6 +86,27 @@ ifeq ($(NVCC),)
 else
 	$(NVCC) $(NVCC_FLAGS) -o $@ train_gpu.cu $(NVCC_LIBS)
 endif
+
+# GPU checks (dev/gpu_check.cu): every kernel and the whole model against the CPU, then timings.
+gpu-checks: build/gpu_check
+
+build/gpu_check: dev/gpu_check.cu train_gpu.cu train_cpu.c tokenizer.c dev/unicode_tables.h
+ifeq ($(NVCC),)
+	@echo "skipped: build/gpu_check (nvcc not found)"; exit 1
+else
+	@mkdir -p build
+	$(NVCC) $(NVCC_FLAGS) -o $@ dev/gpu_check.cu $(NVCC_LIBS)
+endif
+
+# The same checks with every kernel run on the CPU by dev/cuda_emu.h (no GPU or nvcc needed),
+# under AddressSanitizer and UBSan: indexing, bounds, barriers and float4 alignment, not speed.
+gpu-emu: build/emu/gpu_check
+
+build/emu/gpu_check: dev/gpu_check.cu train_gpu.cu train_cpu.c tokenizer.c dev/cuda_emu.h dev/cuda_emu.py dev/unicode_tables.h
+	@mkdir -p build/emu
+	$(PYTHON) dev/cuda_emu.py dev/gpu_check.cu build/emu/gpu_check.cpp
+	$(CXX) -std=c++17 -O1 -g $(filter -fopenmp,$(CFLAGS)) -fsanitize=address,undefined -fno-sanitize-recover=undefined \
+	  -include dev/cuda_emu.h -I. build/emu/gpu_check.cpp -o $@
 
 # ---------- data ----------
 
@@ -120,6 +141,9 @@ bench-cpu: train_cpu
 
 bench-infer: infer
 	bash dev/bench_infer.sh
+
+bench-gpu: train_cpu train_gpu
+	bash dev/gpu_speedup.sh
 
 clean:
 	rm -rf $(CPU_PROGRAMS) $(GPU_PROGRAMS) train_cpu_asan build
