@@ -1262,8 +1262,8 @@ static double flops_per_token(const GPT2GPU* model, int T) {
 #ifndef TRAIN_GPU_NO_MAIN
 
 // train_cpu's options and outputs; only the defaults differ: the default run is GPT-2 124M (d12)
-// on Tiny Shakespeare at T=1024, with B=8 (about 36 GiB of activations and their gradients:
-// fits an 80 GB H100) and llm.c's learning rate for that model.
+// on Tiny Shakespeare at T=1024, with B=8 (33 GiB of GPU memory in all, 31 of them activations
+// and their gradients: fits an 80 GB H100 with room to spare) and llm.c's learning rate for it.
 static TrainConfig train_gpu_defaults(void) {
     TrainConfig c = train_config_defaults();
     c.init = "d12";
