@@ -42,7 +42,10 @@ bytes_per_token() {  # stderr file of an infer run
 }
 
 # Other jobs on the cores hurt infer far more than membw: each token passes ~135 OpenMP barriers,
-# and one descheduled thread stalls each of them (doc/infer.md). Say how busy the machine was.
+# and one descheduled thread stalls each of them, the more so when the threads that wait spin
+# on the core it needs. So waiting threads sleep (passive), unless told otherwise; on an idle
+# machine this costs little (doc/infer.md). And say how busy the machine was.
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 cores=$(getconf _NPROCESSORS_ONLN)
 load_before=$(cut -d' ' -f1 /proc/loadavg)
 bw_before=$(./build/membw | awk '{print $2}')
@@ -67,7 +70,7 @@ awk -v w="$weights" -v kv="$kv" -v model="$MODEL" 'BEGIN {
 median=$(printf '%s\n' "${ratios[@]}" | sort -n | awk -v n="${#ratios[@]}" 'NR == int((n + 1) / 2) {$1 = ""; print substr($0, 2)}')
 echo "bench_infer: median $median of the memory-bandwidth limit (batch 1, float32)"
 load_after=$(cut -d' ' -f1 /proc/loadavg)
-echo "load average $load_before before, $load_after after, on $cores cores (includes this benchmark)"
+echo "load average $load_before before, $load_after after, on $cores cores (includes this benchmark); OMP_WAIT_POLICY=$OMP_WAIT_POLICY"
 if awk -v l="$load_before" -v c="$cores" 'BEGIN {exit !(l > 0.5 * c)}'; then
   echo "warning: the machine was busy before the run (load $load_before on $cores cores): other jobs" \
        "share the cores, and the tok/s above understate infer; rerun when it is idle"
