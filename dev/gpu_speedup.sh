@@ -23,7 +23,7 @@ mkdir -p build/bench doc/results
 
 # median ms of the "| X ms |" progress lines after the first
 median_ms() {
-  grep '^step ' "$1" | tail -n +2 | sed -E 's/.*\| ([0-9.]+) ms \|.*/\1/' | sort -g |
+  grep -E '^step +[0-9]+/' "$1" | tail -n +2 | sed -E 's/.*\| ([0-9.]+) ms \|.*/\1/' | sort -g |
     awk '{ v[NR] = $1 } END { if (NR == 0) exit 1; print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
 
@@ -40,7 +40,7 @@ for d in $DEPTHS; do
   params=$(grep -m1 '^model:' build/bench/gpu_d$d.log | sed -E 's/.*, ([0-9]+) parameters.*/\1/')
   cpu_ms=$(median_ms build/bench/cpu_d$d.log)
   gpu_ms=$(median_ms build/bench/gpu_d$d.log)
-  mfu=$(grep '^step ' build/bench/gpu_d$d.log | tail -n 1 | sed -E 's/.*MFU ([0-9.]+)%.*/\1/')
+  mfu=$(grep -E '^step +[0-9]+/' build/bench/gpu_d$d.log | tail -n 1 | sed -E 's/.*MFU ([0-9.]+)%.*/\1/')
   row=$(awk -v d=$d -v p=$params -v c=$cpu_ms -v g=$gpu_ms -v m=$mfu -v bt=$((B * T)) 'BEGIN {
     printf "| d%d | %.1fM | %.1f | %.0f | %.2f | %.0f | %.1f%% | %.0fx |", d, p / 1e6, c, bt / c * 1e3, g, bt / g * 1e3, m, c / g }')
   echo "$row"
