@@ -7,6 +7,8 @@ functions on the same files and compares against what this script writes.
 
     make-model  writes a small random checkpoint (llm.c format, version 3) and a token file
                 with random ids < V (../../shared/FORMATS.md), so tests need nothing from data/.
+    make-tokens, make-tokenizer   a token file of random ids; a tokenizer file of the 256 bytes
+                (to print samples). These three need NumPy only.
     reference   loads a checkpoint and a token file, takes the first batch (B*T+1 tokens: inputs
                 are the first B*T, targets the same shifted by one), and writes a dump (below)
                 holding, for a float32 run and a float64 run of the same computation: the logits
@@ -40,10 +42,15 @@ import struct
 import sys
 
 import numpy as np
-import torch
+
+try:
+    import torch   # only `reference` needs it: the other commands need NumPy alone
+except ImportError:
+    torch = None
 
 CHECKPOINT_MAGIC, CHECKPOINT_VERSION_F32 = 20240326, 3
 TOKENS_MAGIC, TOKENS_VERSION = 20240520, 1
+TOKENIZER_MAGIC, TOKENIZER_VERSION = 20240328, 2
 DUMP_MAGIC, DUMP_VERSION = 20240901, 1
 HEADER_INTS = 256
 LAYERNORM_EPS = 1e-5
@@ -228,7 +235,29 @@ def make_model(args):
           f"{args.tokens} ({args.ntokens} tokens)")
 
 
+def make_tokens(args):
+    rng = np.random.default_rng(args.seed)
+    write_tokens(args.out, rng.integers(0, args.V, size=args.n))
+    print(f"wrote {args.out} ({args.n} random tokens < {args.V})")
+
+
+def make_tokenizer(args):
+    # the smallest file tokenizer.c accepts: ids 0..255 the single bytes, no merges, then
+    # <|endoftext|> as id 256
+    eot = b"<|endoftext|>"
+    h = np.zeros(HEADER_INTS, dtype="<i4")
+    h[:4] = [TOKENIZER_MAGIC, TOKENIZER_VERSION, 257, 256]
+    with open(args.out, "wb") as f:
+        f.write(h.tobytes())
+        for i in range(256):
+            f.write(bytes([1, i]))
+        f.write(bytes([len(eot)]) + eot)
+    print(f"wrote {args.out} (the 256 single bytes and <|endoftext|>)")
+
+
 def reference(args):
+    if torch is None:
+        fail("reference needs PyTorch: run with /usr/bin/python3 (Debian's python3-torch)")
     config, params = read_checkpoint(args.model)
     maxT, V, L, NH, C, Vp = config
     tokens = read_tokens(args.tokens)
@@ -292,6 +321,13 @@ def main():
     m.add_argument("--ntokens", type=int, default=1000)
     m.add_argument("--scale", type=float, default=0.1, help="std of the weight matrices")
     m.add_argument("--seed", type=int, default=1)
+    t = sub.add_parser("make-tokens", help="token file of random ids < V")
+    t.add_argument("--out", required=True)
+    t.add_argument("--V", type=int, default=97)
+    t.add_argument("--n", type=int, default=1000)
+    t.add_argument("--seed", type=int, default=1)
+    k = sub.add_parser("make-tokenizer", help="tokenizer file of the 256 single bytes")
+    k.add_argument("--out", required=True)
     r = sub.add_parser("reference", help="logits, loss, grads and AdamW steps, as a dump")
     r.add_argument("--model", required=True)
     r.add_argument("--tokens", required=True)
@@ -303,7 +339,9 @@ def main():
     r.add_argument("--wd", type=float, default=0.0)
     r.add_argument("--max_norm", type=float, default=1.0)
     args = ap.parse_args()
-    make_model(args) if args.cmd == "make-model" else reference(args)
+    commands = {"make-model": make_model, "make-tokens": make_tokens,
+                "make-tokenizer": make_tokenizer, "reference": reference}
+    commands[args.cmd](args)
 
 
 if __name__ == "__main__":
