@@ -5,6 +5,7 @@ set -u
 cd "$(dirname "$0")/.."
 CC=${CC:-gcc}
 CFLAGS=${CFLAGS:--O2 -fopenmp}
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}   # see test_train_resume.sh
 mkdir -p build
 $CC $CFLAGS -o build/gradcheck test/gradcheck.c -lm || { echo "FAIL: gradcheck does not build"; exit 1; }
 ./build/gradcheck

@@ -10,6 +10,7 @@ set -u
 cd "$(dirname "$0")/.."
 CC=${CC:-gcc}
 CFLAGS=${CFLAGS:--O2 -fopenmp}
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}   # see test_train_resume.sh
 PY=${PYTHON:-/usr/bin/python3}
 if ! "$PY" -c 'import torch, numpy' 2>/dev/null; then
   echo "skipped: $PY cannot import torch and numpy (bash test/setup.sh installs python3-torch)"
