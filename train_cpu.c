@@ -211,79 +211,83 @@ void matmul_backward_naive(float* dinp, float* dweight, float* dbias, const floa
 }
 
 // ---------- fast matmul ----------
-// All three products of a linear layer are one routine, gemm_accumulate: C (M x N) += A (M x K) B (K x N)
-// with A and B given by a pointer and two strides, so a transposed operand costs nothing extra:
-//   forward  out  (BT x OC) += inp (BT x C)  . weight^T (C x OC)    weight^T: strides (1, C)
-//   backward dinp (BT x C)  += dout (BT x OC) . weight (OC x C)
-//   backward dW   (OC x C)  += dout^T (OC x BT) . inp (BT x C)       dout^T: strides (1, OC)
+// The three products of a linear layer are one routine, gemm_accumulate: C (M x N) += A (M x K) .
+// B (K x N), with A and B each given by a pointer and two strides, so that a transposed operand
+// is only another pair of strides:
+//   forward    out  (BT x OC) += inp (BT x C) . weight^T (C x OC)    weight^T(k, o) = weight[o*C + k]
+//   backward   dinp (BT x C)  += dout (BT x OC) . weight (OC x C)
+//              dW   (OC x C)  += dout^T (OC x BT) . inp (BT x C)     dout^T(o, k) = dout[k*OC + o]
 //
-// Blocking (GotoBLAS / BLIS, numbers for AVX-512 on Zen 4: 32 KB L1d, 1 MB L2 per core):
-//   register tile  MR x NR = 14 x 32 of C lives in 28 of the 32 zmm registers while the kernel
-//                  runs over k: each k step loads 2 vectors of B, broadcasts 14 floats of A,
-//                  and does 28 FMAs (16 lanes each), so loads never limit the FMA unit.
-//   KC = 256       a micro-panel of A (MR x KC = 14 KB) stays in L1 while B streams past it
-//   MC = ...
+// The scheme is GotoBLAS's (also BLIS's), with numbers for AVX-512 on this project's 2-core Zen 4
+// machine (32 KB L1d and 1 MB L2 per core, 16 floats per vector, 32 vector registers):
+//   register tile  MR x NR = 14 x 32 floats of C stay in 28 registers while the micro-kernel runs
+//                  over k. Each k step loads 2 vectors of B, broadcasts 14 floats of A and does 28
+//                  vector FMAs: 16 loads per 28 FMAs, so the FMA unit, not the loads, sets the
+//                  pace. From L1 this kernel runs at the machine's FMA peak.
+//   KC = 256       depth of one pass: a packed micro-panel of B (KC x NR, 32 KB) is reused from L1
+//                  by every micro-panel of A in the block,
+//   MC = 256       rows in a packed block of A (MC x KC floats, 256 KB) that stays in L2,
+//   NC = 2048      columns in a packed block of B (KC x NC, 2 MB) that stays in L3.
 // Packing copies a block of A into MR-row micro-panels and a block of B into NR-column
-// micro-panels, laid out in the order the kernel reads them, so the kernel reads both operands
-// with unit stride whatever the strides of the originals; edge panels are padded with zeros.
+// micro-panels, in the order the kernel reads them, so the kernel reads both with unit stride
+// whatever the layout of the original. A layout that has to be transposed (weight^T in the
+// forward pass) is transposed 16 x 16 floats at a time in registers. Edge panels are padded with
+// zeros; the kernel computes full tiles and writes back only the part inside C.
 //
-// Determinism: every element of C is summed over k in the same order (KC blocks in turn, k in
-// turn inside) by exactly one thread, whatever the number of threads: results do not depend on
-// the thread count or on scheduling.
+// Threads: C is cut into one slice per thread along its longer side (columns of out and dinp,
+// rows of dW for every layer except the MLP projection), in whole tiles, and each thread runs the
+// whole blocked product on its slice with its own packing buffers. One fork and one join per
+// product and no barriers inside: a busy machine (2 cores shared by several people) delays a
+// product by one late thread, not by one late thread per block.
+//
+// Determinism: every element of C is summed over k in the same order (the KC blocks in turn, k
+// in turn inside) by exactly one thread, so the result does not depend on the number of threads
+// or on scheduling; there are no atomics and no reductions across threads.
+//
+// The vector width and tile come from the build: AVX-512 (-march=native on this machine), AVX2,
+// or 16-byte vectors (SSE, NEON) through GCC vector extensions; any other compiler, or
+// -DMATMUL_PLAIN_C, gets the same code with one float per "vector", a 4 x 8 register tile of
+// scalars. test/test_matmul.sh checks all of them against the naive loops above.
 
 #if defined(__GNUC__) && !defined(__CUDACC__) && !defined(MATMUL_PLAIN_C)
 #if defined(__AVX512F__)
-#define MM_VEC_BYTES 64   // 32 registers of 16 floats
-#ifndef MM_MR
+#define MM_VEC_BYTES 64   // 32 registers of 16 floats: 14 x 2 accumulators
 #define MM_MR 14
-#endif
-#ifndef MM_NR_VECS
 #define MM_NR_VECS 2
-#endif
 #elif defined(__AVX__)
-#define MM_VEC_BYTES 32   // 16 registers of 8 floats
+#define MM_VEC_BYTES 32   // 16 registers of 8 floats: 6 x 2 accumulators
 #define MM_MR 6
-#ifndef MM_NR_VECS
 #define MM_NR_VECS 2
-#endif
 #else
-#define MM_VEC_BYTES 16   // SSE / NEON: 16 or 32 registers of 4 floats
+#define MM_VEC_BYTES 16   // 16 registers of 4 floats: 6 x 2 accumulators
 #define MM_MR 6
-#ifndef MM_NR_VECS
 #define MM_NR_VECS 2
-#endif
 #endif
 typedef float mm_vec __attribute__((vector_size(MM_VEC_BYTES)));
 #define MM_UNROLL _Pragma("GCC unroll 32")
-#define MM_ALIGNED __attribute__((aligned(64)))
+#if !defined(__clang__)
+#define MM_SHUFFLE_TRANSPOSE 1   // __builtin_shuffle is GCC's (clang spells it differently)
+typedef int mm_ivec __attribute__((vector_size(MM_VEC_BYTES)));
+#endif
 #else
-// Plain C: the same code with one float per "vector" is an MR x NR register tile of scalars.
-#define MM_VEC_BYTES 4
+#define MM_VEC_BYTES 4    // plain C: one float per "vector"
 #define MM_MR 4
 #define MM_NR_VECS 8
 typedef float mm_vec;
 #define MM_UNROLL
-#define MM_ALIGNED
 #endif
 #define MM_LANES (MM_VEC_BYTES / 4)
 #define MM_NR (MM_NR_VECS * MM_LANES)
-#ifndef MM_KC
 #define MM_KC 256
-#endif
-#ifndef MM_MC
 #define MM_MC 256
-#endif
-#ifndef MM_NC
 #define MM_NC 2048
-#endif
-// MC and NC rounded up to whole micro-panels
-#define MM_MC_PAD ((MM_MC + MM_MR - 1) / MM_MR * MM_MR)
+#define MM_MC_PAD ((MM_MC + MM_MR - 1) / MM_MR * MM_MR)   // whole micro-panels
 #define MM_NC_PAD ((MM_NC + MM_NR - 1) / MM_NR * MM_NR)
 
-static float mm_packed_a[MM_MC_PAD * MM_KC] MM_ALIGNED;   // MC x KC block of A
-static float mm_packed_b[MM_KC * MM_NC_PAD] MM_ALIGNED;   // KC x NC block of B
+static int mm_min(int a, int b) { return a < b ? a : b; }
 
-// C tile (mr x nr, row stride ldc) += packed A micro-panel (MR x kc) . packed B micro-panel (kc x NR)
+// The micro-kernel: C tile (mr x nr of it inside C, row stride ldc) += packed A micro-panel
+// (MR x kc) . packed B micro-panel (kc x NR).
 static void mm_kernel(int kc, const float* ap, const float* bp, float* c, size_t ldc, int mr, int nr) {
     const mm_vec zero = {0};
     mm_vec acc[MM_MR][MM_NR_VECS];
@@ -291,18 +295,18 @@ static void mm_kernel(int kc, const float* ap, const float* bp, float* c, size_t
         MM_UNROLL for (int v = 0; v < MM_NR_VECS; v++) acc[i][v] = zero;
     }
     for (int p = 0; p < kc; p++) {
-        const mm_vec* b = (const mm_vec*)(bp + (size_t)p * MM_NR);
+        const mm_vec* b = (const mm_vec*)(bp + (size_t)p * MM_NR);   // 64-byte aligned
         mm_vec bv[MM_NR_VECS];
         MM_UNROLL for (int v = 0; v < MM_NR_VECS; v++) bv[v] = b[v];
         MM_UNROLL for (int i = 0; i < MM_MR; i++) {
-            float a = ap[(size_t)p * MM_MR + i];
+            float a = ap[(size_t)p * MM_MR + i];   // broadcast to every lane by the multiply
             MM_UNROLL for (int v = 0; v < MM_NR_VECS; v++) acc[i][v] += a * bv[v];
         }
     }
     if (mr == MM_MR && nr == MM_NR) {
         MM_UNROLL for (int i = 0; i < MM_MR; i++) {
             MM_UNROLL for (int v = 0; v < MM_NR_VECS; v++) {
-                mm_vec cv;   // memcpy: C rows need not be aligned; compiles to one unaligned load
+                mm_vec cv;   // memcpy: rows of C need not be aligned (one unaligned load/store)
                 memcpy(&cv, c + i * ldc + v * MM_LANES, sizeof(cv));
                 cv += acc[i][v];
                 memcpy(c + i * ldc + v * MM_LANES, &cv, sizeof(cv));
@@ -317,17 +321,56 @@ static void mm_kernel(int kc, const float* ap, const float* bp, float* c, size_t
     }
 }
 
-// Copies rows x kc of a matrix into one micro-panel, element (r, p) to dst[p * rows_total + r]:
-// the layout in which the kernel reads rows_total values for each p. Rows past `rows` are zero.
-// src points to element (0, 0); element (r, p) is at src[r * stride_r + p * stride_p].
+#ifdef MM_SHUFFLE_TRANSPOSE
+// Transposes a LANES x LANES block held in LANES vectors, in log2(LANES) rounds: the round with
+// half-width h swaps the off-diagonal h x h sub-blocks of every 2h x 2h block (h = LANES/2 ... 1),
+// each swap one two-vector shuffle per row. 16 x 16 floats: 64 shuffles instead of 256 scalar moves.
+static void mm_transpose(mm_vec* v) {
+    mm_ivec lane;
+    MM_UNROLL for (int l = 0; l < MM_LANES; l++) lane[l] = l;
+    MM_UNROLL for (int s = 1; s < MM_LANES; s *= 2) {
+        int h = MM_LANES / 2 / s;
+        mm_ivec upper = (lane & h) != 0;   // -1 in the upper half of each 2h group of lanes
+        mm_ivec lo = lane + (upper & (MM_LANES - h));
+        mm_ivec hi = lane + h + (upper & (MM_LANES - h));
+        MM_UNROLL for (int i = 0; i < MM_LANES; i++) {
+            if (i & h) continue;
+            mm_vec x = v[i], y = v[i + h];
+            v[i] = __builtin_shuffle(x, y, lo);
+            v[i + h] = __builtin_shuffle(x, y, hi);
+        }
+    }
+}
+#endif
+
+// Packs `rows` x kc elements into one micro-panel: element (r, p) goes to dst[p * rows_total + r],
+// the order in which the kernel reads them. src points to element (0, 0); element (r, p) is at
+// src[r * stride_r + p * stride_p]. Rows from `rows` to rows_total are zero.
 static void mm_pack_panel(float* dst, const float* src, size_t stride_r, size_t stride_p,
                           int rows, int rows_total, int kc) {
-    if (stride_p == 1) {   // each row is contiguous along p: read rows, write with stride
+    int p0 = 0;
+    if (stride_p == 1) {   // rows are contiguous along p: a transpose
+#ifdef MM_SHUFFLE_TRANSPOSE
+        if (rows == rows_total && rows_total % MM_LANES == 0) {
+            for (; p0 + MM_LANES <= kc; p0 += MM_LANES) {
+                for (int r0 = 0; r0 < rows_total; r0 += MM_LANES) {
+                    mm_vec block[MM_LANES];
+                    MM_UNROLL for (int i = 0; i < MM_LANES; i++) {
+                        memcpy(&block[i], src + (r0 + i) * stride_r + p0, sizeof(mm_vec));
+                    }
+                    mm_transpose(block);
+                    MM_UNROLL for (int i = 0; i < MM_LANES; i++) {
+                        memcpy(dst + (size_t)(p0 + i) * rows_total + r0, &block[i], sizeof(mm_vec));
+                    }
+                }
+            }
+        }
+#endif
         for (int r = 0; r < rows; r++) {
             const float* s = src + r * stride_r;
-            for (int p = 0; p < kc; p++) dst[(size_t)p * rows_total + r] = s[p];
+            for (int p = p0; p < kc; p++) dst[(size_t)p * rows_total + r] = s[p];
         }
-    } else {               // each column is (nearly) contiguous along r
+    } else {               // columns are contiguous along r (or nothing is): copy rows of floats
         for (int p = 0; p < kc; p++) {
             const float* s = src + p * stride_p;
             for (int r = 0; r < rows; r++) dst[(size_t)p * rows_total + r] = s[r * stride_r];
@@ -338,43 +381,31 @@ static void mm_pack_panel(float* dst, const float* src, size_t stride_r, size_t 
     }
 }
 
-static int mm_min(int a, int b) { return a < b ? a : b; }
-
-// C (M x N, row stride ldc) += A (M x K) . B (K x N), where A(i, p) = a[i * rsa + p * csa] and
-// B(p, j) = b[p * rsb + j * csb]. Called from serial code; it runs its own OpenMP team.
-static void gemm_accumulate(float* c, size_t ldc, const float* a, size_t rsa, size_t csa,
-                            const float* b, size_t rsb, size_t csb, int M, int N, int K) {
-    #pragma omp parallel
+// C (M x N, row stride ldc) += A . B on one thread, blocked as described above. A(i, p) is
+// a[i * rsa + p * csa], B(p, j) is b[p * rsb + j * csb]. packed_a holds MC_PAD x KC floats and
+// packed_b KC x NC_PAD, both 64-byte aligned.
+static void gemm_block(float* c, size_t ldc, const float* a, size_t rsa, size_t csa,
+                       const float* b, size_t rsb, size_t csb, int M, int N, int K,
+                       float* packed_a, float* packed_b) {
     for (int jc = 0; jc < N; jc += MM_NC) {
         int nc = mm_min(MM_NC, N - jc);
-        int panels_b = (nc + MM_NR - 1) / MM_NR;
         for (int pc = 0; pc < K; pc += MM_KC) {
             int kc = mm_min(MM_KC, K - pc);
-            // the same static split as the compute loop below, so each thread packs the B
-            // panels it will use
-            #pragma omp for schedule(static)
-            for (int q = 0; q < panels_b; q++) {
-                int j = jc + q * MM_NR;
-                mm_pack_panel(mm_packed_b + (size_t)q * MM_NR * kc, b + pc * rsb + j * csb,
-                              csb, rsb, mm_min(MM_NR, jc + nc - j), MM_NR, kc);
+            for (int j = 0; j < nc; j += MM_NR) {
+                mm_pack_panel(packed_b + (size_t)j * kc, b + pc * rsb + (jc + j) * csb, csb, rsb,
+                              mm_min(MM_NR, nc - j), MM_NR, kc);
             }
             for (int ic = 0; ic < M; ic += MM_MC) {
                 int mc = mm_min(MM_MC, M - ic);
-                int panels_a = (mc + MM_MR - 1) / MM_MR;
-                #pragma omp for schedule(static)
-                for (int q = 0; q < panels_a; q++) {
-                    int i = ic + q * MM_MR;
-                    mm_pack_panel(mm_packed_a + (size_t)q * MM_MR * kc, a + i * rsa + pc * csa,
-                                  rsa, csa, mm_min(MM_MR, ic + mc - i), MM_MR, kc);
+                for (int i = 0; i < mc; i += MM_MR) {
+                    mm_pack_panel(packed_a + (size_t)i * kc, a + (ic + i) * rsa + pc * csa, rsa,
+                                  csa, mm_min(MM_MR, mc - i), MM_MR, kc);
                 }
-                #pragma omp for schedule(static)
-                for (int qb = 0; qb < panels_b; qb++) {
-                    int j = jc + qb * MM_NR;
-                    for (int qa = 0; qa < panels_a; qa++) {
-                        int i = ic + qa * MM_MR;
-                        mm_kernel(kc, mm_packed_a + (size_t)qa * MM_MR * kc,
-                                  mm_packed_b + (size_t)qb * MM_NR * kc, c + i * ldc + j, ldc,
-                                  mm_min(MM_MR, ic + mc - i), mm_min(MM_NR, jc + nc - j));
+                for (int j = 0; j < nc; j += MM_NR) {        // one B micro-panel, from L1,
+                    for (int i = 0; i < mc; i += MM_MR) {    // against every A micro-panel in L2
+                        mm_kernel(kc, packed_a + (size_t)i * kc, packed_b + (size_t)j * kc,
+                                  c + (ic + i) * ldc + jc + j, ldc, mm_min(MM_MR, mc - i),
+                                  mm_min(MM_NR, nc - j));
                     }
                 }
             }
@@ -382,10 +413,46 @@ static void gemm_accumulate(float* c, size_t ldc, const float* a, size_t rsa, si
     }
 }
 
+// C (M x N, row stride ldc) += A (M x K) . B (K x N), strides as in gemm_block, on all threads:
+// each takes a contiguous slice of whole tiles along the longer side of C.
+static void gemm_accumulate(float* c, size_t ldc, const float* a, size_t rsa, size_t csa,
+                            const float* b, size_t rsb, size_t csb, int M, int N, int K) {
+    int threads = num_threads();
+    size_t per_thread = ((size_t)MM_MC_PAD * MM_KC + (size_t)MM_KC * MM_NC_PAD + 15) / 16 * 16;
+    float* scratch = (float*)malloc_check((threads * per_thread + 16) * sizeof(float));
+    float* aligned = (float*)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
+    #pragma omp parallel num_threads(threads)
+    {
+        int tid = 0, nth = 1;
+#ifdef _OPENMP
+        tid = omp_get_thread_num();
+        nth = omp_get_num_threads();
+#endif
+        float* packed_a = aligned + tid * per_thread;
+        float* packed_b = packed_a + (size_t)MM_MC_PAD * MM_KC;
+        if (N >= M) {   // slices of columns, in whole NR-wide tiles
+            int tiles = (N + MM_NR - 1) / MM_NR;
+            int j0 = tiles * tid / nth * MM_NR, j1 = mm_min(N, tiles * (tid + 1) / nth * MM_NR);
+            if (j1 > j0) {
+                gemm_block(c + j0, ldc, a, rsa, csa, b + j0 * csb, rsb, csb, M, j1 - j0, K,
+                           packed_a, packed_b);
+            }
+        } else {        // slices of rows, in whole MR-high tiles
+            int tiles = (M + MM_MR - 1) / MM_MR;
+            int i0 = tiles * tid / nth * MM_MR, i1 = mm_min(M, tiles * (tid + 1) / nth * MM_MR);
+            if (i1 > i0) {
+                gemm_block(c + i0 * ldc, ldc, a + i0 * rsa, rsa, csa, b, rsb, csb, i1 - i0, N, K,
+                           packed_a, packed_b);
+            }
+        }
+    }
+    free(scratch);
+}
+
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
                     int B, int T, int C, int OC) {
     int BT = B * T;
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for
     for (int bt = 0; bt < BT; bt++) {
         float* y = out + (size_t)bt * OC;
         for (int o = 0; o < OC; o++) y[o] = bias != NULL ? bias[o] : 0.0f;
@@ -396,21 +463,21 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                      const float* inp, const float* weight, int B, int T, int C, int OC) {
     int BT = B * T;
-    gemm_accumulate(dinp, C, dout, OC, 1, weight, C, 1, BT, C, OC);     // dinp += dout . weight
-    gemm_accumulate(dweight, C, dout, 1, OC, inp, C, 1, OC, C, BT);     // dW += dout^T . inp
+    gemm_accumulate(dinp, C, dout, OC, 1, weight, C, 1, BT, C, OC);    // dinp += dout . weight
+    gemm_accumulate(dweight, C, dout, 1, OC, inp, C, 1, OC, C, BT);    // dW += dout^T . inp
     if (dbias != NULL) {
-        // each thread sums its own columns over bt in order: fixed order, no races
+        // each thread sums its own columns over bt in order: a fixed order, no races
         #pragma omp parallel
         {
-            int nth = 1, tid = 0;
+            int tid = 0, nth = 1;
 #ifdef _OPENMP
-            nth = omp_get_num_threads();
             tid = omp_get_thread_num();
+            nth = omp_get_num_threads();
 #endif
             int o0 = (int)((long long)OC * tid / nth), o1 = (int)((long long)OC * (tid + 1) / nth);
             for (int bt = 0; bt < BT; bt++) {
-                const float* dy = dout + (size_t)bt * OC;
-                for (int o = o0; o < o1; o++) dbias[o] += dy[o];
+                const float* d = dout + (size_t)bt * OC;
+                for (int o = o0; o < o1; o++) dbias[o] += d[o];
             }
         }
     }
