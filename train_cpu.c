@@ -351,16 +351,28 @@ static void mm_pack_panel(float* dst, const float* src, size_t stride_r, size_t 
     int p0 = 0;
     if (stride_p == 1) {   // rows are contiguous along p: a transpose
 #ifdef MM_SHUFFLE_TRANSPOSE
-        if (rows == rows_total && rows_total % MM_LANES == 0) {
+        // LANES x LANES blocks through registers, for full panels (NR = a multiple of LANES
+        // rows, or MR = a multiple plus MR % LANES: the last block rereads the panel's last row
+        // to fill its vectors, and stores only MR % LANES floats of each).
+        int tail = rows_total % MM_LANES;
+        if (rows == rows_total && (tail == 0 || tail == MM_MR % MM_LANES)) {
             for (; p0 + MM_LANES <= kc; p0 += MM_LANES) {
                 for (int r0 = 0; r0 < rows_total; r0 += MM_LANES) {
                     mm_vec block[MM_LANES];
                     MM_UNROLL for (int i = 0; i < MM_LANES; i++) {
-                        memcpy(&block[i], src + (r0 + i) * stride_r + p0, sizeof(mm_vec));
+                        int r = mm_min(r0 + i, rows_total - 1);
+                        memcpy(&block[i], src + r * stride_r + p0, sizeof(mm_vec));
                     }
                     mm_transpose(block);
-                    MM_UNROLL for (int i = 0; i < MM_LANES; i++) {
-                        memcpy(dst + (size_t)(p0 + i) * rows_total + r0, &block[i], sizeof(mm_vec));
+                    float* d = dst + (size_t)p0 * rows_total + r0;
+                    if (r0 + MM_LANES <= rows_total) {
+                        MM_UNROLL for (int i = 0; i < MM_LANES; i++) {
+                            memcpy(d + (size_t)i * rows_total, &block[i], sizeof(mm_vec));
+                        }
+                    } else {
+                        MM_UNROLL for (int i = 0; i < MM_LANES; i++) {
+                            memcpy(d + (size_t)i * rows_total, &block[i], (MM_MR % MM_LANES) * sizeof(float));
+                        }
                     }
                 }
             }
