@@ -1892,11 +1892,12 @@ void dataloader_reset(DataLoader* dl) {
     dataloader_make_order(dl);
 }
 
-// Sets the position: batch `batch_index` of pass `epoch` (used when resuming).
+// Sets the position: batch `batch_index` of pass `epoch` (used when resuming). batch_index ==
+// num_batches means the pass is complete: the next batch wraps into pass epoch+1.
 void dataloader_seek(DataLoader* dl, uint64_t epoch, size_t batch_index) {
     dl->epoch = epoch;
     dataloader_make_order(dl);
-    dl->batch_index = batch_index < dl->num_batches ? batch_index : 0;
+    dl->batch_index = batch_index <= dl->num_batches ? batch_index : 0;
 }
 
 void dataloader_next_batch(DataLoader* dl) {
@@ -2107,8 +2108,8 @@ TrainConfig train_config_defaults(void) {
     return c;
 }
 
-void print_usage(const char* prog) {
-    TrainConfig d = train_config_defaults();
+// d: the defaults to show (train_gpu.cu has its own).
+void print_usage(const char* prog, TrainConfig d) {
     fprintf(stderr,
             "usage: %s [options]\n"
             "  -i FILE   training tokens (default %s)\n"
@@ -2160,12 +2161,13 @@ static float parse_float_arg(const char* flag, const char* s, float min) {
     return v;
 }
 
-TrainConfig parse_args(int argc, char** argv) {
-    TrainConfig c = train_config_defaults();
+// Parses the options over the defaults c (train_gpu.cu passes its own).
+TrainConfig parse_args_over(TrainConfig c, int argc, char** argv) {
+    TrainConfig defaults = c;
     for (int i = 1; i < argc; i += 2) {
         const char* flag = argv[i];
         if (strcmp(flag, "-h") == 0 || strcmp(flag, "--help") == 0) {
-            print_usage(argv[0]);
+            print_usage(argv[0], defaults);
             exit(0);
         }
         if (flag[0] != '-' || strlen(flag) != 2) {
@@ -2212,6 +2214,10 @@ TrainConfig parse_args(int argc, char** argv) {
         exit(1);
     }
     return c;
+}
+
+TrainConfig parse_args(int argc, char** argv) {
+    return parse_args_over(train_config_defaults(), argc, argv);
 }
 
 // Learning rate at step (from 1): linear warmup over warmup_steps, then cosine decay from the
