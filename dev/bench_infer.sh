@@ -42,10 +42,11 @@ bytes_per_token() {  # stderr file of an infer run
 }
 
 # Other jobs on the cores hurt infer far more than membw: each token passes ~135 OpenMP barriers,
-# and one descheduled thread stalls each of them, the more so when the threads that wait spin
-# on the core it needs. So waiting threads sleep (passive), unless told otherwise; on an idle
-# machine this costs little (doc/infer.md). And say how busy the machine was.
-export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
+# and one descheduled thread stalls each of them, the more so when the threads that wait for it
+# spin on the core it needs. So, unless told otherwise, GCC's OpenMP spins only briefly before
+# its waiting threads sleep (GOMP_SPINCOUNT; the default is 300000; doc/infer.md has the
+# measurements). And say how busy the machine was.
+[ -z "${OMP_WAIT_POLICY:-}" ] && export GOMP_SPINCOUNT=${GOMP_SPINCOUNT:-3000}
 cores=$(getconf _NPROCESSORS_ONLN)
 load_before=$(cut -d' ' -f1 /proc/loadavg)
 bw_before=$(./build/membw | awk '{print $2}')
@@ -70,7 +71,7 @@ awk -v w="$weights" -v kv="$kv" -v model="$MODEL" 'BEGIN {
 median=$(printf '%s\n' "${ratios[@]}" | sort -n | awk -v n="${#ratios[@]}" 'NR == int((n + 1) / 2) {$1 = ""; print substr($0, 2)}')
 echo "bench_infer: median $median of the memory-bandwidth limit (batch 1, float32)"
 load_after=$(cut -d' ' -f1 /proc/loadavg)
-echo "load average $load_before before, $load_after after, on $cores cores (includes this benchmark); OMP_WAIT_POLICY=$OMP_WAIT_POLICY"
+echo "load average $load_before before, $load_after after, on $cores cores (includes this benchmark); OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-} GOMP_SPINCOUNT=${GOMP_SPINCOUNT:-}"
 if awk -v l="$load_before" -v c="$cores" 'BEGIN {exit !(l > 0.5 * c)}'; then
   echo "warning: the machine was busy before the run (load $load_before on $cores cores): other jobs" \
        "share the cores, and the tok/s above understate infer; rerun when it is idle"
