@@ -355,7 +355,7 @@ void sampler_build(Sampler* s, int V, int Vp, float temperature, int top_k, floa
     s->temperature = temperature;
     s->top_k = top_k;
     s->top_p = top_p;
-    s->rng = seed_mix(seed, 0x1f3e, 0);  // never 0: xorshift would stay at 0
+    s->rng = seed_mix(seed, 0x1f3e, 0);  // not 0 (xorshift would stay 0), apart from dN's weights
     s->V = V;
     s->Vp = Vp;
     s->scaled = (float*)malloc_check((size_t)Vp * sizeof(float));
@@ -517,7 +517,7 @@ int main(int argc, char** argv) {
     size_t num_prompt = 0;
     int* ids = tokenizer_encode(&tok, (const unsigned char*)prompt, strlen(prompt), 1, &num_prompt);
     int P = (int)num_prompt;
-    int* tokens = (int*)malloc_check((size_t)maxT * sizeof(int));
+    int* tokens = (int*)malloc_check((size_t)(P > 0 ? P : 1) * sizeof(int));
     if (P == 0) {
         tokens[0] = eot;
         P = 1;
@@ -562,7 +562,6 @@ int main(int argc, char** argv) {
         }
         print_token(&tok, next);
         fflush(stdout);
-        tokens[P + generated] = next;
         generated++;
         if (generated == max_new) {
             if (cfg.max_new < 0) stop = "context full";
