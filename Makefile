@@ -22,18 +22,21 @@ CFLAGS   ?= -O3 -Wall -Wextra -Wno-unused-parameter
 LDLIBS   := -lm
 SHELL    := /bin/bash
 
-# Flags are added only after a test compile shows the compiler takes them.
+# Flags are added only after a test compile shows the compiler takes them (and only once: the
+# sub-make of `make test` inherits the exported CFLAGS).
 try_cc = $(shell echo 'int main(void){return 0;}' | $(CC) $(1) -x c - -o /dev/null >/dev/null 2>&1 && echo yes)
 
 ifeq ($(NATIVE),1)
-  ifeq ($(call try_cc,-march=native),yes)
+  ifeq ($(findstring -march=native,$(CFLAGS))$(call try_cc,-march=native),yes)
     CFLAGS += -march=native
   endif
 endif
 
 ifeq ($(OMP),1)
   ifeq ($(call try_cc,-fopenmp),yes)
-    CFLAGS += -fopenmp
+    ifeq ($(findstring -fopenmp,$(CFLAGS)),)
+      CFLAGS += -fopenmp
+    endif
     OMP_STATUS := OpenMP on
   else
     OMP_STATUS := OpenMP off (the compiler does not take -fopenmp)
