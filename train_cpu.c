@@ -331,7 +331,8 @@ static void mm_kernel(int kc, const float* ap, const float* bp, float* c, size_t
 // Transposes a LANES x LANES block held in LANES vectors, in log2(LANES) rounds: the round with
 // half-width h swaps the off-diagonal h x h sub-blocks of every 2h x 2h block (h = LANES/2 ... 1),
 // each swap one two-vector shuffle per row. 16 x 16 floats: 64 shuffles instead of 256 scalar moves.
-static void mm_transpose(mm_vec* v) {
+// Always inlined: as a call, the block goes through memory (measured 4-8% slower forward).
+__attribute__((always_inline)) static inline void mm_transpose(mm_vec* v) {
     mm_ivec lane;
     MM_UNROLL for (int l = 0; l < MM_LANES; l++) lane[l] = l;
     MM_UNROLL for (int s = 1; s < MM_LANES; s *= 2) {
