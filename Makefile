@@ -18,7 +18,7 @@ USE_CUBLAS ?= 0
 DATA_DIR ?=
 PYTHON   ?= /usr/bin/python3
 
-CFLAGS   ?= -O3 -Wall -Wextra -Wno-unused-parameter
+CFLAGS   ?= -O3 -fno-math-errno -Wall -Wextra -Wno-unused-parameter
 LDLIBS   := -lm
 SHELL    := /bin/bash
 

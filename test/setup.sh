@@ -8,6 +8,9 @@ SUDO=""; [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null && SUDO="sudo"
 need_apt=()
 /usr/bin/python3 -c 'import torch, numpy' 2>/dev/null || need_apt+=(python3-torch python3-numpy)
 command -v node >/dev/null || need_apt+=(nodejs npm)
+# PyTorch calls the system's libblas.so.3; the netlib reference BLAS that python3-torch pulls in is
+# ~35x slower than OpenBLAS, which makes the PyTorch reference and benchmark needlessly slow.
+dpkg -s libopenblas0-pthread >/dev/null 2>&1 || need_apt+=(libopenblas0-pthread)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: apt-get install ${need_apt[*]}"
   $SUDO apt-get update -qq
