@@ -434,19 +434,11 @@ static InferConfig infer_parse_args(int argc, char** argv) {
     c.stop_at_eot = 1;
     for (int i = 1; i < argc; i += 2) {
         const char* flag = argv[i];
-        if (strcmp(flag, "-h") == 0 || strcmp(flag, "--help") == 0) {
+        const char* val = flag_value(argc, argv, i);
+        if (val == NULL) {
             infer_usage(argv[0]);
             exit(0);
         }
-        if (flag[0] != '-' || strlen(flag) != 2) {
-            fprintf(stderr, "error: unexpected argument '%s' (see -h)\n", flag);
-            exit(1);
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "error: %s needs a value (see -h)\n", flag);
-            exit(1);
-        }
-        const char* val = argv[i + 1];
         switch (flag[1]) {
             case 'e': c.model = val; break;
             case 'k': c.tokenizer = val; break;

@@ -2146,6 +2146,22 @@ void print_usage(const char* prog, TrainConfig d) {
             (unsigned long long)d.seed, d.shuffle);
 }
 
+// Command lines are "-x VALUE" pairs. Returns the value of the flag argv[i], or NULL for -h and
+// --help (the caller prints its usage); anything else is an error.
+const char* flag_value(int argc, char** argv, int i) {
+    const char* flag = argv[i];
+    if (strcmp(flag, "-h") == 0 || strcmp(flag, "--help") == 0) return NULL;
+    if (flag[0] != '-' || strlen(flag) != 2) {
+        fprintf(stderr, "error: unexpected argument '%s' (see -h)\n", flag);
+        exit(1);
+    }
+    if (i + 1 >= argc) {
+        fprintf(stderr, "error: %s needs a value (see -h)\n", flag);
+        exit(1);
+    }
+    return argv[i + 1];
+}
+
 static int parse_int_arg(const char* flag, const char* s, int min) {
     char* end;
     errno = 0;
@@ -2173,19 +2189,11 @@ TrainConfig parse_args_over(TrainConfig c, int argc, char** argv) {
     TrainConfig defaults = c;
     for (int i = 1; i < argc; i += 2) {
         const char* flag = argv[i];
-        if (strcmp(flag, "-h") == 0 || strcmp(flag, "--help") == 0) {
+        const char* val = flag_value(argc, argv, i);
+        if (val == NULL) {
             print_usage(argv[0], defaults);
             exit(0);
         }
-        if (flag[0] != '-' || strlen(flag) != 2) {
-            fprintf(stderr, "error: unexpected argument '%s' (see -h)\n", flag);
-            exit(1);
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "error: %s needs a value (see -h)\n", flag);
-            exit(1);
-        }
-        const char* val = argv[i + 1];
         switch (flag[1]) {
             case 'i': c.train_file = val; break;
             case 'j': c.val_file = val; break;
