@@ -2247,18 +2247,30 @@ float learning_rate_at(const TrainConfig* c, int step) {
     return min_lr + coeff * (lr - min_lr);
 }
 
-// Is s of the form dN (a depth for a fresh model) rather than a file name?
+// Stops the run when training has diverged: a loss or gradient norm that is not finite would
+// turn every parameter into NaN at the next update. Checked before that update is applied.
+void check_step_finite(int step, float loss, float norm) {
+    if (isfinite(loss) && isfinite(norm)) return;
+    fprintf(stderr, "error: training diverged at step %d (loss %f, gradient norm %f); stopped before "
+            "its update (learning rate too high?)\n", step, loss, norm);
+    exit(1);
+}
+
+// Is s of the form dN (a depth for a fresh model) rather than a file name? Returns N, or -1.
 static int parse_depth(const char* s) {
-    if (s[0] != 'd' || s[1] == '\0') return 0;
-    for (const char* p = s + 1; *p; p++) if (!isdigit((unsigned char)*p)) return 0;
-    int depth = atoi(s + 1);
-    return depth >= 1 && depth <= 128 ? depth : 0;
+    if (s[0] != 'd' || s[1] == '\0' || strlen(s) > 6) return -1;
+    for (const char* p = s + 1; *p; p++) if (!isdigit((unsigned char)*p)) return -1;
+    return atoi(s + 1);
 }
 
 // Builds the model named by -e: a fresh one for dN (unless a file of that name exists), else a file.
 void gpt2_build_from_init(GPT2* model, const char* init, uint64_t seed) {
     int depth = parse_depth(init);
-    if (depth > 0 && !file_exists(init)) {
+    if (depth >= 0 && !file_exists(init)) {
+        if (depth < 1 || depth > 128) {
+            fprintf(stderr, "error: -e %s: a fresh model has 1 to 128 layers\n", init);
+            exit(1);
+        }
         gpt2_build_init(model, gpt2_config_for_depth(depth), seed);
     } else {
         gpt2_build_from_checkpoint(model, init);
@@ -2409,6 +2421,7 @@ int main(int argc, char** argv) {
         gpt2_zero_grad(&model);
         gpt2_backward(&model);
         float norm = gpt2_clip_gradients(&model, 1.0f);
+        check_step_finite(step, model.mean_loss, norm);
         float lr = learning_rate_at(&cfg, step);
         gpt2_update(&model, lr, 0.9f, 0.95f, 1e-8f, cfg.weight_decay, step);
         double dt = now_seconds() - t0;

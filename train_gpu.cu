@@ -1388,6 +1388,7 @@ int main(int argc, char** argv) {
         gpt2_zero_grad_gpu(&model);
         gpt2_backward_gpu(&model);
         float norm = gpt2_clip_gradients_gpu(&model, 1.0f);
+        check_step_finite(step, model.mean_loss, norm);
         float lr = learning_rate_at(&cfg, step);
         gpt2_update_gpu(&model, lr, 0.9f, 0.95f, 1e-8f, cfg.weight_decay, step);
         cuda_check(cudaDeviceSynchronize());  // the kernels run asynchronously: wait, then time

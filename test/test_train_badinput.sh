@@ -98,6 +98,7 @@ expect_error "tokens: id >= V (train)"          "token id 97" -i "$dir/tok_oov.b
 expect_error "tokens: id >= V (validation)"     "token id 97" -v 1 -j "$dir/tok_oov.bin"
 expect_error "tokens: fewer than B*T+1"         "fewer than one batch" -i "$dir/tok_short.bin"
 expect_error "T > maxT"                         "maxT" -t 32
+expect_error "fresh model of 0 layers"          "1 to 128 layers" -e d0
 expect_error "output path is a file"            "not a directory" -o "$dir/file"
 expect_error "output dir cannot be created"     "cannot create" -o "$dir/file/sub"
 if [ "$(id -u)" -ne 0 ]; then   # root writes through any permission bits
@@ -117,6 +118,17 @@ expect_error "resume with nothing to resume"    "no model_" -o "$dir/out" -y 1
 cp -r "$dir/run" "$dir/run_bad_state"
 head -c 2000 "$dir/run/state_00000002.bin" >"$dir/run_bad_state/state_00000002.bin"
 expect_error "resume from a truncated state"    "truncated|does not match" -o "$dir/run_bad_state" -y 1 -x 4
+
+# Divergence: a learning rate of 1e30 makes the loss NaN at step 2; the run must stop there with
+# one error line, before that step's update and without printing NaN losses as progress.
+"$dir/train_cpu" "${good[@]}" -x 4 -l 1e30 >"$dir/stdout" 2>"$dir/stderr"
+rc=$?
+if [ $rc -eq 1 ] && [ "$(wc -l <"$dir/stderr")" -eq 1 ] && grep -q '^error: training diverged at step 2 ' "$dir/stderr" \
+   && ! grep -qi 'nan' "$dir/stdout"; then
+  printf 'ok   %-34s exit %d: %s\n' "training diverges" $rc "$(head -c 150 "$dir/stderr")"
+else
+  printf 'FAIL %-34s exit %d; stderr:\n' "training diverges" $rc; head -n 5 "$dir/stderr"; status=1
+fi
 
 [ $status -eq 0 ] && echo "PASS: every bad input stops train_cpu cleanly, nothing overwritten"
 exit $status
