@@ -5,6 +5,10 @@
 // bias NULL and not, dbias NULL and not, and gradients that start non-zero (backward must add).
 // Then determinism: 1 thread and all threads must give bit-identical results.
 //
+// Also the other fast function that stands in for a library one: tanh_vec (GELU's tanh) against
+// tanh in double on every 61st float from 1e-30 to 12, both signs, within 2 ulp of the correctly
+// rounded result (Cephes' bound is ~1.3 ulp), and on 0, +-inf and NaN.
+//
 // Tolerance: float32 dot products over K terms carry rounding error proportional to the sum of
 // the absolute values of the terms, so each element is compared with
 //   |fast - naive| <= 1e-5 * (|naive| + sum |terms|) + 1e-6
@@ -148,6 +152,46 @@ static int check_determinism(int BT, int C, int OC) {
     return fails;
 }
 
+// Error of got in ulps of the float nearest want.
+static double ulp_error(float got, double want) {
+    float w = (float)want;
+    double ulp = (double)nextafterf(fabsf(w), INFINITY) - fabs((double)w);
+    return fabs((double)got - want) / ulp;
+}
+
+// Returns 1 when tanh_vec fails, 0 when it passes.
+static int check_tanh(void) {
+    enum { CHUNK = 1 << 16 };
+    static float xs[CHUNK], ys[CHUNK];
+    float lo_f = 1e-30f, hi_f = 12.0f;
+    uint32_t lo, hi;
+    memcpy(&lo, &lo_f, 4);
+    memcpy(&hi, &hi_f, 4);
+    double worst = 0.0;
+    float worst_x = 0.0f;
+    long count = 0;
+    for (uint32_t u = lo; u <= hi;) {
+        int k = 0;
+        for (; k < CHUNK && u <= hi; k++, u += 61) {
+            memcpy(&xs[k], &u, 4);
+            if (k & 1) xs[k] = -xs[k];
+        }
+        for (int i = 0; i < k; i++) ys[i] = tanh_vec(xs[i]);  // the vectorised loop, as in GELU
+        for (int i = 0; i < k; i++) {
+            double e = ulp_error(ys[i], tanh((double)xs[i]));
+            if (!(e <= worst)) { worst = e; worst_x = xs[i]; }
+        }
+        count += k;
+    }
+    int fails = !(worst <= 2.0);
+    float special[] = {0.0f, INFINITY, -INFINITY};
+    for (int i = 0; i < 3; i++) fails |= tanh_vec(special[i]) != tanhf(special[i]);
+    fails |= !isnan(tanh_vec(NAN));
+    printf("  tanh_vec: %ld floats in +-[1e-30, 12], worst %.2f ulp at %.9g; 0, +-inf, NaN %s\n",
+           count, worst, worst_x, fails ? "FAIL" : "ok");
+    return fails;
+}
+
 int main(void) {
     printf("fast matmul: %d-float vectors, register tile %d x %d, blocks MC %d KC %d NC %d, %d threads\n",
            MM_LANES, MM_MR, MM_NR, MM_MC, MM_KC, MM_NC, num_threads());
@@ -163,6 +207,7 @@ int main(void) {
     fails += check_shape(65, 2 * MM_KC + 3, 20, 0);  // several k blocks in forward (C > KC)
     fails += check_shape(300, 64, 48, 1);            // several k blocks in dweight (BT > KC)
     fails += check_determinism(257, 769, 301);
+    fails += check_tanh();
     if (fails > 0) {
         printf("matmul_check: %d checks FAILED\n", fails);
         return 1;
