@@ -60,7 +60,9 @@ measure_peak() {
 }
 
 threads=$(./build/fma_peak 1000 | sed 's/.*threads \([0-9]*\).*/\1/')
-echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores, $threads OpenMP threads"
+cpuinfo() { grep -m1 "^$1" /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'; }
+# the model name alone can hide the generation ("AMD EPYC"): family 25 is Zen 3/4, 26 is Zen 5
+echo "machine: $(cpuinfo 'model name') (family $(cpuinfo 'cpu family'), model $(cpuinfo 'model')), $(nproc) cores, $threads OpenMP threads"
 echo "FMA peak: $(./build/fma_peak)"
 
 torch_ok=0
