@@ -606,15 +606,18 @@ void attention_backward(float* dinp, float* dpreatt, float* datt, const float* d
 // is a call into scalar code, which keeps the loop scalar: it took ~9% of a d12 step. tanh_vec is
 // the same function in plain arithmetic, which the compiler inlines and vectorises: Cephes'
 // tanhf (an odd polynomial for |x| < 0.625, 1 - 2/(e^2|x| + 1) above), on an e^y = 2^n * e^r
-// (n = round(y / ln 2) put in the exponent bits, a polynomial for e^r, |r| <= ln2 / 2).
-// test_matmul checks it against tanh in double at every float in [-10, 10] within 3 ulp;
-// gradcheck's double build maps it to tanh. |x| is capped at 10, where the formula gives exactly
-// 1 (as tanh does in float from |x| = 9.01) and e^2|x| is far from overflow.
-#ifndef GELU_TANH
-#define GELU_TANH tanh_vec
+// (n = round(y / ln 2) put in the exponent bits, a polynomial for e^r, |r| <= ln2 / 2), which
+// softmax uses too. test_matmul checks both against libm in double, on every 61st float of their
+// range, within 2 ulp. |x| is capped at 10, where the formula gives exactly 1 (as tanh does in
+// float from |x| = 9.01) and e^2|x| is far from overflow. The layers call them through TANH_FAST
+// and EXP_FAST, which gradcheck's double build maps to libm's tanh and exp.
+#ifndef TANH_FAST
+#define TANH_FAST tanh_vec
+#define EXP_FAST exp_vec
 #endif
 
-static inline float exp_vec(float y) {  // y in [-87, 88]
+static inline float exp_vec(float y) {
+    y = y < -87.0f ? -87.0f : (y > 88.0f ? 88.0f : y);        // 2^n stays a normal float
     float n = (y * 1.44269504f + 12582912.0f) - 12582912.0f;  // round(y / ln 2): 1.5*2^23 trick
     float r = y - n * 0.693359375f - n * -2.12194440e-4f;      // y - n ln2, ln2 in two parts
     float p = 1.9875691500e-4f;
@@ -648,7 +651,7 @@ void gelu_forward(float* out, const float* inp, int N) {
     for (int i = 0; i < N; i++) {
         float x = inp[i];
         float cube = 0.044715f * x * x * x;
-        out[i] = 0.5f * x * (1.0f + GELU_TANH(GELU_SCALING_FACTOR * (x + cube)));
+        out[i] = 0.5f * x * (1.0f + TANH_FAST(GELU_SCALING_FACTOR * (x + cube)));
     }
 }
 
@@ -657,7 +660,7 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, int N) {
     for (int i = 0; i < N; i++) {
         float x = inp[i];
         float u = GELU_SCALING_FACTOR * (x + 0.044715f * x * x * x);
-        float th = GELU_TANH(u);
+        float th = TANH_FAST(u);
         float sech2 = 1.0f - th * th;
         float du = GELU_SCALING_FACTOR * (1.0f + 3.0f * 0.044715f * x * x);
         dinp[i] += dout[i] * (0.5f * (1.0f + th) + 0.5f * x * sech2 * du);
@@ -687,14 +690,25 @@ void softmax_forward(float* probs, const float* logits, int B, int T, int V, int
         float* p = probs + (size_t)bt * Vp;
         float maxval = -INFINITY;
         for (int i = 0; i < V; i++) if (x[i] > maxval) maxval = x[i];
-        float sum = 0.0f;
-        for (int i = 0; i < V; i++) {
-            p[i] = expf(x[i] - maxval);
-            sum += p[i];
+        // EXP_FAST (see GELU) and 16 running sums (i mod 16, a fixed order) let this vectorise;
+        // below e^-87 a probability comes out as ~1e-38 rather than 0, which no sum can see
+        float sums[16] = {0.0f};
+        int i = 0;
+        for (; i + 16 <= V; i += 16) {
+            for (int j = 0; j < 16; j++) {
+                p[i + j] = EXP_FAST(x[i + j] - maxval);
+                sums[j] += p[i + j];
+            }
         }
+        for (; i < V; i++) {
+            p[i] = EXP_FAST(x[i] - maxval);
+            sums[0] += p[i];
+        }
+        float sum = 0.0f;
+        for (int j = 0; j < 16; j++) sum += sums[j];
         float inv = 1.0f / sum;
-        for (int i = 0; i < V; i++) p[i] *= inv;
-        for (int i = V; i < Vp; i++) p[i] = 0.0f;
+        for (i = 0; i < V; i++) p[i] *= inv;
+        for (i = V; i < Vp; i++) p[i] = 0.0f;
     }
 }
 

@@ -49,7 +49,8 @@
 #define expf exp
 #define logf log
 #define tanhf tanh
-#define GELU_TANH tanh   // train_cpu.c's tanh_vec is a float approximation (test_matmul checks it)
+#define TANH_FAST tanh   // train_cpu.c's tanh_vec and exp_vec work on float bits (test_matmul
+#define EXP_FAST exp     // checks them)
 #define coshf cosh
 #define fabsf fabs
 #define powf pow

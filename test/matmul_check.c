@@ -5,9 +5,10 @@
 // bias NULL and not, dbias NULL and not, and gradients that start non-zero (backward must add).
 // Then determinism: 1 thread and all threads must give bit-identical results.
 //
-// Also the other fast function that stands in for a library one: tanh_vec (GELU's tanh) against
-// tanh in double on every 61st float from 1e-30 to 12, both signs, within 2 ulp of the correctly
-// rounded result (Cephes' bound is ~1.3 ulp), and on 0, +-inf and NaN.
+// Also the fast functions that stand in for libm's: tanh_vec (GELU) and exp_vec (softmax) against
+// tanh and exp in double on every 61st float from 1e-30 to 12 (tanh) or 87 (exp), both signs,
+// within 2 ulp of the correctly rounded result (Cephes' bounds are ~1.3 ulp), and at 0, +-inf,
+// NaN and far below exp's range.
 //
 // Tolerance: float32 dot products over K terms carry rounding error proportional to the sum of
 // the absolute values of the terms, so each element is compared with
@@ -159,36 +160,48 @@ static double ulp_error(float got, double want) {
     return fabs((double)got - want) / ulp;
 }
 
-// Returns 1 when tanh_vec fails, 0 when it passes.
-static int check_tanh(void) {
+// tanh_vec (which = 0) or exp_vec (which = 1) on every 61st float of +-[1e-30, hi], against libm
+// in double. Returns the worst error in ulps.
+static double sweep(int which, float hi_f, float* worst_x, long* count) {
     enum { CHUNK = 1 << 16 };
     static float xs[CHUNK], ys[CHUNK];
-    float lo_f = 1e-30f, hi_f = 12.0f;
+    float lo_f = 1e-30f;
     uint32_t lo, hi;
     memcpy(&lo, &lo_f, 4);
     memcpy(&hi, &hi_f, 4);
     double worst = 0.0;
-    float worst_x = 0.0f;
-    long count = 0;
     for (uint32_t u = lo; u <= hi;) {
         int k = 0;
         for (; k < CHUNK && u <= hi; k++, u += 61) {
             memcpy(&xs[k], &u, 4);
             if (k & 1) xs[k] = -xs[k];
         }
-        for (int i = 0; i < k; i++) ys[i] = tanh_vec(xs[i]);  // the vectorised loop, as in GELU
+        // the loops vectorise, as in GELU and softmax
+        if (which == 0) for (int i = 0; i < k; i++) ys[i] = tanh_vec(xs[i]);
+        else for (int i = 0; i < k; i++) ys[i] = exp_vec(xs[i]);
         for (int i = 0; i < k; i++) {
-            double e = ulp_error(ys[i], tanh((double)xs[i]));
-            if (!(e <= worst)) { worst = e; worst_x = xs[i]; }
+            double want = which == 0 ? tanh((double)xs[i]) : exp((double)xs[i]);
+            double e = ulp_error(ys[i], want);
+            if (!(e <= worst)) { worst = e; *worst_x = xs[i]; }
         }
-        count += k;
+        *count += k;
     }
-    int fails = !(worst <= 2.0);
+    return worst;
+}
+
+// Returns 1 when tanh_vec or exp_vec fails, 0 when both pass.
+static int check_vector_math(void) {
+    float wx = 0.0f, ex = 0.0f;
+    long nt = 0, ne = 0;
+    double wt = sweep(0, 12.0f, &wx, &nt), we = sweep(1, 87.0f, &ex, &ne);
+    int fails = !(wt <= 2.0) || !(we <= 2.0);
     float special[] = {0.0f, INFINITY, -INFINITY};
     for (int i = 0; i < 3; i++) fails |= tanh_vec(special[i]) != tanhf(special[i]);
-    fails |= !isnan(tanh_vec(NAN));
-    printf("  tanh_vec: %ld floats in +-[1e-30, 12], worst %.2f ulp at %.9g; 0, +-inf, NaN %s\n",
-           count, worst, worst_x, fails ? "FAIL" : "ok");
+    fails |= !isnan(tanh_vec(NAN)) || !isnan(exp_vec(NAN)) || exp_vec(0.0f) != 1.0f;
+    fails |= !(exp_vec(-1000.0f) < 2e-38f) || exp_vec(-1000.0f) < 0.0f;  // clamped at e^-87
+    printf("  tanh_vec: %ld floats in +-[1e-30, 12], worst %.2f ulp at %.9g\n", nt, wt, wx);
+    printf("  exp_vec: %ld floats in +-[1e-30, 87], worst %.2f ulp at %.9g\n", ne, we, ex);
+    printf("  special values (0, +-inf, NaN, -1000): %s\n", fails ? "FAIL" : "ok");
     return fails;
 }
 
@@ -207,7 +220,7 @@ int main(void) {
     fails += check_shape(65, 2 * MM_KC + 3, 20, 0);  // several k blocks in forward (C > KC)
     fails += check_shape(300, 64, 48, 1);            // several k blocks in dweight (BT > KC)
     fails += check_determinism(257, 769, 301);
-    fails += check_tanh();
+    fails += check_vector_math();
     if (fails > 0) {
         printf("matmul_check: %d checks FAILED\n", fails);
         return 1;
