@@ -108,6 +108,18 @@ static inline long long file_size_check_(FILE* f, const char* what, const char* 
 }
 #define file_size_check(f, what) file_size_check_(f, what, __FILE__, __LINE__)
 
+// Reads the 1,024-byte header that every file of ours starts with (an error if the file is
+// shorter) and returns the file's size in bytes.
+static inline long long read_header_check(FILE* f, const char* path, int32_t header[HEADER_INTS]) {
+    long long size = file_size_check(f, path);
+    if (size < (long long)(HEADER_INTS * sizeof(int32_t))) {
+        fprintf(stderr, "error: %s is truncated: %lld bytes, shorter than the 1,024-byte header\n", path, size);
+        exit(1);
+    }
+    fread_check(header, sizeof(int32_t), HEADER_INTS, f, path);
+    return size;
+}
+
 // Writes go to PATH.tmp and are renamed over PATH only once complete, so an interrupted write
 // never leaves a half-written file where a good one was.
 typedef struct {
@@ -298,13 +310,8 @@ void tokenizer_init(Tokenizer* t, const char* path) {
                 path, strerror(errno));
         exit(1);
     }
-    long long file_size = file_size_check(f, path);
     int32_t header[HEADER_INTS];
-    if (file_size < (long long)sizeof(header)) {
-        fprintf(stderr, "error: %s is truncated: %lld bytes, shorter than the 1,024-byte header\n", path, file_size);
-        exit(1);
-    }
-    fread_check(header, sizeof(int32_t), HEADER_INTS, f, path);
+    long long file_size = read_header_check(f, path, header);
     if (header[0] != TOKENIZER_MAGIC) {
         fprintf(stderr, "error: %s is not a tokenizer file (magic %d, expected %d); "
                 "make it with: ./tokenizer vocab encoder.json vocab.bpe %s\n", path, header[0], TOKENIZER_MAGIC, path);

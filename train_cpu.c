@@ -1900,14 +1900,8 @@ void dataloader_init(DataLoader* dl, const char* path, int B, int T, int vocab_s
     dl->B = B;
     dl->T = T;
     FILE* f = fopen_check(path, "rb");
-    long long size = file_size_check(f, path);
     int32_t header[HEADER_INTS];
-    if (size < (long long)sizeof(header)) {
-        fprintf(stderr, "error: %s is truncated: %lld bytes, shorter than the 1024-byte header\n",
-                path, size);
-        exit(1);
-    }
-    fread_check(header, sizeof(int32_t), HEADER_INTS, f, path);
+    long long size = read_header_check(f, path, header);
     if (header[0] != TOKENS_MAGIC) {
         fprintf(stderr, "error: %s is not a token file (magic %d, expected %d)\n", path,
                 header[0], TOKENS_MAGIC);
@@ -2074,13 +2068,8 @@ void write_state(const char* path, TrainState s, const float* m, const float* v,
 // Reads a state file into s, m and v (n floats each, allocated by the caller).
 void read_state(const char* path, TrainState* s, float* m, float* v, size_t n) {
     FILE* f = fopen_check(path, "rb");
-    long long size = file_size_check(f, path);
     int32_t header[HEADER_INTS];
-    if (size < (long long)sizeof(header)) {
-        fprintf(stderr, "error: %s is truncated (%lld bytes)\n", path, size);
-        exit(1);
-    }
-    fread_check(header, sizeof(int32_t), HEADER_INTS, f, path);
+    long long size = read_header_check(f, path, header);
     if (header[0] != STATE_MAGIC || header[1] != STATE_VERSION) {
         fprintf(stderr, "error: %s is not a training state file (magic %d version %d)\n", path,
                 header[0], header[1]);
