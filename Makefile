@@ -7,7 +7,9 @@
 #   make bench           all benchmarks (bench-tokenizer, bench-cpu, bench-infer)
 #
 # Knobs: CC, OMP=1 (0 turns OpenMP off), NATIVE=1 (-march=native after a test compile),
-#        NVCC, GPU_ARCH=90, USE_CUBLAS=0, DATA_DIR (local folder holding the source files).
+#        MATMUL=fast (naive: every matrix product of train_cpu and infer on the plain loops that
+#        define it, gpt2/cpu_layers.h), NVCC, GPU_ARCH=90, USE_CUBLAS=0, DATA_DIR (local folder
+#        holding the source files).
 
 CC       ?= gcc
 OMP      ?= 1
@@ -17,6 +19,7 @@ GPU_ARCH ?= 90
 USE_CUBLAS ?= 0
 DATA_DIR ?=
 PYTHON   ?= /usr/bin/python3
+MATMUL   ?= fast
 
 CFLAGS   ?= -O3 -fno-math-errno -Wall -Wextra -Wno-unused-parameter
 LDLIBS   := -lm
@@ -45,7 +48,21 @@ else
   OMP_STATUS := OpenMP off (OMP=0)
 endif
 
+ifeq ($(MATMUL),naive)
+  MATMUL_FLAGS := -DMATMUL_NAIVE
+else ifneq ($(MATMUL),fast)
+  $(error MATMUL=$(MATMUL): use MATMUL=fast (the default) or MATMUL=naive)
+endif
+
 export CC CFLAGS LDLIBS PYTHON DATA_DIR
+
+# The shared headers (gpt2/): every program is rebuilt when one changes.
+HEADERS := $(wildcard gpt2/*.h)
+
+# train_cpu and infer are rebuilt when the compiler or its flags change (MATMUL=naive, another
+# CC), not only when a source does: build/flags holds the last ones, rewritten when they differ.
+BUILD_FLAGS := $(CC) $(CFLAGS) $(MATMUL_FLAGS)
+$(shell mkdir -p build && echo '$(BUILD_FLAGS)' | cmp -s - build/flags || echo '$(BUILD_FLAGS)' > build/flags)
 
 CPU_PROGRAMS := tokenizer train_cpu infer
 GPU_PROGRAMS := train_gpu
@@ -73,17 +90,17 @@ endif
 
 # ---------- programs ----------
 
-tokenizer: tokenizer.c dev/unicode_tables.h
+tokenizer: tokenizer.c $(HEADERS)
 	$(CC) $(CFLAGS) -o $@ tokenizer.c $(LDLIBS)
 
 # The training programs depend on the data, so `make train_cpu && ./train_cpu` works on a fresh machine.
-train_cpu: train_cpu.c tokenizer.c dev/unicode_tables.h | data
-	$(CC) $(CFLAGS) -o $@ train_cpu.c $(LDLIBS)
+train_cpu: train_cpu.c $(HEADERS) build/flags | data
+	$(CC) $(CFLAGS) $(MATMUL_FLAGS) -o $@ train_cpu.c $(LDLIBS)
 
-infer: infer.c train_cpu.c tokenizer.c dev/unicode_tables.h | data
-	$(CC) $(CFLAGS) -o $@ infer.c $(LDLIBS)
+infer: infer.c $(HEADERS) build/flags | data
+	$(CC) $(CFLAGS) $(MATMUL_FLAGS) -o $@ infer.c $(LDLIBS)
 
-train_gpu: train_gpu.cu train_cpu.c tokenizer.c dev/unicode_tables.h | data
+train_gpu: train_gpu.cu $(HEADERS) | data
 ifeq ($(NVCC),)
 	@echo "skipped: train_gpu (nvcc not found)"; exit 1
 else
@@ -93,7 +110,7 @@ endif
 # GPU checks (dev/gpu_check.cu): every kernel and the whole model against the CPU, then timings.
 gpu-checks: build/gpu_check
 
-build/gpu_check: dev/gpu_check.cu train_gpu.cu train_cpu.c tokenizer.c dev/unicode_tables.h
+build/gpu_check: dev/gpu_check.cu train_gpu.cu train_cpu.c $(HEADERS)
 ifeq ($(NVCC),)
 	@echo "skipped: build/gpu_check (nvcc not found)"; exit 1
 else
@@ -105,7 +122,7 @@ endif
 # under AddressSanitizer and UBSan: indexing, bounds, barriers and float4 alignment, not speed.
 gpu-emu: build/emu/gpu_check
 
-build/emu/gpu_check: dev/gpu_check.cu train_gpu.cu train_cpu.c tokenizer.c dev/cuda_emu.h dev/cuda_emu.py dev/unicode_tables.h
+build/emu/gpu_check: dev/gpu_check.cu train_gpu.cu train_cpu.c $(HEADERS) dev/cuda_emu.h dev/cuda_emu.py
 	@mkdir -p build/emu
 	$(PYTHON) dev/cuda_emu.py dev/gpu_check.cu build/emu/gpu_check.cpp
 	$(CXX) -std=c++17 -O1 -g $(filter -fopenmp,$(CFLAGS)) -fsanitize=address,undefined -fno-sanitize-recover=undefined \

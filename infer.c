@@ -5,33 +5,37 @@
 // MODEL is an llm.c checkpoint (float32 or bfloat16), a Hugging Face GPT-2 model.safetensors
 // (dev/download_gpt2.sh fetches GPT-2 124M), or dN for a freshly initialised model of N layers.
 //
-// Why a cache. train_cpu.c's forward pass processes a whole sequence; generating with it
-// (gpt2_sample_and_print) reruns the model over all t tokens to get token t+1, so n tokens cost
-// O(n^2) token-passes. But attention is causal: the key and value vectors of a position depend
-// only on the tokens up to it, so they never change once computed. We keep them, per layer and
-// head, in a cache. Then each new token needs one pass of its own through the model, attending
-// to the cached keys and values of all positions before it.
+// Why a cache. The training forward pass processes a whole sequence; generating with it (as the
+// trainers' samples do, gpt2/run.h's run_sample) reruns the model over all t tokens to get token
+// t+1, so n tokens cost O(n^2) token-passes. But attention is causal: the key and value vectors
+// of a position depend only on the tokens up to it, so they never change once computed. We keep
+// them, per layer and head, in a cache. Then each new token needs one pass of its own through
+// the model, attending to the cached keys and values of all positions before it.
 //
 // Two phases with different bottlenecks:
 //   prefill  the prompt's P tokens at once: every weight matrix multiplies a (P, C) block,
-//            matrix-matrix (train_cpu.c's matmul_forward), so each weight read from memory is
-//            used P times and the FMA units set the pace;
+//            matrix-matrix (matmul_forward), so each weight read from memory is used P times
+//            and the FMA units set the pace;
 //   decode   one token per step: every weight matrix multiplies one vector, matrix-vector
 //            (matvec_forward below). Each weight is read once for 2 floating-point operations,
 //            so the speed is set by memory bandwidth: tokens/s <= bandwidth / bytes of weights.
 //            dev/bench_infer.sh measures how close we get (doc/infer.md).
 //
-// Everything else is train_cpu.c's code, included rather than pasted: the layers (encoder,
-// layernorm, gelu, residual, softmax, matmul), the model and its loading, the random numbers,
-// sample_mult and print_token; tokenizer.c does the text. New here is only what the cache needs:
-// the cache itself, attention against it, the matrix-vector product, and the top-k / top-p filter.
-// Define INFER_NO_MAIN before including this file to leave out main() (test/infer_check.c).
+// Everything else comes from the shared headers: the layers (gpt2/cpu_layers.h: encoder,
+// layernorm, gelu, residual, softmax, matmul), the model and its loading (gpt2/model.h,
+// gpt2/checkpoint.h), the tokenizer (gpt2/tokenizer.h), the random numbers. New here is only what
+// the cache needs: the cache itself, attention against it, the matrix-vector product, and the
+// sampler with its top-k / top-p filter.
 
-#define TRAIN_CPU_NO_MAIN
-#include "train_cpu.c"
+#include "gpt2/cli.h"
+#include "gpt2/cpu_layers.h"
+#include "gpt2/model.h"
+#include "gpt2/checkpoint.h"
+#include "gpt2/random.h"
+#include "gpt2/tokenizer.h"
 
 // ---------- the cache ----------
-// One allocation, carved into tensors by a table of sizes (as train_cpu.c's activations).
+// One allocation, carved into tensors by a table of sizes (as the model's activations).
 // Besides the keys and values it holds the scratch activations of the tokens being processed,
 // sized for up to maxT of them (a whole-context prompt); nothing is kept per layer, since there
 // is no backward pass.
@@ -127,7 +131,7 @@ void linear_forward(float* out, const float* inp, const float* weight, const flo
 // positions 0..pos-1 already in the cache. qkv (T, 3C) holds the new tokens' query, key and
 // value; key and value (NH, maxT, hs) are this layer's cache; out (T, C).
 // First the new keys and values join the cache, then each (token, head) attends to positions
-// 0..its own, the same mask and scale as train_cpu.c's attention_forward. The softmax is the
+// 0..its own, the same mask and scale as gpt2/cpu_layers.h's attention_forward. The softmax is the
 // one-pass "online" form (Milakov & Gimelshein 2018, the idea behind FlashAttention): a running
 // maximum m and sum s, with the output accumulated as we go and rescaled by exp(m_old - m_new)
 // whenever the maximum grows. So no buffer of T x maxT scores is needed, and each cached key and
@@ -182,56 +186,39 @@ void attention_forward_cached(float* out, float* key, float* value, const float*
 // Runs T tokens (positions cache->pos .. cache->pos+T-1) through the model, adding their keys
 // and values to the cache. Returns the logits (Vp) of the last of them; with all_logits non-NULL
 // also writes the logits of every one of the T positions there, (T, Vp) (the tests compare them
-// with train_cpu.c's full forward). The padding logits V..Vp-1 are 0 (zero rows of wte).
+// with train_cpu.c's gpt2_forward). The padding logits V..Vp-1 are 0 (zero rows of wte).
+// The caller has checked the tokens: ids below V, and pos + T within the context maxT.
 float* kvcache_forward(KVCache* cache, const int* tokens, int T, float* all_logits) {
     GPT2Config cfg = cache->model->config;
-    int V = cfg.vocab_size, Vp = cfg.padded_vocab_size, maxT = cfg.max_seq_len;
-    int L = cfg.num_layers, NH = cfg.num_heads, C = cfg.channels;
+    int Vp = cfg.padded_vocab_size, maxT = cfg.max_seq_len, NH = cfg.num_heads, C = cfg.channels;
     int pos = cache->pos;
-    if (T < 1 || pos + T > maxT) {
-        fprintf(stderr, "error: %d tokens at position %d do not fit in the context of %d tokens\n",
-                T, pos, maxT);
-        exit(1);
-    }
-    for (int i = 0; i < T; i++) {
-        if (tokens[i] < 0 || tokens[i] >= V) {
-            fprintf(stderr, "error: token id %d is outside the model's vocabulary (V=%d)\n",
-                    tokens[i], V);
-            exit(1);
-        }
-    }
-    const ParameterTensors* p = &cache->model->params;
+    ParameterTensors p = cache->model->params;
     CacheTensors a = cache->t;
     size_t layer_cache = (size_t)maxT * C;  // one layer's keys: NH heads x maxT x hs
     // positions pos.. take rows pos.. of wpe
-    encoder_forward(a.x, tokens, p->wte, p->wpe + (size_t)pos * C, 1, T, C);
-    for (int l = 0; l < L; l++) {
-        // the same block as train_cpu.c's gpt2_forward, for T tokens and with the cache
-        layernorm_forward(a.ln, a.ln_mean, a.ln_rstd, a.x, p->ln1w + l * C, p->ln1b + l * C,
-                          1, T, C);
-        linear_forward(a.qkv, a.ln, p->qkvw + (size_t)l * 3 * C * C, p->qkvb + l * 3 * C,
-                       T, C, 3 * C);
-        attention_forward_cached(a.atty, a.key + l * layer_cache, a.value + l * layer_cache,
-                                 a.qkv, pos, T, C, NH, maxT);
-        linear_forward(a.proj, a.atty, p->attprojw + (size_t)l * C * C, p->attprojb + l * C,
-                       T, C, C);
+    encoder_forward(a.x, tokens, p.wte, p.wpe + (size_t)pos * C, 1, T, C);
+    for (int l = 0; l < cfg.num_layers; l++) {
+        // gpt2/model.h's block_forward, for T tokens and with the cache
+        ParameterTensors w = parameters_of_layer(p, cfg, l);
+        layernorm_forward(a.ln, a.ln_mean, a.ln_rstd, a.x, w.ln1w, w.ln1b, 1, T, C);
+        linear_forward(a.qkv, a.ln, w.qkvw, w.qkvb, T, C, 3 * C);
+        attention_forward_cached(a.atty, a.key + l * layer_cache, a.value + l * layer_cache, a.qkv,
+                                 pos, T, C, NH, maxT);
+        linear_forward(a.proj, a.atty, w.attprojw, w.attprojb, T, C, C);
         residual_forward(a.x, a.x, a.proj, T * C);
-        layernorm_forward(a.ln, a.ln_mean, a.ln_rstd, a.x, p->ln2w + l * C, p->ln2b + l * C,
-                          1, T, C);
-        linear_forward(a.fch, a.ln, p->fcw + (size_t)l * 4 * C * C, p->fcb + l * 4 * C,
-                       T, C, 4 * C);
+        layernorm_forward(a.ln, a.ln_mean, a.ln_rstd, a.x, w.ln2w, w.ln2b, 1, T, C);
+        linear_forward(a.fch, a.ln, w.fcw, w.fcb, T, C, 4 * C);
         gelu_forward(a.fch_gelu, a.fch, T * 4 * C);
-        linear_forward(a.proj, a.fch_gelu, p->fcprojw + (size_t)l * C * 4 * C,
-                       p->fcprojb + l * C, T, 4 * C, C);
+        linear_forward(a.proj, a.fch_gelu, w.fcprojw, w.fcprojb, T, 4 * C, C);
         residual_forward(a.x, a.x, a.proj, T * C);
     }
-    layernorm_forward(a.ln, a.ln_mean, a.ln_rstd, a.x, p->lnfw, p->lnfb, 1, T, C);
+    layernorm_forward(a.ln, a.ln_mean, a.ln_rstd, a.x, p.lnfw, p.lnfb, 1, T, C);
     // the output layer is tied to wte; generation needs only the last position's logits
     if (all_logits != NULL) {
-        linear_forward(all_logits, a.ln, p->wte, NULL, T, C, Vp);
+        linear_forward(all_logits, a.ln, p.wte, NULL, T, C, Vp);
         memcpy(a.logits, all_logits + (size_t)(T - 1) * Vp, (size_t)Vp * sizeof(float));
     } else {
-        matvec_forward(a.logits, a.ln + (size_t)(T - 1) * C, p->wte, NULL, C, Vp);
+        matvec_forward(a.logits, a.ln + (size_t)(T - 1) * C, p.wte, NULL, C, Vp);
     }
     cache->pos += T;
     return a.logits;
@@ -241,7 +228,7 @@ float* kvcache_forward(KVCache* cache, const int* tokens, int T, float* all_logi
 // temperature 0 is greedy (argmax). Otherwise: probabilities = softmax(logits / temperature);
 // top-k keeps the k most likely tokens; top-p (nucleus sampling, Holtzman et al. 2019) then
 // keeps the smallest set of the most likely tokens whose probability reaches p; the kept
-// probabilities are renormalised and train_cpu.c's sample_mult draws one with a uniform coin.
+// probabilities are renormalised and sample_mult (gpt2/random.h) draws one with a uniform coin.
 
 typedef struct {
     float prob;
@@ -343,7 +330,7 @@ typedef struct {
     float temperature;   // 0: greedy
     int top_k;           // 0: off
     float top_p;         // 1: off
-    uint64_t rng;        // state of train_cpu.c's random_u32
+    uint64_t rng;        // state of random_u32 (gpt2/random.h)
     int V, Vp;
     float* scaled;       // (Vp) logits / temperature
     float* probs;        // (Vp)
@@ -388,7 +375,7 @@ int sampler_sample(Sampler* s, const float* logits) {
 }
 
 // ---------- main ----------
-#ifndef INFER_NO_MAIN
+#ifndef INFER_NO_MAIN  // test/infer_check.c defines it to call the functions above
 
 typedef struct {
     const char* model;       // -e
@@ -449,19 +436,11 @@ static InferConfig infer_parse_args(int argc, char** argv) {
             case 'P': c.top_p = parse_float_arg(flag, val, 0.0f); break;
             case 'S': c.seed = (uint64_t)parse_int_arg(flag, val, 0); break;
             case 'E': c.stop_at_eot = parse_int_arg(flag, val, 0); break;
-            default:
-                fprintf(stderr, "error: unknown option %s (see -h)\n", flag);
-                exit(1);
+            default: fail("unknown option %s (see -h)", flag);
         }
     }
-    if (c.model == NULL) {
-        fprintf(stderr, "error: no model: give -e MODEL (see -h)\n");
-        exit(1);
-    }
-    if (c.top_p > 1.0f || c.top_p == 0.0f) {
-        fprintf(stderr, "error: -P expects a probability in (0, 1], got %g\n", c.top_p);
-        exit(1);
-    }
+    if (c.model == NULL) fail("no model: give -e MODEL (see -h)");
+    if (c.top_p > 1.0f || c.top_p == 0.0f) fail("-P expects a probability in (0, 1], got %g", c.top_p);
     return c;
 }
 
@@ -477,104 +456,91 @@ static char* read_stdin(void) {
             buf = (char*)realloc_check(buf, cap);
         }
     }
-    if (ferror(stdin)) {
-        fprintf(stderr, "error: cannot read the prompt from standard input: %s\n", strerror(errno));
-        exit(1);
-    }
+    if (ferror(stdin)) fail("cannot read the prompt from standard input: %s", strerror(errno));
     buf[n] = '\0';
     return buf;
 }
 
+// The prompt's tokens (*P of them, malloc'd): "<|endoftext|>" in it is the end-of-text token,
+// and an empty prompt is end-of-text alone, as GPT-2 starts its unconditional samples. At least
+// one position of the context must be left for generation.
+static int* encode_prompt(const InferConfig* cfg, const Tokenizer* tok, int maxT, int* P) {
+    char* text = cfg->prompt != NULL ? NULL : read_stdin();
+    const char* prompt = cfg->prompt != NULL ? cfg->prompt : text;
+    size_t n = 0;
+    int* ids = tokenizer_encode(tok, (const unsigned char*)prompt, strlen(prompt), 1, &n);
+    free(text);
+    if (n >= (size_t)maxT) {
+        fail("the prompt is %zu tokens; the model's context holds %d, and at least one must be left "
+             "for generation", n, maxT);
+    }
+    if (n == 0) ids[n++] = tok->eot_token;  // tokenizer_encode's result has room for one
+    *P = (int)n;
+    return ids;
+}
+
+// Decode: sample a token, print it, feed it back, each step one token through the model, until
+// max_new tokens, or end-of-text when stop_at_eot. Returns how many were generated; *stop says why.
+static int generate(KVCache* cache, Sampler* sampler, const Tokenizer* tok, const float* logits,
+                    int max_new, int stop_at_eot, const char** stop, int* steps) {
+    int generated = 0;
+    *steps = 0;
+    for (;;) {
+        int next = sampler_sample(sampler, logits);
+        if (next == tok->eot_token && stop_at_eot) {
+            *stop = "end-of-text";
+            return generated;
+        }
+        print_token(tok, next);
+        fflush(stdout);
+        generated++;
+        if (generated == max_new) return generated;
+        logits = kvcache_forward(cache, &next, 1, NULL);
+        (*steps)++;
+    }
+}
+
 int main(int argc, char** argv) {
     InferConfig cfg = infer_parse_args(argc, argv);
-
     GPT2 model;
-    gpt2_build_from_init(&model, cfg.model, cfg.seed);
+    gpt2_build(&model, cfg.model, cfg.seed);
     GPT2Config mc = model.config;
     int maxT = mc.max_seq_len, V = mc.vocab_size;
-
     Tokenizer tok;
     tokenizer_init(&tok, cfg.tokenizer);
-    if ((int)tok.vocab_size > V) {
-        fprintf(stderr, "error: the tokenizer %s has %d tokens, more than the model's vocabulary "
-                "(V=%d)\n", cfg.tokenizer, (int)tok.vocab_size, V);
-        exit(1);
+    if (tok.vocab_size > V) {
+        fail("the tokenizer %s has %d tokens, more than the model's vocabulary (V=%d)", cfg.tokenizer,
+             tok.vocab_size, V);
     }
-    int eot = (int)tok.eot_token;
-
-    // the prompt; "<|endoftext|>" in it is the end-of-text token, and an empty prompt starts
-    // from end-of-text, as GPT-2 does for unconditional samples
-    char* text = cfg.prompt != NULL ? NULL : read_stdin();
-    const char* prompt = cfg.prompt != NULL ? cfg.prompt : text;
-    size_t num_prompt = 0;
-    int* ids = tokenizer_encode(&tok, (const unsigned char*)prompt, strlen(prompt), 1, &num_prompt);
-    int P = (int)num_prompt;
-    int* tokens = (int*)malloc_check((size_t)(P > 0 ? P : 1) * sizeof(int));
-    if (P == 0) {
-        tokens[0] = eot;
-        P = 1;
-    } else if (num_prompt >= (size_t)maxT) {
-        fprintf(stderr, "error: the prompt is %zu tokens; the model's context holds %d, and at "
-                "least one must be left for generation\n", num_prompt, maxT);
-        exit(1);
-    } else {
-        memcpy(tokens, ids, (size_t)P * sizeof(int));
-    }
-    free(ids);
-    free(text);
+    int P;
+    int* tokens = encode_prompt(&cfg, &tok, maxT, &P);
     // the context holds the prompt and every generated token
     if (cfg.max_new > maxT - P) {
-        fprintf(stderr, "error: -n %d: the prompt (%d tokens) and %d new tokens exceed the "
-                "model's context of %d tokens; use -n %d or less\n", cfg.max_new, P,
-                cfg.max_new, maxT, maxT - P);
-        exit(1);
+        fail("-n %d: the prompt (%d tokens) and %d new tokens exceed the model's context of %d "
+             "tokens; use -n %d or less", cfg.max_new, P, cfg.max_new, maxT, maxT - P);
     }
     int max_new = cfg.max_new > 0 ? cfg.max_new : maxT - P;
-
     KVCache cache;
     kvcache_build(&cache, &model);
     Sampler sampler;
-    sampler_build(&sampler, V, mc.padded_vocab_size, cfg.temperature, cfg.top_k, cfg.top_p,
-                  cfg.seed);
+    sampler_build(&sampler, V, mc.padded_vocab_size, cfg.temperature, cfg.top_k, cfg.top_p, cfg.seed);
 
-    // prefill: the whole prompt in one pass
     double t0 = now_seconds();
-    const float* logits = kvcache_forward(&cache, tokens, P, NULL);
+    const float* logits = kvcache_forward(&cache, tokens, P, NULL);  // prefill: the whole prompt
     double prefill_time = now_seconds() - t0;
-
-    // decode: sample a token, print it, feed it back; each step is one token through the model
-    int generated = 0, steps = 0;
-    const char* stop = "-n limit";
+    const char* stop = cfg.max_new < 0 ? "context full" : "-n limit";
+    int steps;
     t0 = now_seconds();
-    for (;;) {
-        int next = sampler_sample(&sampler, logits);
-        if (next == eot && cfg.stop_at_eot) {
-            stop = "end-of-text";
-            break;
-        }
-        print_token(&tok, next);
-        fflush(stdout);
-        generated++;
-        if (generated == max_new) {
-            if (cfg.max_new < 0) stop = "context full";
-            break;
-        }
-        logits = kvcache_forward(&cache, &next, 1, NULL);
-        steps++;
-    }
+    int generated = generate(&cache, &sampler, &tok, logits, max_new, cfg.stop_at_eot, &stop, &steps);
     double decode_time = now_seconds() - t0;
     printf("\n");
     fflush(stdout);
 
-    fprintf(stderr, "model: L=%d NH=%d C=%d V=%d maxT=%d, %zu parameters, %d threads\n",
-            mc.num_layers, mc.num_heads, mc.channels, V, maxT, model.num_parameters,
-            num_threads());
-    fprintf(stderr, "prompt: %d tokens, prefill %.3f s, %.1f tok/s\n", P, prefill_time,
-            P / prefill_time);
-    fprintf(stderr, "generation: %d tokens (stop: %s), %d decode steps in %.3f s, "
-            "%.2f tok/s\n", generated, stop, steps, decode_time,
-            steps > 0 ? steps / decode_time : 0.0);
-
+    fprintf(stderr, "model: L=%d NH=%d C=%d V=%d maxT=%d, %zu parameters, %d threads\n", mc.num_layers,
+            mc.num_heads, mc.channels, V, maxT, model.num_parameters, num_threads());
+    fprintf(stderr, "prompt: %d tokens, prefill %.3f s, %.1f tok/s\n", P, prefill_time, P / prefill_time);
+    fprintf(stderr, "generation: %d tokens (stop: %s), %d decode steps in %.3f s, %.2f tok/s\n", generated,
+            stop, steps, decode_time, steps > 0 ? steps / decode_time : 0.0);
     sampler_free(&sampler);
     kvcache_free(&cache);
     free(tokens);

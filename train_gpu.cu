@@ -1,10 +1,13 @@
 // train_gpu.cu: GPT-2 training on one NVIDIA GPU, every operation a kernel written here in float32.
 //
-// The GPU twin of train_cpu.c. It includes train_cpu.c for everything that is not arithmetic on
-// the GPU: the checked I/O, the config and parameter-size table, checkpoints, the data loader,
-// the command line, the sampler and the CPU reference layers the dev/ checks compare against.
-// Each CPU layer `x(...)` has a GPU twin `x_gpu(...)` with the same arguments, only that the
-// pointers are device pointers, so the model code below reads like the CPU one. The kernels:
+//   make train_gpu && ./train_gpu        GPT-2 124M from scratch on Tiny Shakespeare, T=1024
+//
+// The GPU twin of train_cpu.c. Each CPU layer `x(...)` of gpt2/cpu_layers.h has a GPU twin
+// `x_gpu(...)` with the same arguments on device pointers, which launches kernels `..._kernel`;
+// the model's forward and backward pass (gpt2/model.h) and the training loop (gpt2/run.h) are the
+// ones train_cpu.c runs, handed the GPU's layers and training operations. Everything that is not
+// arithmetic on the GPU (files, the command line, the data) happens on the host, in the shared
+// headers. The kernels:
 //   - matmul: one register-tiled shared-memory SGEMM (128x128 tiles, 8x8 outputs per thread,
 //     float4 loads, any M, N, K) serves the linear layers and the attention products;
 //   - attention: Q K^T and att V as batched SGEMMs over (b, h), causal tiles skipped, and a
@@ -16,10 +19,10 @@
 // Build with USE_CUBLAS=1 to swap cuBLAS in for the linear layers, for comparison only.
 // doc/gpu.md explains the kernels; dev/gpu_check.cu checks each one against the CPU.
 
-#define TRAIN_CPU_NO_MAIN
-#include "train_cpu.c"
+#include "gpt2/model.h"
+#include "gpt2/cpu_layers.h"
+#include "gpt2/run.h"
 
-#include <stddef.h>
 #include <cuda_runtime.h>
 #ifdef USE_CUBLAS
 #include <cublas_v2.h>
@@ -27,14 +30,12 @@
 
 // ---------- CUDA utilities ----------
 
-// Every CUDA call goes through cuda_check, which names the failed call, file and line and exits.
+// Every CUDA call goes through cuda_check, which names the failed call, file and line and stops.
 // Kernel launches are followed by cuda_check(cudaGetLastError()): a bad launch configuration is
 // reported there, at the launch, not at some later call.
 static void cuda_check_(cudaError_t err, const char* call, const char* file, int line) {
     if (err != cudaSuccess) {
-        fprintf(stderr, "error: CUDA call %s failed: %s (%s:%d)\n", call, cudaGetErrorString(err),
-                file, line);
-        exit(1);
+        fail("CUDA call %s failed: %s (%s:%d)", call, cudaGetErrorString(err), file, line);
     }
 }
 #define cuda_check(call) cuda_check_((call), #call, __FILE__, __LINE__)
@@ -54,28 +55,32 @@ __device__ __forceinline__ float warp_max(float v) {
     return v;
 }
 
-// Sum (or max) over the whole block; blockDim.x must be a multiple of 32. Every thread gets the
-// result. The first __syncthreads keeps a second call from overwriting `partial` while a slow
-// warp still reads the first call's values.
-template <typename F>
-__device__ F block_sum(F v) {
+// The two warp reductions, as types, so that block_reduce can take either.
+struct WarpSum {
+    template <typename F>
+    __device__ F operator()(F v) const { return warp_sum(v); }
+};
+struct WarpMax {
+    __device__ float operator()(float v) const { return warp_max(v); }
+};
+
+// Reduces v over the whole block (blockDim.x a multiple of 32): each warp reduces its 32 values,
+// then every warp reduces the warps' results, so every thread gets the block's result. identity
+// fills the lanes past the last warp. The first __syncthreads keeps a second call from
+// overwriting `partial` while a slow warp still reads the first call's values.
+template <typename F, typename WarpOp>
+__device__ F block_reduce(F v, F identity) {
     __shared__ F partial[32];
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
-    v = warp_sum(v);
+    v = WarpOp()(v);
     __syncthreads();
     if (lane == 0) partial[warp] = v;
     __syncthreads();
-    return warp_sum(lane < nwarps ? partial[lane] : (F)0);
+    return WarpOp()(lane < nwarps ? partial[lane] : identity);
 }
-__device__ float block_max(float v) {
-    __shared__ float partial[32];
-    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
-    v = warp_max(v);
-    __syncthreads();
-    if (lane == 0) partial[warp] = v;
-    __syncthreads();
-    return warp_max(lane < nwarps ? partial[lane] : -INFINITY);
-}
+template <typename F>
+__device__ F block_sum(F v) { return block_reduce<F, WarpSum>(v, (F)0); }
+__device__ float block_max(float v) { return block_reduce<float, WarpMax>(v, -INFINITY); }
 
 // Scratch memory for the partial sums of two-stage reductions, grown on demand. The kernels of
 // one stream run in order, so one buffer serves every reduction.
@@ -317,6 +322,62 @@ __device__ __forceinline__ float4 load_tile4(const float* p, long long ld, int r
     return v;
 }
 
+// Stages the BM x BK tile of A at (m0, k0) in shared memory, k-major (As[k][m]), zeros outside
+// rows [0, M) and columns [k0, k_end). The NT threads of the block share the float4 loads.
+template <int BM, int BK, int NT, bool TA>
+__device__ __forceinline__ void stage_tile_a(float (*As)[BM + 4], const float* A, const GemmArgs& g,
+                                             int m0, int k0, int k_end) {
+    for (int f = threadIdx.x; f < BM * BK / 4; f += NT) {
+        if (!TA) {  // A(m,k) = A[m*lda + k]: read 4 consecutive k of one row, store transposed
+            int m = f / (BK / 4), kq = (f % (BK / 4)) * 4;
+            float4 v = load_tile4(A, g.lda, m0 + m, k0 + kq, g.M, k_end, g.vecA);
+            As[kq + 0][m] = v.x; As[kq + 1][m] = v.y; As[kq + 2][m] = v.z; As[kq + 3][m] = v.w;
+        } else {    // A(m,k) = A[k*lda + m]: read 4 consecutive m, store as they are
+            int k = f / (BM / 4), mq = (f % (BM / 4)) * 4;
+            *reinterpret_cast<float4*>(&As[k][mq]) = load_tile4(A, g.lda, k0 + k, m0 + mq, k_end, g.M, g.vecA);
+        }
+    }
+}
+
+// The same for the BK x BN tile of B at (k0, n0): Bs[k][n].
+template <int BN, int BK, int NT, bool TB>
+__device__ __forceinline__ void stage_tile_b(float (*Bs)[BN + 4], const float* B, const GemmArgs& g,
+                                             int n0, int k0, int k_end) {
+    for (int f = threadIdx.x; f < BN * BK / 4; f += NT) {
+        if (!TB) {  // B(k,n) = B[k*ldb + n]
+            int k = f / (BN / 4), nq = (f % (BN / 4)) * 4;
+            *reinterpret_cast<float4*>(&Bs[k][nq]) = load_tile4(B, g.ldb, k0 + k, n0 + nq, k_end, g.N, g.vecB);
+        } else {    // B(k,n) = B[n*ldb + k]
+            int n = f / (BK / 4), kq = (f % (BK / 4)) * 4;
+            float4 v = load_tile4(B, g.ldb, n0 + n, k0 + kq, g.N, k_end, g.vecB);
+            Bs[kq + 0][n] = v.x; Bs[kq + 1][n] = v.y; Bs[kq + 2][n] = v.z; Bs[kq + 3][n] = v.w;
+        }
+    }
+}
+
+// Writes r = alpha * (four accumulators) to C[m, n..n+3] of the row crow, plus bias and the old
+// C when asked: one float4 where the row allows it, else column by column up to N.
+__device__ __forceinline__ void store_c4(float* crow, int n, float4 r, const GemmArgs& g) {
+    if (g.vecC && n + 3 < g.N) {
+        if (g.bias != NULL) {
+            float4 bv = *reinterpret_cast<const float4*>(g.bias + n);
+            r.x += bv.x; r.y += bv.y; r.z += bv.z; r.w += bv.w;
+        }
+        if (g.accumulate) {
+            float4 cv = *reinterpret_cast<const float4*>(crow + n);
+            r.x += cv.x; r.y += cv.y; r.z += cv.z; r.w += cv.w;
+        }
+        *reinterpret_cast<float4*>(crow + n) = r;
+        return;
+    }
+    float v[4] = {r.x, r.y, r.z, r.w};
+    for (int q = 0; q < 4 && n + q < g.N; q++) {
+        if (g.bias != NULL) v[q] += g.bias[n + q];
+        if (g.accumulate) v[q] += crow[n + q];
+        crow[n + q] = v[q];
+    }
+}
+
 // __launch_bounds__(threads, 2): at most 128 registers a thread, so that two blocks share an SM
 // and one block's loads overlap the other's FMAs.
 template <int BM, int BN, int BK, int TM, int TN, bool TA, bool TB>
@@ -324,8 +385,8 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN), 2) matmul_kernel(GemmAr
     constexpr int NT = (BM / TM) * (BN / TN);  // threads per block
     constexpr int TX = BN / TN;                // threads along n
     constexpr int GM = 4 * BM / TM, GN = 4 * BN / TN;  // spacing of a thread's 4-wide groups
-    // +4 columns of padding: the transposed stores below (As[k][m] for k-contiguous A) would
-    // otherwise hit the same bank for k and k+8; a multiple of 4 keeps float4 reads aligned.
+    // +4 columns of padding: the transposed stores (As[k][m] for k-contiguous A) would otherwise
+    // hit the same bank for k and k+8; a multiple of 4 keeps float4 reads aligned.
     __shared__ __align__(16) float As[BK][BM + 4];
     __shared__ __align__(16) float Bs[BK][BN + 4];
 
@@ -347,29 +408,8 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN), 2) matmul_kernel(GemmAr
         for (int j = 0; j < TN; j++) acc[i][j] = 0.0f;
 
     for (int k0 = k_begin; k0 < k_end; k0 += BK) {
-        // Stage the A tile (BM x BK) and B tile (BK x BN), k-major, zeros outside the matrix.
-        for (int f = tid; f < BM * BK / 4; f += NT) {
-            if (!TA) {  // A(m,k) = A[m*lda + k]: read 4 consecutive k of one row, store transposed
-                int m = f / (BK / 4), kq = (f % (BK / 4)) * 4;
-                float4 v = load_tile4(A, g.lda, m0 + m, k0 + kq, g.M, k_end, g.vecA);
-                As[kq + 0][m] = v.x; As[kq + 1][m] = v.y; As[kq + 2][m] = v.z; As[kq + 3][m] = v.w;
-            } else {    // A(m,k) = A[k*lda + m]: read 4 consecutive m, store as they are
-                int k = f / (BM / 4), mq = (f % (BM / 4)) * 4;
-                float4 v = load_tile4(A, g.lda, k0 + k, m0 + mq, k_end, g.M, g.vecA);
-                *reinterpret_cast<float4*>(&As[k][mq]) = v;
-            }
-        }
-        for (int f = tid; f < BN * BK / 4; f += NT) {
-            if (!TB) {  // B(k,n) = B[k*ldb + n]
-                int k = f / (BN / 4), nq = (f % (BN / 4)) * 4;
-                float4 v = load_tile4(B, g.ldb, k0 + k, n0 + nq, k_end, g.N, g.vecB);
-                *reinterpret_cast<float4*>(&Bs[k][nq]) = v;
-            } else {    // B(k,n) = B[n*ldb + k]
-                int n = f / (BK / 4), kq = (f % (BK / 4)) * 4;
-                float4 v = load_tile4(B, g.ldb, n0 + n, k0 + kq, g.N, k_end, g.vecB);
-                Bs[kq + 0][n] = v.x; Bs[kq + 1][n] = v.y; Bs[kq + 2][n] = v.z; Bs[kq + 3][n] = v.w;
-            }
-        }
+        stage_tile_a<BM, BK, NT, TA>(As, A, g, m0, k0, k_end);
+        stage_tile_b<BN, BK, NT, TB>(Bs, B, g, n0, k0, k_end);
         __syncthreads();  // tiles complete before anyone reads them
 #pragma unroll
         for (int k = 0; k < BK; k++) {
@@ -397,30 +437,11 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN), 2) matmul_kernel(GemmAr
     for (int i = 0; i < TM; i++) {
         int m = m0 + (i / 4) * GM + ty * 4 + i % 4;
         if (m >= g.M) continue;
-        float* crow = C + m * g.ldc;
 #pragma unroll
         for (int j = 0; j < TN; j += 4) {
-            int n = n0 + (j / 4) * GN + tx * 4;
-            float r[4];
-            for (int q = 0; q < 4; q++) r[q] = g.alpha * acc[i][j + q];
-            if (g.vecC && n + 3 < g.N) {
-                if (g.bias != NULL) {
-                    float4 bv = *reinterpret_cast<const float4*>(g.bias + n);
-                    r[0] += bv.x; r[1] += bv.y; r[2] += bv.z; r[3] += bv.w;
-                }
-                if (g.accumulate) {
-                    float4 cv = *reinterpret_cast<const float4*>(crow + n);
-                    r[0] += cv.x; r[1] += cv.y; r[2] += cv.z; r[3] += cv.w;
-                }
-                *reinterpret_cast<float4*>(crow + n) = make_float4(r[0], r[1], r[2], r[3]);
-            } else {
-                for (int q = 0; q < 4 && n + q < g.N; q++) {
-                    float v = r[q];
-                    if (g.bias != NULL) v += g.bias[n + q];
-                    if (g.accumulate) v += crow[n + q];
-                    crow[n + q] = v;
-                }
-            }
+            float4 r = make_float4(g.alpha * acc[i][j], g.alpha * acc[i][j + 1], g.alpha * acc[i][j + 2],
+                                   g.alpha * acc[i][j + 3]);
+            store_c4(C + m * g.ldc, n0 + (j / 4) * GN + tx * 4, r, g);
         }
     }
 }
@@ -431,8 +452,7 @@ static int aligned16(const void* p) { return ((uintptr_t)p % 16) == 0; }
 static cublasHandle_t cublas_handle;
 static void cublas_check_(cublasStatus_t s, const char* call, const char* file, int line) {
     if (s != CUBLAS_STATUS_SUCCESS) {
-        fprintf(stderr, "error: cuBLAS call %s failed with status %d (%s:%d)\n", call, (int)s, file, line);
-        exit(1);
+        fail("cuBLAS call %s failed with status %d (%s:%d)", call, (int)s, file, line);
     }
 }
 #define cublas_check(call) cublas_check_((call), #call, __FILE__, __LINE__)
@@ -458,8 +478,7 @@ static void gemm_gpu(GemmArgs g, bool ta, bool tb, int batch) {
         // and a row-major matrix read as column-major is its transpose: swap A and B, keep flags.
         float beta = g.accumulate ? 1.0f : 0.0f;
         if (g.bias != NULL && g.accumulate) {
-            fprintf(stderr, "error: gemm_gpu: bias with accumulate is not supported (%s:%d)\n", __FILE__, __LINE__);
-            exit(1);
+            fail("gemm_gpu: bias with accumulate is not supported (%s:%d)", __FILE__, __LINE__);
         }
         cublas_check(cublasSgemm(cublas_handle, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
                                  g.N, g.M, g.K, &g.alpha, g.B, (int)g.ldb, g.A, (int)g.lda, &beta, g.C, (int)g.ldc));
@@ -474,9 +493,8 @@ static void gemm_gpu(GemmArgs g, bool ta, bool tb, int batch) {
     int bm = big ? 128 : 64;
     dim3 grid(ceil_div(g.N, bm), ceil_div(g.M, bm), batch);
     if (grid.y > 65535 || grid.z > 65535) {
-        fprintf(stderr, "error: matmul of %d x %d (batch %d) is too large for one launch (%s:%d)\n",
-                g.M, g.N, batch, __FILE__, __LINE__);
-        exit(1);
+        fail("matmul of %d x %d (batch %d) is too large for one launch (%s:%d)",
+             g.M, g.N, batch, __FILE__, __LINE__);
     }
     if (big) {
         if (!ta && !tb) matmul_kernel<128, 128, 16, 8, 8, false, false><<<grid, 256>>>(g);
@@ -581,10 +599,41 @@ __global__ void attention_softmax_kernel(float* att, const float* preatt, int ro
     for (int i = lane; i < T; i += 32) y[i] = i <= t ? expf(x[i] - maxval) * inv : 0.0f;
 }
 
-// Fills the batch addressing of a (T, hs) head slice: z = b*NH + h.
-static void head_strides(long long stride[2], long long batch_stride, long long head_stride) {
-    stride[0] = batch_stride;
-    stride[1] = head_stride;
+// An operand of attention's batched products: head h of sequence b is the matrix at
+// p + b * batch_stride + h * head_stride, with row stride ld.
+typedef struct {
+    const float* p;
+    long long ld, batch_stride, head_stride;
+} HeadMatrix;
+
+// The (T, hs) slice of head h in a (B, T, width) tensor: Q, K or V in qkv, or a head of out.
+static HeadMatrix head_slice(const float* p, int T, int width, int hs) {
+    HeadMatrix m = {p, width, (long long)T * width, hs};
+    return m;
+}
+
+// The (T, T) matrix of head h in a (B, NH, T, T) tensor: preatt, att and their gradients.
+static HeadMatrix head_square(const float* p, int T, int NH) {
+    HeadMatrix m = {p, T, (long long)NH * T * T, (long long)T * T};
+    return m;
+}
+
+// For every (b, h): C = alpha op(A) op(B) [+ C if accumulate], op transposing when ta / tb; one
+// batched SGEMM over z = b*NH + h. causal says which part of which matrix is zero (see gemm_gpu).
+static void attention_gemm(HeadMatrix a, bool ta, HeadMatrix b, bool tb, HeadMatrix c, int M, int N,
+                           int K, int B, int NH, float alpha, int accumulate, int causal) {
+    GemmArgs g = gemm_args(a.p, a.ld, b.p, b.ld, (float*)c.p, c.ld, M, N, K);
+    g.strideA[0] = a.batch_stride;
+    g.strideA[1] = a.head_stride;
+    g.strideB[0] = b.batch_stride;
+    g.strideB[1] = b.head_stride;
+    g.strideC[0] = c.batch_stride;
+    g.strideC[1] = c.head_stride;
+    g.inner = NH;
+    g.alpha = alpha;
+    g.accumulate = accumulate;
+    g.causal = causal;
+    gemm_gpu(g, ta, tb, B * NH);
 }
 
 // out (B,T,C), preatt and att (B,NH,T,T), inp = qkv (B,T,3C). preatt = Q K^T / sqrt(hs) (only
@@ -592,28 +641,16 @@ static void head_strides(long long stride[2], long long batch_stride, long long 
 static void attention_forward_gpu(float* out, float* preatt, float* att, const float* inp,
                                   int B, int T, int C, int NH) {
     int hs = C / NH;
-    long long TT = (long long)T * T;
-    // preatt[z] (T x T) = scale * Q (T x hs) K^T: B operand K stored (n, k): transposed
-    GemmArgs g = gemm_args(inp, 3 * C, inp + C, 3 * C, preatt, T, T, T, hs);
-    head_strides(g.strideA, (long long)T * 3 * C, hs);
-    head_strides(g.strideB, (long long)T * 3 * C, hs);
-    head_strides(g.strideC, NH * TT, TT);
-    g.inner = NH;
-    g.alpha = 1.0f / sqrtf((float)hs);
-    g.causal = CAUSAL_OUT_LOWER;
-    gemm_gpu(g, false, true, B * NH);
-
+    HeadMatrix q = head_slice(inp, T, 3 * C, hs), k = head_slice(inp + C, T, 3 * C, hs);
+    HeadMatrix v = head_slice(inp + 2 * C, T, 3 * C, hs);
+    // preatt = scale * Q (T x hs) K^T (hs x T): K read transposed; tiles above the diagonal skipped
+    attention_gemm(q, false, k, true, head_square(preatt, T, NH), T, T, hs, B, NH, 1.0f / sqrtf((float)hs),
+                   0, CAUSAL_OUT_LOWER);
     attention_softmax_kernel<<<ceil_div((size_t)B * NH * T, 8), 256>>>(att, preatt, B * NH * T, T);
     cuda_check(cudaGetLastError());
-
-    // out[b, :, h*hs:(h+1)*hs] (T x hs) = att[z] (T x T) V (T x hs)
-    g = gemm_args(att, T, inp + 2 * C, 3 * C, out, C, T, hs, T);
-    head_strides(g.strideA, NH * TT, TT);
-    head_strides(g.strideB, (long long)T * 3 * C, hs);
-    head_strides(g.strideC, (long long)T * C, hs);
-    g.inner = NH;
-    g.causal = CAUSAL_A_LOWER;
-    gemm_gpu(g, false, false, B * NH);
+    // out[b, :, h*hs:(h+1)*hs] (T x hs) = att (T x T) V (T x hs); att is lower triangular
+    attention_gemm(head_square(att, T, NH), false, v, false, head_slice(out, T, C, hs), T, hs, T, B, NH,
+                   1.0f, 0, CAUSAL_A_LOWER);
 }
 
 // dpreatt = att * (datt - sum(att * datt)) on the causal part of each row, zeros after it.
@@ -637,54 +674,22 @@ __global__ void attention_softmax_backward_kernel(float* dpreatt, const float* d
 static void attention_backward_gpu(float* dinp, float* dpreatt, float* datt, const float* dout,
                                    const float* inp, const float* att, int B, int T, int C, int NH) {
     int hs = C / NH;
-    long long TT = (long long)T * T;
     float scale = 1.0f / sqrtf((float)hs);
-    const float* q = inp;
-    const float* k = inp + C;
-    const float* v = inp + 2 * C;
-    // datt[z] = dout_h (T x hs) V^T: only n <= m is needed
-    GemmArgs g = gemm_args(dout, C, v, 3 * C, datt, T, T, T, hs);
-    head_strides(g.strideA, (long long)T * C, hs);
-    head_strides(g.strideB, (long long)T * 3 * C, hs);
-    head_strides(g.strideC, NH * TT, TT);
-    g.inner = NH;
-    g.causal = CAUSAL_OUT_LOWER;
-    gemm_gpu(g, false, true, B * NH);
-
+    HeadMatrix q = head_slice(inp, T, 3 * C, hs), k = head_slice(inp + C, T, 3 * C, hs);
+    HeadMatrix v = head_slice(inp + 2 * C, T, 3 * C, hs), d = head_slice(dout, T, C, hs);
+    HeadMatrix dq = head_slice(dinp, T, 3 * C, hs), dk = head_slice(dinp + C, T, 3 * C, hs);
+    HeadMatrix dv = head_slice(dinp + 2 * C, T, 3 * C, hs);
+    HeadMatrix a = head_square(att, T, NH), da = head_square(datt, T, NH), dp = head_square(dpreatt, T, NH);
+    // datt = dout_h (T x hs) V^T: only n <= m is needed
+    attention_gemm(d, false, v, true, da, T, T, hs, B, NH, 1.0f, 0, CAUSAL_OUT_LOWER);
     // dV += att^T dout_h: A(m=t2, k=t1) = att[t1][t2], zero for t1 < t2
-    g = gemm_args(att, T, dout, C, dinp + 2 * C, 3 * C, T, hs, T);
-    head_strides(g.strideA, NH * TT, TT);
-    head_strides(g.strideB, (long long)T * C, hs);
-    head_strides(g.strideC, (long long)T * 3 * C, hs);
-    g.inner = NH;
-    g.accumulate = 1;
-    g.causal = CAUSAL_A_UPPER;
-    gemm_gpu(g, true, false, B * NH);
-
+    attention_gemm(a, true, d, false, dv, T, hs, T, B, NH, 1.0f, 1, CAUSAL_A_UPPER);
     attention_softmax_backward_kernel<<<ceil_div((size_t)B * NH * T, 8), 256>>>(dpreatt, datt, att, B * NH * T, T);
     cuda_check(cudaGetLastError());
-
     // dQ += scale * dpreatt K: dpreatt is lower triangular
-    g = gemm_args(dpreatt, T, k, 3 * C, dinp, 3 * C, T, hs, T);
-    head_strides(g.strideA, NH * TT, TT);
-    head_strides(g.strideB, (long long)T * 3 * C, hs);
-    head_strides(g.strideC, (long long)T * 3 * C, hs);
-    g.inner = NH;
-    g.alpha = scale;
-    g.accumulate = 1;
-    g.causal = CAUSAL_A_LOWER;
-    gemm_gpu(g, false, false, B * NH);
-
+    attention_gemm(dp, false, k, false, dq, T, hs, T, B, NH, scale, 1, CAUSAL_A_LOWER);
     // dK += scale * dpreatt^T Q: A(m=t2, k=t1) = dpreatt[t1][t2], zero for t1 < t2
-    g = gemm_args(dpreatt, T, q, 3 * C, dinp + C, 3 * C, T, hs, T);
-    head_strides(g.strideA, NH * TT, TT);
-    head_strides(g.strideB, (long long)T * 3 * C, hs);
-    head_strides(g.strideC, (long long)T * 3 * C, hs);
-    g.inner = NH;
-    g.alpha = scale;
-    g.accumulate = 1;
-    g.causal = CAUSAL_A_UPPER;
-    gemm_gpu(g, true, false, B * NH);
+    attention_gemm(dp, true, q, false, dk, T, hs, T, B, NH, scale, 1, CAUSAL_A_UPPER);
 }
 
 // ---------- GELU and residual ----------
@@ -836,364 +841,6 @@ __global__ void adamw_kernel(float* params, const float* grads, float* m, float*
     params[i] = params[i] * decay - step_size * mi / denom;
 }
 
-// ---------- the model ----------
-
-// train_cpu.c's GPT2 with every tensor in device memory. The parameters come from a host GPT2
-// (built, loaded or initialised by train_cpu.c) and are copied back to it to be saved, so every
-// file format is read and written by train_cpu.c's code.
-typedef struct {
-    GPT2Config config;
-    ParameterTensors params;  // device pointers into params_memory, in file order
-    size_t param_sizes[NUM_PARAMETER_TENSORS];
-    float* params_memory;
-    size_t num_parameters;
-    ParameterTensors grads;
-    float* grads_memory;
-    float* m_memory;          // AdamW moments
-    float* v_memory;
-    ActivationTensors acts;   // as on the CPU, except that probs is not stored (size 0)
-    size_t act_sizes[NUM_ACTIVATION_TENSORS];
-    float* acts_memory;
-    size_t num_activations;
-    ActivationTensors grads_acts;
-    float* grads_acts_memory;
-    int batch_size;           // B and T the activations were allocated for
-    int seq_len;
-    int B, T;                 // of the last forward pass
-    int* inputs;              // device (B, T)
-    int* targets;             // device (B, T)
-    float* losses;            // host copy of acts.losses (B, T)
-    float mean_loss;          // of the last forward pass; -1 when it had no targets
-} GPT2GPU;
-
-#define ACT_INDEX(field) (offsetof(ActivationTensors, field) / sizeof(float*))
-
-// The CPU's activation table, without probs: the fused classifier never stores them.
-static void gpu_activation_sizes(size_t* sizes, GPT2Config config, int B, int T) {
-    fill_in_activation_sizes(sizes, config, B, T);
-    sizes[ACT_INDEX(probs)] = 0;
-}
-
-// Copies the parameters of a host model to the GPU and allocates everything for batches of up to
-// B x T. Gradients and AdamW moments start at zero.
-void gpt2_build_gpu(GPT2GPU* model, const GPT2* host, int B, int T) {
-    memset(model, 0, sizeof(*model));
-    model->config = host->config;
-    memcpy(model->param_sizes, host->param_sizes, sizeof(model->param_sizes));
-    model->num_parameters = host->num_parameters;
-    model->batch_size = B;
-    model->seq_len = T;
-    gpu_activation_sizes(model->act_sizes, model->config, B, T);
-    model->num_activations = sum_sizes(model->act_sizes, NUM_ACTIVATION_TENSORS);
-    size_t n = model->num_parameters, na = model->num_activations;
-    size_t need = (4 * n + 2 * na) * sizeof(float) + 2 * (size_t)B * T * sizeof(int);
-    size_t free_bytes, total_bytes;
-    cuda_check(cudaMemGetInfo(&free_bytes, &total_bytes));
-    if (need > free_bytes) {
-        fprintf(stderr, "error: the model needs %.1f GiB of GPU memory (parameters, gradients, AdamW "
-                "moments, activations for B=%d T=%d) but %.1f GiB are free: use a smaller -b or -t\n",
-                need / 1073741824.0, B, T, free_bytes / 1073741824.0);
-        exit(1);
-    }
-    cuda_check(cudaMalloc((void**)&model->params_memory, n * sizeof(float)));
-    cuda_check(cudaMalloc((void**)&model->grads_memory, n * sizeof(float)));
-    cuda_check(cudaMalloc((void**)&model->m_memory, n * sizeof(float)));
-    cuda_check(cudaMalloc((void**)&model->v_memory, n * sizeof(float)));
-    cuda_check(cudaMalloc((void**)&model->acts_memory, na * sizeof(float)));
-    cuda_check(cudaMalloc((void**)&model->grads_acts_memory, na * sizeof(float)));
-    cuda_check(cudaMalloc((void**)&model->inputs, (size_t)B * T * sizeof(int)));
-    cuda_check(cudaMalloc((void**)&model->targets, (size_t)B * T * sizeof(int)));
-    cuda_check(cudaMemcpy(model->params_memory, host->params_memory, n * sizeof(float), cudaMemcpyHostToDevice));
-    cuda_check(cudaMemset(model->grads_memory, 0, n * sizeof(float)));
-    cuda_check(cudaMemset(model->m_memory, 0, n * sizeof(float)));
-    cuda_check(cudaMemset(model->v_memory, 0, n * sizeof(float)));
-    point_tensors((float**)&model->params, model->params_memory, model->param_sizes, NUM_PARAMETER_TENSORS);
-    point_tensors((float**)&model->grads, model->grads_memory, model->param_sizes, NUM_PARAMETER_TENSORS);
-    model->losses = (float*)malloc_check((size_t)B * T * sizeof(float));
-    model->mean_loss = -1.0f;
-}
-
-// Copies the parameters back into a host model of the same shape (to save a checkpoint).
-void gpt2_copy_params_to_host(const GPT2GPU* model, GPT2* host) {
-    cuda_check(cudaMemcpy(host->params_memory, model->params_memory, model->num_parameters * sizeof(float),
-                          cudaMemcpyDeviceToHost));
-}
-
-// The forward pass, as gpt2_forward: inputs and targets are host arrays (B, T); targets may be
-// NULL. With targets, the fused classifier also leaves the gradient of the mean loss with
-// respect to the logits in grads_acts.logits, ready for gpt2_backward_gpu.
-void gpt2_forward_gpu(GPT2GPU* model, const int* inputs, const int* targets, int B, int T) {
-    GPT2Config cfg = model->config;
-    int V = cfg.vocab_size, Vp = cfg.padded_vocab_size;
-    int L = cfg.num_layers, NH = cfg.num_heads, C = cfg.channels;
-    if (B > model->batch_size || T > model->seq_len) {
-        fprintf(stderr, "error: batch B=%d T=%d is larger than the GPU allocation B=%d T=%d\n", B, T,
-                model->batch_size, model->seq_len);
-        exit(1);
-    }
-    for (int i = 0; i < B * T; i++) {  // an id out of range would read outside wte on the device
-        int bad_input = inputs[i] < 0 || inputs[i] >= V;
-        int bad_target = targets != NULL && (targets[i] < 0 || targets[i] >= V);
-        if (bad_input || bad_target) {
-            fprintf(stderr, "error: token id %d at position %d is outside the vocabulary (V=%d)\n",
-                    bad_input ? inputs[i] : targets[i], i, V);
-            exit(1);
-        }
-    }
-    // the tensors are laid out for this B and T inside the allocation, as on the CPU
-    size_t sizes[NUM_ACTIVATION_TENSORS];
-    gpu_activation_sizes(sizes, cfg, B, T);
-    point_tensors((float**)&model->acts, model->acts_memory, sizes, NUM_ACTIVATION_TENSORS);
-    point_tensors((float**)&model->grads_acts, model->grads_acts_memory, sizes, NUM_ACTIVATION_TENSORS);
-    model->B = B;
-    model->T = T;
-    cuda_check(cudaMemcpy(model->inputs, inputs, (size_t)B * T * sizeof(int), cudaMemcpyHostToDevice));
-    if (targets != NULL) {
-        cuda_check(cudaMemcpy(model->targets, targets, (size_t)B * T * sizeof(int), cudaMemcpyHostToDevice));
-    }
-
-    ParameterTensors p = model->params;
-    ActivationTensors a = model->acts;
-    size_t BTC = (size_t)B * T * C, BT = (size_t)B * T, att_size = (size_t)B * NH * T * T;
-    encoder_forward_gpu(a.encoded, model->inputs, p.wte, p.wpe, B, T, C);
-    for (int l = 0; l < L; l++) {
-        float* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * BTC;
-        // this layer's weights
-        float* l_ln1w = p.ln1w + l * C;
-        float* l_ln1b = p.ln1b + l * C;
-        float* l_qkvw = p.qkvw + (size_t)l * 3 * C * C;
-        float* l_qkvb = p.qkvb + l * 3 * C;
-        float* l_attprojw = p.attprojw + (size_t)l * C * C;
-        float* l_attprojb = p.attprojb + l * C;
-        float* l_ln2w = p.ln2w + l * C;
-        float* l_ln2b = p.ln2b + l * C;
-        float* l_fcw = p.fcw + (size_t)l * 4 * C * C;
-        float* l_fcb = p.fcb + l * 4 * C;
-        float* l_fcprojw = p.fcprojw + (size_t)l * C * 4 * C;
-        float* l_fcprojb = p.fcprojb + l * C;
-        // this layer's activations
-        float* l_ln1 = a.ln1 + l * BTC;
-        float* l_ln1_mean = a.ln1_mean + l * BT;
-        float* l_ln1_rstd = a.ln1_rstd + l * BT;
-        float* l_qkv = a.qkv + l * BTC * 3;
-        float* l_atty = a.atty + l * BTC;
-        float* l_preatt = a.preatt + l * att_size;
-        float* l_att = a.att + l * att_size;
-        float* l_attproj = a.attproj + l * BTC;
-        float* l_residual2 = a.residual2 + l * BTC;
-        float* l_ln2 = a.ln2 + l * BTC;
-        float* l_ln2_mean = a.ln2_mean + l * BT;
-        float* l_ln2_rstd = a.ln2_rstd + l * BT;
-        float* l_fch = a.fch + l * BTC * 4;
-        float* l_fch_gelu = a.fch_gelu + l * BTC * 4;
-        float* l_fcproj = a.fcproj + l * BTC;
-        float* l_residual3 = a.residual3 + l * BTC;
-        // attention block, then MLP block, each pre-norm with a residual connection
-        layernorm_forward_gpu(l_ln1, l_ln1_mean, l_ln1_rstd, residual, l_ln1w, l_ln1b, B, T, C);
-        matmul_forward_gpu(l_qkv, l_ln1, l_qkvw, l_qkvb, B, T, C, 3 * C);
-        attention_forward_gpu(l_atty, l_preatt, l_att, l_qkv, B, T, C, NH);
-        matmul_forward_gpu(l_attproj, l_atty, l_attprojw, l_attprojb, B, T, C, C);
-        residual_forward_gpu(l_residual2, residual, l_attproj, (int)BTC);
-        layernorm_forward_gpu(l_ln2, l_ln2_mean, l_ln2_rstd, l_residual2, l_ln2w, l_ln2b, B, T, C);
-        matmul_forward_gpu(l_fch, l_ln2, l_fcw, l_fcb, B, T, C, 4 * C);
-        gelu_forward_gpu(l_fch_gelu, l_fch, (int)(BTC * 4));
-        matmul_forward_gpu(l_fcproj, l_fch_gelu, l_fcprojw, l_fcprojb, B, T, 4 * C, C);
-        residual_forward_gpu(l_residual3, l_residual2, l_fcproj, (int)BTC);
-    }
-    float* residual = a.residual3 + (L - 1) * BTC;
-    layernorm_forward_gpu(a.lnf, a.lnf_mean, a.lnf_rstd, residual, p.lnfw, p.lnfb, B, T, C);
-    matmul_forward_gpu(a.logits, a.lnf, p.wte, NULL, B, T, C, Vp);  // output layer tied to wte
-
-    if (targets != NULL) {
-        fused_classifier_gpu(model->grads_acts.logits, a.losses, a.logits, model->targets, B, T, V, Vp);
-        cuda_check(cudaMemcpy(model->losses, a.losses, BT * sizeof(float), cudaMemcpyDeviceToHost));
-        double sum = 0.0;
-        for (size_t i = 0; i < BT; i++) sum += model->losses[i];
-        model->mean_loss = (float)(sum / (double)BT);
-    } else {
-        model->mean_loss = -1.0f;
-    }
-}
-
-void gpt2_zero_grad_gpu(GPT2GPU* model) {
-    cuda_check(cudaMemset(model->grads_memory, 0, model->num_parameters * sizeof(float)));
-}
-
-// The backward pass of the last forward pass (which must have had targets), as gpt2_backward.
-// Activation gradients are zeroed here, except three that are written before they are read:
-// logits (by the forward's fused classifier), preatt and att (attention scratch).
-void gpt2_backward_gpu(GPT2GPU* model) {
-    if (model->mean_loss == -1.0f) {
-        fprintf(stderr, "error: gpt2_backward_gpu needs a forward pass with targets first\n");
-        exit(1);
-    }
-    GPT2Config cfg = model->config;
-    int B = model->B, T = model->T;
-    int Vp = cfg.padded_vocab_size;
-    int L = cfg.num_layers, NH = cfg.num_heads, C = cfg.channels;
-    size_t sizes[NUM_ACTIVATION_TENSORS];
-    gpu_activation_sizes(sizes, cfg, B, T);
-    float** dtensors = (float**)&model->grads_acts;
-    for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) {
-        if (i == (int)ACT_INDEX(logits) || i == (int)ACT_INDEX(preatt) || i == (int)ACT_INDEX(att)) continue;
-        cuda_check(cudaMemset(dtensors[i], 0, sizes[i] * sizeof(float)));
-    }
-
-    ParameterTensors p = model->params;
-    ParameterTensors g = model->grads;
-    ActivationTensors a = model->acts;
-    ActivationTensors ga = model->grads_acts;
-    size_t BTC = (size_t)B * T * C, BT = (size_t)B * T, att_size = (size_t)B * NH * T * T;
-
-    matmul_backward_gpu(ga.lnf, g.wte, NULL, ga.logits, a.lnf, p.wte, B, T, C, Vp);
-    float* residual = a.residual3 + (L - 1) * BTC;
-    float* dresidual = ga.residual3 + (L - 1) * BTC;
-    layernorm_backward_gpu(dresidual, g.lnfw, g.lnfb, ga.lnf, residual, p.lnfw, a.lnf_mean,
-                           a.lnf_rstd, B, T, C);
-
-    for (int l = L - 1; l >= 0; l--) {
-        residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * BTC;
-        dresidual = l == 0 ? ga.encoded : ga.residual3 + (l - 1) * BTC;
-        // weights and their gradients
-        float* l_ln1w = p.ln1w + l * C;
-        float* l_qkvw = p.qkvw + (size_t)l * 3 * C * C;
-        float* l_attprojw = p.attprojw + (size_t)l * C * C;
-        float* l_ln2w = p.ln2w + l * C;
-        float* l_fcw = p.fcw + (size_t)l * 4 * C * C;
-        float* l_fcprojw = p.fcprojw + (size_t)l * C * 4 * C;
-        float* dl_ln1w = g.ln1w + l * C;
-        float* dl_ln1b = g.ln1b + l * C;
-        float* dl_qkvw = g.qkvw + (size_t)l * 3 * C * C;
-        float* dl_qkvb = g.qkvb + l * 3 * C;
-        float* dl_attprojw = g.attprojw + (size_t)l * C * C;
-        float* dl_attprojb = g.attprojb + l * C;
-        float* dl_ln2w = g.ln2w + l * C;
-        float* dl_ln2b = g.ln2b + l * C;
-        float* dl_fcw = g.fcw + (size_t)l * 4 * C * C;
-        float* dl_fcb = g.fcb + l * 4 * C;
-        float* dl_fcprojw = g.fcprojw + (size_t)l * C * 4 * C;
-        float* dl_fcprojb = g.fcprojb + l * C;
-        // activations and their gradients
-        float* l_ln1 = a.ln1 + l * BTC;
-        float* l_ln1_mean = a.ln1_mean + l * BT;
-        float* l_ln1_rstd = a.ln1_rstd + l * BT;
-        float* l_qkv = a.qkv + l * BTC * 3;
-        float* l_atty = a.atty + l * BTC;
-        float* l_att = a.att + l * att_size;
-        float* l_residual2 = a.residual2 + l * BTC;
-        float* l_ln2 = a.ln2 + l * BTC;
-        float* l_ln2_mean = a.ln2_mean + l * BT;
-        float* l_ln2_rstd = a.ln2_rstd + l * BT;
-        float* l_fch = a.fch + l * BTC * 4;
-        float* l_fch_gelu = a.fch_gelu + l * BTC * 4;
-        float* dl_ln1 = ga.ln1 + l * BTC;
-        float* dl_qkv = ga.qkv + l * BTC * 3;
-        float* dl_atty = ga.atty + l * BTC;
-        float* dl_preatt = ga.preatt + l * att_size;
-        float* dl_att = ga.att + l * att_size;
-        float* dl_attproj = ga.attproj + l * BTC;
-        float* dl_residual2 = ga.residual2 + l * BTC;
-        float* dl_ln2 = ga.ln2 + l * BTC;
-        float* dl_fch = ga.fch + l * BTC * 4;
-        float* dl_fch_gelu = ga.fch_gelu + l * BTC * 4;
-        float* dl_fcproj = ga.fcproj + l * BTC;
-        float* dl_residual3 = ga.residual3 + l * BTC;
-        // the forward pass of this layer in reverse
-        residual_backward_gpu(dl_residual2, dl_fcproj, dl_residual3, (int)BTC);
-        matmul_backward_gpu(dl_fch_gelu, dl_fcprojw, dl_fcprojb, dl_fcproj, l_fch_gelu, l_fcprojw,
-                            B, T, 4 * C, C);
-        gelu_backward_gpu(dl_fch, l_fch, dl_fch_gelu, (int)(BTC * 4));
-        matmul_backward_gpu(dl_ln2, dl_fcw, dl_fcb, dl_fch, l_ln2, l_fcw, B, T, C, 4 * C);
-        layernorm_backward_gpu(dl_residual2, dl_ln2w, dl_ln2b, dl_ln2, l_residual2, l_ln2w,
-                               l_ln2_mean, l_ln2_rstd, B, T, C);
-        residual_backward_gpu(dresidual, dl_attproj, dl_residual2, (int)BTC);
-        matmul_backward_gpu(dl_atty, dl_attprojw, dl_attprojb, dl_attproj, l_atty, l_attprojw,
-                            B, T, C, C);
-        attention_backward_gpu(dl_qkv, dl_preatt, dl_att, dl_atty, l_qkv, l_att, B, T, C, NH);
-        matmul_backward_gpu(dl_ln1, dl_qkvw, dl_qkvb, dl_qkv, l_ln1, l_qkvw, B, T, C, 3 * C);
-        layernorm_backward_gpu(dresidual, dl_ln1w, dl_ln1b, dl_ln1, residual, l_ln1w, l_ln1_mean,
-                               l_ln1_rstd, B, T, C);
-    }
-    encoder_backward_gpu(g.wte, g.wpe, ga.encoded, model->inputs, B, T, C);
-}
-
-float gpt2_clip_gradients_gpu(GPT2GPU* model, float max_norm) {
-    return clip_gradients_gpu(model->grads_memory, model->num_parameters, max_norm);
-}
-
-// One AdamW step (t from 1), as gpt2_update: one launch per tensor, weight decay on the
-// matrices only (PARAMETER_DECAYS).
-void gpt2_update_gpu(GPT2GPU* model, float lr, float beta1, float beta2, float eps,
-                     float weight_decay, int t) {
-    float bias_correction1 = 1.0f - powf(beta1, (float)t);
-    float bias_correction2_sqrt = sqrtf(1.0f - powf(beta2, (float)t));
-    float step_size = lr / bias_correction1;
-    size_t offset = 0;
-    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
-        float decay = PARAMETER_DECAYS[k] ? 1.0f - lr * weight_decay : 1.0f;
-        size_t n = model->param_sizes[k];
-        adamw_kernel<<<ceil_div(n, 256), 256>>>(model->params_memory + offset, model->grads_memory + offset,
-                                                model->m_memory + offset, model->v_memory + offset, n,
-                                                beta1, beta2, eps, decay, step_size, bias_correction2_sqrt);
-        cuda_check(cudaGetLastError());
-        offset += n;
-    }
-}
-
-void gpt2_free_gpu(GPT2GPU* model) {
-    cuda_check(cudaFree(model->params_memory));
-    cuda_check(cudaFree(model->grads_memory));
-    cuda_check(cudaFree(model->m_memory));
-    cuda_check(cudaFree(model->v_memory));
-    cuda_check(cudaFree(model->acts_memory));
-    cuda_check(cudaFree(model->grads_acts_memory));
-    cuda_check(cudaFree(model->inputs));
-    cuda_check(cudaFree(model->targets));
-    free(model->losses);
-    memset(model, 0, sizeof(*model));
-}
-
-// Mean loss over up to max_batches validation batches, as gpt2_validate.
-float gpt2_validate_gpu(GPT2GPU* model, DataLoader* val, int max_batches) {
-    dataloader_reset(val);
-    int n = max_batches < (int)val->num_batches ? max_batches : (int)val->num_batches;
-    double sum = 0.0;
-    for (int i = 0; i < n; i++) {
-        dataloader_next_batch(val);
-        gpt2_forward_gpu(model, val->inputs, val->targets, val->B, val->T);
-        sum += model->mean_loss;
-    }
-    return (float)(sum / n);
-}
-
-// As gpt2_sample_and_print: the logits of the last position come back to the host, where
-// train_cpu.c's softmax_forward and sample_mult pick the next token.
-void gpt2_sample_and_print_gpu(GPT2GPU* model, const Tokenizer* tok, int n, uint64_t* rng) {
-    int maxT = model->seq_len;
-    if (n > maxT - 1) n = maxT - 1;
-    int eot = tok != NULL ? tok->eot_token : GPT2_EOT;
-    if (eot >= model->config.vocab_size) eot = model->config.vocab_size - 1;
-    int V = model->config.vocab_size, Vp = model->config.padded_vocab_size;
-    int* tokens = (int*)malloc_check((size_t)(n + 1) * sizeof(int));
-    float* logits = (float*)malloc_check((size_t)Vp * sizeof(float));
-    float* probs = (float*)malloc_check((size_t)Vp * sizeof(float));
-    tokens[0] = eot;
-    for (int t = 1; t <= n; t++) {
-        gpt2_forward_gpu(model, tokens, NULL, 1, t);
-        cuda_check(cudaMemcpy(logits, model->acts.logits + (size_t)(t - 1) * Vp, (size_t)Vp * sizeof(float),
-                              cudaMemcpyDeviceToHost));
-        softmax_forward(probs, logits, 1, 1, V, Vp);
-        int next = sample_mult(probs, V, random_f32(rng));
-        tokens[t] = next;
-        print_token(tok, next);
-        fflush(stdout);
-    }
-    printf("\n");
-    free(tokens);
-    free(logits);
-    free(probs);
-}
-
 // ---------- the device ----------
 
 // Peak float32 throughput without tensor cores: SMs x clock x FP32 lanes per SM x 2 (an FMA is
@@ -1214,9 +861,8 @@ static void gpu_init(void) {
     int count = 0;
     cudaError_t err = cudaGetDeviceCount(&count);
     if (err != cudaSuccess || count == 0) {
-        fprintf(stderr, "train_gpu: no CUDA device found (%s); use ./train_cpu instead\n",
-                err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
-        exit(1);
+        fail("no CUDA device found (%s); use ./train_cpu instead",
+             err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
     }
     cuda_check(cudaSetDevice(0));
     cuda_check(cudaGetDeviceProperties(&gpu_info.prop, 0));
@@ -1252,205 +898,185 @@ static void gpu_print_info(void) {
 }
 
 // Training flops per token, as PaLM (appendix B) and llm.c count them: 6 per parameter (forward
-// 2, backward 4) plus the attention scores and weighted sums, 12 * L * C * T.
-static double flops_per_token(const GPT2GPU* model, int T) {
-    GPT2Config c = model->config;
-    return 6.0 * (double)model->num_parameters + 12.0 * c.num_layers * c.channels * (double)T;
+// ---------- the model ----------
+
+// The GPU's layers, for the forward and backward pass of gpt2/model.h.
+static const Layers GPU_LAYERS = {
+    encoder_forward_gpu, encoder_backward_gpu, layernorm_forward_gpu, layernorm_backward_gpu,
+    matmul_forward_gpu, matmul_backward_gpu, attention_forward_gpu, attention_backward_gpu,
+    gelu_forward_gpu, gelu_backward_gpu, residual_forward_gpu, residual_backward_gpu,
+};
+
+// The activation table of gpt2/model.h without probs: the fused classifier never stores them.
+static void gpu_activation_sizes(size_t* sizes, GPT2Config config, int B, int T) {
+    size_t layer[NUM_ACTIVATION_TENSORS];
+    activation_sizes(sizes, layer, config, B, T);
+    sizes[PROBS] = 0;
 }
+
+// A GPT2 whose tensors are all in device memory, for batches of up to B x T, with the parameters
+// (and, when resuming, the AdamW moments) of a host model; gradients start at zero, and so do
+// the moments of a fresh run. Files are read and written on the host (gpt2/checkpoint.h).
+void gpt2_build_gpu(GPT2* model, const GPT2* host, int B, int T) {
+    memset(model, 0, sizeof(*model));
+    model->config = host->config;
+    memcpy(model->param_sizes, host->param_sizes, sizeof(model->param_sizes));
+    model->num_parameters = host->num_parameters;
+    model->batch_size = B;
+    model->seq_len = T;
+    gpu_activation_sizes(model->act_sizes, model->config, B, T);
+    model->num_activations = sum_sizes(model->act_sizes, NUM_ACTIVATION_TENSORS);
+    size_t n = model->num_parameters, na = model->num_activations;
+    size_t need = (4 * n + 2 * na) * sizeof(float) + 2 * (size_t)B * T * sizeof(int);
+    size_t free_bytes, total_bytes;
+    cuda_check(cudaMemGetInfo(&free_bytes, &total_bytes));
+    if (need > free_bytes) {
+        fail("the model needs %.1f GiB of GPU memory (parameters, gradients, AdamW moments, activations "
+             "for B=%d T=%d) but %.1f GiB are free: use a smaller -b or -t", need / 1073741824.0, B, T,
+             free_bytes / 1073741824.0);
+    }
+    cuda_check(cudaMalloc((void**)&model->params_memory, n * sizeof(float)));
+    cuda_check(cudaMalloc((void**)&model->grads_memory, n * sizeof(float)));
+    cuda_check(cudaMalloc((void**)&model->m_memory, n * sizeof(float)));
+    cuda_check(cudaMalloc((void**)&model->v_memory, n * sizeof(float)));
+    cuda_check(cudaMalloc((void**)&model->acts_memory, na * sizeof(float)));
+    cuda_check(cudaMalloc((void**)&model->grads_acts_memory, na * sizeof(float)));
+    cuda_check(cudaMalloc((void**)&model->inputs, (size_t)B * T * sizeof(int)));
+    cuda_check(cudaMalloc((void**)&model->targets, (size_t)B * T * sizeof(int)));
+    cuda_check(cudaMemcpy(model->params_memory, host->params_memory, n * sizeof(float), cudaMemcpyHostToDevice));
+    cuda_check(cudaMemset(model->grads_memory, 0, n * sizeof(float)));
+    if (host->m_memory != NULL) {
+        cuda_check(cudaMemcpy(model->m_memory, host->m_memory, n * sizeof(float), cudaMemcpyHostToDevice));
+        cuda_check(cudaMemcpy(model->v_memory, host->v_memory, n * sizeof(float), cudaMemcpyHostToDevice));
+    } else {
+        cuda_check(cudaMemset(model->m_memory, 0, n * sizeof(float)));
+        cuda_check(cudaMemset(model->v_memory, 0, n * sizeof(float)));
+    }
+    point_tensors((float**)&model->params, model->params_memory, model->param_sizes, NUM_PARAMETER_TENSORS);
+    point_tensors((float**)&model->grads, model->grads_memory, model->param_sizes, NUM_PARAMETER_TENSORS);
+    model->cpu_losses = (float*)malloc_check((size_t)B * T * sizeof(float));
+    model->mean_loss = -1.0f;
+}
+
+// The forward pass, as train_cpu.c's gpt2_forward: inputs and targets are host arrays (B, T);
+// targets may be NULL. With targets, the fused classifier also leaves the gradient of the mean
+// loss with respect to the logits in grads_acts.logits, ready for gpt2_backward_gpu.
+void gpt2_forward_gpu(GPT2* model, const int* inputs, const int* targets, int B, int T) {
+    GPT2Config c = model->config;
+    size_t sizes[NUM_ACTIVATION_TENSORS];
+    gpu_activation_sizes(sizes, c, B, T);  // laid out for this B and T, inside the allocation
+    point_tensors((float**)&model->acts, model->acts_memory, sizes, NUM_ACTIVATION_TENSORS);
+    point_tensors((float**)&model->grads_acts, model->grads_acts_memory, sizes, NUM_ACTIVATION_TENSORS);
+    model->B = B;
+    model->T = T;
+    size_t BT = (size_t)B * T;
+    cuda_check(cudaMemcpy(model->inputs, inputs, BT * sizeof(int), cudaMemcpyHostToDevice));
+    gpt2_forward_layers(&GPU_LAYERS, model);
+    model->mean_loss = -1.0f;
+    if (targets == NULL) return;
+    cuda_check(cudaMemcpy(model->targets, targets, BT * sizeof(int), cudaMemcpyHostToDevice));
+    ActivationTensors a = model->acts;
+    fused_classifier_gpu(model->grads_acts.logits, a.losses, a.logits, model->targets, B, T, c.vocab_size,
+                         c.padded_vocab_size);
+    cuda_check(cudaMemcpy(model->cpu_losses, a.losses, BT * sizeof(float), cudaMemcpyDeviceToHost));
+    double sum = 0.0;
+    for (size_t i = 0; i < BT; i++) sum += model->cpu_losses[i];
+    model->mean_loss = (float)(sum / (double)BT);
+}
+
+void gpt2_zero_grad_gpu(GPT2* model) {
+    cuda_check(cudaMemset(model->grads_memory, 0, model->num_parameters * sizeof(float)));
+}
+
+// The backward pass of the last forward pass (which had targets), as gpt2_backward. Activation
+// gradients are zeroed here, except three that are written before they are read: logits (by the
+// forward's fused classifier), preatt and att (attention's scratch).
+void gpt2_backward_gpu(GPT2* model) {
+    size_t sizes[NUM_ACTIVATION_TENSORS];
+    gpu_activation_sizes(sizes, model->config, model->B, model->T);
+    float** dtensors = (float**)&model->grads_acts;
+    for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) {
+        if (i == LOGITS || i == PREATT || i == ATT) continue;
+        cuda_check(cudaMemset(dtensors[i], 0, sizes[i] * sizeof(float)));
+    }
+    gpt2_backward_layers(&GPU_LAYERS, model);
+}
+
+float gpt2_clip_gradients_gpu(GPT2* model, float max_norm) {
+    return clip_gradients_gpu(model->grads_memory, model->num_parameters, max_norm);
+}
+
+// One AdamW step (t from 1), as gpt2_update: one launch per tensor, weight decay on the
+// matrices only (PARAMETERS[k].decay).
+void gpt2_update_gpu(GPT2* model, float lr, float beta1, float beta2, float eps, float weight_decay, int t) {
+    AdamWScalars s = adamw_scalars(lr, beta1, beta2, t);
+    size_t offset = 0;
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        float decay = PARAMETERS[k].decay ? 1.0f - lr * weight_decay : 1.0f;
+        size_t n = model->param_sizes[k];
+        adamw_kernel<<<ceil_div(n, 256), 256>>>(model->params_memory + offset, model->grads_memory + offset,
+                                                model->m_memory + offset, model->v_memory + offset, n, beta1,
+                                                beta2, eps, decay, s.step_size, s.bias_correction2_sqrt);
+        cuda_check(cudaGetLastError());
+        offset += n;
+    }
+}
+
+void gpt2_free_gpu(GPT2* model) {
+    cuda_check(cudaFree(model->params_memory));
+    cuda_check(cudaFree(model->grads_memory));
+    cuda_check(cudaFree(model->m_memory));
+    cuda_check(cudaFree(model->v_memory));
+    cuda_check(cudaFree(model->acts_memory));
+    cuda_check(cudaFree(model->grads_acts_memory));
+    cuda_check(cudaFree(model->inputs));
+    cuda_check(cudaFree(model->targets));
+    free(model->cpu_losses);
+    memset(model, 0, sizeof(*model));
+}
+
+static void gpt2_logits_to_host_gpu(const GPT2* model, int position, float* out) {
+    size_t Vp = (size_t)model->config.padded_vocab_size;
+    cuda_check(cudaMemcpy(out, model->acts.logits + (size_t)position * Vp, Vp * sizeof(float),
+                          cudaMemcpyDeviceToHost));
+}
+
+// The parameters and AdamW moments into the run's host model, to be saved.
+static void gpt2_to_host_gpu(const GPT2* model, GPT2* host) {
+    size_t bytes = model->num_parameters * sizeof(float);
+    if (host->m_memory == NULL) {
+        host->m_memory = (float*)malloc_check(bytes);
+        host->v_memory = (float*)malloc_check(bytes);
+    }
+    cuda_check(cudaMemcpy(host->params_memory, model->params_memory, bytes, cudaMemcpyDeviceToHost));
+    cuda_check(cudaMemcpy(host->m_memory, model->m_memory, bytes, cudaMemcpyDeviceToHost));
+    cuda_check(cudaMemcpy(host->v_memory, model->v_memory, bytes, cudaMemcpyDeviceToHost));
+}
+
+static void gpu_synchronize(void) { cuda_check(cudaDeviceSynchronize()); }
+static double gpu_peak_flops(void) { return gpu_info.peak_flops; }
+
+// The model's training operations for gpt2/run.h's loop, on a device copy of the run's model.
+static const Trainer GPU_TRAINER = {
+    gpt2_forward_gpu, gpt2_zero_grad_gpu, gpt2_backward_gpu, gpt2_clip_gradients_gpu, gpt2_update_gpu,
+    gpt2_logits_to_host_gpu, gpt2_to_host_gpu, gpu_synchronize, gpu_peak_flops,
+};
 
 // ---------- main ----------
-#ifndef TRAIN_GPU_NO_MAIN
-
-// train_cpu's options and outputs; only the defaults differ: the default run is GPT-2 124M (d12)
-// on Tiny Shakespeare at T=1024, with B=8 (33 GiB of GPU memory in all, 31 of them activations
-// and their gradients: fits an 80 GB H100 with room to spare) and llm.c's learning rate for it.
-static TrainConfig train_gpu_defaults(void) {
-    TrainConfig c = train_config_defaults();
-    c.init = "d12";
-    c.B = 8;
-    c.T = 1024;
-    c.learning_rate = 3e-4f;
-    c.max_steps = 100;
-    c.val_every = 20;
-    c.sample_every = 50;
-    return c;
-}
+#ifndef TRAIN_GPU_NO_MAIN  // dev/gpu_check.cu defines it to call the functions above
 
 int main(int argc, char** argv) {
-    TrainConfig cfg = parse_args_over(train_gpu_defaults(), argc, argv);
-    int B = cfg.B, T = cfg.T;
-    gpu_init();
-
-    // the model: fresh, from a file, or from the latest checkpoint of a run being resumed; it is
-    // built on the host by train_cpu.c and copied to the GPU
-    GPT2 host;
-    TrainState state;
-    memset(&state, 0, sizeof(state));
-    int resume_step = -1;
-    char path[4096];
-    if (cfg.output_dir != NULL) ensure_output_dir(cfg.output_dir);
-    if (cfg.resume) {
-        resume_step = find_latest_checkpoint(cfg.output_dir, cfg.max_steps);
-        if (resume_step < 0) {
-            fprintf(stderr, "error: -y 1: no model_STEP.bin with state_STEP.bin (STEP <= %d) in %s\n",
-                    cfg.max_steps, cfg.output_dir);
-            exit(1);
-        }
-        snprintf(path, sizeof(path), "%s/model_%08d.bin", cfg.output_dir, resume_step);
-        gpt2_build_from_checkpoint(&host, path);
-    } else {
-        gpt2_build_from_init(&host, cfg.init, cfg.seed);
-    }
-    GPT2Config mc = host.config;
-    if (T > mc.max_seq_len) {
-        fprintf(stderr, "error: -t %d is longer than the model's context maxT=%d\n", T, mc.max_seq_len);
-        exit(1);
-    }
-
-    DataLoader train_loader, val_loader;
-    dataloader_init(&train_loader, cfg.train_file, B, T, mc.vocab_size, cfg.shuffle, cfg.seed);
-    int use_val = cfg.val_every > 0;
-    if (use_val) dataloader_init(&val_loader, cfg.val_file, B, T, mc.vocab_size, 0, 0);
-
-    // the tokenizer only prints samples: without one, samples print as token ids
-    Tokenizer tokenizer;
-    Tokenizer* tok = NULL;
-    if (cfg.sample_every > 0) {
-        if (file_exists(cfg.tokenizer_file)) {
-            tokenizer_init(&tokenizer, cfg.tokenizer_file);
-            if ((int)tokenizer.vocab_size >= mc.vocab_size) tok = &tokenizer;
-            else tokenizer_free(&tokenizer);
-        }
-        if (tok == NULL) fprintf(stderr, "note: no tokenizer for this vocabulary at %s: samples print as token ids\n",
-                                 cfg.tokenizer_file);
-    }
-
-    GPT2GPU model;
-    gpt2_build_gpu(&model, &host, B, T);
+    TrainConfig cfg = train_config_parse(argc, argv, train_config_defaults(1));  // d12, T=1024
+    gpu_init();  // no device: one line, exit 1
     gpu_print_info();
-    printf("model: L=%d NH=%d C=%d V=%d (padded %d) maxT=%d, %zu parameters (%.1f MB)\n",
-           mc.num_layers, mc.num_heads, mc.channels, mc.vocab_size, mc.padded_vocab_size,
-           mc.max_seq_len, model.num_parameters, model.num_parameters * 4.0 / 1e6);
-    printf("memory: parameters + gradients + AdamW m, v %.1f MB, activations + their gradients %.1f MB (B=%d, T=%d)\n",
-           model.num_parameters * 16.0 / 1e6, model.num_activations * 8.0 / 1e6, B, T);
-    printf("train: %s (%zu tokens, %zu batches)%s, val: %s\n", cfg.train_file,
-           train_loader.num_tokens, train_loader.num_batches, cfg.shuffle ? " shuffled" : "",
-           use_val ? cfg.val_file : "off");
-    printf("steps %d, lr %g (warmup %d, final fraction %g), weight decay %g, seed %llu\n",
-           cfg.max_steps, cfg.learning_rate, cfg.warmup_steps, cfg.final_lr_frac, cfg.weight_decay,
-           (unsigned long long)cfg.seed);
-
-    uint64_t sample_rng = seed_mix(cfg.seed, 0x5a3b1e, 0);
-    int start_step = 0;
-    if (resume_step >= 0) {
-        float* m = (float*)malloc_check(model.num_parameters * sizeof(float));
-        float* v = (float*)malloc_check(model.num_parameters * sizeof(float));
-        snprintf(path, sizeof(path), "%s/state_%08d.bin", cfg.output_dir, resume_step);
-        read_state(path, &state, m, v, model.num_parameters);
-        if (state.B != B || state.T != T || state.step != resume_step) {
-            fprintf(stderr, "error: %s was written by a run with B=%d T=%d at step %d; resume with the same -b and -t\n",
-                    path, state.B, state.T, state.step);
-            exit(1);
-        }
-        cuda_check(cudaMemcpy(model.m_memory, m, model.num_parameters * sizeof(float), cudaMemcpyHostToDevice));
-        cuda_check(cudaMemcpy(model.v_memory, v, model.num_parameters * sizeof(float), cudaMemcpyHostToDevice));
-        free(m);
-        free(v);
-        dataloader_seek(&train_loader, state.epoch, (size_t)state.batch_index);
-        sample_rng = state.rng;
-        start_step = resume_step;
-        printf("resumed from %s/model_%08d.bin at step %d\n", cfg.output_dir, resume_step, resume_step);
-    }
-
-    FILE* log = NULL;
-    if (cfg.output_dir != NULL) {
-        snprintf(path, sizeof(path), "%s/main.log", cfg.output_dir);
-        if (resume_step < 0 && file_exists(path)) {
-            fprintf(stderr, "error: %s already exists: resume that run with -y 1, or choose another -o\n", path);
-            exit(1);
-        }
-        log = fopen_check(path, resume_step >= 0 ? "a" : "w");
-    }
-
-    if (use_val && start_step == 0) {
-        float val_loss = gpt2_validate_gpu(&model, &val_loader, cfg.val_batches);
-        printf("step %d: val loss %.6f\n", 0, val_loss);
-        if (log) { fprintf(log, "s:%d tel:%f\n", 0, val_loss); fflush(log); }
-    }
-
-    double flops_per_step = flops_per_token(&model, T) * B * T;
-    double total_time = 0.0;
-    int timed_steps = 0;
-    for (int step = start_step + 1; step <= cfg.max_steps; step++) {
-        double t0 = now_seconds();
-        dataloader_next_batch(&train_loader);
-        gpt2_forward_gpu(&model, train_loader.inputs, train_loader.targets, B, T);
-        gpt2_zero_grad_gpu(&model);
-        gpt2_backward_gpu(&model);
-        float norm = gpt2_clip_gradients_gpu(&model, 1.0f);
-        check_step_finite(step, model.mean_loss, norm);
-        float lr = learning_rate_at(&cfg, step);
-        gpt2_update_gpu(&model, lr, 0.9f, 0.95f, 1e-8f, cfg.weight_decay, step);
-        cuda_check(cudaDeviceSynchronize());  // the kernels run asynchronously: wait, then time
-        double dt = now_seconds() - t0;
-        if (step > start_step + 1 || cfg.max_steps - start_step == 1) { total_time += dt; timed_steps++; }
-        printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s | MFU %.1f%%\n", step,
-               cfg.max_steps, model.mean_loss, norm, lr, dt * 1e3, B * T / dt,
-               100.0 * flops_per_step / dt / gpu_info.peak_flops);
-        fflush(stdout);
-        if (log) { fprintf(log, "s:%d trl:%f\n", step, model.mean_loss); fflush(log); }
-
-        int last = step == cfg.max_steps;
-        if (use_val && (step % cfg.val_every == 0 || last)) {
-            float val_loss = gpt2_validate_gpu(&model, &val_loader, cfg.val_batches);
-            printf("step %d: val loss %.6f\n", step, val_loss);
-            if (log) { fprintf(log, "s:%d tel:%f\n", step, val_loss); fflush(log); }
-        }
-        if (cfg.sample_every > 0 && (step % cfg.sample_every == 0 || last)) {
-            printf("--- sample at step %d ---\n", step);
-            gpt2_sample_and_print_gpu(&model, tok, cfg.gen_tokens, &sample_rng);
-            printf("---\n");
-        }
-        if (cfg.output_dir != NULL &&
-            ((cfg.checkpoint_every > 0 && step % cfg.checkpoint_every == 0) || last)) {
-            snprintf(path, sizeof(path), "%s/model_%08d.bin", cfg.output_dir, step);
-            gpt2_copy_params_to_host(&model, &host);
-            gpt2_save_checkpoint(&host, path);
-            state.step = step;
-            state.B = B;
-            state.T = T;
-            state.epoch = train_loader.epoch;
-            state.batch_index = train_loader.batch_index;
-            state.rng = sample_rng;
-            float* m = (float*)malloc_check(model.num_parameters * sizeof(float));
-            float* v = (float*)malloc_check(model.num_parameters * sizeof(float));
-            cuda_check(cudaMemcpy(m, model.m_memory, model.num_parameters * sizeof(float), cudaMemcpyDeviceToHost));
-            cuda_check(cudaMemcpy(v, model.v_memory, model.num_parameters * sizeof(float), cudaMemcpyDeviceToHost));
-            snprintf(path, sizeof(path), "%s/state_%08d.bin", cfg.output_dir, step);
-            write_state(path, state, m, v, model.num_parameters);
-            free(m);
-            free(v);
-            printf("wrote %s/model_%08d.bin and state_%08d.bin\n", cfg.output_dir, step, step);
-        }
-    }
-    if (cfg.max_steps == 0 && cfg.output_dir != NULL) {  // -x 0: just write the initial model
-        snprintf(path, sizeof(path), "%s/model_%08d.bin", cfg.output_dir, 0);
-        gpt2_save_checkpoint(&host, path);
-        printf("wrote %s\n", path);
-    }
-    if (timed_steps > 0) {
-        double step_time = total_time / timed_steps;
-        printf("average %.1f ms per step, %.0f tok/s, MFU %.1f%%\n", step_time * 1e3, B * T / step_time,
-               100.0 * flops_per_step / step_time / gpu_info.peak_flops);
-    }
-
-    if (log) fclose_check(log, "main.log");
-    if (tok) tokenizer_free(tok);
-    dataloader_free(&train_loader);
-    if (use_val) dataloader_free(&val_loader);
+    Run run;
+    run_open(&run, cfg);  // the model (fresh, loaded or resumed) on the host, the data, -o DIR
+    GPT2 model;
+    gpt2_build_gpu(&model, &run.model, cfg.B, cfg.T);  // a copy of it on the GPU, trained there
+    run_train(&run, &GPU_TRAINER, &model);
     gpt2_free_gpu(&model);
-    gpt2_free(&host);
+    run_close(&run);
     return 0;
 }
 
-#endif // TRAIN_GPU_NO_MAIN
+#endif

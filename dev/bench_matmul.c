@@ -1,7 +1,7 @@
 // dev/bench_matmul.c: the matmuls of one GPT-2 124M training step (B*T = 256 rows), timed one
-// by one: train_cpu.c's fast matmul_forward / matmul_backward (and optionally the naive loops
-// they replace), in GFLOP/s, so the blocking constants in train_cpu.c can be tuned and the
-// effect of each product on the step seen.
+// by one: matmul_forward_fast / matmul_backward_fast of gpt2/cpu_layers.h (and optionally the
+// naive loops beside them), in GFLOP/s, so the blocking constants in gpt2/cpu_math.h can be tuned
+// and the effect of each product on the step seen.
 //
 //   gcc -O3 -march=native -fopenmp dev/bench_matmul.c -o build/bench_matmul -lm
 //   ./build/bench_matmul [reps=5] [naive=0]
@@ -11,8 +11,8 @@
 // is free next to them). Each time is the fastest of `reps` runs (other processes can only make
 // a run slower); the last line adds the matmuls up to one training step.
 
-#define TRAIN_CPU_NO_MAIN
-#include "../train_cpu.c"
+#include "../gpt2/cpu_layers.h"
+#include "../gpt2/random.h"
 
 static float* random_array(size_t n, uint64_t* rng) {
     float* x = (float*)malloc_check(n * sizeof(float));
@@ -43,9 +43,9 @@ int main(int argc, char** argv) {
         double best[4] = {1e30, 1e30, 1e30, 1e30};   // fast fwd, fast bwd, naive fwd, naive bwd
         for (int r = 0; r < reps; r++) {
             double t0 = now_seconds();
-            matmul_forward(out, inp, weight, bias, 1, BT, IC, OC);
+            matmul_forward_fast(out, inp, weight, bias, 1, BT, IC, OC);
             double t1 = now_seconds();
-            matmul_backward(dinp, dweight, dbias, out, inp, weight, 1, BT, IC, OC);
+            matmul_backward_fast(dinp, dweight, dbias, out, inp, weight, 1, BT, IC, OC);
             double t2 = now_seconds();
             if (t1 - t0 < best[0]) best[0] = t1 - t0;
             if (t2 - t1 < best[1]) best[1] = t2 - t1;

@@ -4,9 +4,11 @@
     python3 dev/cuda_emu.py dev/gpu_check.cu build/emu/gpu_check.cpp
     g++ -O1 -g -fopenmp -include dev/cuda_emu.h -I. build/emu/gpu_check.cpp -o build/emu/gpu_check
 
-Three rewrites, each keeping line numbers (so errors and __LINE__ point into the original file):
+Four rewrites, each keeping line numbers (so errors and __LINE__ point into the original file):
   kernel<<<grid, block>>>(args);   ->  emu_launch(grid, block, [=] { kernel(args); });
   #include "other.cu"              ->  that file, rewritten the same way, inlined behind #line
+  #include "other.h"               ->  the same file by its path from the repository root (the
+                                       output lives elsewhere; compile with -I. from the root)
   #include <cuda_runtime.h>        ->  nothing (the emulator header is force-included instead)
 """
 import os
@@ -14,31 +16,18 @@ import re
 import sys
 
 
-def match_back(s, i, open_c, close_c):
-    """s[i] is close_c: returns the index of its matching open_c."""
+def match(s, i, open_c, close_c, step):
+    """s[i] is open_c (step 1, searching forward) or close_c (step -1, backward): returns the
+    index of the bracket that balances it."""
     depth = 0
-    while i >= 0:
-        if s[i] == close_c:
-            depth += 1
-        elif s[i] == open_c:
-            depth -= 1
-            if depth == 0:
-                return i
-        i -= 1
-    raise SystemExit("cuda_emu.py: unbalanced %s%s" % (open_c, close_c))
-
-
-def match_forward(s, i, open_c, close_c):
-    """s[i] is open_c: returns the index of its matching close_c."""
-    depth = 0
-    while i < len(s):
+    while 0 <= i < len(s):
         if s[i] == open_c:
-            depth += 1
+            depth += step
         elif s[i] == close_c:
-            depth -= 1
-            if depth == 0:
-                return i
-        i += 1
+            depth -= step
+        if depth == 0:
+            return i
+        i += step
     raise SystemExit("cuda_emu.py: unbalanced %s%s" % (open_c, close_c))
 
 
@@ -60,7 +49,7 @@ def rewrite_launches(s):
         while s[j].isspace():
             j -= 1
         if s[j] == ">":
-            j = match_back(s, j, "<", ">") - 1
+            j = match(s, j, "<", ">", -1) - 1
         while j >= 0 and (s[j].isalnum() or s[j] in "_:"):
             j -= 1
         start = j + 1
@@ -72,7 +61,7 @@ def rewrite_launches(s):
             p += 1
         if s[p] != "(":
             raise SystemExit("cuda_emu.py: expected ( after >>> near: " + s[start:p + 20])
-        q = match_forward(s, p, "(", ")")
+        q = match(s, p, "(", ")", 1)
         args = s[p + 1:q]
         out.append(s[pos:start])
         out.append("emu_launch(%s, [=] { %s(%s); })" % (config, callee, args))
@@ -93,6 +82,10 @@ def transform(path):
         if re.match(r"\s*#\s*include\s+<(cuda_runtime|cublas_v2)\.h>", line):
             result.append("")
             continue
+        m = re.match(r'(\s*#\s*include\s+)"([^"]+)"(.*)', line)
+        if m:
+            inc = os.path.normpath(os.path.join(os.path.dirname(path), m.group(2)))
+            line = '%s"%s"%s' % (m.group(1), inc, m.group(3))
         result.append(line)
     return rewrite_launches("\n".join(result))
 

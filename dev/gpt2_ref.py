@@ -1,12 +1,13 @@
 """gpt2_ref.py: a PyTorch reference for train_cpu.c's correctness tests.
 
-It builds the same GPT-2 as train_cpu.c from the same llm.c checkpoint file and the same batch,
+It builds the same GPT-2 as train_cpu.c from the same llm.c checkpoint file and the same batches,
 independently of the C code: the model is written here a second time, in PyTorch, with autograd
-for the gradients and torch.optim.AdamW for the updates. test/ref_check.c runs train_cpu.c's
-functions on the same files and compares against what this script writes.
+for the gradients, torch.nn.utils.clip_grad_norm_ and torch.optim.AdamW for the updates.
+test/ref_check.c runs train_cpu.c's functions on the same files and compares against what
+`reference` writes; test/compare_run.py compares a real ./train_cpu run against what `train` writes.
 
     make-model  writes a small random checkpoint (llm.c format, version 3) and a token file
-                with random ids < V (../../shared/FORMATS.md), so tests need nothing from data/.
+                with random ids < V (doc/formats.md), so tests need nothing from data/.
     make-tokens, make-tokenizer   a token file of random ids; a tokenizer file of the 256 bytes
                 (to print samples). These three need NumPy only.
     reference   loads a checkpoint and a token file, takes the first batch (B*T+1 tokens: inputs
@@ -15,15 +16,27 @@ functions on the same files and compares against what this script writes.
                 (first V columns), the loss, every parameter gradient, the global gradient norm,
                 the losses of `steps` AdamW steps on that same batch, and the parameters after them.
                 The float64 run is the "truth" that tells how far float32 itself is from it.
+    train       does what `./train_cpu -e MODEL -i TRAIN -j VAL -b B -t T -x STEPS -l LR
+                -u WARMUP -q FINAL_FRAC -c WD -v VAL_EVERY -m VAL_BATCHES -s 0` does, taking the
+                same flags, once in float32 and once in float64, and writes an .npz (below).
+                Step s = 1..STEPS trains on batch (s-1) mod num_batches of TRAIN, num_batches =
+                (N-1) // (B*T), batch k being tokens k*B*T .. k*B*T+B*T (inputs the first B*T,
+                targets the same shifted by one); clips the gradient norm to 1.0; and takes an
+                AdamW step at learning_rate(s) (lr*s/WARMUP for s <= WARMUP, then a cosine from lr
+                down to lr*FINAL_FRAC at s = STEPS; constant when FINAL_FRAC is 1). With
+                VAL_EVERY > 0 it validates at step 0 and after each step s with s % VAL_EVERY == 0
+                or s == STEPS: the mean of the batch losses of the first min(VAL_BATCHES,
+                num_val_batches) batches of VAL.
 
 Model (what train_cpu.c must also compute): pre-norm GPT-2, layernorm eps 1e-5, causal
 multi-head attention scaled by 1/sqrt(head size), GELU tanh approximation, MLP width 4C, output
 layer tied to wte (logits for all Vp rows, the padding columns V..Vp-1 ignored), mean
 cross-entropy over B*T. One training step: forward, backward, clip the global gradient norm to
-max_norm (torch.nn.utils.clip_grad_norm_), AdamW (torch.optim.AdamW) with weight decay only on
-the matrices wte, wpe, qkvw, attprojw, fcw, fcprojw. Every step uses the same batch.
+max_norm (torch.nn.utils.clip_grad_norm_), AdamW (torch.optim.AdamW, betas 0.9/0.95, eps 1e-8)
+with weight decay only on the matrices wte, wpe, qkvw, attprojw, fcw, fcprojw. In `reference`
+every step uses the same batch and max_norm is an option; `train` uses 1.0, as train_cpu does.
 
-Dump format (little-endian; this project's own, not an llm.c format):
+Dump format of `reference` (little-endian; this project's own, not an llm.c format):
     header 256 int32: [0] magic 20240901, [1] version 1, [2] B, [3] T, [4] V, [5] Vp,
                       [6] number of parameters P (with padding), [7] steps, [8] runs (2)
     float64 lr, beta1, beta2, eps, weight_decay, max_norm
@@ -33,20 +46,26 @@ Dump format (little-endian; this project's own, not an llm.c format):
         order), step_losses (steps + 1: the loss before each update, then after the last),
         params after the last update (P)
 
+The .npz of `train` (numpy.savez; TAG is f32 or f64, the run):
+    config        [maxT, V, L, NH, C, Vp]; names, sizes: the 16 tensors in file order
+    B, T, steps, lr, warmup, final_frac, weight_decay, val_every, val_batches: the options
+    lr_step       (steps) the learning rate of each step
+    loss_TAG      (steps) each step's loss, before its update
+    norm_TAG      (steps) each step's gradient norm, before clipping
+    val_step      the steps validated after (0: before the first), val_loss_TAG their losses
+    params_TAG    (P) the parameters after the last step, float64, in file order
+
 Run with Debian's PyTorch: /usr/bin/python3 dev/gpt2_ref.py make-model --help
 """
 
 import argparse
 import math
-import struct
 import sys
 
 import numpy as np
 
-try:
-    import torch   # only `reference` needs it: the other commands need NumPy alone
-except ImportError:
-    torch = None
+torch = None   # imported by need_torch() for `reference` and `train` only: the other commands
+               # need NumPy alone, and importing torch takes ~1.5 s of a test's time
 
 CHECKPOINT_MAGIC, CHECKPOINT_VERSION_F32 = 20240326, 3
 TOKENS_MAGIC, TOKENS_VERSION = 20240520, 1
@@ -72,6 +91,14 @@ def shapes(maxT, Vp, L, C):
 def fail(msg):
     print(f"error: {msg}", file=sys.stderr)
     sys.exit(1)
+
+
+def need_torch(command):
+    global torch
+    try:
+        import torch
+    except ImportError:
+        fail(f"{command} needs PyTorch: run with /usr/bin/python3 (Debian's python3-torch)")
 
 
 # ---------- files ----------
@@ -242,7 +269,7 @@ def make_tokens(args):
 
 
 def make_tokenizer(args):
-    # the smallest file tokenizer.c accepts: ids 0..255 the single bytes, no merges, then
+    # the smallest file tokenizer_init accepts: ids 0..255 the single bytes, no merges, then
     # <|endoftext|> as id 256
     eot = b"<|endoftext|>"
     h = np.zeros(HEADER_INTS, dtype="<i4")
@@ -256,8 +283,7 @@ def make_tokenizer(args):
 
 
 def reference(args):
-    if torch is None:
-        fail("reference needs PyTorch: run with /usr/bin/python3 (Debian's python3-torch)")
+    need_torch("reference")
     config, params = read_checkpoint(args.model)
     maxT, V, L, NH, C, Vp = config
     tokens = read_tokens(args.tokens)
@@ -306,6 +332,107 @@ def reference(args):
     print(f"wrote {args.out}")
 
 
+def learning_rate(step, lr, warmup, steps, final_frac):
+    """The learning rate of step `step` (counted from 1): a linear warmup, lr*step/warmup over
+    steps 1..warmup, then a cosine from lr at step `warmup` down to lr*final_frac at step `steps`,
+    or lr throughout when final_frac >= 1."""
+    if step <= warmup:
+        return lr * step / warmup
+    if final_frac >= 1.0:
+        return lr
+    progress = (step - warmup) / (steps - warmup)    # in (0, 1]; steps > warmup here
+    min_lr = lr * final_frac
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (lr - min_lr)
+
+
+def batch(tokens, k, B, T):
+    """Batch k of a token file: B*T+1 consecutive tokens from k*B*T, inputs the first B*T and
+    targets the same shifted by one."""
+    chunk = torch.tensor(tokens[k * B * T: k * B * T + B * T + 1])
+    return chunk[:-1].view(B, T), chunk[1:].view(B, T)
+
+
+def train_run(config, params_np, train_tokens, val_tokens, a, dtype):
+    """One float32 or float64 run of train_cpu's training loop with its options `a` (-b, -t,
+    -x, -l, -u, -q, -c, -v, -m as a.b, a.t, ...)."""
+    B, T, steps, val_every = a.b, a.t, a.x, a.v
+    p = {n: torch.tensor(params_np[n], dtype=dtype, requires_grad=True) for n in NAMES}
+    groups = [{"params": [p[n] for n in NAMES if n in DECAYED], "weight_decay": a.c},
+              {"params": [p[n] for n in NAMES if n not in DECAYED], "weight_decay": 0.0}]
+    opt = torch.optim.AdamW(groups, lr=a.l, betas=(0.9, 0.95), eps=1e-8)
+    num_batches = (len(train_tokens) - 1) // (B * T)
+    out = {"loss": [], "norm": [], "lr": [], "val_step": [], "val_loss": []}
+
+    def validate(step):
+        # the mean of the per-batch mean losses of the first batches of the validation file
+        num_val = min(a.m, (len(val_tokens) - 1) // (B * T))
+        with torch.no_grad():
+            losses = [forward(p, config, *batch(val_tokens, k, B, T))[1].item()
+                      for k in range(num_val)]
+        out["val_step"].append(step)
+        out["val_loss"].append(sum(losses) / num_val)
+
+    if val_every > 0:
+        validate(0)
+    for step in range(1, steps + 1):
+        inputs, targets = batch(train_tokens, (step - 1) % num_batches, B, T)
+        opt.zero_grad(set_to_none=False)
+        _, loss = forward(p, config, inputs, targets)
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_([p[n] for n in NAMES], 1.0)  # norm before clipping
+        lr = learning_rate(step, a.l, a.u, steps, a.q)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        opt.step()
+        out["loss"].append(loss.item())
+        out["norm"].append(norm.item())
+        out["lr"].append(lr)
+        if val_every > 0 and (step % val_every == 0 or step == steps):
+            validate(step)
+    out["params"] = torch.cat([p[n].detach().reshape(-1) for n in NAMES]).double().numpy()
+    return out
+
+
+def train(args):
+    need_torch("train")
+    config, params = read_checkpoint(args.e)
+    maxT, V, L, NH, C, Vp = config
+    B, T = args.b, args.t
+    if T > maxT:
+        fail(f"T={T} > maxT={maxT}")
+    if args.x < 1 or args.m < 1 or args.v < 0 or not 0.0 <= args.q <= 1.0:
+        fail("need -x >= 1, -m >= 1, -v >= 0 and -q between 0 and 1")
+    tokens = {}
+    for path in (args.i, args.j) if args.v > 0 else (args.i,):   # -j is read only to validate
+        tokens[path] = read_tokens(path)
+        if len(tokens[path]) < B * T + 1:
+            fail(f"{path} has {len(tokens[path])} tokens, a batch needs B*T+1 = {B * T + 1}")
+        if tokens[path].max() >= V:
+            fail(f"{path} holds token id {tokens[path].max()} >= V={V}")
+    torch.set_num_threads(1)   # deterministic and polite on a shared machine
+    r32, r64 = (train_run(config, params, tokens[args.i], tokens.get(args.j), args, dt)
+                for dt in (torch.float32, torch.float64))
+
+    num_batches = (len(tokens[args.i]) - 1) // (B * T)
+    clipped = [s + 1 for s, n in enumerate(r64["norm"]) if n > 1.0]
+    print(f"{args.x} steps over {num_batches} training batches, validation at steps "
+          f"{r64['val_step']}; clipped at steps {clipped}")
+    print(f"  float32 vs float64 PyTorch: losses max abs diff "
+          f"{max(abs(x - y) for x, y in zip(r32['loss'], r64['loss'])):.2e}, losses "
+          f"{r64['loss'][0]:.5f} -> {r64['loss'][-1]:.5f}, norms {r64['norm'][0]:.4f} -> "
+          f"{r64['norm'][-1]:.4f}")
+    run_settings = {"B": B, "T": T, "steps": args.x, "lr": args.l, "warmup": args.u,
+                    "final_frac": args.q, "weight_decay": args.c, "val_every": args.v,
+                    "val_batches": args.m}
+    np.savez(args.out, config=np.array(config), names=np.array(NAMES),
+             sizes=np.array([params[n].size for n in NAMES]),
+             lr_step=np.array(r64["lr"]), val_step=np.array(r64["val_step"], dtype=np.int64),
+             **{k: np.array(v) for k, v in run_settings.items()},
+             **{f"{k}_{tag}": np.array(r[k]) for tag, r in (("f32", r32), ("f64", r64))
+                for k in ("loss", "norm", "val_loss", "params")})
+    print(f"wrote {args.out}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -338,9 +465,23 @@ def main():
     r.add_argument("--lr", type=float, default=1e-3)
     r.add_argument("--wd", type=float, default=0.0)
     r.add_argument("--max_norm", type=float, default=1.0)
+    # train takes train_cpu's own flags, so that a test passes the same options to both
+    tr = sub.add_parser("train", help="what ./train_cpu does with the same options, as an .npz")
+    tr.add_argument("--out", required=True, help="reference to write (.npz)")
+    for flag, kind, metavar, what in [
+            ("-e", str, "MODEL", "checkpoint"), ("-i", str, "TRAIN", "training tokens"),
+            ("-j", str, "VAL", "validation tokens (read only with -v > 0)"),
+            ("-b", int, "B", "batch size"), ("-t", int, "T", "sequence length"),
+            ("-x", int, "STEPS", "training steps"), ("-l", float, "LR", "learning rate"),
+            ("-u", int, "WARMUP", "linear warmup steps"),
+            ("-q", float, "FINAL_FRAC", "final learning rate fraction (1: constant)"),
+            ("-c", float, "WD", "weight decay on the matrices"),
+            ("-v", int, "VAL_EVERY", "validate every N steps (0: never)"),
+            ("-m", int, "VAL_BATCHES", "validation batches (at most)")]:
+        tr.add_argument(flag, type=kind, required=True, metavar=metavar, help=what)
     args = ap.parse_args()
     commands = {"make-model": make_model, "make-tokens": make_tokens,
-                "make-tokenizer": make_tokenizer, "reference": reference}
+                "make-tokenizer": make_tokenizer, "reference": reference, "train": train}
     commands[args.cmd](args)
 
 

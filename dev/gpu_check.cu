@@ -1,5 +1,5 @@
-// dev/gpu_check.cu: every kernel of train_gpu.cu against its CPU reference in train_cpu.c, the
-// whole model against the CPU model, and the kernels' speed.
+// dev/gpu_check.cu: every kernel of train_gpu.cu against its CPU reference (gpt2/cpu_layers.h),
+// the whole GPU model against train_cpu.c's, and the kernels' speed.
 //
 //   make gpu-checks && build/gpu_check          all checks, then timings at GPT-2 124M sizes
 //   build/gpu_check --quick                     validation at small sizes only, no timing
@@ -8,8 +8,8 @@
 //   build/gpu_check --device                    print the device and exit (1: there is none)
 //   make gpu-emu && build/emu/gpu_check --quick the same checks on the CPU emulator (dev/cuda_emu.h)
 //
-// Validation: fresh random inputs from a fixed seed; the CPU function (train_cpu.c, included
-// through train_gpu.cu, not pasted) on host copies; the GPU launcher on device copies whose
+// Validation: fresh random inputs from a fixed seed; the CPU function (gpt2/cpu_layers.h, the
+// same code train_cpu.c runs) on host copies; the GPU launcher on device copies whose
 // outputs were first poisoned with NaN (outputs that accumulate start from the same random
 // values on both sides instead); then every output element is compared:
 //     |gpu - cpu| <= atol + rtol * |cpu|,  and NaN never passes.
@@ -27,8 +27,10 @@
 // The whole model: the same initial weights and batch on the CPU and the GPU; logits, loss, all
 // 16 parameter gradients, then the losses and gradient norms of 10 AdamW steps must agree.
 
+#define TRAIN_CPU_NO_MAIN
+#include "../train_cpu.c"   // the CPU model: gpt2_forward, gpt2_backward, gpt2_update, ...
 #define TRAIN_GPU_NO_MAIN
-#include "../train_gpu.cu"
+#include "../train_gpu.cu"  // its GPU twin: gpt2_forward_gpu, ..., and every launcher
 
 // ---------- helpers ----------
 
@@ -172,6 +174,13 @@ static void report(const char* what, double gpu_time, double cpu_time, double fl
     }
 }
 
+// Times the GPU and the CPU version of one operation and prints their line (report).
+template <typename G, typename F>
+static void time_both(const char* what, G gpu, F cpu, double flops, double bytes) {
+    double g = gpu_ms(gpu);
+    report(what, g, cpu_ms(cpu), flops, bytes);
+}
+
 // ---------- layers ----------
 
 static void check_encoder(int B, int T, int C, int V, int bench) {
@@ -197,12 +206,10 @@ static void check_encoder(int B, int T, int C, int V, int bench) {
     compare("encoder_backward dwte", d_dwte, dwte, (size_t)V * C, 1e-5f, 1e-5f);
     compare("encoder_backward dwpe", d_dwpe, dwpe, (size_t)T * C, 1e-5f, 1e-5f);
     if (bench) {
-        double g = gpu_ms([&] { encoder_forward_gpu(d_out, d_inp, d_wte, d_wpe, B, T, C); });
-        double c = cpu_ms([&] { encoder_forward(out, inp, wte, wpe, B, T, C); });
-        report("encoder_forward", g, c, 0, 3.0 * BTC * 4);
-        g = gpu_ms([&] { encoder_backward_gpu(d_dwte, d_dwpe, d_dout, d_inp, B, T, C); });
-        c = cpu_ms([&] { encoder_backward(dwte, dwpe, dout, inp, B, T, C); });
-        report("encoder_backward", g, c, 0, 3.0 * BTC * 4);
+        time_both("encoder_forward", [&] { encoder_forward_gpu(d_out, d_inp, d_wte, d_wpe, B, T, C); },
+                  [&] { encoder_forward(out, inp, wte, wpe, B, T, C); }, 0, 3.0 * BTC * 4);
+        time_both("encoder_backward", [&] { encoder_backward_gpu(d_dwte, d_dwpe, d_dout, d_inp, B, T, C); },
+                  [&] { encoder_backward(dwte, dwpe, dout, inp, B, T, C); }, 0, 3.0 * BTC * 4);
     }
     free(inp); free(wte); free(wpe); free(out); free(dout); free(dwte); free(dwpe);
     cuda_check(cudaFree(d_inp)); cuda_check(cudaFree(d_wte)); cuda_check(cudaFree(d_wpe)); cuda_check(cudaFree(d_out));
@@ -234,12 +241,10 @@ static void check_layernorm(int B, int T, int C, int bench) {
     compare("layernorm_backward dweight", d_dw, dw, C, sum_atol, 1e-4f);
     compare("layernorm_backward dbias", d_db, db, C, sum_atol, 1e-4f);
     if (bench) {
-        double g = gpu_ms([&] { layernorm_forward_gpu(d_out, d_mean, d_rstd, d_inp, d_w, d_b, B, T, C); });
-        double c = cpu_ms([&] { layernorm_forward(out, mean, rstd, inp, w, b, B, T, C); });
-        report("layernorm_forward", g, c, 0, 2.0 * BTC * 4);
-        g = gpu_ms([&] { layernorm_backward_gpu(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_mean, d_rstd, B, T, C); });
-        c = cpu_ms([&] { layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, B, T, C); });
-        report("layernorm_backward", g, c, 0, 4.0 * BTC * 4);
+        time_both("layernorm_forward", [&] { layernorm_forward_gpu(d_out, d_mean, d_rstd, d_inp, d_w, d_b, B, T, C); },
+                  [&] { layernorm_forward(out, mean, rstd, inp, w, b, B, T, C); }, 0, 2.0 * BTC * 4);
+        time_both("layernorm_backward", [&] { layernorm_backward_gpu(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_mean, d_rstd, B, T, C); },
+                  [&] { layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, B, T, C); }, 0, 4.0 * BTC * 4);
     }
     free(inp); free(w); free(b); free(out); free(mean); free(rstd); free(dout); free(dinp); free(dw); free(db);
     cuda_check(cudaFree(d_inp)); cuda_check(cudaFree(d_w)); cuda_check(cudaFree(d_b)); cuda_check(cudaFree(d_out));
@@ -274,12 +279,10 @@ static void check_matmul(int B, int T, int C, int OC, int use_bias, int bench) {
     if (use_bias) compare("matmul_backward dbias", d_db, db, OC, 1e-5f * sqrtf((float)BT), 1e-5f);
     if (bench) {
         double flops = 2.0 * BT * C * OC;
-        double g = gpu_ms([&] { matmul_forward_gpu(d_out, d_inp, d_w, d_bias, B, T, C, OC); });
-        double c = cpu_ms([&] { matmul_forward(out, inp, w, bias, B, T, C, OC); });
-        report("matmul_forward", g, c, flops, 0);
-        g = gpu_ms([&] { matmul_backward_gpu(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, B, T, C, OC); });
-        c = cpu_ms([&] { matmul_backward(dinp, dw, db, dout, inp, w, B, T, C, OC); });
-        report("matmul_backward", g, c, 2 * flops, 0);
+        time_both("matmul_forward", [&] { matmul_forward_gpu(d_out, d_inp, d_w, d_bias, B, T, C, OC); },
+                  [&] { matmul_forward(out, inp, w, bias, B, T, C, OC); }, flops, 0);
+        time_both("matmul_backward", [&] { matmul_backward_gpu(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, B, T, C, OC); },
+                  [&] { matmul_backward(dinp, dw, db, dout, inp, w, B, T, C, OC); }, 2 * flops, 0);
     }
     free(inp); free(w); free(bias); free(out); free(dout); free(dinp); free(dw); free(db);
     cuda_check(cudaFree(d_inp)); cuda_check(cudaFree(d_w)); cuda_check(cudaFree(d_bias)); cuda_check(cudaFree(d_out));
@@ -315,12 +318,10 @@ static void check_attention(int B, int T, int C, int NH, int bench) {
     if (bench) {
         // causal: QK^T and att V each 2*hs flops per (t, t2 <= t) pair, ~T^2/2 pairs per (b, h)
         double flops = 2.0 * 2.0 * hs * (double)B * NH * T * (T + 1) / 2.0;
-        double g = gpu_ms([&] { attention_forward_gpu(d_out, d_preatt, d_att, d_inp, B, T, C, NH); });
-        double c = cpu_ms([&] { attention_forward(out, preatt, att, inp, B, T, C, NH); });
-        report("attention_forward", g, c, flops, 0);
-        g = gpu_ms([&] { attention_backward_gpu(d_dinp, d_dpreatt, d_datt, d_dout, d_inp, d_att, B, T, C, NH); });
-        c = cpu_ms([&] { attention_backward(dinp, dpreatt, datt, dout, inp, att, B, T, C, NH); });
-        report("attention_backward", g, c, 2 * flops, 0);
+        time_both("attention_forward", [&] { attention_forward_gpu(d_out, d_preatt, d_att, d_inp, B, T, C, NH); },
+                  [&] { attention_forward(out, preatt, att, inp, B, T, C, NH); }, flops, 0);
+        time_both("attention_backward", [&] { attention_backward_gpu(d_dinp, d_dpreatt, d_datt, d_dout, d_inp, d_att, B, T, C, NH); },
+                  [&] { attention_backward(dinp, dpreatt, datt, dout, inp, att, B, T, C, NH); }, 2 * flops, 0);
     }
     free(inp); free(out); free(preatt); free(att); free(causal); free(h_preatt); free(dout); free(dinp);
     free(dpreatt); free(datt);
@@ -343,12 +344,10 @@ static void check_gelu(int N, int bench) {
     gelu_backward_gpu(d_dinp, d_inp, d_dout, N);
     compare("gelu_backward dinp", d_dinp, dinp, N, 1e-6f, 1e-5f);
     if (bench) {
-        double g = gpu_ms([&] { gelu_forward_gpu(d_out, d_inp, N); });
-        double c = cpu_ms([&] { gelu_forward(out, inp, N); });
-        report("gelu_forward", g, c, 0, 2.0 * N * 4);
-        g = gpu_ms([&] { gelu_backward_gpu(d_dinp, d_inp, d_dout, N); });
-        c = cpu_ms([&] { gelu_backward(dinp, inp, dout, N); });
-        report("gelu_backward", g, c, 0, 4.0 * N * 4);
+        time_both("gelu_forward", [&] { gelu_forward_gpu(d_out, d_inp, N); },
+                  [&] { gelu_forward(out, inp, N); }, 0, 2.0 * N * 4);
+        time_both("gelu_backward", [&] { gelu_backward_gpu(d_dinp, d_inp, d_dout, N); },
+                  [&] { gelu_backward(dinp, inp, dout, N); }, 0, 4.0 * N * 4);
     }
     free(inp); free(out); free(dout); free(dinp);
     cuda_check(cudaFree(d_inp)); cuda_check(cudaFree(d_out)); cuda_check(cudaFree(d_dout)); cuda_check(cudaFree(d_dinp));
@@ -368,12 +367,10 @@ static void check_residual(int N, int bench) {
     compare("residual_backward dinp1", d_da, da, N, 0.0f, 0.0f);
     compare("residual_backward dinp2", d_db, db, N, 0.0f, 0.0f);
     if (bench) {
-        double g = gpu_ms([&] { residual_forward_gpu(d_out, d_a, d_b, N); });
-        double c = cpu_ms([&] { residual_forward(out, a, b, N); });
-        report("residual_forward", g, c, 0, 3.0 * N * 4);
-        g = gpu_ms([&] { residual_backward_gpu(d_da, d_db, d_dout, N); });
-        c = cpu_ms([&] { residual_backward(da, db, dout, N); });
-        report("residual_backward", g, c, 0, 5.0 * N * 4);
+        time_both("residual_forward", [&] { residual_forward_gpu(d_out, d_a, d_b, N); },
+                  [&] { residual_forward(out, a, b, N); }, 0, 3.0 * N * 4);
+        time_both("residual_backward", [&] { residual_backward_gpu(d_da, d_db, d_dout, N); },
+                  [&] { residual_backward(da, db, dout, N); }, 0, 5.0 * N * 4);
     }
     free(a); free(b); free(out); free(dout); free(da); free(db);
     cuda_check(cudaFree(d_a)); cuda_check(cudaFree(d_b)); cuda_check(cudaFree(d_out));
@@ -399,13 +396,12 @@ static void check_classifier(int B, int T, int V, int Vp, int bench) {
     compare("fused_classifier losses", d_losses, losses, BT, 1e-5f, 1e-5f);
     compare("fused_classifier dlogits", d_dlogits, dlogits, n, 1e-11f, 1e-4f);  // entries ~ p/(B*T)
     if (bench) {
-        double g = gpu_ms([&] { fused_classifier_gpu(d_dlogits, d_losses, d_logits, d_targets, B, T, V, Vp); });
-        double c = cpu_ms([&] {
-            softmax_forward(probs, logits, B, T, V, Vp);
-            crossentropy_forward(losses, probs, targets, B, T, Vp);
-            crossentropy_softmax_backward(dlogits, dlosses, probs, targets, B, T, V, Vp);
-        });
-        report("fused_classifier", g, c, 0, 2.0 * n * 4);
+        time_both("fused_classifier", [&] { fused_classifier_gpu(d_dlogits, d_losses, d_logits, d_targets, B, T, V, Vp); },
+                  [&] {
+                      softmax_forward(probs, logits, B, T, V, Vp);
+                      crossentropy_forward(losses, probs, targets, B, T, Vp);
+                      crossentropy_softmax_backward(dlogits, dlosses, probs, targets, B, T, V, Vp);
+                  }, 0, 2.0 * n * 4);
     }
     free(logits); free(targets); free(probs); free(losses); free(dlogits); free(dlosses);
     cuda_check(cudaFree(d_logits)); cuda_check(cudaFree(d_targets)); cuda_check(cudaFree(d_losses));
@@ -427,9 +423,8 @@ static void check_clip(size_t n, float max_norm, int bench) {
     compare_scalar("clip_gradients norm", d_norm, norm, 0.0, 1e-6);
     compare("clip_gradients grads", d_grads, grads, n, 0.0f, 1e-6f);
     if (bench) {
-        double g = gpu_ms([&] { clip_gradients_gpu(d_grads, n, 1e30f); });
-        double c = cpu_ms([&] { gpt2_clip_gradients(&cpu, 1e30f); });
-        report("global norm", g, c, 0, 1.0 * n * 4);
+        time_both("global norm", [&] { clip_gradients_gpu(d_grads, n, 1e30f); },
+                  [&] { gpt2_clip_gradients(&cpu, 1e30f); }, 0, 1.0 * n * 4);
     }
     free(grads);
     cuda_check(cudaFree(d_grads));
@@ -437,26 +432,19 @@ static void check_clip(size_t n, float max_norm, int bench) {
 
 // A small model shape for the optimizer and whole-model checks: V=1000 < Vp=1024 keeps padding.
 static GPT2Config tiny_config(void) {
-    GPT2Config c;
-    c.max_seq_len = 128;
-    c.vocab_size = 1000;
-    c.padded_vocab_size = 1024;
-    c.num_layers = 2;
-    c.num_heads = 2;
-    c.channels = 64;
-    return c;
+    return gpt2_config(128, 1000, 2, 2, 64, 1024);  // maxT V L NH C Vp
 }
 
 // AdamW against gpt2_update, with weight decay, so that the decay grouping is checked too.
 static void check_adamw(GPT2Config config, int bench) {
     printf("adamw L=%d C=%d V=%d\n", config.num_layers, config.channels, config.vocab_size);
     GPT2 cpu;
-    gpt2_build_init(&cpu, config, 7);
+    gpt2_build_fresh(&cpu, config, 7);
     size_t n = cpu.num_parameters;
     cpu.grads_memory = host_random(n, -0.1f, 0.1f);
     cpu.m_memory = host_random(n, -0.01f, 0.01f);
     cpu.v_memory = host_random(n, 0.0f, 1e-4f);
-    GPT2GPU gpu;
+    GPT2 gpu;
     gpt2_build_gpu(&gpu, &cpu, 1, 1);
     cuda_check(cudaMemcpy(gpu.grads_memory, cpu.grads_memory, n * sizeof(float), cudaMemcpyHostToDevice));
     cuda_check(cudaMemcpy(gpu.m_memory, cpu.m_memory, n * sizeof(float), cudaMemcpyHostToDevice));
@@ -467,9 +455,8 @@ static void check_adamw(GPT2Config config, int bench) {
     compare("adamw m", gpu.m_memory, cpu.m_memory, n, 1e-9f, 1e-6f);
     compare("adamw v", gpu.v_memory, cpu.v_memory, n, 1e-12f, 1e-6f);
     if (bench) {
-        double g = gpu_ms([&] { gpt2_update_gpu(&gpu, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3); });
-        double c = cpu_ms([&] { gpt2_update(&cpu, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3); });
-        report("adamw", g, c, 0, 7.0 * n * 4);
+        time_both("adamw", [&] { gpt2_update_gpu(&gpu, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3); },
+                  [&] { gpt2_update(&cpu, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3); }, 0, 7.0 * n * 4);
     }
     gpt2_free_gpu(&gpu);
     gpt2_free(&cpu);
@@ -479,7 +466,7 @@ static void check_adamw(GPT2Config config, int bench) {
 
 // Compares the 16 gradient tensors, each with atol relative to its own largest entry: a
 // gradient's small entries are differences of larger terms and carry their absolute error.
-static void compare_grads(GPT2GPU* gpu, GPT2* cpu, float rel_atol, float rtol) {
+static void compare_grads(GPT2* gpu, GPT2* cpu, float rel_atol, float rtol) {
     float* g = to_host(gpu->grads_memory, gpu->num_parameters);
     size_t offset = 0;
     for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
@@ -487,7 +474,7 @@ static void compare_grads(GPT2GPU* gpu, GPT2* cpu, float rel_atol, float rtol) {
         float maxabs = 0.0f;
         for (size_t i = 0; i < n; i++) maxabs = fmaxf(maxabs, fabsf(cpu->grads_memory[offset + i]));
         char what[64];
-        snprintf(what, sizeof(what), "grad %s", PARAMETER_NAMES[k]);
+        snprintf(what, sizeof(what), "grad %s", PARAMETERS[k].name);
         compare_host(what, g + offset, cpu->grads_memory + offset, n, rel_atol * maxabs, rtol, NULL);
         offset += n;
     }
@@ -503,8 +490,8 @@ static void check_model(GPT2Config config, int B, int T, int steps) {
     printf("model L=%d NH=%d C=%d V=%d Vp=%d, B=%d T=%d, %d AdamW steps\n", config.num_layers,
            config.num_heads, config.channels, config.vocab_size, config.padded_vocab_size, B, T, steps);
     GPT2 cpu;
-    gpt2_build_init(&cpu, config, 42);
-    GPT2GPU gpu;
+    gpt2_build_fresh(&cpu, config, 42);
+    GPT2 gpu;
     gpt2_build_gpu(&gpu, &cpu, B, T);
     size_t BT = (size_t)B * T;
     int* inputs = host_tokens(BT, config.vocab_size);
@@ -547,6 +534,31 @@ static void check_model(GPT2Config config, int B, int T, int steps) {
 
 // ---------- main ----------
 
+// gemm_gpu picks 128x128 tiles when there are enough of them for the SMs: pretending the GPU has
+// one SM makes the small checks run the 128x128 kernels too. So each runs in both tile sizes.
+static void check_matmul_small(void) {
+    int num_sms = gpu_num_sms;
+    for (int pass = 0; pass < 2; pass++) {
+        gpu_num_sms = pass == 0 ? num_sms : 1;
+        printf("(%s tiles)\n", pass == 0 ? "64x64" : "128x128");
+        check_matmul(3, 37, 67, 131, 1, 0);   // nothing a multiple of 4: the scalar paths
+        check_matmul(2, 64, 64, 192, 0, 0);   // aligned: the float4 paths
+        check_matmul(1, 300, 260, 520, 1, 0); // partial edge tiles
+    }
+    gpu_num_sms = num_sms;
+}
+
+static void check_attention_small(void) {
+    int num_sms = gpu_num_sms;
+    for (int pass = 0; pass < 2; pass++) {
+        gpu_num_sms = pass == 0 ? num_sms : 1;
+        printf("(%s tiles)\n", pass == 0 ? "64x64" : "128x128");
+        check_attention(2, 37, 24, 3, 0);     // hs = 8, T not a multiple of anything
+        check_attention(1, 300, 128, 2, 0);   // hs = 64, T over two tiles: skipped causal tiles
+    }
+    gpu_num_sms = num_sms;
+}
+
 static int wanted(int argc, char** argv, const char* name) {
     int any = 0;
     for (int i = 1; i < argc; i++) {
@@ -582,18 +594,8 @@ int main(int argc, char** argv) {
         check_layernorm(3, 37, 67, 0);
         if (!quick) check_layernorm(B, T, C, bench);
     }
-    // gemm_gpu picks 128x128 tiles when there are enough of them for the SMs: pretending the GPU
-    // has one SM makes the small checks run the 128x128 kernels too.
-    int num_sms = gpu_num_sms;
     if (wanted(argc, argv, "matmul")) {
-        for (int pass = 0; pass < 2; pass++) {
-            gpu_num_sms = pass == 0 ? num_sms : 1;
-            printf("(%s tiles)\n", pass == 0 ? "64x64" : "128x128");
-            check_matmul(3, 37, 67, 131, 1, 0);   // nothing a multiple of 4: the scalar paths
-            check_matmul(2, 64, 64, 192, 0, 0);   // aligned: the float4 paths
-            check_matmul(1, 300, 260, 520, 1, 0); // partial edge tiles
-        }
-        gpu_num_sms = num_sms;
+        check_matmul_small();
         if (!quick) {
             check_matmul(B, T, C, 3 * C, 1, bench);  // qkv
             check_matmul(B, T, C, C, 1, bench);      // attention projection
@@ -602,13 +604,7 @@ int main(int argc, char** argv) {
         }
     }
     if (wanted(argc, argv, "attention")) {
-        for (int pass = 0; pass < 2; pass++) {
-            gpu_num_sms = pass == 0 ? num_sms : 1;
-            printf("(%s tiles)\n", pass == 0 ? "64x64" : "128x128");
-            check_attention(2, 37, 24, 3, 0);     // hs = 8, T not a multiple of anything
-            check_attention(1, 300, 128, 2, 0);   // hs = 64, T over two tiles: skipped causal tiles
-        }
-        gpu_num_sms = num_sms;
+        check_attention_small();
         if (!quick) check_attention(B, T, C, NH, bench);
     }
     if (wanted(argc, argv, "gelu")) {

@@ -1,6 +1,6 @@
 """hf_ref.py: small GPT-2 models in Hugging Face's safetensors layout, and their PyTorch logits.
 
-The check for train_cpu.c's safetensors loader (gpt2_build_from_safetensors) and for infer.c:
+The check for the safetensors loader (gpt2_read_safetensors, gpt2/checkpoint.h) and for infer.c:
 this script writes a random GPT-2 the way Hugging Face publishes `model.safetensors`, computes
 its logits on random tokens with a PyTorch forward written in that same layout, and the C test
 (test/infer_check.c, `hf` mode) loads the file and compares. The `safetensors` package is not
@@ -38,7 +38,10 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gpt2_ref  # noqa: E402
 from gpt2_ref import attention, fail, gelu, layernorm   # noqa: E402  (the shared layer math)
+
+gpt2_ref.need_torch("hf_ref.py")  # gpt2_ref imports torch only when a command needs it
 
 HEAD_SIZE = 64   # every GPT-2 size uses 64-wide heads: NH = C / 64
 DTYPES = {"F32": (torch.float32, 4), "F16": (torch.float16, 2), "BF16": (torch.bfloat16, 2)}

@@ -1,4 +1,5 @@
-// gradcheck.c: every layer's backward in train_cpu.c against finite differences, in double.
+// gradcheck.c: every layer's backward (gpt2/cpu_layers.h) and the whole model's (gpt2/model.h,
+// train_cpu.c) against finite differences, in double.
 //
 // Independent of PyTorch: for a layer with output out = f(inputs, weights), take the scalar
 //     L = sum_i w_i * out_i        (w random, fixed)
@@ -11,13 +12,12 @@
 // truncation error h^2), so it could only catch gross mistakes. In double the two agree to ~1e-8,
 // so an error of 1e-6 relative (a wrong constant, a missed term) shows.
 //
-// How, without a second copy of the layers: train_cpu.c's layers are written once, in float.
-// This file compiles them again in double: it first includes every system header train_cpu.c
-// uses (their include guards then make train_cpu.c's own includes no-ops, so the define below
-// cannot reach them), then `#define float double` and maps the float math functions (sqrtf, ...)
-// to their double versions, then includes train_cpu.c (with its fast matmul in its plain-C build,
-// see below). The compiled code is train_cpu.c's,
-// token for token, with every float a double.
+// How, without a second copy of the layers: the layers and the model are written once, in float.
+// This file compiles them again in double: it first includes every system header they use (their
+// include guards then make the code's own includes no-ops, so the define below cannot reach them),
+// then `#define float double` and maps the float math functions (sqrtf, ...) to their double
+// versions, then includes train_cpu.c and with it the headers (the fast matmul in its plain-C
+// build, see below). The compiled code is theirs, token for token, with every float a double.
 //
 // Usage: gradcheck         exit 0 when every gradient agrees, 1 otherwise
 
@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <math.h>
 #include <float.h>
 #include <time.h>
@@ -49,7 +50,7 @@
 #define expf exp
 #define logf log
 #define tanhf tanh
-#define TANH_FAST tanh   // train_cpu.c's tanh_vec and exp_vec work on float bits (test_matmul
+#define TANH_FAST tanh   // gpt2/cpu_math.h's tanh_vec and exp_vec work on float bits (test_matmul
 #define EXP_FAST exp     // checks them)
 #define coshf cosh
 #define fabsf fabs
@@ -95,7 +96,7 @@ typedef struct LayerCase_ {
 
 static uint64_t rng_state = 1234;
 
-static double uniform(void) {   // in [-1, 1), from train_cpu.c's generator
+static double uniform(void) {   // in [-1, 1), from gpt2/random.h's generator
     return 2.0 * random_f32(&rng_state) - 1.0;
 }
 
@@ -342,16 +343,9 @@ static void check_layers(int B, int T) {
 // a tiny model: this checks how the layers are wired together (residual stream, weight tying,
 // the 1/(B*T) of the mean), which the per-layer checks cannot see.
 static void check_model(int B, int T) {
-    GPT2Config cfg;
-    memset(&cfg, 0, sizeof(cfg));
-    cfg.max_seq_len = T + 1;
-    cfg.vocab_size = 11;
-    cfg.padded_vocab_size = 16;
-    cfg.num_layers = 2;
-    cfg.num_heads = 2;
-    cfg.channels = 8;
+    GPT2Config cfg = gpt2_config(T + 1, 11, 2, 2, 8, 16);  // maxT V L NH C Vp
     GPT2 model;
-    gpt2_build_init(&model, cfg, 42);
+    gpt2_build_fresh(&model, cfg, 42);
     // GPT-2's initialisation (std 0.02, zero biases, unit layernorm weights) makes most gradients
     // tiny and many equal; random O(1) values make every term of the backward count.
     size_t P = model.num_parameters, L = (size_t)cfg.num_layers, C = (size_t)cfg.channels;
@@ -386,7 +380,7 @@ static void check_model(int B, int T) {
     }
     size_t off = 0;
     for (int t = 0; t < NUM_PARAMETER_TENSORS; t++) {
-        compare("model", PARAMETER_NAMES[t], analytic + off, fd + off, model.param_sizes[t]);
+        compare("model", PARAMETERS[t].name, analytic + off, fd + off, model.param_sizes[t]);
         off += model.param_sizes[t];
     }
     free(analytic); free(fd); free(inputs); free(targets);

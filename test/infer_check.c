@@ -10,7 +10,9 @@
 // Exits non-zero on the first failed check, naming it.
 
 #define INFER_NO_MAIN
-#include "../infer.c"
+#include "../infer.c"        // the KV cache, the sampler
+#define TRAIN_CPU_NO_MAIN
+#include "../train_cpu.c"    // the full forward pass the cache must agree with
 
 static int failures = 0;
 
@@ -34,14 +36,8 @@ static double rel_err(const float* a, const float* b, size_t n) {
 // A random model whose every parameter matters: matrices std 0.1 (peaked attention), biases and
 // layernorm parameters not 0 or 1. maxT 40, V 211 (padded to 256), 3 layers, 4 heads of 16.
 static void build_random_model(GPT2* model, uint64_t seed) {
-    GPT2Config c;
-    c.max_seq_len = 40;
-    c.vocab_size = 211;
-    c.padded_vocab_size = 256;
-    c.num_layers = 3;
-    c.num_heads = 4;
-    c.channels = 64;
-    gpt2_build_init(model, c, seed);
+    GPT2Config c = gpt2_config(40, 211, 3, 4, 64, 256);  // maxT V L NH C Vp
+    gpt2_build_fresh(model, c, seed);
     uint64_t rng = seed_mix(seed, 7, 7);
     for (size_t i = 0; i < model->num_parameters; i++) {
         model->params_memory[i] += 0.2f * (random_f32(&rng) - 0.5f) * 1.7f;
@@ -51,30 +47,32 @@ static void build_random_model(GPT2* model, uint64_t seed) {
            (size_t)(c.padded_vocab_size - c.vocab_size) * c.channels * sizeof(float));
 }
 
+// Generates tokens[P..T-1] after the prompt tokens[0..P-1] with the cache (reset first) and a
+// sampler, as infer's main does.
+static void generate_tokens(KVCache* cache, Sampler* s, int* tokens, int P, int T) {
+    kvcache_reset(cache);
+    const float* l = kvcache_forward(cache, tokens, P, NULL);
+    for (int t = P; t < T; t++) {
+        tokens[t] = sampler_sample(s, l);
+        if (t + 1 < T) l = kvcache_forward(cache, tokens + t, 1, NULL);
+    }
+}
+
 // Logits (T, Vp) of train_cpu.c's full forward on tokens[0..T-1].
 static const float* full_forward(GPT2* model, const int* tokens, int T) {
     gpt2_forward(model, tokens, NULL, 1, T);
     return model->acts.logits;
 }
 
-static void check_kv(void) {
+// 1-3: the cache's logits at every position against the full forward's (full, (T, Vp)), for a
+// whole-sequence prefill, prefill then single tokens, and uneven chunks.
+static void check_kv_logits(KVCache* cache, const int* tokens, const float* full, int T, int Vp) {
     const double tol = 1e-5;
-    GPT2 model;
-    build_random_model(&model, 42);
-    GPT2Config c = model.config;
-    int T = c.max_seq_len, Vp = c.padded_vocab_size, V = c.vocab_size;
-    int* tokens = (int*)malloc_check((size_t)T * sizeof(int));
-    uint64_t rng = 99;
-    for (int i = 0; i < T; i++) tokens[i] = (int)(random_u32(&rng) % (uint32_t)V);
-    float* full = (float*)malloc_check((size_t)T * Vp * sizeof(float));
-    memcpy(full, full_forward(&model, tokens, T), (size_t)T * Vp * sizeof(float));
     float* kv = (float*)malloc_check((size_t)T * Vp * sizeof(float));
-    KVCache cache;
-    kvcache_build(&cache, &model);
     char what[256];
-
     // 1. prefill of the whole sequence: logits at every position
-    kvcache_forward(&cache, tokens, T, kv);
+    kvcache_reset(cache);
+    kvcache_forward(cache, tokens, T, kv);
     double e = rel_err(kv, full, (size_t)T * Vp);
     snprintf(what, sizeof(what), "prefill of %d tokens = full forward at every position (rel err %.2e)", T, e);
     check(e <= tol, what);
@@ -83,30 +81,36 @@ static void check_kv(void) {
     int prefixes[3] = {1, 7, T - 1};
     for (int k = 0; k < 3; k++) {
         int P = prefixes[k];
-        kvcache_reset(&cache);
-        kvcache_forward(&cache, tokens, P, kv);
+        kvcache_reset(cache);
+        kvcache_forward(cache, tokens, P, kv);
         for (int t = P; t < T; t++) {
-            const float* l = kvcache_forward(&cache, tokens + t, 1, NULL);
+            const float* l = kvcache_forward(cache, tokens + t, 1, NULL);
             memcpy(kv + (size_t)t * Vp, l, (size_t)Vp * sizeof(float));
         }
         e = rel_err(kv, full, (size_t)T * Vp);
         snprintf(what, sizeof(what), "prefill %d then %d single-token steps = full forward at every position (rel err %.2e)", P, T - P, e);
         check(e <= tol, what);
-        check(cache.pos == T, "the cache counts its positions");
+        check(cache->pos == T, "the cache counts its positions");
     }
 
     // 3. uneven chunks: 3, 5, 1, 9, ... tokens per call
-    kvcache_reset(&cache);
+    kvcache_reset(cache);
     int chunks[6] = {3, 5, 1, 9, 2, 20};
     for (int k = 0, t = 0; k < 6 && t < T; k++) {
         int n = chunks[k] < T - t ? chunks[k] : T - t;
-        kvcache_forward(&cache, tokens + t, n, kv + (size_t)t * Vp);
+        kvcache_forward(cache, tokens + t, n, kv + (size_t)t * Vp);
         t += n;
     }
     e = rel_err(kv, full, (size_t)T * Vp);
     snprintf(what, sizeof(what), "chunks of 3, 5, 1, 9, 2, 20 tokens = full forward (rel err %.2e)", e);
     check(e <= tol, what);
+    free(kv);
+}
 
+// 4-5: generation after a 4-token prompt, greedy and sampled, against the full forward's argmax.
+static void check_kv_generation(GPT2* model, KVCache* cache, const int* tokens, int T) {
+    int V = model->config.vocab_size, Vp = model->config.padded_vocab_size;
+    char what[256];
     // 4. greedy generation: deterministic, and each token the argmax of the full forward
     int P = 4, n = T - P;
     int* gen = (int*)malloc_check((size_t)T * sizeof(int));
@@ -116,17 +120,12 @@ static void check_kv(void) {
     for (int run = 0; run < 2; run++) {
         int* out = run == 0 ? gen : gen2;
         memcpy(out, tokens, (size_t)P * sizeof(int));
-        kvcache_reset(&cache);
-        const float* l = kvcache_forward(&cache, out, P, NULL);
-        for (int t = P; t < T; t++) {
-            out[t] = sampler_sample(&greedy, l);
-            if (t + 1 < T) l = kvcache_forward(&cache, out + t, 1, NULL);
-        }
+        generate_tokens(cache, &greedy, out, P, T);
     }
     check(memcmp(gen, gen2, (size_t)T * sizeof(int)) == 0, "greedy generation is deterministic");
     int agree = 1;
     for (int t = P; t < T; t++) {
-        const float* l = full_forward(&model, gen, t) + (size_t)(t - 1) * Vp;
+        const float* l = full_forward(model, gen, t) + (size_t)(t - 1) * Vp;
         int best = argmax(l, V);
         // a different argmax is acceptable only for a tie within float rounding
         if (best != gen[t] && l[best] - l[gen[t]] > 1e-5f * fabsf(l[best])) {
@@ -153,23 +152,34 @@ static void check_kv(void) {
         if (run == 1) s.top_p = 1.0f;  // same settings as run 0 (built through another path)
         int* out = outs[run];
         memcpy(out, tokens, (size_t)P * sizeof(int));
-        kvcache_reset(&cache);
-        const float* l = kvcache_forward(&cache, out, P, NULL);
-        for (int t = P; t < T; t++) {
-            out[t] = sampler_sample(&s, l);
-            if (t + 1 < T) l = kvcache_forward(&cache, out + t, 1, NULL);
-        }
+        generate_tokens(cache, &s, out, P, T);
         sampler_free(&s);
     }
     check(memcmp(s1, s2, (size_t)T * sizeof(int)) == 0, "sampling with the same seed gives the same tokens");
     check(memcmp(s1, s3, (size_t)T * sizeof(int)) != 0, "sampling with another seed gives other tokens");
     check(memcmp(s1, gen, (size_t)T * sizeof(int)) != 0, "sampling at temperature 1 is not greedy");
     check(memcmp(s4, gen, (size_t)T * sizeof(int)) == 0, "top-k 1 at temperature 1 = greedy");
-
     sampler_free(&greedy);
     free(s1); free(s2); free(s3); free(s4);
     free(gen); free(gen2);
-    free(kv); free(full); free(tokens);
+}
+
+static void check_kv(void) {
+    GPT2 model;
+    build_random_model(&model, 42);
+    GPT2Config c = model.config;
+    int T = c.max_seq_len, Vp = c.padded_vocab_size, V = c.vocab_size;
+    int* tokens = (int*)malloc_check((size_t)T * sizeof(int));
+    uint64_t rng = 99;
+    for (int i = 0; i < T; i++) tokens[i] = (int)(random_u32(&rng) % (uint32_t)V);
+    float* full = (float*)malloc_check((size_t)T * Vp * sizeof(float));
+    memcpy(full, full_forward(&model, tokens, T), (size_t)T * Vp * sizeof(float));
+    KVCache cache;
+    kvcache_build(&cache, &model);
+    check_kv_logits(&cache, tokens, full, T, Vp);
+    check_kv_generation(&model, &cache, tokens, T);
+    free(full);
+    free(tokens);
     kvcache_free(&cache);
     gpt2_free(&model);
 }
@@ -270,7 +280,7 @@ static void check_filter(void) {
 static void check_hf(const char* model_path, const char* expect_path) {
     const double tol = 1e-4;  // float32 C against float32 PyTorch: different summation orders
     GPT2 model;
-    gpt2_build_from_checkpoint(&model, model_path);
+    gpt2_build_from_file(&model, model_path);
     GPT2Config c = model.config;
     printf("loaded %s: maxT=%d V=%d Vp=%d L=%d NH=%d C=%d\n", model_path, c.max_seq_len,
            c.vocab_size, c.padded_vocab_size, c.num_layers, c.num_heads, c.channels);

@@ -1,5 +1,5 @@
-// test/matmul_check.c: train_cpu.c's fast matmul_forward / matmul_backward against the naive
-// reference loops in the same file, on shapes chosen to hit every edge of the blocking: rows
+// test/matmul_check.c: the fast matmul_forward_fast / matmul_backward_fast of gpt2/cpu_layers.h
+// against the naive reference loops beside them, on shapes chosen to hit every edge of the blocking: rows
 // B*T = 1, 7, 65, 257 (257 > MM_MC: two row blocks), C and OC not multiples of the register tile
 // or of the vector width, C > MM_KC (several k blocks), OC > MM_NC (several column blocks),
 // bias NULL and not, dbias NULL and not, and gradients that start non-zero (backward must add).
@@ -17,8 +17,8 @@
 // of order sum|terms| / K and fails this for every K used here; NaN never passes.
 // Exit status: 0 when every check passes, 1 otherwise.
 
-#define TRAIN_CPU_NO_MAIN
-#include "../train_cpu.c"
+#include "../gpt2/cpu_layers.h"
+#include "../gpt2/random.h"
 
 static uint64_t rng_state = 42;
 
@@ -77,7 +77,7 @@ static int check_shape(int BT, int C, int OC, int use_bias) {
     float* out_fast = random_array(no);
     float* out_ref = random_array(no);
     float* out_bound = (float*)malloc_check(no * sizeof(float));
-    matmul_forward(out_fast, inp, weight, bias, 1, BT, C, OC);
+    matmul_forward_fast(out_fast, inp, weight, bias, 1, BT, C, OC);
     matmul_forward_naive(out_ref, inp, weight, bias, 1, BT, C, OC);
     matmul_forward_naive(out_bound, inp_abs, weight_abs, bias_abs, 1, BT, C, OC);
     fails += compare("forward out", out_fast, out_ref, out_bound, no) > 0;
@@ -92,7 +92,7 @@ static int check_shape(int BT, int C, int OC, int use_bias) {
     float* dinp_bound = abs_array(dinp_fast, ni);
     float* dweight_bound = abs_array(dweight_fast, nw);
     float* dbias_bound = use_bias ? abs_array(dbias_fast, OC) : NULL;
-    matmul_backward(dinp_fast, dweight_fast, dbias_fast, dout, inp, weight, 1, BT, C, OC);
+    matmul_backward_fast(dinp_fast, dweight_fast, dbias_fast, dout, inp, weight, 1, BT, C, OC);
     matmul_backward_naive(dinp_ref, dweight_ref, dbias_ref, dout, inp, weight, 1, BT, C, OC);
     matmul_backward_naive(dinp_bound, dweight_bound, dbias_bound, dout_abs, inp_abs, weight_abs,
                           1, BT, C, OC);
@@ -128,8 +128,8 @@ static int check_determinism(int BT, int C, int OC) {
         float* dinp = (float*)calloc_check(ni, sizeof(float));
         float* dweight = (float*)calloc_check(nw, sizeof(float));
         float* dbias = (float*)calloc_check(OC, sizeof(float));
-        matmul_forward(out, inp, weight, bias, 1, BT, C, OC);
-        matmul_backward(dinp, dweight, dbias, dout, inp, weight, 1, BT, C, OC);
+        matmul_forward_fast(out, inp, weight, bias, 1, BT, C, OC);
+        matmul_backward_fast(dinp, dweight, dbias, dout, inp, weight, 1, BT, C, OC);
         results[run][0] = out; results[run][1] = dinp;
         results[run][2] = dweight; results[run][3] = dbias;
     }

@@ -1,11 +1,7 @@
 #!/usr/bin/env bash
-# Every layer's backward in train_cpu.c, and the whole model's, against central finite
-# differences in double precision (test/gradcheck.c compiles train_cpu.c's layers in double).
+# Every layer's backward (gpt2/cpu_layers.h), and the whole model's (train_cpu.c), against central
+# finite differences in double precision (test/gradcheck.c compiles them again in double).
 set -u
-cd "$(dirname "$0")/.."
-CC=${CC:-gcc}
-CFLAGS=${CFLAGS:--O2 -fopenmp}
-export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}   # see test_train_resume.sh
-mkdir -p build
+. "$(dirname "$0")/lib.sh"
 $CC $CFLAGS -o build/gradcheck test/gradcheck.c -lm || { echo "FAIL: gradcheck does not build"; exit 1; }
 ./build/gradcheck

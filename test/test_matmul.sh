@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The fast matmul in train_cpu.c against its naive reference loops (test/matmul_check.c), built
-# three ways so that every code path the build can pick is checked on this machine: the normal
-# build (-march=native where the compiler takes it: AVX-512 or AVX2 tiles), the portable x86-64
-# baseline (16-byte vectors), and the plain-C fallback (-DMATMUL_PLAIN_C, scalar register tile,
-# what compilers without GCC vector extensions get). Also compiles it as C++, as nvcc does.
+# The fast matmul (gpt2/cpu_layers.h on gpt2/cpu_math.h) against the naive loops
+# (test/matmul_check.c), built three ways so that every code path the build can pick is checked
+# on this machine: the normal build (-march=native where the compiler takes it: AVX-512 or AVX2
+# tiles), the portable x86-64 baseline (16-byte vectors), and the plain-C fallback
+# (-DMATMUL_PLAIN_C, scalar register tile, what compilers without GCC vector extensions get).
+# Also compiles it as C++, as nvcc does.
 set -u
 cd "$(dirname "$0")/.."
 CC=${CC:-gcc}

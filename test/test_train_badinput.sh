@@ -5,19 +5,10 @@
 # model_00000002.bin that a run of -x 2 would overwrite had it gone ahead: every file's bytes,
 # inputs and outputs, and the list of files must be unchanged afterwards.
 set -u
-cd "$(dirname "$0")/.."
-CC=${CC:-gcc}
-CFLAGS=${CFLAGS:--O2 -fopenmp}
-PY=${PYTHON:-/usr/bin/python3}
-export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}   # see test_train_resume.sh
-if ! "$PY" -c 'import numpy' 2>/dev/null; then
-  echo "skipped: $PY cannot import numpy (bash test/setup.sh installs python3-numpy)"
-  exit 77
-fi
-dir=build/test_train_badinput
-rm -rf "$dir"
-mkdir -p "$dir"
-$CC $CFLAGS -o "$dir/train_cpu" train_cpu.c -lm || { echo "FAIL: train_cpu does not build"; exit 1; }
+. "$(dirname "$0")/lib.sh"
+need_python numpy
+fresh_dir test_train_badinput
+build_train_cpu
 "$PY" dev/gpt2_ref.py make-model --model "$dir/model.bin" --tokens "$dir/train.bin" --V 97 \
   --maxT 16 --L 1 --NH 2 --C 16 --ntokens 60 --seed 5 >/dev/null || exit 1
 

@@ -10,21 +10,10 @@
 # data (the loader's epoch and shuffle order are part of the saved state), and validation and
 # sampling every 3 steps (the sampler's random state is too).
 set -u
-cd "$(dirname "$0")/.."
-CC=${CC:-gcc}
-CFLAGS=${CFLAGS:--O2 -fopenmp}
-PY=${PYTHON:-/usr/bin/python3}
-# libgomp's default spin-waiting makes every parallel region wait for a descheduled thread when
-# the 2 cores are busy with other work (steps of this tiny model go from ~1 ms to ~800 ms)
-export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
-if ! "$PY" -c 'import numpy' 2>/dev/null; then
-  echo "skipped: $PY cannot import numpy (bash test/setup.sh installs python3-numpy)"
-  exit 77
-fi
-dir=build/test_train_resume
-rm -rf "$dir"
-mkdir -p "$dir"
-$CC $CFLAGS -o "$dir/train_cpu" train_cpu.c -lm || { echo "FAIL: train_cpu does not build"; exit 1; }
+. "$(dirname "$0")/lib.sh"
+need_python numpy
+fresh_dir test_train_resume
+build_train_cpu
 ref="$PY dev/gpt2_ref.py"
 $ref make-model --model "$dir/model.bin" --tokens "$dir/train.bin" --V 97 --maxT 16 --L 2 \
   --NH 2 --C 16 --ntokens 50 --seed 3 >/dev/null || exit 1

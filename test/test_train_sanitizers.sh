@@ -5,20 +5,11 @@
 # gpt2_build_init) for one step. Any report (out-of-bounds access, use after free, leak, signed
 # overflow, misaligned access, ...) stops the program with a non-zero exit and fails the test.
 set -u
-cd "$(dirname "$0")/.."
-CC=${CC:-gcc}
-CFLAGS=${CFLAGS:--O2 -fopenmp}
-PY=${PYTHON:-/usr/bin/python3}
-export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}   # see test_train_resume.sh
+. "$(dirname "$0")/lib.sh"
 export ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:abort_on_error=0:exitcode=99
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:exitcode=99
-if ! "$PY" -c 'import numpy' 2>/dev/null; then
-  echo "skipped: $PY cannot import numpy (bash test/setup.sh installs python3-numpy)"
-  exit 77
-fi
-dir=build/test_train_sanitizers
-rm -rf "$dir"
-mkdir -p "$dir"
+need_python numpy
+fresh_dir test_train_sanitizers
 SAN="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all"
 if ! echo 'int main(void){return 0;}' | $CC $SAN -x c - -o "$dir/probe" 2>/dev/null ||
    ! "$dir/probe"; then

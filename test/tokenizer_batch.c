@@ -4,8 +4,7 @@
 // record is also decoded again: if the bytes differ from the input (the round trip is not
 // exact), it says which record and exits 1.
 // Usage: tokenizer_batch TOKENIZER_FILE [-s]   (-s: "<|endoftext|>" is the special token)
-#define TOKENIZER_NO_MAIN
-#include "../tokenizer.c"
+#include "../gpt2/tokenizer.h"
 
 int main(int argc, char** argv) {
     if (argc < 2 || argc > 3 || (argc == 3 && strcmp(argv[2], "-s") != 0)) {

@@ -1,0 +1,415 @@
+// gpt2/cpu_layers.h: GPT-2's layers on the CPU, each a forward and backward pair. The definition
+// of what the model computes, in plain C loops: train_cpu.c trains with them, infer.c generates
+// with the forward halves, and the GPU kernels of train_gpu.cu are checked against them.
+//
+// Every layer is a pair: name_forward(outputs, inputs, weights, sizes) and
+// name_backward(gradients it accumulates into, dout, what forward saved, sizes).
+// Backward functions ADD into their gradient buffers (+=): a tensor used twice (the residual
+// stream, wte as embedding and as output layer) collects both contributions.
+// Parallel loops split work over independent outputs only, so results never depend on how the
+// threads are scheduled: the same thread count gives the same bits.
+//
+// Shapes follow llm.c: B batch, T sequence length, C channels, NH heads, OC output channels of a
+// linear layer, V vocabulary, Vp the vocabulary padded to a multiple of 128.
+
+#ifndef GPT2_CPU_LAYERS_H
+#define GPT2_CPU_LAYERS_H
+
+#include <math.h>
+#include "cpu_math.h"
+
+#define LAYERNORM_EPS 1e-5f
+#define GELU_SCALING_FACTOR 0.7978845608028654f  // sqrt(2 / pi)
+
+// ---------- encoder: token and position embeddings ----------
+
+void encoder_forward(float* out, const int* inp, const float* wte, const float* wpe,
+                     int B, int T, int C) {
+    // out (B,T,C) = wte[token] + wpe[position]
+    #pragma omp parallel for
+    for (int bt = 0; bt < B * T; bt++) {
+        int t = bt % T;
+        const float* wte_ix = wte + (size_t)inp[bt] * C;
+        const float* wpe_t = wpe + (size_t)t * C;
+        float* out_bt = out + (size_t)bt * C;
+        for (int i = 0; i < C; i++) out_bt[i] = wte_ix[i] + wpe_t[i];
+    }
+}
+
+void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* inp,
+                      int B, int T, int C) {
+    // Two positions can hold the same token, so rows of dwte are shared: split over channels.
+    #pragma omp parallel for
+    for (int i = 0; i < C; i++) {
+        for (int bt = 0; bt < B * T; bt++) {
+            float d = dout[(size_t)bt * C + i];
+            dwte[(size_t)inp[bt] * C + i] += d;
+            dwpe[(size_t)(bt % T) * C + i] += d;
+        }
+    }
+}
+
+// ---------- layernorm ----------
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                       const float* weight, const float* bias, int B, int T, int C) {
+    // out = (x - mean) / sqrt(var + eps) * weight + bias, per row of C; mean and rstd are saved
+    // for the backward pass.
+    #pragma omp parallel for
+    for (int bt = 0; bt < B * T; bt++) {
+        const float* x = inp + (size_t)bt * C;
+        float m = 0.0f;
+        for (int i = 0; i < C; i++) m += x[i];
+        m /= C;
+        float v = 0.0f;
+        for (int i = 0; i < C; i++) {
+            float d = x[i] - m;
+            v += d * d;
+        }
+        v /= C;
+        float s = 1.0f / sqrtf(v + LAYERNORM_EPS);
+        float* o = out + (size_t)bt * C;
+        for (int i = 0; i < C; i++) o[i] = (s * (x[i] - m)) * weight[i] + bias[i];
+        mean[bt] = m;
+        rstd[bt] = s;
+    }
+}
+
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                        const float* inp, const float* weight, const float* mean,
+                        const float* rstd, int B, int T, int C) {
+    // dinp: each row on its own. With n = normalized x and g = dout * weight,
+    // dx = rstd * (g - mean(g) - n * mean(g * n)).
+    #pragma omp parallel for
+    for (int bt = 0; bt < B * T; bt++) {
+        const float* x = inp + (size_t)bt * C;
+        const float* d = dout + (size_t)bt * C;
+        float m = mean[bt], s = rstd[bt];
+        float g_mean = 0.0f, gn_mean = 0.0f;
+        for (int i = 0; i < C; i++) {
+            float n = (x[i] - m) * s;
+            float g = weight[i] * d[i];
+            g_mean += g;
+            gn_mean += g * n;
+        }
+        g_mean /= C;
+        gn_mean /= C;
+        float* dx = dinp + (size_t)bt * C;
+        for (int i = 0; i < C; i++) {
+            float n = (x[i] - m) * s;
+            float g = weight[i] * d[i];
+            dx[i] += s * (g - g_mean - n * gn_mean);
+        }
+    }
+    // dweight and dbias sum over all rows: split over channels so every sum has one fixed order.
+    #pragma omp parallel for
+    for (int i = 0; i < C; i++) {
+        float dw = 0.0f, db = 0.0f;
+        for (int bt = 0; bt < B * T; bt++) {
+            float n = (inp[(size_t)bt * C + i] - mean[bt]) * rstd[bt];
+            float d = dout[(size_t)bt * C + i];
+            dw += n * d;
+            db += d;
+        }
+        dweight[i] += dw;
+        dbias[i] += db;
+    }
+}
+
+// ---------- matmul: the linear layers ----------
+// Two versions of the same products. The naive loops are the definition. The fast ones do
+// the same arithmetic through gemm_accumulate (gpt2/cpu_math.h), arranged for caches and vector
+// registers, many times faster (doc/cpu_speed.md), and tested against the naive ones
+// (test/matmul_check.c).
+// matmul_forward and matmul_backward, which the model calls, pick the fast ones unless the build
+// says MATMUL_NAIVE (`make MATMUL=naive`), which runs the whole model on the naive loops: slow,
+// but every product can be followed in a debugger from the definition.
+
+void matmul_forward_naive(float* out, const float* inp, const float* weight, const float* bias,
+                          int B, int T, int C, int OC) {
+    // out (B,T,OC) = inp (B,T,C) . weight (OC,C)^T + bias (OC); bias may be NULL
+    #pragma omp parallel for
+    for (int bt = 0; bt < B * T; bt++) {
+        const float* x = inp + (size_t)bt * C;
+        for (int o = 0; o < OC; o++) {
+            const float* w = weight + (size_t)o * C;
+            float val = bias != NULL ? bias[o] : 0.0f;
+            for (int i = 0; i < C; i++) val += x[i] * w[i];
+            out[(size_t)bt * OC + o] = val;
+        }
+    }
+}
+
+void matmul_backward_naive(float* dinp, float* dweight, float* dbias, const float* dout,
+                           const float* inp, const float* weight, int B, int T, int C, int OC) {
+    // dinp (B,T,C) += dout (B,T,OC) . weight (OC,C)
+    #pragma omp parallel for
+    for (int bt = 0; bt < B * T; bt++) {
+        const float* d = dout + (size_t)bt * OC;
+        float* dx = dinp + (size_t)bt * C;
+        for (int o = 0; o < OC; o++) {
+            const float* w = weight + (size_t)o * C;
+            for (int i = 0; i < C; i++) dx[i] += d[o] * w[i];
+        }
+    }
+    // dweight (OC,C) += dout^T . inp, dbias (OC) += sum over rows of dout
+    #pragma omp parallel for
+    for (int o = 0; o < OC; o++) {
+        float* dw = dweight + (size_t)o * C;
+        float db = 0.0f;
+        for (int bt = 0; bt < B * T; bt++) {
+            float d = dout[(size_t)bt * OC + o];
+            const float* x = inp + (size_t)bt * C;
+            for (int i = 0; i < C; i++) dw[i] += d * x[i];
+            db += d;
+        }
+        if (dbias != NULL) dbias[o] += db;
+    }
+}
+
+void matmul_forward_fast(float* out, const float* inp, const float* weight, const float* bias,
+                         int B, int T, int C, int OC) {
+    int BT = B * T;
+    #pragma omp parallel for
+    for (int bt = 0; bt < BT; bt++) {
+        float* y = out + (size_t)bt * OC;
+        for (int o = 0; o < OC; o++) y[o] = bias != NULL ? bias[o] : 0.0f;
+    }
+    gemm_accumulate(out, OC, inp, C, 1, weight, 1, C, BT, OC, C);   // out += inp . weight^T
+}
+
+void matmul_backward_fast(float* dinp, float* dweight, float* dbias, const float* dout,
+                          const float* inp, const float* weight, int B, int T, int C, int OC) {
+    int BT = B * T;
+    gemm_accumulate(dinp, C, dout, OC, 1, weight, C, 1, BT, C, OC);    // dinp += dout . weight
+    gemm_accumulate(dweight, C, dout, 1, OC, inp, C, 1, OC, C, BT);    // dW += dout^T . inp
+    if (dbias != NULL) {
+        // each thread sums its own columns over bt in order: a fixed order, no races
+        #pragma omp parallel
+        {
+            int tid = 0, nth = 1;
+#ifdef _OPENMP
+            tid = omp_get_thread_num();
+            nth = omp_get_num_threads();
+#endif
+            int o0 = (int)((long long)OC * tid / nth), o1 = (int)((long long)OC * (tid + 1) / nth);
+            for (int bt = 0; bt < BT; bt++) {
+                const float* d = dout + (size_t)bt * OC;
+                for (int o = o0; o < o1; o++) dbias[o] += d[o];
+            }
+        }
+    }
+}
+
+// out (B,T,OC) = inp (B,T,C) . weight (OC,C)^T + bias (OC); bias may be NULL
+void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
+                    int B, int T, int C, int OC) {
+#ifdef MATMUL_NAIVE
+    matmul_forward_naive(out, inp, weight, bias, B, T, C, OC);
+#else
+    matmul_forward_fast(out, inp, weight, bias, B, T, C, OC);
+#endif
+}
+
+// dinp += dout . weight, dweight += dout^T . inp, dbias += column sums of dout (may be NULL)
+void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                     const float* inp, const float* weight, int B, int T, int C, int OC) {
+#ifdef MATMUL_NAIVE
+    matmul_backward_naive(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
+#else
+    matmul_backward_fast(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
+#endif
+}
+
+// ---------- attention ----------
+
+void attention_forward(float* out, float* preatt, float* att, const float* inp,
+                       int B, int T, int C, int NH) {
+    // inp (B,T,3C) holds query, key, value for each position; out (B,T,C).
+    // preatt, att (B,NH,T,T): scores before and after the causal softmax (saved for backward).
+    int C3 = 3 * C;
+    int hs = C / NH;
+    float scale = 1.0f / sqrtf((float)hs);
+    #pragma omp parallel for collapse(3)
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < T; t++) {
+            for (int h = 0; h < NH; h++) {
+                const float* q = inp + ((size_t)b * T + t) * C3 + h * hs;
+                float* pre = preatt + (((size_t)b * NH + h) * T + t) * T;
+                float* a = att + (((size_t)b * NH + h) * T + t) * T;
+                // scores against keys 0..t (the causal mask), and their max for a stable softmax
+                float maxval = -INFINITY;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float* k = inp + ((size_t)b * T + t2) * C3 + C + h * hs;
+                    float s = 0.0f;
+                    for (int i = 0; i < hs; i++) s += q[i] * k[i];
+                    s *= scale;
+                    pre[t2] = s;
+                    if (s > maxval) maxval = s;
+                }
+                float sum = 0.0f;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    float e = expf(pre[t2] - maxval);
+                    a[t2] = e;
+                    sum += e;
+                }
+                float inv = 1.0f / sum;
+                for (int t2 = 0; t2 <= t; t2++) a[t2] *= inv;
+                for (int t2 = t + 1; t2 < T; t2++) {
+                    pre[t2] = 0.0f;  // masked: never read, written so the buffer holds no garbage
+                    a[t2] = 0.0f;
+                }
+                // out = att . value
+                float* o = out + ((size_t)b * T + t) * C + h * hs;
+                for (int i = 0; i < hs; i++) o[i] = 0.0f;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float* v = inp + ((size_t)b * T + t2) * C3 + 2 * C + h * hs;
+                    float w = a[t2];
+                    for (int i = 0; i < hs; i++) o[i] += w * v[i];
+                }
+            }
+        }
+    }
+}
+
+void attention_backward(float* dinp, float* dpreatt, float* datt, const float* dout,
+                        const float* inp, const float* att, int B, int T, int C, int NH) {
+    // dinp (B,T,3C) += gradients of query, key, value. One (batch, head) pair touches only its own
+    // slice of dinp, so the pairs run in parallel without races.
+    int C3 = 3 * C;
+    int hs = C / NH;
+    float scale = 1.0f / sqrtf((float)hs);
+    #pragma omp parallel for collapse(2)
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            for (int t = 0; t < T; t++) {
+                const float* a = att + (((size_t)b * NH + h) * T + t) * T;
+                float* da = datt + (((size_t)b * NH + h) * T + t) * T;
+                float* dpre = dpreatt + (((size_t)b * NH + h) * T + t) * T;
+                const float* q = inp + ((size_t)b * T + t) * C3 + h * hs;
+                float* dq = dinp + ((size_t)b * T + t) * C3 + h * hs;
+                const float* d = dout + ((size_t)b * T + t) * C + h * hs;
+                // through out = att . value
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float* v = inp + ((size_t)b * T + t2) * C3 + 2 * C + h * hs;
+                    float* dv = dinp + ((size_t)b * T + t2) * C3 + 2 * C + h * hs;
+                    float s = 0.0f;
+                    for (int i = 0; i < hs; i++) {
+                        s += v[i] * d[i];
+                        dv[i] += a[t2] * d[i];
+                    }
+                    da[t2] += s;
+                }
+                // through the softmax: dpre = att * (datt - sum(att * datt))
+                float dot = 0.0f;
+                for (int t2 = 0; t2 <= t; t2++) dot += a[t2] * da[t2];
+                for (int t2 = 0; t2 <= t; t2++) dpre[t2] += a[t2] * (da[t2] - dot);
+                // through the scores q . k * scale
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float* k = inp + ((size_t)b * T + t2) * C3 + C + h * hs;
+                    float* dk = dinp + ((size_t)b * T + t2) * C3 + C + h * hs;
+                    float g = dpre[t2] * scale;
+                    for (int i = 0; i < hs; i++) {
+                        dq[i] += k[i] * g;
+                        dk[i] += q[i] * g;
+                    }
+                }
+            }
+        }
+    }
+}
+
+// ---------- GELU and the residual add ----------
+
+void gelu_forward(float* out, const float* inp, int N) {
+    // the tanh approximation of GELU, as GPT-2 uses it
+    #pragma omp parallel for
+    for (int i = 0; i < N; i++) {
+        float x = inp[i];
+        float cube = 0.044715f * x * x * x;
+        out[i] = 0.5f * x * (1.0f + TANH_FAST(GELU_SCALING_FACTOR * (x + cube)));
+    }
+}
+
+void gelu_backward(float* dinp, const float* inp, const float* dout, int N) {
+    #pragma omp parallel for
+    for (int i = 0; i < N; i++) {
+        float x = inp[i];
+        float u = GELU_SCALING_FACTOR * (x + 0.044715f * x * x * x);
+        float th = TANH_FAST(u);
+        float sech2 = 1.0f - th * th;
+        float du = GELU_SCALING_FACTOR * (1.0f + 3.0f * 0.044715f * x * x);
+        dinp[i] += dout[i] * (0.5f * (1.0f + th) + 0.5f * x * sech2 * du);
+    }
+}
+
+void residual_forward(float* out, const float* inp1, const float* inp2, int N) {
+    #pragma omp parallel for
+    for (int i = 0; i < N; i++) out[i] = inp1[i] + inp2[i];
+}
+
+void residual_backward(float* dinp1, float* dinp2, const float* dout, int N) {
+    #pragma omp parallel for
+    for (int i = 0; i < N; i++) {
+        dinp1[i] += dout[i];
+        dinp2[i] += dout[i];
+    }
+}
+
+// ---------- output layer: softmax and cross-entropy ----------
+
+void softmax_forward(float* probs, const float* logits, int B, int T, int V, int Vp) {
+    // probs (B,T,Vp) over the V real classes; the padding columns V..Vp-1 get probability 0.
+    #pragma omp parallel for
+    for (int bt = 0; bt < B * T; bt++) {
+        const float* x = logits + (size_t)bt * Vp;
+        float* p = probs + (size_t)bt * Vp;
+        float maxval = -INFINITY;
+        for (int i = 0; i < V; i++) if (x[i] > maxval) maxval = x[i];
+        // EXP_FAST (gpt2/cpu_math.h) and 16 running sums (i mod 16, a fixed order) let this vectorise;
+        // below e^-87 a probability comes out as ~1e-38 rather than 0, which no sum can see
+        float sums[16] = {0.0f};
+        int i = 0;
+        for (; i + 16 <= V; i += 16) {
+            for (int j = 0; j < 16; j++) {
+                p[i + j] = EXP_FAST(x[i + j] - maxval);
+                sums[j] += p[i + j];
+            }
+        }
+        for (; i < V; i++) {
+            p[i] = EXP_FAST(x[i] - maxval);
+            sums[0] += p[i];
+        }
+        float sum = 0.0f;
+        for (int j = 0; j < 16; j++) sum += sums[j];
+        float inv = 1.0f / sum;
+        for (i = 0; i < V; i++) p[i] *= inv;
+        for (i = V; i < Vp; i++) p[i] = 0.0f;
+    }
+}
+
+void crossentropy_forward(float* losses, const float* probs, const int* targets,
+                          int B, int T, int Vp) {
+    // losses (B,T) = -log probability of the target
+    for (int bt = 0; bt < B * T; bt++) {
+        losses[bt] = -logf(probs[(size_t)bt * Vp + targets[bt]]);
+    }
+}
+
+void crossentropy_softmax_backward(float* dlogits, const float* dlosses, const float* probs,
+                                   const int* targets, int B, int T, int V, int Vp) {
+    // d loss / d logits = probs - onehot(target), times the loss's own gradient; padding gets none
+    #pragma omp parallel for
+    for (int bt = 0; bt < B * T; bt++) {
+        float* dl = dlogits + (size_t)bt * Vp;
+        const float* p = probs + (size_t)bt * Vp;
+        float d = dlosses[bt];
+        int target = targets[bt];
+        for (int i = 0; i < V; i++) {
+            float indicator = i == target ? 1.0f : 0.0f;
+            dl[i] += (p[i] - indicator) * d;
+        }
+    }
+}
+
+#endif // GPT2_CPU_LAYERS_H

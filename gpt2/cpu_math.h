@@ -1,0 +1,322 @@
+// gpt2/cpu_math.h: the fast arithmetic of the CPU layers: a blocked, packed matrix product
+// (gemm_accumulate) and exp and tanh in plain arithmetic that vectorises. Engineering beside the
+// lesson: gpt2/cpu_layers.h defines each layer plainly and calls these where they make it fast
+// (matmul_forward and matmul_backward, softmax_forward, GELU). doc/cpu_speed.md has the measured
+// speeds and what was tried.
+
+#ifndef GPT2_CPU_MATH_H
+#define GPT2_CPU_MATH_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#include "io.h"
+
+static inline int num_threads(void) {
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+// ---------- matrix product ----------
+// All three products of a linear layer are one routine, gemm_accumulate: C (M x N) += A (M x K) .
+// B (K x N), with A and B each given by a pointer and two strides, so that a transposed operand
+// is only another pair of strides:
+//   forward    out  (BT x OC) += inp (BT x C) . weight^T (C x OC)    weight^T(k, o) = weight[o*C + k]
+//   backward   dinp (BT x C)  += dout (BT x OC) . weight (OC x C)
+//              dW   (OC x C)  += dout^T (OC x BT) . inp (BT x C)     dout^T(o, k) = dout[k*OC + o]
+//
+// The scheme is GotoBLAS's (also BLIS's), sized for AVX-512 with 32 KB of L1d and 1 MB of L2 per
+// core, 16 floats per vector and 32 vector registers:
+//   register tile  MR x NR = 14 x 32 floats of C stay in 28 registers while the micro-kernel runs
+//                  over k. Each k step loads 2 vectors of B, broadcasts 14 floats of A and does 28
+//                  vector FMAs: 16 loads per 28 FMAs, so the FMA unit, not the loads, sets the
+//                  pace, and from L1 the kernel can run at the FMA peak.
+//   KC = 256       depth of one pass: a packed micro-panel of B (KC x NR, 32 KB) is reused from L1
+//                  by every micro-panel of A in the block,
+//   MC = 256       rows in a packed block of A (MC x KC floats, 256 KB) that stays in L2,
+//   NC = 2048      columns in a packed block of B (KC x NC, 2 MB) that stays in L3.
+// Packing copies a block of A into MR-row micro-panels and a block of B into NR-column
+// micro-panels, in the order the kernel reads them, so the kernel reads both with unit stride
+// whatever the layout of the original. Where that order is a transpose of the original (weight^T
+// in the forward pass, inp and dout as A), it is transposed 16 x 16 floats at a time in
+// registers. Edge panels are padded with zeros; the kernel computes full tiles and writes back
+// only the part inside C.
+//
+// Threads: C is cut into one slice per thread along its longer side (columns of out and dinp,
+// rows of dW for every layer except the MLP projection), in whole tiles, and each thread runs the
+// whole blocked product on its slice with its own packing buffers. One fork and one join per
+// product and no barriers inside: on a machine shared with other work, a product waits for one
+// late thread, not for one late thread per block.
+//
+// Determinism: every element of C is summed over k in the same order (the KC blocks in turn, k
+// in turn inside) by exactly one thread, so the result does not depend on the number of threads
+// or on scheduling; there are no atomics and no reductions across threads.
+//
+// The vector width and tile come from the build: AVX-512 (-march=native on such a machine), AVX2,
+// or 16-byte vectors (SSE, NEON) through GCC vector extensions; any other compiler, or
+// -DMATMUL_PLAIN_C, gets the same code with one float per "vector", a 4 x 8 register tile of
+// scalars. test/test_matmul.sh checks all of them against the naive loops of gpt2/cpu_layers.h.
+
+#if defined(__GNUC__) && !defined(__CUDACC__) && !defined(MATMUL_PLAIN_C)
+#if defined(__AVX512F__)
+#define MM_VEC_BYTES 64   // 32 registers of 16 floats: 14 x 2 accumulators
+#define MM_MR 14
+#define MM_NR_VECS 2
+#elif defined(__AVX__)
+#define MM_VEC_BYTES 32   // 16 registers of 8 floats: 6 x 2 accumulators
+#define MM_MR 6
+#define MM_NR_VECS 2
+#else
+#define MM_VEC_BYTES 16   // 16 registers of 4 floats: 6 x 2 accumulators
+#define MM_MR 6
+#define MM_NR_VECS 2
+#endif
+typedef float mm_vec __attribute__((vector_size(MM_VEC_BYTES)));
+#define MM_UNROLL _Pragma("GCC unroll 32")
+#if !defined(__clang__)
+#define MM_SHUFFLE_TRANSPOSE 1   // __builtin_shuffle is GCC's (clang spells it differently)
+typedef int mm_ivec __attribute__((vector_size(MM_VEC_BYTES)));
+#endif
+#else
+#define MM_VEC_BYTES 4    // plain C: one float per "vector"
+#define MM_MR 4
+#define MM_NR_VECS 8
+typedef float mm_vec;
+#define MM_UNROLL
+#endif
+#define MM_LANES (MM_VEC_BYTES / 4)
+#define MM_NR (MM_NR_VECS * MM_LANES)
+#define MM_KC 256
+#define MM_MC 256
+#define MM_NC 2048
+#define MM_MC_PAD ((MM_MC + MM_MR - 1) / MM_MR * MM_MR)   // whole micro-panels
+#define MM_NC_PAD ((MM_NC + MM_NR - 1) / MM_NR * MM_NR)
+
+static int mm_min(int a, int b) { return a < b ? a : b; }
+
+// The micro-kernel: C tile (mr x nr of it inside C, row stride ldc) += packed A micro-panel
+// (MR x kc) . packed B micro-panel (kc x NR).
+static void mm_kernel(int kc, const float* ap, const float* bp, float* c, size_t ldc, int mr, int nr) {
+    const mm_vec zero = {0};
+    mm_vec acc[MM_MR][MM_NR_VECS];
+    MM_UNROLL for (int i = 0; i < MM_MR; i++) {
+        MM_UNROLL for (int v = 0; v < MM_NR_VECS; v++) acc[i][v] = zero;
+    }
+    for (int p = 0; p < kc; p++) {
+        const mm_vec* b = (const mm_vec*)(bp + (size_t)p * MM_NR);   // 64-byte aligned
+        mm_vec bv[MM_NR_VECS];
+        MM_UNROLL for (int v = 0; v < MM_NR_VECS; v++) bv[v] = b[v];
+        MM_UNROLL for (int i = 0; i < MM_MR; i++) {
+            float a = ap[(size_t)p * MM_MR + i];   // broadcast to every lane by the multiply
+            MM_UNROLL for (int v = 0; v < MM_NR_VECS; v++) acc[i][v] += a * bv[v];
+        }
+    }
+    if (mr == MM_MR && nr == MM_NR) {
+        MM_UNROLL for (int i = 0; i < MM_MR; i++) {
+            MM_UNROLL for (int v = 0; v < MM_NR_VECS; v++) {
+                mm_vec cv;   // memcpy: rows of C need not be aligned (one unaligned load/store)
+                memcpy(&cv, c + i * ldc + v * MM_LANES, sizeof(cv));
+                cv += acc[i][v];
+                memcpy(c + i * ldc + v * MM_LANES, &cv, sizeof(cv));
+            }
+        }
+    } else {
+        float tile[MM_MR * MM_NR];
+        memcpy(tile, acc, sizeof(tile));
+        for (int i = 0; i < mr; i++) {
+            for (int j = 0; j < nr; j++) c[i * ldc + j] += tile[i * MM_NR + j];
+        }
+    }
+}
+
+#ifdef MM_SHUFFLE_TRANSPOSE
+// Transposes a LANES x LANES block held in LANES vectors, in log2(LANES) rounds: the round with
+// half-width h swaps the off-diagonal h x h sub-blocks of every 2h x 2h block (h = LANES/2 ... 1),
+// each swap one two-vector shuffle per row. 16 x 16 floats: 64 shuffles instead of 256 scalar moves.
+// Always inlined: as a call, the block goes through memory (slower: doc/cpu_speed.md).
+__attribute__((always_inline)) static inline void mm_transpose(mm_vec* v) {
+    mm_ivec lane;
+    MM_UNROLL for (int l = 0; l < MM_LANES; l++) lane[l] = l;
+    MM_UNROLL for (int s = 1; s < MM_LANES; s *= 2) {
+        int h = MM_LANES / 2 / s;
+        mm_ivec upper = (lane & h) != 0;   // -1 in the upper half of each 2h group of lanes
+        mm_ivec lo = lane + (upper & (MM_LANES - h));
+        mm_ivec hi = lane + h + (upper & (MM_LANES - h));
+        MM_UNROLL for (int i = 0; i < MM_LANES; i++) {
+            if (i & h) continue;
+            mm_vec x = v[i], y = v[i + h];
+            v[i] = __builtin_shuffle(x, y, lo);
+            v[i + h] = __builtin_shuffle(x, y, hi);
+        }
+    }
+}
+#endif
+
+// Packs `rows` x kc elements into one micro-panel: element (r, p) goes to dst[p * rows_total + r],
+// the order in which the kernel reads them. src points to element (0, 0); element (r, p) is at
+// src[r * stride_r + p * stride_p]. Rows from `rows` to rows_total are zero.
+static void mm_pack_panel(float* dst, const float* src, size_t stride_r, size_t stride_p,
+                          int rows, int rows_total, int kc) {
+    int p0 = 0;
+    if (stride_p == 1) {   // rows are contiguous along p: a transpose
+#ifdef MM_SHUFFLE_TRANSPOSE
+        // LANES x LANES blocks through registers, for full panels (NR = a multiple of LANES
+        // rows, or MR = a multiple plus MR % LANES: the last block rereads the panel's last row
+        // to fill its vectors, and stores only MR % LANES floats of each).
+        int tail = rows_total % MM_LANES;
+        if (rows == rows_total && (tail == 0 || tail == MM_MR % MM_LANES)) {
+            for (; p0 + MM_LANES <= kc; p0 += MM_LANES) {
+                for (int r0 = 0; r0 < rows_total; r0 += MM_LANES) {
+                    mm_vec block[MM_LANES];
+                    MM_UNROLL for (int i = 0; i < MM_LANES; i++) {
+                        int r = mm_min(r0 + i, rows_total - 1);
+                        memcpy(&block[i], src + r * stride_r + p0, sizeof(mm_vec));
+                    }
+                    mm_transpose(block);
+                    float* d = dst + (size_t)p0 * rows_total + r0;
+                    if (r0 + MM_LANES <= rows_total) {
+                        MM_UNROLL for (int i = 0; i < MM_LANES; i++) {
+                            memcpy(d + (size_t)i * rows_total, &block[i], sizeof(mm_vec));
+                        }
+                    } else {
+                        MM_UNROLL for (int i = 0; i < MM_LANES; i++) {
+                            memcpy(d + (size_t)i * rows_total, &block[i], (MM_MR % MM_LANES) * sizeof(float));
+                        }
+                    }
+                }
+            }
+        }
+#endif
+        for (int r = 0; r < rows; r++) {
+            const float* s = src + r * stride_r;
+            for (int p = p0; p < kc; p++) dst[(size_t)p * rows_total + r] = s[p];
+        }
+    } else {               // columns are contiguous along r (or nothing is): copy rows of floats
+        for (int p = 0; p < kc; p++) {
+            const float* s = src + p * stride_p;
+            for (int r = 0; r < rows; r++) dst[(size_t)p * rows_total + r] = s[r * stride_r];
+        }
+    }
+    for (int r = rows; r < rows_total; r++) {
+        for (int p = 0; p < kc; p++) dst[(size_t)p * rows_total + r] = 0.0f;
+    }
+}
+
+// C (M x N, row stride ldc) += A . B on one thread, blocked as described above. A(i, p) is
+// a[i * rsa + p * csa], B(p, j) is b[p * rsb + j * csb]. packed_a holds MC_PAD x KC floats and
+// packed_b KC x NC_PAD, both 64-byte aligned.
+static void gemm_block(float* c, size_t ldc, const float* a, size_t rsa, size_t csa,
+                       const float* b, size_t rsb, size_t csb, int M, int N, int K,
+                       float* packed_a, float* packed_b) {
+    for (int jc = 0; jc < N; jc += MM_NC) {
+        int nc = mm_min(MM_NC, N - jc);
+        for (int pc = 0; pc < K; pc += MM_KC) {
+            int kc = mm_min(MM_KC, K - pc);
+            for (int j = 0; j < nc; j += MM_NR) {
+                mm_pack_panel(packed_b + (size_t)j * kc, b + pc * rsb + (jc + j) * csb, csb, rsb,
+                              mm_min(MM_NR, nc - j), MM_NR, kc);
+            }
+            for (int ic = 0; ic < M; ic += MM_MC) {
+                int mc = mm_min(MM_MC, M - ic);
+                for (int i = 0; i < mc; i += MM_MR) {
+                    mm_pack_panel(packed_a + (size_t)i * kc, a + (ic + i) * rsa + pc * csa, rsa,
+                                  csa, mm_min(MM_MR, mc - i), MM_MR, kc);
+                }
+                for (int j = 0; j < nc; j += MM_NR) {        // one B micro-panel, from L1,
+                    for (int i = 0; i < mc; i += MM_MR) {    // against every A micro-panel in L2
+                        mm_kernel(kc, packed_a + (size_t)i * kc, packed_b + (size_t)j * kc,
+                                  c + (ic + i) * ldc + jc + j, ldc, mm_min(MM_MR, mc - i),
+                                  mm_min(MM_NR, nc - j));
+                    }
+                }
+            }
+        }
+    }
+}
+
+// C (M x N, row stride ldc) += A (M x K) . B (K x N), strides as in gemm_block, on all threads:
+// each takes a contiguous slice of whole tiles along the longer side of C.
+static void gemm_accumulate(float* c, size_t ldc, const float* a, size_t rsa, size_t csa,
+                            const float* b, size_t rsb, size_t csb, int M, int N, int K) {
+    int threads = num_threads();
+    size_t per_thread = ((size_t)MM_MC_PAD * MM_KC + (size_t)MM_KC * MM_NC_PAD + 15) / 16 * 16;
+    float* scratch = (float*)malloc_check((threads * per_thread + 16) * sizeof(float));
+    float* aligned = (float*)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
+    #pragma omp parallel num_threads(threads)
+    {
+        int tid = 0, nth = 1;
+#ifdef _OPENMP
+        tid = omp_get_thread_num();
+        nth = omp_get_num_threads();
+#endif
+        float* packed_a = aligned + tid * per_thread;
+        float* packed_b = packed_a + (size_t)MM_MC_PAD * MM_KC;
+        if (N >= M) {   // slices of columns, in whole NR-wide tiles
+            int tiles = (N + MM_NR - 1) / MM_NR;
+            int j0 = tiles * tid / nth * MM_NR, j1 = mm_min(N, tiles * (tid + 1) / nth * MM_NR);
+            if (j1 > j0) {
+                gemm_block(c + j0, ldc, a, rsa, csa, b + j0 * csb, rsb, csb, M, j1 - j0, K,
+                           packed_a, packed_b);
+            }
+        } else {        // slices of rows, in whole MR-high tiles
+            int tiles = (M + MM_MR - 1) / MM_MR;
+            int i0 = tiles * tid / nth * MM_MR, i1 = mm_min(M, tiles * (tid + 1) / nth * MM_MR);
+            if (i1 > i0) {
+                gemm_block(c + i0 * ldc, ldc, a + i0 * rsa, rsa, csa, b, rsb, csb, i1 - i0, N, K,
+                           packed_a, packed_b);
+            }
+        }
+    }
+    free(scratch);
+}
+
+// ---------- exp and tanh that vectorise ----------
+// GELU needs tanh of every MLP activation (B*T*4C of them, forward and backward), softmax an exp
+// of every logit. libm's tanhf and expf are calls into scalar code, which keep those loops
+// scalar. tanh_vec is the same function in plain arithmetic, which the compiler inlines and
+// vectorises: Cephes' tanhf (an odd polynomial for |x| < 0.625, 1 - 2/(e^2|x| + 1) above), on an
+// e^y = 2^n * e^r (n = round(y / ln 2) put in the exponent bits, a polynomial for e^r,
+// |r| <= ln2 / 2), which softmax uses too. test_matmul checks both against libm in double, on
+// every 61st float of their range, within 2 ulp. |x| is capped at 10, where the formula gives
+// exactly 1 (as tanh does in float from |x| = 9.01) and e^2|x| is far from overflow. The layers
+// call them through TANH_FAST and EXP_FAST, which gradcheck's double build maps to libm's tanh
+// and exp.
+#ifndef TANH_FAST
+#define TANH_FAST tanh_vec
+#define EXP_FAST exp_vec
+#endif
+
+static inline float exp_vec(float y) {
+    y = y < -87.0f ? -87.0f : (y > 88.0f ? 88.0f : y);        // 2^n stays a normal float
+    float n = (y * 1.44269504f + 12582912.0f) - 12582912.0f;  // round(y / ln 2): 1.5*2^23 trick
+    float r = y - n * 0.693359375f - n * -2.12194440e-4f;      // y - n ln2, ln2 in two parts
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    float er = p * r * r + r + 1.0f;
+    int32_t bits = ((int32_t)n + 127) << 23;                   // 2^n as a float
+    float two_n;
+    memcpy(&two_n, &bits, sizeof(two_n));
+    return er * two_n;
+}
+
+static inline float tanh_vec(float x) {
+    float ax = fabsf(x);
+    ax = ax > 10.0f ? 10.0f : ax;                              // (NaN stays NaN)
+    float large = 1.0f - 2.0f / (exp_vec(2.0f * ax) + 1.0f);
+    float z = x * x;
+    float small = ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z +
+                    1.33314422036e-1f) * z - 3.33332819422e-1f) * z * x + x;
+    return ax < 0.625f ? small : copysignf(large, x);
+}
+
+#endif // GPT2_CPU_MATH_H

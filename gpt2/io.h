@@ -1,0 +1,226 @@
+// gpt2/io.h: errors, checked I/O and allocation, and the file formats (doc/formats.md).
+//
+// Every program here stops on bad input or a failed call the same way: one line on stderr that
+// starts with "error: " and says what was wrong, then exit status 1 (fail below). The checked
+// wrappers (fopen_check, fread_check, malloc_check, ...) call it for the calls that can fail, so
+// their callers never see a failed result. Files are written to PATH.tmp and renamed over PATH
+// only once complete (AtomicFile), so an interrupted write never destroys a good file.
+//
+// All C in this project is C99 that also compiles as C++ (nvcc compiles train_gpu.cu, which
+// includes these headers, as C++): every malloc result is cast, no designated initialisers.
+
+#ifndef GPT2_IO_H
+#define GPT2_IO_H
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <sys/stat.h>
+
+// ---------- file formats (doc/formats.md) ----------
+
+#define HEADER_INTS 256              // every file of ours starts with 256 int32 (1,024 bytes)
+#define CHECKPOINT_MAGIC 20240326    // model weights, llm.c's format
+#define CHECKPOINT_VERSION_F32 3
+#define CHECKPOINT_VERSION_BF16 5
+#define TOKENS_MAGIC 20240520        // token ids, uint16
+#define TOKENS_VERSION 1
+#define TOKENIZER_MAGIC 20240328     // the tokenizer's vocabulary
+#define TOKENIZER_VERSION 2
+#define STATE_MAGIC 20240527         // training state beside a checkpoint (AdamW moments, position)
+#define STATE_VERSION 1
+#define GPT2_EOT 50256               // <|endoftext|>
+#define GPT2_VOCAB 50257
+
+// ---------- errors ----------
+
+#if defined(__GNUC__)
+#define GPT2_NORETURN __attribute__((noreturn))
+#define GPT2_PRINTF_NORETURN __attribute__((format(printf, 1, 2), noreturn))
+#else
+#define GPT2_NORETURN
+#define GPT2_PRINTF_NORETURN
+#endif
+
+// Prints "error: MESSAGE" as one line on stderr and exits with status 1.
+static void fail(const char* fmt, ...) GPT2_PRINTF_NORETURN;
+static void fail(const char* fmt, ...) {
+    va_list args;
+    va_start(args, fmt);
+    fprintf(stderr, "error: ");
+    vfprintf(stderr, fmt, args);
+    fprintf(stderr, "\n");
+    va_end(args);
+    exit(1);
+}
+
+// ---------- checked I/O and allocation ----------
+// On failure these name the call's place in the source (file:line of the caller) after the
+// message, so that a report points at the code that failed.
+
+static inline FILE* fopen_check_(const char* path, const char* mode, const char* file, int line) {
+    FILE* f = fopen(path, mode);
+    if (f == NULL) {
+        fail("cannot open %s for %s: %s (%s:%d)", path, mode[0] == 'r' ? "reading" : "writing",
+             strerror(errno), file, line);
+    }
+    return f;
+}
+#define fopen_check(path, mode) fopen_check_(path, mode, __FILE__, __LINE__)
+
+// Reads exactly n items, or stops with an error that says the file is short (truncated).
+static inline void fread_check_(void* ptr, size_t size, size_t n, FILE* f, const char* what,
+                                const char* file, int line) {
+    size_t got = fread(ptr, size, n, f);
+    if (got != n) {
+        if (ferror(f)) fail("read error in %s: %s (%s:%d)", what, strerror(errno), file, line);
+        fail("%s is truncated: expected %zu items of %zu bytes, got %zu (%s:%d)", what, n, size, got,
+             file, line);
+    }
+}
+#define fread_check(ptr, size, n, f, what) fread_check_(ptr, size, n, f, what, __FILE__, __LINE__)
+
+static inline void fwrite_check_(const void* ptr, size_t size, size_t n, FILE* f, const char* what,
+                                 const char* file, int line) {
+    if (fwrite(ptr, size, n, f) != n) fail("write error on %s: %s (%s:%d)", what, strerror(errno), file, line);
+}
+#define fwrite_check(ptr, size, n, f, what) fwrite_check_(ptr, size, n, f, what, __FILE__, __LINE__)
+
+static inline void fclose_check_(FILE* f, const char* what, const char* file, int line) {
+    if (fclose(f) != 0) fail("cannot close %s: %s (%s:%d)", what, strerror(errno), file, line);
+}
+#define fclose_check(f, what) fclose_check_(f, what, __FILE__, __LINE__)
+
+static inline void* malloc_check_(size_t size, const char* file, int line) {
+    void* p = malloc(size == 0 ? 1 : size);
+    if (p == NULL) fail("out of memory allocating %zu bytes (%s:%d)", size, file, line);
+    return p;
+}
+#define malloc_check(size) malloc_check_(size, __FILE__, __LINE__)
+
+static inline void* calloc_check_(size_t n, size_t size, const char* file, int line) {
+    void* p = calloc(n == 0 ? 1 : n, size == 0 ? 1 : size);
+    if (p == NULL) fail("out of memory allocating %zu x %zu bytes (%s:%d)", n, size, file, line);
+    return p;
+}
+#define calloc_check(n, size) calloc_check_(n, size, __FILE__, __LINE__)
+
+static inline void* realloc_check_(void* old, size_t size, const char* file, int line) {
+    void* p = realloc(old, size == 0 ? 1 : size);
+    if (p == NULL) fail("out of memory reallocating %zu bytes (%s:%d)", size, file, line);
+    return p;
+}
+#define realloc_check(old, size) realloc_check_(old, size, __FILE__, __LINE__)
+
+// Size of an open file in bytes (the file position is kept).
+static inline long long file_size_check_(FILE* f, const char* what, const char* file, int line) {
+    long pos = ftell(f);
+    if (pos < 0 || fseek(f, 0, SEEK_END) != 0) fail("cannot seek in %s (%s:%d)", what, file, line);
+    long long size = ftell(f);
+    if (size < 0 || fseek(f, pos, SEEK_SET) != 0) fail("cannot seek in %s (%s:%d)", what, file, line);
+    return size;
+}
+#define file_size_check(f, what) file_size_check_(f, what, __FILE__, __LINE__)
+
+// Reads the 1,024-byte header that every file of ours starts with (an error if the file is
+// shorter) and returns the file's size in bytes, which the callers check against the header.
+static inline long long read_header_check(FILE* f, const char* path, int32_t header[HEADER_INTS]) {
+    long long size = file_size_check(f, path);
+    if (size < (long long)(HEADER_INTS * sizeof(int32_t))) {
+        fail("%s is truncated: %lld bytes, shorter than the 1,024-byte header", path, size);
+    }
+    fread_check(header, sizeof(int32_t), HEADER_INTS, f, path);
+    return size;
+}
+
+// A header to write: magic and version, every other entry 0.
+static inline void header_init(int32_t header[HEADER_INTS], int32_t magic, int32_t version) {
+    memset(header, 0, HEADER_INTS * sizeof(int32_t));
+    header[0] = magic;
+    header[1] = version;
+}
+
+static inline int file_exists(const char* path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+// A file being written: the bytes go to tmp_path, renamed to path by atomic_close_check.
+typedef struct {
+    FILE* f;
+    char* path;
+    char* tmp_path;
+} AtomicFile;
+
+static inline AtomicFile atomic_open_check_(const char* path, const char* file, int line) {
+    AtomicFile a;
+    size_t n = strlen(path);
+    a.path = (char*)malloc_check_(n + 1, file, line);
+    memcpy(a.path, path, n + 1);
+    a.tmp_path = (char*)malloc_check_(n + 5, file, line);
+    memcpy(a.tmp_path, path, n);
+    memcpy(a.tmp_path + n, ".tmp", 5);
+    a.f = fopen_check_(a.tmp_path, "wb", file, line);
+    return a;
+}
+#define atomic_open_check(path) atomic_open_check_(path, __FILE__, __LINE__)
+
+static inline void atomic_close_check_(AtomicFile* a, const char* file, int line) {
+    if (fflush(a->f) != 0 || ferror(a->f)) {
+        int err = errno;
+        fclose(a->f);
+        remove(a->tmp_path);
+        fail("write error on %s: %s (%s:%d)", a->tmp_path, strerror(err), file, line);
+    }
+    if (fclose(a->f) != 0) {
+        int err = errno;
+        remove(a->tmp_path);
+        fail("cannot close %s: %s (%s:%d)", a->tmp_path, strerror(err), file, line);
+    }
+    if (rename(a->tmp_path, a->path) != 0) {
+        int err = errno;
+        remove(a->tmp_path);
+        fail("cannot rename %s to %s: %s (%s:%d)", a->tmp_path, a->path, strerror(err), file, line);
+    }
+    free(a->path);
+    free(a->tmp_path);
+}
+#define atomic_close_check(a) atomic_close_check_(a, __FILE__, __LINE__)
+
+// ---------- number formats in files ----------
+
+// bfloat16 is the top half of a float32: the same sign and exponent, 7 of the 23 mantissa bits.
+static inline float bf16_to_float(uint16_t h) {
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, sizeof(f));
+    return f;
+}
+
+// IEEE half precision: 5 exponent bits (bias 15) and 10 mantissa bits.
+static inline float f16_to_float(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff;
+    if (exponent == 0) {  // zero or subnormal: mantissa * 2^-24
+        float f = (float)mantissa / 16777216.0f;
+        return sign ? -f : f;
+    }
+    // float32's exponent bias is 127: add 112; 31 (inf, NaN) becomes 255
+    uint32_t bits = sign | (exponent == 31 ? 0xffu << 23 : (exponent + 112) << 23) | mantissa << 13;
+    float f;
+    memcpy(&f, &bits, sizeof(f));
+    return f;
+}
+
+// ---------- the clock ----------
+
+static inline double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+#endif // GPT2_IO_H

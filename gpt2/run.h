@@ -1,0 +1,485 @@
+// gpt2/run.h: a training run, shared by train_cpu.c and train_gpu.cu: the command line, opening
+// a run (the model fresh, from a file or from the last checkpoint of a run being resumed; the
+// data; the tokenizer; -o DIR and its log), the training loop, validation, samples, checkpoints.
+//
+// The loop is written once for both programs. A device gives it its model's training
+// operations in a Trainer table (train_cpu.c: the C functions on host memory; train_gpu.cu: their
+// CUDA counterparts on device memory), and the loop does the rest, the same way for both:
+//
+//   for each step: next batch -> forward (loss) -> zero grads -> backward -> clip the gradient
+//                  norm to 1 -> stop if the loss or norm is not finite -> AdamW at this step's
+//                  learning rate -> print; now and then validate, sample, checkpoint.
+
+#ifndef GPT2_RUN_H
+#define GPT2_RUN_H
+
+#include "io.h"
+#include "cli.h"
+#include "random.h"
+#include "model.h"
+#include "checkpoint.h"
+#include "dataloader.h"
+#include "tokenizer.h"
+#include "cpu_layers.h"  // softmax_forward for the samples, num_threads
+
+// ---------- the command line ----------
+
+typedef struct {
+    const char* train_file;       // -i
+    const char* val_file;         // -j
+    const char* init;             // -e: checkpoint file, or dN for a fresh model of depth N
+    const char* output_dir;       // -o
+    const char* tokenizer_file;   // -k
+    int B;                        // -b
+    int T;                        // -t
+    int max_steps;                // -x
+    float learning_rate;          // -l
+    int warmup_steps;             // -u
+    float final_lr_frac;          // -q
+    float weight_decay;           // -c
+    int val_every;                // -v
+    int val_batches;              // -m
+    int sample_every;             // -s
+    int gen_tokens;               // -g
+    int checkpoint_every;         // -n
+    int resume;                   // -y
+    uint64_t seed;                // -S
+    int shuffle;                  // -R
+} TrainConfig;
+
+// The default runs, both on Tiny Shakespeare. train_cpu: a 4-layer GPT-2 (C=256, 4 heads, 16M
+// parameters, most of them in the 50,257-token embedding), sized to show falling validation loss
+// and play-like samples within minutes on a 2-core machine. train_gpu: GPT-2 124M (d12) at
+// T=1024 with B=8 (33 GiB of GPU memory in all, 31 of them activations and their gradients) and
+// llm.c's learning rate for it.
+static inline TrainConfig train_config_defaults(int on_gpu) {
+    TrainConfig c;
+    c.train_file = "data/tinyshakespeare_train.bin";
+    c.val_file = "data/tinyshakespeare_val.bin";
+    c.init = on_gpu ? "d12" : "d4";
+    c.output_dir = NULL;
+    c.tokenizer_file = "data/gpt2_tokenizer.bin";
+    c.B = 8;
+    c.T = on_gpu ? 1024 : 64;
+    c.max_steps = on_gpu ? 100 : 500;
+    c.learning_rate = on_gpu ? 3e-4f : 1e-3f;
+    c.warmup_steps = 0;
+    c.final_lr_frac = 1.0f;
+    c.weight_decay = 0.0f;
+    c.val_every = on_gpu ? 20 : 50;
+    c.val_batches = 10;
+    c.sample_every = on_gpu ? 50 : 100;
+    c.gen_tokens = 64;
+    c.checkpoint_every = 0;
+    c.resume = 0;
+    c.seed = 1337;
+    c.shuffle = 0;
+    return c;
+}
+
+static inline void print_usage(const char* prog, TrainConfig d) {
+    fprintf(stderr,
+            "usage: %s [options]\n"
+            "  -i FILE   training tokens (default %s)\n"
+            "  -j FILE   validation tokens (default %s)\n"
+            "  -e INIT   checkpoint (llm.c .bin or model.safetensors) or dN for a fresh model of N layers (default %s)\n"
+            "  -o DIR    output directory for main.log, checkpoints and state (default none)\n"
+            "  -k FILE   tokenizer file for printing samples (default %s)\n"
+            "  -b N      batch size B (default %d)\n"
+            "  -t N      sequence length T (default %d)\n"
+            "  -x N      training steps (default %d)\n"
+            "  -l LR     learning rate (default %g)\n"
+            "  -u N      linear warmup steps (default %d)\n"
+            "  -q F      final learning rate as a fraction of -l, reached by cosine decay; 1 = constant (default %g)\n"
+            "  -c WD     weight decay on the matrices (default %g)\n"
+            "  -v N      validation loss every N steps, 0 = never (default %d)\n"
+            "  -m N      validation batches (default %d)\n"
+            "  -s N      sample text every N steps, 0 = never (default %d)\n"
+            "  -g N      tokens per sample (default %d)\n"
+            "  -n N      checkpoint every N steps and at the end, with -o; 0 = at the end only (default %d)\n"
+            "  -y 1      resume from the latest checkpoint and state in -o (default %d)\n"
+            "  -S SEED   random seed for initialisation, shuffling and sampling (default %llu)\n"
+            "  -R 1      shuffle the order of batches, from the seed (default %d)\n"
+            "  -h        this help\n",
+            prog, d.train_file, d.val_file, d.init, d.tokenizer_file, d.B, d.T, d.max_steps,
+            d.learning_rate, d.warmup_steps, d.final_lr_frac, d.weight_decay, d.val_every,
+            d.val_batches, d.sample_every, d.gen_tokens, d.checkpoint_every, d.resume,
+            (unsigned long long)d.seed, d.shuffle);
+}
+
+// The options of argv over the program's defaults (printed by -h).
+static inline TrainConfig train_config_parse(int argc, char** argv, TrainConfig defaults) {
+    TrainConfig c = defaults;
+    for (int i = 1; i < argc; i += 2) {
+        const char* flag = argv[i];
+        const char* val = flag_value(argc, argv, i);
+        if (val == NULL) {
+            print_usage(argv[0], defaults);
+            exit(0);
+        }
+        switch (flag[1]) {
+            case 'i': c.train_file = val; break;
+            case 'j': c.val_file = val; break;
+            case 'e': c.init = val; break;
+            case 'o': c.output_dir = val; break;
+            case 'k': c.tokenizer_file = val; break;
+            case 'b': c.B = parse_int_arg(flag, val, 1); break;
+            case 't': c.T = parse_int_arg(flag, val, 1); break;
+            case 'x': c.max_steps = parse_int_arg(flag, val, 0); break;
+            case 'l': c.learning_rate = parse_float_arg(flag, val, 0.0f); break;
+            case 'u': c.warmup_steps = parse_int_arg(flag, val, 0); break;
+            case 'q': c.final_lr_frac = parse_float_arg(flag, val, 0.0f); break;
+            case 'c': c.weight_decay = parse_float_arg(flag, val, 0.0f); break;
+            case 'v': c.val_every = parse_int_arg(flag, val, 0); break;
+            case 'm': c.val_batches = parse_int_arg(flag, val, 1); break;
+            case 's': c.sample_every = parse_int_arg(flag, val, 0); break;
+            case 'g': c.gen_tokens = parse_int_arg(flag, val, 1); break;
+            case 'n': c.checkpoint_every = parse_int_arg(flag, val, 0); break;
+            case 'y': c.resume = parse_int_arg(flag, val, 0); break;
+            case 'S': c.seed = (uint64_t)parse_int_arg(flag, val, 0); break;
+            case 'R': c.shuffle = parse_int_arg(flag, val, 0); break;
+            default: fail("unknown option %s (see -h)", flag);
+        }
+    }
+    if (c.final_lr_frac > 1.0f) fail("-q expects a fraction between 0 and 1, got %g", c.final_lr_frac);
+    if (c.resume && c.output_dir == NULL) fail("-y 1 resumes from the checkpoints in -o DIR: give -o");
+    return c;
+}
+
+// ---------- the schedule and the divergence stop ----------
+
+// Learning rate at step (from 1): linear warmup over warmup_steps, then cosine decay from the
+// full rate to final_lr_frac of it at max_steps (constant when final_lr_frac is 1).
+static inline float learning_rate_at(const TrainConfig* c, int step) {
+    float lr = c->learning_rate;
+    if (step <= c->warmup_steps) return lr * (float)step / (float)c->warmup_steps;
+    if (c->final_lr_frac >= 1.0f || c->max_steps <= c->warmup_steps) return lr;
+    float progress = (float)(step - c->warmup_steps) / (float)(c->max_steps - c->warmup_steps);
+    float coeff = 0.5f * (1.0f + cosf(3.14159265f * progress));
+    float min_lr = lr * c->final_lr_frac;
+    return min_lr + coeff * (lr - min_lr);
+}
+
+// AdamW's step size and bias correction at step t (from 1), the same for every parameter:
+// the moments start at zero, so early on they are too small by (1 - beta^t), which this undoes.
+typedef struct {
+    float step_size;              // lr / (1 - beta1^t)
+    float bias_correction2_sqrt;  // sqrt(1 - beta2^t)
+} AdamWScalars;
+
+static inline AdamWScalars adamw_scalars(float lr, float beta1, float beta2, int t) {
+    AdamWScalars s;
+    s.step_size = lr / (1.0f - powf(beta1, (float)t));
+    s.bias_correction2_sqrt = sqrtf(1.0f - powf(beta2, (float)t));
+    return s;
+}
+
+// Stops the run when training has diverged: a loss or gradient norm that is not finite would
+// turn every parameter into NaN at the next update. Checked before that update is applied.
+static inline void check_step_finite(int step, float loss, float norm) {
+    if (isfinite(loss) && isfinite(norm)) return;
+    fail("training diverged at step %d (loss %f, gradient norm %f); stopped before its update "
+         "(learning rate too high?)", step, loss, norm);
+}
+
+// ---------- the output directory ----------
+
+// Makes DIR if needed and proves it writable by creating and removing a file in it, so a run
+// fails at the start rather than at its first checkpoint.
+static inline void ensure_output_dir(const char* dir) {
+    struct stat st;
+    if (stat(dir, &st) != 0) {
+        if (mkdir(dir, 0755) != 0) fail("cannot create output directory %s: %s", dir, strerror(errno));
+    } else if (!S_ISDIR(st.st_mode)) {
+        fail("output path %s exists and is not a directory", dir);
+    }
+    char probe[4096];
+    snprintf(probe, sizeof(probe), "%s/.write_test", dir);
+    FILE* f = fopen(probe, "wb");
+    if (f == NULL) fail("output directory %s is not writable: %s", dir, strerror(errno));
+    fclose(f);
+    remove(probe);
+}
+
+// The latest step in DIR with both model_STEP.bin and state_STEP.bin, or -1.
+static inline int find_latest_checkpoint(const char* dir, int max_step) {
+    char model_path[4096], state_path[4096];
+    for (int step = max_step; step >= 0; step--) {
+        snprintf(model_path, sizeof(model_path), "%s/model_%08d.bin", dir, step);
+        snprintf(state_path, sizeof(state_path), "%s/state_%08d.bin", dir, step);
+        if (file_exists(model_path) && file_exists(state_path)) return step;
+    }
+    return -1;
+}
+
+// ---------- a run ----------
+
+typedef struct {
+    TrainConfig cfg;
+    GPT2 model;            // the model in host memory: trained there by train_cpu, copied to and
+                           // from the GPU by train_gpu; on resume it holds the AdamW moments too
+    DataLoader train, val;
+    Tokenizer tokenizer;
+    Tokenizer* tok;        // NULL: samples print as token ids
+    int start_step;        // steps done before this run: the resumed checkpoint's, or 0
+    uint64_t sample_rng;
+    FILE* log;             // DIR/main.log, or NULL without -o
+    char path[4096];
+    double total_time;     // of the timed steps (all but a run's first)
+    int timed_steps;
+} Run;
+
+// With -y 1: the model and the AdamW moments of the latest checkpoint in -o, and the state that
+// goes with them (the data position, the sampling random state).
+static TrainState run_resume(Run* run) {
+    const TrainConfig* c = &run->cfg;
+    int step = find_latest_checkpoint(c->output_dir, c->max_steps);
+    if (step < 0) {
+        fail("-y 1: no model_STEP.bin with state_STEP.bin (STEP <= %d) in %s", c->max_steps, c->output_dir);
+    }
+    snprintf(run->path, sizeof(run->path), "%s/model_%08d.bin", c->output_dir, step);
+    gpt2_build_from_file(&run->model, run->path);
+    GPT2* m = &run->model;
+    m->m_memory = (float*)calloc_check(m->num_parameters, sizeof(float));
+    m->v_memory = (float*)calloc_check(m->num_parameters, sizeof(float));
+    TrainState state;
+    snprintf(run->path, sizeof(run->path), "%s/state_%08d.bin", c->output_dir, step);
+    read_state(run->path, &state, m->m_memory, m->v_memory, m->num_parameters);
+    if (state.B != c->B || state.T != c->T || state.step != step) {
+        fail("%s was written by a run with B=%d T=%d at step %d; resume with the same -b and -t",
+             run->path, state.B, state.T, state.step);
+    }
+    run->start_step = step;
+    run->sample_rng = state.rng;
+    return state;
+}
+
+// Opens a run: every input is checked first (the model, -t against its context, the token files,
+// a resumed state), and only then is -o DIR made and its main.log opened, so that a run that
+// cannot start leaves nothing behind.
+static inline void run_open(Run* run, TrainConfig cfg) {
+    memset(run, 0, sizeof(*run));
+    run->cfg = cfg;
+    run->sample_rng = seed_mix(cfg.seed, 0x5a3b1e, 0);
+    TrainState state;
+    memset(&state, 0, sizeof(state));
+    if (cfg.resume) state = run_resume(run);
+    else gpt2_build(&run->model, cfg.init, cfg.seed);
+    GPT2Config mc = run->model.config;
+    if (cfg.T > mc.max_seq_len) fail("-t %d is longer than the model's context maxT=%d", cfg.T, mc.max_seq_len);
+    dataloader_init(&run->train, cfg.train_file, cfg.B, cfg.T, mc.vocab_size, cfg.shuffle, cfg.seed);
+    if (cfg.resume) dataloader_seek(&run->train, state.epoch, (size_t)state.batch_index);
+    if (cfg.val_every > 0) dataloader_init(&run->val, cfg.val_file, cfg.B, cfg.T, mc.vocab_size, 0, 0);
+    // the tokenizer only prints samples: without one, samples print as token ids
+    if (cfg.sample_every > 0) {
+        if (file_exists(cfg.tokenizer_file)) {
+            tokenizer_init(&run->tokenizer, cfg.tokenizer_file);
+            if (run->tokenizer.vocab_size >= mc.vocab_size) run->tok = &run->tokenizer;
+            else tokenizer_free(&run->tokenizer);
+        }
+        if (run->tok == NULL) {
+            fprintf(stderr, "note: no tokenizer for this vocabulary at %s: samples print as token ids\n",
+                    cfg.tokenizer_file);
+        }
+    }
+    if (cfg.output_dir != NULL) {
+        ensure_output_dir(cfg.output_dir);
+        snprintf(run->path, sizeof(run->path), "%s/main.log", cfg.output_dir);
+        if (!cfg.resume && file_exists(run->path)) {
+            fail("%s already exists: resume that run with -y 1, or choose another -o", run->path);
+        }
+        run->log = fopen_check(run->path, cfg.resume ? "a" : "w");
+    }
+}
+
+static inline void run_close(Run* run) {
+    if (run->log) fclose_check(run->log, "main.log");
+    if (run->tok) tokenizer_free(run->tok);
+    dataloader_free(&run->train);
+    if (run->cfg.val_every > 0) dataloader_free(&run->val);
+    gpt2_free(&run->model);
+}
+
+// ---------- what a device does: the Trainer ----------
+
+// A model's training operations on one device, over GPT2 structs whose tensors live there.
+typedef struct {
+    // the mean loss of a batch (host arrays (B, T)) into model->mean_loss; targets may be NULL
+    void (*forward)(GPT2* model, const int* inputs, const int* targets, int B, int T);
+    void (*zero_grad)(GPT2* model);
+    void (*backward)(GPT2* model);
+    float (*clip_gradients)(GPT2* model, float max_norm);  // returns the norm before clipping
+    void (*update)(GPT2* model, float lr, float beta1, float beta2, float eps, float weight_decay, int t);
+    // the Vp logits at `position` of the last forward pass (batch 1), into a host array
+    void (*logits_to_host)(const GPT2* model, int position, float* out);
+    // the parameters and AdamW moments into the run's host model; NULL when the model is that one
+    void (*to_host)(const GPT2* model, GPT2* host);
+    void (*synchronize)(void);   // waits for the device's queued work; NULL when nothing is queued
+    double (*peak_flops)(void);  // FLOP/s that MFU is counted against; NULL: no MFU
+} Trainer;
+
+// Training FLOPs per token, as PaLM (appendix B) and llm.c count them: 6 per parameter (forward
+// 2, backward 4) plus the attention scores and weighted sums, 12 * L * C * T.
+static inline double flops_per_token(const GPT2* model, int T) {
+    GPT2Config c = model->config;
+    return 6.0 * (double)model->num_parameters + 12.0 * c.num_layers * c.channels * (double)T;
+}
+
+static inline void run_print_summary(const Run* run, const GPT2* model) {
+    const TrainConfig* c = &run->cfg;
+    GPT2Config mc = model->config;
+    printf("model: L=%d NH=%d C=%d V=%d (padded %d) maxT=%d, %zu parameters (%.1f MB)\n", mc.num_layers,
+           mc.num_heads, mc.channels, mc.vocab_size, mc.padded_vocab_size, mc.max_seq_len,
+           model->num_parameters, model->num_parameters * 4.0 / 1e6);
+    printf("memory: parameters + gradients + AdamW m, v %.1f MB, activations + their gradients %.1f MB (B=%d, T=%d)\n",
+           model->num_parameters * 16.0 / 1e6, model->num_activations * 8.0 / 1e6, c->B, c->T);
+    printf("train: %s (%zu tokens, %zu batches)%s, val: %s\n", c->train_file, run->train.num_tokens,
+           run->train.num_batches, c->shuffle ? " shuffled" : "", c->val_every > 0 ? c->val_file : "off");
+    printf("steps %d, lr %g (warmup %d, final fraction %g), weight decay %g, seed %llu, threads %d\n",
+           c->max_steps, c->learning_rate, c->warmup_steps, c->final_lr_frac, c->weight_decay,
+           (unsigned long long)c->seed, num_threads());
+    if (c->resume) {
+        printf("resumed from %s/model_%08d.bin at step %d\n", c->output_dir, run->start_step, run->start_step);
+    }
+}
+
+static inline void run_log(Run* run, int step, const char* what, float value) {
+    if (run->log == NULL) return;
+    fprintf(run->log, "s:%d %s:%f\n", step, what, value);
+    fflush(run->log);
+}
+
+// The mean loss over up to val_batches batches of the validation file, from its start.
+static inline void run_validate(Run* run, const Trainer* dev, GPT2* model, int step) {
+    DataLoader* val = &run->val;
+    dataloader_reset(val);
+    int n = run->cfg.val_batches < (int)val->num_batches ? run->cfg.val_batches : (int)val->num_batches;
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) {
+        dataloader_next_batch(val);
+        dev->forward(model, val->inputs, val->targets, val->B, val->T);
+        sum += model->mean_loss;
+    }
+    float loss = (float)(sum / n);
+    printf("step %d: val loss %.6f\n", step, loss);
+    run_log(run, step, "tel", loss);
+}
+
+// Prints -g tokens of text that the model writes after an end-of-text token: one forward pass
+// over the whole sequence per token (the plain way; infer.c keeps a cache instead), each token
+// drawn from the softmax of the last position's logits.
+static inline void run_sample(Run* run, const Trainer* dev, GPT2* model, int step) {
+    int V = model->config.vocab_size, Vp = model->config.padded_vocab_size;
+    int n = run->cfg.gen_tokens < run->cfg.T - 1 ? run->cfg.gen_tokens : run->cfg.T - 1;
+    int eot = run->tok != NULL ? run->tok->eot_token : GPT2_EOT;
+    if (eot >= V) eot = V - 1;
+    int* tokens = (int*)malloc_check((size_t)(n + 1) * sizeof(int));
+    float* logits = (float*)malloc_check((size_t)Vp * sizeof(float));
+    float* probs = (float*)malloc_check((size_t)Vp * sizeof(float));
+    tokens[0] = eot;
+    printf("--- sample at step %d ---\n", step);
+    for (int t = 1; t <= n; t++) {
+        dev->forward(model, tokens, NULL, 1, t);
+        dev->logits_to_host(model, t - 1, logits);
+        softmax_forward(probs, logits, 1, 1, V, Vp);
+        tokens[t] = sample_mult(probs, V, random_f32(&run->sample_rng));
+        print_token(run->tok, tokens[t]);
+        fflush(stdout);
+    }
+    printf("\n---\n");
+    free(tokens);
+    free(logits);
+    free(probs);
+}
+
+// Writes DIR/model_STEP.bin and DIR/state_STEP.bin: everything that resuming at STEP needs.
+static inline void run_save(Run* run, const Trainer* dev, GPT2* model, int step) {
+    GPT2* host = &run->model;
+    if (dev->to_host != NULL) dev->to_host(model, host);
+    snprintf(run->path, sizeof(run->path), "%s/model_%08d.bin", run->cfg.output_dir, step);
+    write_checkpoint(run->path, host->config, host->params_memory, host->num_parameters);
+    TrainState state;
+    state.step = step;
+    state.B = run->cfg.B;
+    state.T = run->cfg.T;
+    state.epoch = run->train.epoch;
+    state.batch_index = run->train.batch_index;
+    state.rng = run->sample_rng;
+    snprintf(run->path, sizeof(run->path), "%s/state_%08d.bin", run->cfg.output_dir, step);
+    write_state(run->path, state, host->m_memory, host->v_memory, host->num_parameters);
+    printf("wrote %s/model_%08d.bin and state_%08d.bin\n", run->cfg.output_dir, step, step);
+}
+
+// The progress line of one step; the first step of a run is left out of the average (it touches
+// freshly allocated memory), unless it is the only one.
+static inline void run_print_step(Run* run, const Trainer* dev, const GPT2* model, int step,
+                                  float norm, float lr, double dt) {
+    const TrainConfig* c = &run->cfg;
+    if (step > run->start_step + 1 || c->max_steps - run->start_step == 1) {
+        run->total_time += dt;
+        run->timed_steps++;
+    }
+    printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s", step, c->max_steps,
+           model->mean_loss, norm, lr, dt * 1e3, c->B * c->T / dt);
+    if (dev->peak_flops != NULL) {
+        printf(" | MFU %.1f%%", 100.0 * flops_per_token(model, c->T) * c->B * c->T / dt / dev->peak_flops());
+    }
+    printf("\n");
+    fflush(stdout);
+    run_log(run, step, "trl", model->mean_loss);
+}
+
+static inline void run_print_average(const Run* run, const Trainer* dev, const GPT2* model) {
+    if (run->timed_steps == 0) return;
+    const TrainConfig* c = &run->cfg;
+    double step_time = run->total_time / run->timed_steps;
+    printf("average %.1f ms per step, %.0f tok/s", step_time * 1e3, c->B * c->T / step_time);
+    if (dev->peak_flops != NULL) {
+        printf(", MFU %.1f%%", 100.0 * flops_per_token(model, c->T) * c->B * c->T / step_time / dev->peak_flops());
+    }
+    printf("\n");
+}
+
+// ---------- the training loop ----------
+
+// One optimizer step on the next training batch; returns the gradient norm before clipping.
+static inline float run_step(Run* run, const Trainer* dev, GPT2* model, int step, float lr) {
+    const TrainConfig* c = &run->cfg;
+    dataloader_next_batch(&run->train);
+    dev->forward(model, run->train.inputs, run->train.targets, c->B, c->T);
+    dev->zero_grad(model);
+    dev->backward(model);
+    float norm = dev->clip_gradients(model, 1.0f);
+    check_step_finite(step, model->mean_loss, norm);
+    dev->update(model, lr, 0.9f, 0.95f, 1e-8f, c->weight_decay, step);  // AdamW; t counts from 1
+    if (dev->synchronize != NULL) dev->synchronize();  // the work is queued: wait, then time it
+    return norm;
+}
+
+// Trains `model` (the run's host model, or a device copy of it) from the run's start to -x steps.
+static inline void run_train(Run* run, const Trainer* dev, GPT2* model) {
+    const TrainConfig* c = &run->cfg;
+    run_print_summary(run, model);
+    int use_val = c->val_every > 0;
+    if (use_val && run->start_step == 0) run_validate(run, dev, model, 0);
+    for (int step = run->start_step + 1; step <= c->max_steps; step++) {
+        double t0 = now_seconds();
+        float lr = learning_rate_at(c, step);
+        float norm = run_step(run, dev, model, step, lr);
+        run_print_step(run, dev, model, step, norm, lr, now_seconds() - t0);
+        int last = step == c->max_steps;
+        if (use_val && (step % c->val_every == 0 || last)) run_validate(run, dev, model, step);
+        if (c->sample_every > 0 && (step % c->sample_every == 0 || last)) run_sample(run, dev, model, step);
+        if (c->output_dir != NULL && ((c->checkpoint_every > 0 && step % c->checkpoint_every == 0) || last)) {
+            run_save(run, dev, model, step);
+        }
+    }
+    if (c->max_steps == 0 && c->output_dir != NULL) {  // -x 0: just write the initial model
+        snprintf(run->path, sizeof(run->path), "%s/model_%08d.bin", c->output_dir, 0);
+        write_checkpoint(run->path, run->model.config, run->model.params_memory, run->model.num_parameters);
+        printf("wrote %s\n", run->path);
+    }
+    run_print_average(run, dev, model);
+}
+
+#endif // GPT2_RUN_H

@@ -1,0 +1,329 @@
+// gpt2/safetensors.h: a reader for Hugging Face's safetensors files (doc/formats.md): a u64
+// header length N, N bytes of JSON, then the raw little-endian tensors. The JSON is one flat
+// object: "__metadata__" (ignored) and, per tensor, "name": {"dtype": "F32", "shape": [768,
+// 2304], "data_offsets": [begin, end]}, the offsets counted from the end of the header. It is
+// small (about 15 KB for GPT-2), so a minimal reader does: strings, integers, arrays and objects,
+// other values skipped. Every tensor's byte range is checked against its dtype, its shape and the
+// file's size before anything is read. What the tensors mean is the caller's business
+// (gpt2/checkpoint.h maps GPT-2's names onto the model).
+
+#ifndef GPT2_SAFETENSORS_H
+#define GPT2_SAFETENSORS_H
+
+#include "io.h"
+
+#define SAFETENSORS_MAX_HEADER (100 << 20)  // the format's own limit on the JSON header
+#define SAFETENSORS_MAX_DIMS 8
+#define SAFETENSORS_MAX_NAME 256
+
+typedef struct {
+    char name[SAFETENSORS_MAX_NAME];
+    char dtype[8];
+    int ndim;
+    long long shape[SAFETENSORS_MAX_DIMS];
+    long long begin, end;  // byte range within the data section
+    int used;              // loaded into the model (or a buffer we skip)
+} SafetensorsEntry;
+
+typedef struct {
+    const char* s;   // the JSON header
+    size_t n, pos;
+    const char* path;
+} SafetensorsJson;
+
+static void st_json_fail(const SafetensorsJson* r, const char* what) GPT2_NORETURN;
+static void st_json_fail(const SafetensorsJson* r, const char* what) {
+    fail("%s: malformed safetensors header: %s at byte %zu of the JSON", r->path, what, r->pos);
+}
+
+static void st_json_space(SafetensorsJson* r) {
+    while (r->pos < r->n && (r->s[r->pos] == ' ' || r->s[r->pos] == '\n' ||
+                             r->s[r->pos] == '\r' || r->s[r->pos] == '\t')) r->pos++;
+}
+
+// Consumes c (after whitespace) if it is next; returns whether it was.
+static int st_json_accept(SafetensorsJson* r, char c) {
+    st_json_space(r);
+    if (r->pos < r->n && r->s[r->pos] == c) {
+        r->pos++;
+        return 1;
+    }
+    return 0;
+}
+
+static void st_json_expect(SafetensorsJson* r, char c) {
+    if (!st_json_accept(r, c)) {
+        char what[32];
+        snprintf(what, sizeof(what), "expected '%c'", c);
+        st_json_fail(r, what);
+    }
+}
+
+// A string into out (cap bytes with the NUL). Tensor names and dtypes are ASCII: the escapes
+// \" \\ \/ and \u00XX are decoded, anything beyond ASCII is refused.
+static void st_json_string(SafetensorsJson* r, char* out, size_t cap) {
+    st_json_expect(r, '"');
+    size_t len = 0;
+    for (;;) {
+        if (r->pos >= r->n) st_json_fail(r, "unterminated string");
+        char c = r->s[r->pos++];
+        if (c == '"') break;
+        if (c == '\\') {
+            if (r->pos >= r->n) st_json_fail(r, "unterminated string");
+            c = r->s[r->pos++];
+            if (c == 'u') {
+                unsigned v = 0;
+                for (int i = 0; i < 4; i++) {
+                    char h = r->pos < r->n ? r->s[r->pos++] : 'x';
+                    int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10
+                          : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+                    if (d < 0) st_json_fail(r, "bad \\u escape");
+                    v = v * 16 + (unsigned)d;
+                }
+                if (v == 0 || v >= 0x80) st_json_fail(r, "non-ASCII character in a name");
+                c = (char)v;
+            } else if (c != '"' && c != '\\' && c != '/') {
+                st_json_fail(r, "unsupported escape in a name");
+            }
+        } else if ((unsigned char)c < 0x20 || (unsigned char)c >= 0x80) {
+            st_json_fail(r, "control or non-ASCII character in a string");
+        }
+        if (len + 1 >= cap) st_json_fail(r, "string too long for a tensor name");
+        out[len++] = c;
+    }
+    out[len] = '\0';
+}
+
+static long long st_json_int(SafetensorsJson* r) {
+    st_json_space(r);
+    size_t start = r->pos;
+    long long v = 0;
+    while (r->pos < r->n && r->s[r->pos] >= '0' && r->s[r->pos] <= '9') {
+        if (v > (1LL << 50)) st_json_fail(r, "integer too large");
+        v = v * 10 + (r->s[r->pos++] - '0');
+    }
+    if (r->pos == start) st_json_fail(r, "expected a non-negative integer");
+    return v;
+}
+
+// [int, int, ...] into out (at most max of them); returns how many.
+static int st_json_int_array(SafetensorsJson* r, long long* out, int max) {
+    st_json_expect(r, '[');
+    int n = 0;
+    if (st_json_accept(r, ']')) return 0;
+    do {
+        if (n == max) st_json_fail(r, "array too long");
+        out[n++] = st_json_int(r);
+    } while (st_json_accept(r, ','));
+    st_json_expect(r, ']');
+    return n;
+}
+
+// Skips any JSON value (the metadata, unknown fields).
+static void st_json_skip(SafetensorsJson* r, int depth) {
+    if (depth > 16) st_json_fail(r, "nested too deeply");
+    st_json_space(r);
+    if (r->pos >= r->n) st_json_fail(r, "unexpected end");
+    char c = r->s[r->pos];
+    if (c == '"') {
+        r->pos++;
+        while (r->pos < r->n && r->s[r->pos] != '"') r->pos += r->s[r->pos] == '\\' ? 2 : 1;
+        if (r->pos >= r->n) st_json_fail(r, "unterminated string");
+        r->pos++;
+    } else if (c == '{' || c == '[') {
+        char close = c == '{' ? '}' : ']';
+        r->pos++;
+        if (st_json_accept(r, close)) return;
+        do {
+            if (c == '{') {
+                st_json_skip(r, depth + 1);  // the key
+                st_json_expect(r, ':');
+            }
+            st_json_skip(r, depth + 1);
+        } while (st_json_accept(r, ','));
+        st_json_expect(r, close);
+    } else {  // a number, true, false or null
+        size_t start = r->pos;
+        while (r->pos < r->n && strchr(",}] \n\r\t", r->s[r->pos]) == NULL) r->pos++;
+        if (r->pos == start) st_json_fail(r, "expected a value");
+    }
+}
+
+// One tensor's {"dtype": ..., "shape": [...], "data_offsets": [begin, end]}.
+static void st_json_tensor(SafetensorsJson* r, SafetensorsEntry* e) {
+    int have_dtype = 0, have_shape = 0, have_offsets = 0;
+    char key[32];
+    st_json_expect(r, '{');
+    do {
+        st_json_string(r, key, sizeof(key));
+        st_json_expect(r, ':');
+        if (strcmp(key, "dtype") == 0) {
+            st_json_string(r, e->dtype, sizeof(e->dtype));
+            have_dtype = 1;
+        } else if (strcmp(key, "shape") == 0) {
+            e->ndim = st_json_int_array(r, e->shape, SAFETENSORS_MAX_DIMS);
+            have_shape = 1;
+        } else if (strcmp(key, "data_offsets") == 0) {
+            long long off[2];
+            if (st_json_int_array(r, off, 2) != 2) st_json_fail(r, "data_offsets needs 2 integers");
+            e->begin = off[0];
+            e->end = off[1];
+            have_offsets = 1;
+        } else {
+            st_json_skip(r, 1);
+        }
+    } while (st_json_accept(r, ','));
+    st_json_expect(r, '}');
+    if (!have_dtype || !have_shape || !have_offsets) {
+        fail("%s: tensor %s lacks dtype, shape or data_offsets", r->path, e->name);
+    }
+}
+
+static size_t st_dtype_size(const char* dtype) {
+    if (strcmp(dtype, "F64") == 0 || strcmp(dtype, "I64") == 0 || strcmp(dtype, "U64") == 0) return 8;
+    if (strcmp(dtype, "F32") == 0 || strcmp(dtype, "I32") == 0 || strcmp(dtype, "U32") == 0) return 4;
+    if (strcmp(dtype, "F16") == 0 || strcmp(dtype, "BF16") == 0 || strcmp(dtype, "I16") == 0 ||
+        strcmp(dtype, "U16") == 0) return 2;
+    if (strcmp(dtype, "I8") == 0 || strcmp(dtype, "U8") == 0 || strcmp(dtype, "BOOL") == 0) return 1;
+    return 0;
+}
+
+// An open safetensors file: its tensors, and where their data starts.
+typedef struct {
+    const char* path;
+    FILE* f;
+    long long data_start;  // 8 + header length
+    SafetensorsEntry* entries;
+    int num_entries;
+} Safetensors;
+
+static inline SafetensorsEntry* safetensors_find(const Safetensors* st, const char* name) {
+    for (int i = 0; i < st->num_entries; i++) {
+        if (strcmp(st->entries[i].name, name) == 0) return &st->entries[i];
+    }
+    return NULL;
+}
+
+// The JSON header's tensors into st->entries.
+static void safetensors_parse_header(Safetensors* st, SafetensorsJson* r) {
+    st_json_expect(r, '{');
+    int cap = 0;
+    if (st_json_accept(r, '}')) return;
+    do {
+        char name[SAFETENSORS_MAX_NAME];
+        st_json_string(r, name, sizeof(name));
+        st_json_expect(r, ':');
+        if (strcmp(name, "__metadata__") == 0) {
+            st_json_skip(r, 1);
+            continue;
+        }
+        if (safetensors_find(st, name) != NULL) fail("%s: tensor %s appears twice", st->path, name);
+        if (st->num_entries == cap) {
+            cap = cap ? 2 * cap : 256;
+            st->entries = (SafetensorsEntry*)realloc_check(st->entries, (size_t)cap * sizeof(SafetensorsEntry));
+        }
+        SafetensorsEntry* e = &st->entries[st->num_entries++];
+        memset(e, 0, sizeof(*e));
+        memcpy(e->name, name, sizeof(name));
+        st_json_tensor(r, e);
+    } while (st_json_accept(r, ','));
+    st_json_expect(r, '}');
+    st_json_space(r);
+    if (r->pos != r->n) st_json_fail(r, "text after the header object");
+}
+
+// Every tensor's bytes lie inside the data section and match its dtype and shape.
+static void safetensors_check_entries(const Safetensors* st, long long data_size) {
+    for (int i = 0; i < st->num_entries; i++) {
+        const SafetensorsEntry* e = &st->entries[i];
+        size_t elem = st_dtype_size(e->dtype);
+        if (elem == 0) fail("%s: tensor %s has unknown dtype %s", st->path, e->name, e->dtype);
+        long long numel = 1;
+        for (int d = 0; d < e->ndim; d++) {
+            if (e->shape[d] > (1LL << 40) / (numel > 0 ? numel : 1)) {
+                fail("%s: tensor %s has an impossible shape", st->path, e->name);
+            }
+            numel *= e->shape[d];
+        }
+        if (e->begin > e->end || e->end > data_size) {
+            fail("%s: tensor %s has data_offsets [%lld, %lld] outside the %lld bytes of data (truncated "
+                 "file?)", st->path, e->name, e->begin, e->end, data_size);
+        }
+        if (e->end - e->begin != numel * (long long)elem) {
+            fail("%s: tensor %s: data_offsets span %lld bytes, its shape and dtype need %lld", st->path,
+                 e->name, e->end - e->begin, numel * (long long)elem);
+        }
+    }
+}
+
+// Opens path and reads and checks its header. Returns 0, with the reason in why, when the file
+// does not begin as a safetensors file (shorter than 8 bytes, a header length that cannot be
+// right, no JSON object after it), so that the caller can say what else it expected; a file that
+// begins as one but is malformed is an error.
+static inline int safetensors_open(Safetensors* st, const char* path, char* why, size_t why_len) {
+    memset(st, 0, sizeof(*st));
+    st->path = path;
+    st->f = fopen_check(path, "rb");
+    long long size = file_size_check(st->f, path);
+    uint64_t header_len = 0;
+    if (size >= 8) fread_check(&header_len, sizeof(header_len), 1, st->f, path);
+    if (size < 8 || header_len < 2 || header_len > SAFETENSORS_MAX_HEADER || (long long)header_len > size - 8) {
+        if (size < 8) snprintf(why, why_len, "only %lld bytes", size);
+        else snprintf(why, why_len, "a safetensors file starts with the length of its JSON header; this "
+                      "one's first 8 bytes say %llu, the file has %lld", (unsigned long long)header_len, size);
+        fclose(st->f);
+        return 0;
+    }
+    char* json = (char*)malloc_check((size_t)header_len);
+    fread_check(json, 1, (size_t)header_len, st->f, path);
+    st->data_start = 8 + (long long)header_len;
+    SafetensorsJson r;
+    r.s = json;
+    r.n = (size_t)header_len;
+    r.pos = 0;
+    r.path = path;
+    st_json_space(&r);
+    if (r.pos >= r.n || r.s[r.pos] != '{') {
+        snprintf(why, why_len, "no JSON header after the first 8 bytes");
+        free(json);
+        fclose(st->f);
+        return 0;
+    }
+    safetensors_parse_header(st, &r);
+    free(json);
+    safetensors_check_entries(st, size - st->data_start);
+    return 1;
+}
+
+// Reads tensor e (n elements: the caller has checked its shape) as float32 into dest; F32, F16
+// and BF16 are read, other dtypes are an error.
+static inline void safetensors_read(Safetensors* st, SafetensorsEntry* e, float* dest, size_t n) {
+    if (fseek(st->f, (long)(st->data_start + e->begin), SEEK_SET) != 0) {
+        fail("%s: cannot seek to tensor %s", st->path, e->name);
+    }
+    if (strcmp(e->dtype, "F32") == 0) {
+        fread_check(dest, sizeof(float), n, st->f, st->path);
+    } else {
+        int bf16 = strcmp(e->dtype, "BF16") == 0;
+        if (!bf16 && strcmp(e->dtype, "F16") != 0) {
+            fail("%s: tensor %s has dtype %s; this program reads F32, F16 and BF16", st->path, e->name, e->dtype);
+        }
+        const size_t chunk = 1 << 16;
+        uint16_t* raw = (uint16_t*)malloc_check(chunk * sizeof(uint16_t));
+        for (size_t done = 0; done < n; done += chunk) {
+            size_t m = n - done < chunk ? n - done : chunk;
+            fread_check(raw, sizeof(uint16_t), m, st->f, st->path);
+            for (size_t i = 0; i < m; i++) dest[done + i] = bf16 ? bf16_to_float(raw[i]) : f16_to_float(raw[i]);
+        }
+        free(raw);
+    }
+    e->used = 1;
+}
+
+static inline void safetensors_close(Safetensors* st) {
+    free(st->entries);
+    fclose(st->f);
+    memset(st, 0, sizeof(*st));
+}
+
+#endif // GPT2_SAFETENSORS_H

@@ -1,0 +1,37 @@
+# test/lib.sh: what the test scripts share; each sources it first (`. "$(dirname "$0")/lib.sh"`).
+# It moves to the repository root and sets:
+#   CC, CFLAGS, PY      the compiler and flags (make test passes the Makefile's), the Python with
+#                       Debian's torch and numpy
+#   OMP_WAIT_POLICY     passive: libgomp's default spin-waiting makes every parallel region wait
+#                       for a descheduled thread when the cores are busy with other work, and a
+#                       tiny model's steps go from milliseconds to most of a second
+# and gives:
+#   need_python MODULES...   exits 77 (skipped) unless $PY imports them
+#   fresh_dir NAME           $dir = build/NAME, emptied
+#   build_train_cpu [FLAGS]  $dir/train_cpu from train_cpu.c with $CFLAGS and FLAGS
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
+CC=${CC:-gcc}
+CFLAGS=${CFLAGS:--O2 -fopenmp}
+PY=${PYTHON:-/usr/bin/python3}
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
+mkdir -p build
+
+need_python() {
+  local m
+  for m in "$@"; do
+    if ! "$PY" -c "import $m" 2>/dev/null; then
+      echo "skipped: $PY cannot import $m (bash test/setup.sh installs Debian's python3-$m)"
+      exit 77
+    fi
+  done
+}
+
+fresh_dir() {
+  dir=build/$1
+  rm -rf "$dir"
+  mkdir -p "$dir"
+}
+
+build_train_cpu() {
+  $CC $CFLAGS "$@" -o "$dir/train_cpu" train_cpu.c -lm || { echo "FAIL: train_cpu does not build"; exit 1; }
+}
