@@ -474,7 +474,11 @@ static int* encode_prompt(const InferConfig* cfg, const Tokenizer* tok, int maxT
         fail("the prompt is %zu tokens; the model's context holds %d, and at least one must be left "
              "for generation", n, maxT);
     }
-    if (n == 0) ids[n++] = tok->eot_token;  // tokenizer_encode's result has room for one
+    if (n == 0) {
+        free(ids);
+        ids = (int*)malloc_check(sizeof(int));
+        ids[n++] = tok->eot_token;
+    }
     *P = (int)n;
     return ids;
 }

@@ -287,10 +287,8 @@ static void read_encoder_json(Tokenizer* t, const char* json_path) {
 
 // Checks one line "left right" of vocab.bpe: merge number `merge` must join two tokens of t into
 // token 256 + merge.
-static void check_merge_line(const Tokenizer* t, const unsigned char* l, size_t ll, int merge,
-                             const char* bpe_path, int line, const char* json_path) {
-    int u2b[512];
-    gpt2_unicode_to_byte(u2b);
+static void check_merge_line(const Tokenizer* t, const int u2b[512], const unsigned char* l, size_t ll,
+                             int merge, const char* bpe_path, int line, const char* json_path) {
     // the two halves, as code points, split at the one space
     int half[2] = {0, 0}, side = 0;
     uint32_t hcps[2][256];
@@ -334,6 +332,8 @@ static void check_merge_line(const Tokenizer* t, const unsigned char* l, size_t 
 // Checks every merge of vocab.bpe ("#version: 0.2", then "left right" lines) against t; returns
 // how many there are, which must be every token between the bytes and <|endoftext|>.
 static int check_merges(const Tokenizer* t, const char* bpe_path, const char* json_path) {
+    int u2b[512];
+    gpt2_unicode_to_byte(u2b);
     size_t bpe_len;
     unsigned char* bpe = read_path_check(bpe_path, &bpe_len);
     size_t pos = 0;
@@ -347,7 +347,7 @@ static int check_merges(const Tokenizer* t, const char* bpe_path, const char* js
         size_t ll = stop - pos;
         pos = end + 1;
         if (ll == 0 || (line == 1 && ll >= 8 && memcmp(l, "#version", 8) == 0)) continue;
-        check_merge_line(t, l, ll, merges, bpe_path, line, json_path);
+        check_merge_line(t, u2b, l, ll, merges, bpe_path, line, json_path);
         merges++;
     }
     free(bpe);

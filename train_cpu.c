@@ -46,10 +46,12 @@ void gpt2_allocate_activations(GPT2* model, int B, int T) {
 
 // Points a group of activation tensors into memory, laid out for a batch of B x T (which fits
 // the allocation: a sample of batch 1 runs through the same buffers as training batches).
-static void layout_activations(ActivationTensors* a, float* memory, GPT2Config c, int B, int T) {
+// Returns how many floats of memory the layout uses.
+static size_t layout_activations(ActivationTensors* a, float* memory, GPT2Config c, int B, int T) {
     size_t sizes[NUM_ACTIVATION_TENSORS], layer[NUM_ACTIVATION_TENSORS];
     activation_sizes(sizes, layer, c, B, T);
     point_tensors((float**)a, memory, sizes, NUM_ACTIVATION_TENSORS);
+    return sum_sizes(sizes, NUM_ACTIVATION_TENSORS);
 }
 
 // The forward pass of a batch: inputs and targets are (B, T) token ids; targets may be NULL
@@ -93,10 +95,8 @@ void gpt2_backward(GPT2* model) {
     GPT2Config c = model->config;
     int B = model->B, T = model->T;
     // the activation gradients accumulate too: they start from zero at every pass
-    size_t sizes[NUM_ACTIVATION_TENSORS], layer[NUM_ACTIVATION_TENSORS];
-    activation_sizes(sizes, layer, c, B, T);
-    memset(model->grads_acts_memory, 0, sum_sizes(sizes, NUM_ACTIVATION_TENSORS) * sizeof(float));
-    layout_activations(&model->grads_acts, model->grads_acts_memory, c, B, T);
+    size_t used = layout_activations(&model->grads_acts, model->grads_acts_memory, c, B, T);
+    memset(model->grads_acts_memory, 0, used * sizeof(float));
     // the loss is the mean over the B*T positions: each position's loss has gradient 1/(B*T)
     ActivationTensors da = model->grads_acts;
     float dloss_mean = 1.0f / (float)(B * T);

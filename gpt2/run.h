@@ -325,6 +325,12 @@ static inline double flops_per_token(const GPT2* model, int T) {
     return 6.0 * (double)model->num_parameters + 12.0 * c.num_layers * c.channels * (double)T;
 }
 
+// Model FLOPs utilisation in percent of a step of `seconds` (see flops_per_token).
+static inline double run_mfu(const Run* run, const Trainer* dev, const GPT2* model, double seconds) {
+    const TrainConfig* c = &run->cfg;
+    return 100.0 * flops_per_token(model, c->T) * c->B * c->T / seconds / dev->peak_flops();
+}
+
 static inline void run_print_summary(const Run* run, const GPT2* model) {
     const TrainConfig* c = &run->cfg;
     GPT2Config mc = model->config;
@@ -421,9 +427,7 @@ static inline void run_print_step(Run* run, const Trainer* dev, const GPT2* mode
     }
     printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s", step, c->max_steps,
            model->mean_loss, norm, lr, dt * 1e3, c->B * c->T / dt);
-    if (dev->peak_flops != NULL) {
-        printf(" | MFU %.1f%%", 100.0 * flops_per_token(model, c->T) * c->B * c->T / dt / dev->peak_flops());
-    }
+    if (dev->peak_flops != NULL) printf(" | MFU %.1f%%", run_mfu(run, dev, model, dt));
     printf("\n");
     fflush(stdout);
     run_log(run, step, "trl", model->mean_loss);
@@ -434,9 +438,7 @@ static inline void run_print_average(const Run* run, const Trainer* dev, const G
     const TrainConfig* c = &run->cfg;
     double step_time = run->total_time / run->timed_steps;
     printf("average %.1f ms per step, %.0f tok/s", step_time * 1e3, c->B * c->T / step_time);
-    if (dev->peak_flops != NULL) {
-        printf(", MFU %.1f%%", 100.0 * flops_per_token(model, c->T) * c->B * c->T / step_time / dev->peak_flops());
-    }
+    if (dev->peak_flops != NULL) printf(", MFU %.1f%%", run_mfu(run, dev, model, step_time));
     printf("\n");
 }
 
