@@ -8,14 +8,16 @@
 #
 # Knobs: CC, OMP=1 (0 turns OpenMP off), NATIVE=1 (-march=native after a test compile),
 #        MATMUL=fast (naive: every matrix product of train_cpu and infer on the plain loops that
-#        define it, gpt2/cpu_layers.h), NVCC, GPU_ARCH=90, USE_CUBLAS=0, DATA_DIR (local folder
-#        holding the source files).
+#        define it, gpt2/cpu_layers.h), NVCC, GPU_ARCH (compute capabilities to build for, e.g.
+#        GPU_ARCH=90 or GPU_ARCH="80 90"; default: this machine's GPU, or without one 80 86 89 90),
+#        USE_CUBLAS=0, DATA_DIR (local folder holding the source files).
+#
+#   make train_gpu_emu   the whole train_gpu on the CPU emulator of CUDA: build/emu/train_gpu
 
 CC       ?= gcc
 OMP      ?= 1
 NATIVE   ?= 1
 NVCC     ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
-GPU_ARCH ?= 90
 USE_CUBLAS ?= 0
 DATA_DIR ?=
 PYTHON   ?= /usr/bin/python3
@@ -67,18 +69,39 @@ $(shell mkdir -p build && echo '$(BUILD_FLAGS)' | cmp -s - build/flags || echo '
 CPU_PROGRAMS := tokenizer train_cpu infer
 GPU_PROGRAMS := train_gpu
 
+# GPU code is built for the GPUs this machine has (nvidia-smi says which), or, without one, as a
+# fat binary: machine code for A100 (8.0), RTX 30xx/A10 (8.6), RTX 40xx/L4 (8.9) and H100/H200
+# (9.0), plus PTX of the newest, which the driver of a later GPU compiles when the program
+# starts. -lineinfo maps machine code to source lines for compute-sanitizer and the profilers.
+ifeq ($(strip $(GPU_ARCH)),)
+  GPU_ARCH := $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | grep -E '^[0-9]+\.[0-9]+$$' | tr -d . | sort -un)
+  GPU_ARCH_WHY := the GPU of this machine
+  ifeq ($(strip $(GPU_ARCH)),)
+    GPU_ARCH := 80 86 89 90
+    GPU_ARCH_WHY := no GPU found here: a fat binary
+  endif
+else
+  GPU_ARCH_WHY := GPU_ARCH
+endif
+GPU_ARCH_PTX := $(shell echo $(GPU_ARCH) | tr ' ' '\n' | sort -n | tail -n 1)
+GENCODE := $(foreach a,$(GPU_ARCH),-gencode arch=compute_$(a),code=sm_$(a)) \
+           -gencode arch=compute_$(GPU_ARCH_PTX),code=compute_$(GPU_ARCH_PTX)
+
 ifneq ($(NVCC),)
-  NVCC_FLAGS := -O3 -arch=sm_$(GPU_ARCH) -Xcompiler -fopenmp -Wno-deprecated-gpu-targets
+  NVCC_FLAGS := -O3 -lineinfo $(GENCODE) -DGPU_ARCHS='"$(GPU_ARCH)"' -Xcompiler -fopenmp -Wno-deprecated-gpu-targets
   ifeq ($(USE_CUBLAS),1)
     NVCC_FLAGS += -DUSE_CUBLAS
     NVCC_LIBS := -lcublas
   endif
   ALL_TARGETS := $(CPU_PROGRAMS) $(GPU_PROGRAMS)
+  # the GPU programs are rebuilt when nvcc or its flags change (GPU_ARCH), as build/flags does
+  NVCC_STAMP := build/nvcc_flags
+  $(shell echo '$(NVCC) $(NVCC_FLAGS)' | cmp -s - $(NVCC_STAMP) || echo '$(NVCC) $(NVCC_FLAGS)' > $(NVCC_STAMP))
 else
   ALL_TARGETS := $(CPU_PROGRAMS)
 endif
 
-.PHONY: all data test bench bench-tokenizer bench-cpu bench-infer clean gpu-status gpu-checks gpu-emu bench-gpu
+.PHONY: all data test bench bench-tokenizer bench-cpu bench-infer clean gpu-status gpu-checks gpu-emu bench-gpu train_gpu_emu
 
 all: $(ALL_TARGETS) gpu-status
 	@echo "built: $(ALL_TARGETS) ($(OMP_STATUS))"
@@ -100,33 +123,50 @@ train_cpu: train_cpu.c $(HEADERS) build/flags | data
 infer: infer.c $(HEADERS) build/flags | data
 	$(CC) $(CFLAGS) $(MATMUL_FLAGS) -o $@ infer.c $(LDLIBS)
 
-train_gpu: train_gpu.cu $(HEADERS) | data
+train_gpu: train_gpu.cu $(HEADERS) $(NVCC_STAMP) | data
 ifeq ($(NVCC),)
 	@echo "skipped: train_gpu (nvcc not found)"; exit 1
 else
+	@echo "train_gpu: compute capability $(GPU_ARCH) ($(GPU_ARCH_WHY)) + PTX $(GPU_ARCH_PTX)"
 	$(NVCC) $(NVCC_FLAGS) -o $@ train_gpu.cu $(NVCC_LIBS)
 endif
 
-# GPU checks (dev/gpu_check.cu): every kernel and the whole model against the CPU, then timings.
+# GPU checks (dev/gpu_check.cu): every kernel and the whole model against the CPU, then timings;
+# build/gpu_check_cublas times cuBLAS on the same matrix products, for comparison.
 gpu-checks: build/gpu_check
 
-build/gpu_check: dev/gpu_check.cu train_gpu.cu train_cpu.c $(HEADERS)
+build/gpu_check: dev/gpu_check.cu train_gpu.cu train_cpu.c $(HEADERS) $(NVCC_STAMP)
 ifeq ($(NVCC),)
 	@echo "skipped: build/gpu_check (nvcc not found)"; exit 1
 else
-	@mkdir -p build
 	$(NVCC) $(NVCC_FLAGS) -o $@ dev/gpu_check.cu $(NVCC_LIBS)
 endif
 
-# The same checks with every kernel run on the CPU by dev/cuda_emu.h (no GPU or nvcc needed),
-# under AddressSanitizer and UBSan: indexing, bounds, barriers and float4 alignment, not speed.
+build/gpu_check_cublas: dev/gpu_check.cu train_gpu.cu train_cpu.c $(HEADERS) $(NVCC_STAMP)
+ifeq ($(NVCC),)
+	@echo "skipped: build/gpu_check_cublas (nvcc not found)"; exit 1
+else
+	$(NVCC) $(filter-out -DUSE_CUBLAS,$(NVCC_FLAGS)) -DUSE_CUBLAS -o $@ dev/gpu_check.cu -lcublas
+endif
+
+# The CUDA emulator (dev/cuda_emu.h, no GPU or nvcc needed): the kernels run on the CPU, each
+# block's threads as fibers, under AddressSanitizer and UBSan, which check indexing, bounds,
+# barriers and float4 alignment, not speed. build/emu/gpu_check runs the kernel checks that way,
+# build/emu/train_gpu the whole training program, with train_gpu's command line.
+EMU_CXXFLAGS := -std=c++17 -g $(filter -fopenmp,$(CFLAGS)) -fsanitize=address,undefined -fno-sanitize-recover=undefined \
+                -include dev/cuda_emu.h -I.
 gpu-emu: build/emu/gpu_check
+train_gpu_emu: build/emu/train_gpu
 
 build/emu/gpu_check: dev/gpu_check.cu train_gpu.cu train_cpu.c $(HEADERS) dev/cuda_emu.h dev/cuda_emu.py
 	@mkdir -p build/emu
 	$(PYTHON) dev/cuda_emu.py dev/gpu_check.cu build/emu/gpu_check.cpp
-	$(CXX) -std=c++17 -O1 -g $(filter -fopenmp,$(CFLAGS)) -fsanitize=address,undefined -fno-sanitize-recover=undefined \
-	  -include dev/cuda_emu.h -I. build/emu/gpu_check.cpp -o $@
+	$(CXX) -O1 $(EMU_CXXFLAGS) build/emu/gpu_check.cpp -o $@
+
+build/emu/train_gpu: train_gpu.cu $(HEADERS) dev/cuda_emu.h dev/cuda_emu.py | data
+	@mkdir -p build/emu
+	$(PYTHON) dev/cuda_emu.py train_gpu.cu build/emu/train_gpu.cpp
+	$(CXX) -O2 $(EMU_CXXFLAGS) build/emu/train_gpu.cpp -o $@
 
 # ---------- data ----------
 

@@ -1,6 +1,8 @@
 // train_gpu.cu: GPT-2 training on one NVIDIA GPU, every operation a kernel written here in float32.
 //
 //   make train_gpu && ./train_gpu        GPT-2 124M from scratch on Tiny Shakespeare, T=1024
+//   GPU_DEBUG=1 ./train_gpu ...          wait after every kernel: a fault names its kernel
+//   make train_gpu_emu                   the same program on the CPU emulator: build/emu/train_gpu
 //
 // The GPU twin of train_cpu.c. Each CPU layer `x(...)` of gpt2/cpu_layers.h has a GPU twin
 // `x_gpu(...)` with the same arguments on device pointers, which launches kernels `..._kernel`;
@@ -31,14 +33,36 @@
 // ---------- CUDA utilities ----------
 
 // Every CUDA call goes through cuda_check, which names the failed call, file and line and stops.
-// Kernel launches are followed by cuda_check(cudaGetLastError()): a bad launch configuration is
-// reported there, at the launch, not at some later call.
+// Kernels run asynchronously: a launch returns at once, and a kernel that faults (an illegal
+// address, say) is reported by whichever later call waits for the GPU, which is then the one
+// named. Each launch is followed by launch_check(kernel), which reports a launch the GPU refused
+// (a bad configuration) at once and, with GPU_DEBUG=1 in the environment, also waits for the
+// kernel to finish, so that a fault is reported with the kernel's name. That costs speed: a
+// switch for finding a fault, not for training.
+static int gpu_debug = 0;  // GPU_DEBUG=1, read by gpu_init
+
+// The errors a kernel's fault leaves behind (the GPU context is lost; every later call fails).
+static int is_kernel_fault(cudaError_t err) {
+    return err == cudaErrorIllegalAddress || err == cudaErrorLaunchFailure;
+}
+
 static void cuda_check_(cudaError_t err, const char* call, const char* file, int line) {
-    if (err != cudaSuccess) {
-        fail("CUDA call %s failed: %s (%s:%d)", call, cudaGetErrorString(err), file, line);
-    }
+    if (err == cudaSuccess) return;
+    fail("CUDA call %s failed: %s (%s:%d)%s", call, cudaGetErrorString(err), file, line,
+         is_kernel_fault(err) && !gpu_debug ? "; an earlier kernel faulted: run with GPU_DEBUG=1 to name it" : "");
 }
 #define cuda_check(call) cuda_check_((call), #call, __FILE__, __LINE__)
+
+static void launch_check_(const char* kernel, const char* file, int line) {
+    cudaError_t err = cudaGetLastError();
+    if (err == cudaSuccess && gpu_debug) err = cudaDeviceSynchronize();
+    if (err != cudaSuccess) fail("kernel %s (%s:%d) failed: %s", kernel, file, line, cudaGetErrorString(err));
+}
+#define launch_check(kernel) launch_check_(#kernel, __FILE__, __LINE__)
+
+#ifndef GPU_ARCHS
+#define GPU_ARCHS "unknown"  // the Makefile says which (GPU_ARCH)
+#endif
 
 static int ceil_div(size_t n, int d) { return (int)((n + d - 1) / d); }
 
@@ -126,7 +150,7 @@ __global__ void encoder_forward_kernel(float* out, const int* inp, const float* 
 static void encoder_forward_gpu(float* out, const int* inp, const float* wte, const float* wpe,
                                 int B, int T, int C) {
     encoder_forward_kernel<<<ceil_div((size_t)B * T * C, 256), 256>>>(out, inp, wte, wpe, B, T, C);
-    cuda_check(cudaGetLastError());
+    launch_check(encoder_forward_kernel);
 }
 
 // dwpe[t,c] += sum over b of dout[b,t,c]: one thread per (t, c), b in order.
@@ -159,9 +183,9 @@ __global__ void encoder_backward_wte_kernel(float* dwte, const float* dout, cons
 static void encoder_backward_gpu(float* dwte, float* dwpe, const float* dout, const int* inp,
                                  int B, int T, int C) {
     encoder_backward_wpe_kernel<<<ceil_div((size_t)T * C, 256), 256>>>(dwpe, dout, B, T, C);
-    cuda_check(cudaGetLastError());
+    launch_check(encoder_backward_wpe_kernel);
     encoder_backward_wte_kernel<<<B * T, 256>>>(dwte, dout, inp, B * T, C);
-    cuda_check(cudaGetLastError());
+    launch_check(encoder_backward_wte_kernel);
 }
 
 // ---------- layernorm ----------
@@ -195,7 +219,7 @@ static void layernorm_forward_gpu(float* out, float* mean, float* rstd, const fl
                                   const float* weight, const float* bias, int B, int T, int C) {
     int N = B * T;
     layernorm_forward_kernel<<<ceil_div(N, 8), 256>>>(out, mean, rstd, inp, weight, bias, N, C);
-    cuda_check(cudaGetLastError());
+    launch_check(layernorm_forward_kernel);
 }
 
 // dinp, one warp per row: with n = (x - mean) * rstd and g = weight * dout,
@@ -259,16 +283,16 @@ static void layernorm_backward_gpu(float* dinp, float* dweight, float* dbias, co
                                    const float* rstd, int B, int T, int C) {
     int N = B * T;
     layernorm_backward_kernel<<<ceil_div(N, 8), 256>>>(dinp, dout, inp, weight, mean, rstd, N, C);
-    cuda_check(cudaGetLastError());
+    launch_check(layernorm_backward_kernel);
     int chunks = ceil_div(N, COLSUM_ROWS_PER_CHUNK);
     float* partial = scratch_floats((size_t)chunks * 2 * C);
     dim3 grid(ceil_div(C, 32), chunks);
     layernorm_backward_params_kernel<<<grid, 256>>>(partial, dout, inp, mean, rstd, N, C);
-    cuda_check(cudaGetLastError());
+    launch_check(layernorm_backward_params_kernel);
     sum_partials_kernel<<<ceil_div(C, 256), 256>>>(dweight, partial, chunks, 2 * C, C);
-    cuda_check(cudaGetLastError());
+    launch_check(sum_partials_kernel);
     sum_partials_kernel<<<ceil_div(C, 256), 256>>>(dbias, partial + C, chunks, 2 * C, C);
-    cuda_check(cudaGetLastError());
+    launch_check(sum_partials_kernel);
 }
 
 // ---------- matmul ----------
@@ -484,7 +508,7 @@ static void gemm_gpu(GemmArgs g, bool ta, bool tb, int batch) {
                                  g.N, g.M, g.K, &g.alpha, g.B, (int)g.ldb, g.A, (int)g.lda, &beta, g.C, (int)g.ldc));
         if (g.bias != NULL) {
             add_bias_kernel<<<ceil_div((size_t)g.M * g.N, 256), 256>>>(g.C, g.bias, g.M, g.N);
-            cuda_check(cudaGetLastError());
+            launch_check(add_bias_kernel);
         }
         return;
     }
@@ -507,7 +531,7 @@ static void gemm_gpu(GemmArgs g, bool ta, bool tb, int batch) {
         if (ta && !tb) matmul_kernel<64, 64, 16, 4, 4, true, false><<<grid, 256>>>(g);
         if (ta && tb) matmul_kernel<64, 64, 16, 4, 4, true, true><<<grid, 256>>>(g);
     }
-    cuda_check(cudaGetLastError());
+    launch_check(matmul_kernel);
 }
 
 // A plain (unbatched) product with the given operands; the caller sets the rest.
@@ -568,9 +592,9 @@ static void matmul_backward_gpu(float* dinp, float* dweight, float* dbias, const
         int chunks = ceil_div(N, COLSUM_ROWS_PER_CHUNK);
         float* partial = scratch_floats((size_t)chunks * OC);
         bias_backward_kernel<<<dim3(ceil_div(OC, 32), chunks), 256>>>(partial, dout, N, OC);
-        cuda_check(cudaGetLastError());
+        launch_check(bias_backward_kernel);
         sum_partials_kernel<<<ceil_div(OC, 256), 256>>>(dbias, partial, chunks, OC, OC);
-        cuda_check(cudaGetLastError());
+        launch_check(sum_partials_kernel);
     }
 }
 
@@ -647,7 +671,7 @@ static void attention_forward_gpu(float* out, float* preatt, float* att, const f
     attention_gemm(q, false, k, true, head_square(preatt, T, NH), T, T, hs, B, NH, 1.0f / sqrtf((float)hs),
                    0, CAUSAL_OUT_LOWER);
     attention_softmax_kernel<<<ceil_div((size_t)B * NH * T, 8), 256>>>(att, preatt, B * NH * T, T);
-    cuda_check(cudaGetLastError());
+    launch_check(attention_softmax_kernel);
     // out[b, :, h*hs:(h+1)*hs] (T x hs) = att (T x T) V (T x hs); att is lower triangular
     attention_gemm(head_square(att, T, NH), false, v, false, head_slice(out, T, C, hs), T, hs, T, B, NH,
                    1.0f, 0, CAUSAL_A_LOWER);
@@ -685,7 +709,7 @@ static void attention_backward_gpu(float* dinp, float* dpreatt, float* datt, con
     // dV += att^T dout_h: A(m=t2, k=t1) = att[t1][t2], zero for t1 < t2
     attention_gemm(a, true, d, false, dv, T, hs, T, B, NH, 1.0f, 1, CAUSAL_A_UPPER);
     attention_softmax_backward_kernel<<<ceil_div((size_t)B * NH * T, 8), 256>>>(dpreatt, datt, att, B * NH * T, T);
-    cuda_check(cudaGetLastError());
+    launch_check(attention_softmax_backward_kernel);
     // dQ += scale * dpreatt K: dpreatt is lower triangular
     attention_gemm(dp, false, k, false, dq, T, hs, T, B, NH, scale, 1, CAUSAL_A_LOWER);
     // dK += scale * dpreatt^T Q: A(m=t2, k=t1) = dpreatt[t1][t2], zero for t1 < t2
@@ -705,7 +729,7 @@ __global__ void gelu_forward_kernel(float* out, const float* inp, size_t N) {
 
 static void gelu_forward_gpu(float* out, const float* inp, int N) {
     gelu_forward_kernel<<<ceil_div(N, 256), 256>>>(out, inp, N);
-    cuda_check(cudaGetLastError());
+    launch_check(gelu_forward_kernel);
 }
 
 __global__ void gelu_backward_kernel(float* dinp, const float* inp, const float* dout, size_t N) {
@@ -721,7 +745,7 @@ __global__ void gelu_backward_kernel(float* dinp, const float* inp, const float*
 
 static void gelu_backward_gpu(float* dinp, const float* inp, const float* dout, int N) {
     gelu_backward_kernel<<<ceil_div(N, 256), 256>>>(dinp, inp, dout, N);
-    cuda_check(cudaGetLastError());
+    launch_check(gelu_backward_kernel);
 }
 
 __global__ void residual_forward_kernel(float* out, const float* inp1, const float* inp2, size_t N) {
@@ -731,7 +755,7 @@ __global__ void residual_forward_kernel(float* out, const float* inp1, const flo
 
 static void residual_forward_gpu(float* out, const float* inp1, const float* inp2, int N) {
     residual_forward_kernel<<<ceil_div(N, 256), 256>>>(out, inp1, inp2, N);
-    cuda_check(cudaGetLastError());
+    launch_check(residual_forward_kernel);
 }
 
 __global__ void residual_backward_kernel(float* dinp1, float* dinp2, const float* dout, size_t N) {
@@ -743,7 +767,7 @@ __global__ void residual_backward_kernel(float* dinp1, float* dinp2, const float
 
 static void residual_backward_gpu(float* dinp1, float* dinp2, const float* dout, int N) {
     residual_backward_kernel<<<ceil_div(N, 256), 256>>>(dinp1, dinp2, dout, N);
-    cuda_check(cudaGetLastError());
+    launch_check(residual_backward_kernel);
 }
 
 // ---------- fused classifier ----------
@@ -775,7 +799,7 @@ __global__ void fused_classifier_kernel(float* dlogits, float* losses, const flo
 static void fused_classifier_gpu(float* dlogits, float* losses, const float* logits, const int* targets,
                                  int B, int T, int V, int Vp) {
     fused_classifier_kernel<<<B * T, 1024>>>(dlogits, losses, logits, targets, 1.0f / (B * T), V, Vp);
-    cuda_check(cudaGetLastError());
+    launch_check(fused_classifier_kernel);
 }
 
 // ---------- optimizer ----------
@@ -811,16 +835,16 @@ __global__ void scale_kernel(float* x, float s, size_t n) {
 static float clip_gradients_gpu(float* grads, size_t n, float max_norm) {
     double* partial = (double*)scratch_floats(2 * (NORM_BLOCKS + 1));
     norm_squared_kernel<<<NORM_BLOCKS, 256>>>(partial, grads, n);
-    cuda_check(cudaGetLastError());
+    launch_check(norm_squared_kernel);
     norm_finish_kernel<<<1, 256>>>(partial, NORM_BLOCKS);
-    cuda_check(cudaGetLastError());
+    launch_check(norm_finish_kernel);
     double sum;
     cuda_check(cudaMemcpy(&sum, partial + NORM_BLOCKS, sizeof(double), cudaMemcpyDeviceToHost));
     float norm = (float)sqrt(sum);
     float coef = max_norm / (norm + 1e-6f);
     if (coef < 1.0f) {
         scale_kernel<<<ceil_div(n, 256), 256>>>(grads, coef, n);
-        cuda_check(cudaGetLastError());
+        launch_check(scale_kernel);
     }
     return norm;
 }
@@ -856,16 +880,41 @@ typedef struct {
 
 static GpuInfo gpu_info;
 
-// Picks device 0, or says there is none (one line) and exits 1.
+// Picks device 0. "No CUDA device" only when there is none: no NVIDIA driver (its version reads
+// 0), or a driver that sees no GPU; one line, exit 1, as for every error. Anything else is a GPU
+// that is there but unusable, and the error is named: a driver older than the CUDA runtime this
+// program was built with (the runtime refuses it), or whatever else CUDA reports.
 static void gpu_init(void) {
-    int count = 0;
+    const char* debug = getenv("GPU_DEBUG");
+    gpu_debug = debug != NULL && strcmp(debug, "") != 0 && strcmp(debug, "0") != 0;
+    int driver = 0, runtime = 0, count = 0;
+    cuda_check(cudaDriverGetVersion(&driver));
+    cuda_check(cudaRuntimeGetVersion(&runtime));
+    if (driver == 0) fail("no CUDA device found (no NVIDIA driver is installed); use ./train_cpu instead");
     cudaError_t err = cudaGetDeviceCount(&count);
-    if (err != cudaSuccess || count == 0) {
-        fail("no CUDA device found (%s); use ./train_cpu instead",
-             err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
+    if (err == cudaErrorNoDevice || (err == cudaSuccess && count == 0)) {
+        fail("no CUDA device found (the NVIDIA driver sees no GPU); use ./train_cpu instead");
+    }
+    if (err == cudaErrorInsufficientDriver && driver < runtime) {
+        fail("the NVIDIA driver supports CUDA up to %d.%d, but train_gpu was built with CUDA %d.%d: update "
+             "the driver, or build with a CUDA toolkit no newer than %d.%d", driver / 1000, driver % 1000 / 10,
+             runtime / 1000, runtime % 1000 / 10, driver / 1000, driver % 1000 / 10);
+    }
+    if (err != cudaSuccess) {
+        fail("CUDA cannot use the GPU: %s (%s)", cudaGetErrorString(err), cudaGetErrorName(err));
     }
     cuda_check(cudaSetDevice(0));
     cuda_check(cudaGetDeviceProperties(&gpu_info.prop, 0));
+    // A binary holds machine code for some GPU generations and PTX that the driver can compile for
+    // newer ones (Makefile: GPU_ARCH); an older GPU than all of them finds nothing to run.
+    cudaFuncAttributes attr;
+    err = cudaFuncGetAttributes(&attr, sum_partials_kernel);
+    if (err == cudaErrorNoKernelImageForDevice) {
+        fail("train_gpu was built for compute capability %s, which this GPU (%s, %d.%d) cannot run: "
+             "rebuild with make clean && make train_gpu, which targets this machine's GPU", GPU_ARCHS,
+             gpu_info.prop.name, gpu_info.prop.major, gpu_info.prop.minor);
+    }
+    cuda_check(err);
     int clock_khz = 0;
     cuda_check(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0));
     gpu_info.clock_ghz = clock_khz / 1e6;
@@ -897,7 +946,6 @@ static void gpu_print_info(void) {
     );
 }
 
-// Training flops per token, as PaLM (appendix B) and llm.c count them: 6 per parameter (forward
 // ---------- the model ----------
 
 // The GPU's layers, for the forward and backward pass of gpt2/model.h.
@@ -1017,7 +1065,7 @@ void gpt2_update_gpu(GPT2* model, float lr, float beta1, float beta2, float eps,
         adamw_kernel<<<ceil_div(n, 256), 256>>>(model->params_memory + offset, model->grads_memory + offset,
                                                 model->m_memory + offset, model->v_memory + offset, n, beta1,
                                                 beta2, eps, decay, s.step_size, s.bias_correction2_sqrt);
-        cuda_check(cudaGetLastError());
+        launch_check(adamw_kernel);
         offset += n;
     }
 }

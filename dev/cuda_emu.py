@@ -5,11 +5,15 @@
     g++ -O1 -g -fopenmp -include dev/cuda_emu.h -I. build/emu/gpu_check.cpp -o build/emu/gpu_check
 
 Four rewrites, each keeping line numbers (so errors and __LINE__ point into the original file):
-  kernel<<<grid, block>>>(args);   ->  emu_launch(grid, block, [=] { kernel(args); });
+  kernel<<<grid, block>>>(args);   ->  emu_launch("kernel", grid, block, [=] { kernel(args); });
   #include "other.cu"              ->  that file, rewritten the same way, inlined behind #line
   #include "other.h"               ->  the same file by its path from the repository root (the
                                        output lives elsewhere; compile with -I. from the root)
   #include <cuda_runtime.h>        ->  nothing (the emulator header is force-included instead)
+
+and one check: every launch must be followed by launch_check(kernel), with the kernel's name,
+before the next launch_check (train_gpu.cu: it reports a failed launch, and with GPU_DEBUG=1
+names the kernel that faulted). A launch without it stops the build.
 """
 import os
 import re
@@ -29,6 +33,15 @@ def match(s, i, open_c, close_c, step):
             return i
         i += step
     raise SystemExit("cuda_emu.py: unbalanced %s%s" % (open_c, close_c))
+
+
+def source_position(s, i):
+    """file:line of offset i in the rewritten text, from the last #line directive before it."""
+    directives = list(re.finditer(r'^#line (\d+) "([^"]+)"$', s[:i], re.M))
+    if not directives:
+        return "line %d" % (s.count("\n", 0, i) + 1)
+    d = directives[-1]
+    return "%s:%d" % (d.group(2), int(d.group(1)) + s.count("\n", d.end() + 1, i))
 
 
 def rewrite_launches(s):
@@ -63,8 +76,13 @@ def rewrite_launches(s):
             raise SystemExit("cuda_emu.py: expected ( after >>> near: " + s[start:p + 20])
         q = match(s, p, "(", ")", 1)
         args = s[p + 1:q]
+        name = re.sub(r"<.*", "", callee).split("::")[-1]
+        check = re.search(r"\blaunch_check\((\w+)\)", s[q:])
+        if check is None or check.group(1) != name:
+            raise SystemExit("cuda_emu.py: %s: the launch of %s is not followed by launch_check(%s)"
+                             % (source_position(s, i), name, name))
         out.append(s[pos:start])
-        out.append("emu_launch(%s, [=] { %s(%s); })" % (config, callee, args))
+        out.append('emu_launch("%s", %s, [=] { %s(%s); })' % (name, config, callee, args))
         pos = q + 1
 
 

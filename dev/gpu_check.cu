@@ -3,8 +3,11 @@
 //
 //   make gpu-checks && build/gpu_check          all checks, then timings at GPT-2 124M sizes
 //   build/gpu_check --quick                     validation at small sizes only, no timing
-//   build/gpu_check matmul attention            only these; names: encoder layernorm matmul
+//   build/gpu_check matmul attention            only these; names: copy (the device's copy
+//                                               bandwidth, timing only) encoder layernorm matmul
 //                                               attention gelu residual classifier clip adamw model
+//   build/gpu_check_cublas matmul               the matmuls timed with cuBLAS (USE_CUBLAS), to
+//                                               compare with ours on the same shapes
 //   build/gpu_check --device                    print the device and exit (1: there is none)
 //   make gpu-emu && build/emu/gpu_check --quick the same checks on the CPU emulator (dev/cuda_emu.h)
 //
@@ -329,6 +332,21 @@ static void check_attention(int B, int T, int C, int NH, int bench) {
     cuda_check(cudaFree(d_dout)); cuda_check(cudaFree(d_dinp)); cuda_check(cudaFree(d_dpreatt)); cuda_check(cudaFree(d_datt));
 }
 
+// The device's memory bandwidth as a program can use it: a device-to-device copy of 1 GiB,
+// counting the bytes read and the bytes written, against the peak from the memory clock. The
+// memory-bound kernels' GB/s are best read against this figure.
+static void time_copy(void) {
+    size_t n = (size_t)1 << 28;  // floats: 1 GiB
+    float* a = device_poisoned(n);
+    float* b = device_poisoned(n);
+    double ms = gpu_ms([&] { cuda_check(cudaMemcpy(b, a, n * sizeof(float), cudaMemcpyDeviceToDevice)); });
+    double bytes = 2.0 * n * sizeof(float);
+    printf("  time %-26s GPU %8.3f ms %7.1f GB/s    (%4.1f%% of peak) | the measured bandwidth limit\n",
+           "device copy 1 GiB", ms, bytes / ms / 1e6, 100.0 * bytes / (ms * 1e-3) / gpu_info.peak_bandwidth);
+    cuda_check(cudaFree(a));
+    cuda_check(cudaFree(b));
+}
+
 static void check_gelu(int N, int bench) {
     printf("gelu N=%d\n", N);
     float* inp = host_random(N, -5, 5);
@@ -575,7 +593,7 @@ int main(int argc, char** argv) {
         if (strcmp(argv[i], "--quick") == 0) quick = 1;
         else if (strcmp(argv[i], "--device") == 0) device_only = 1;
         else if (argv[i][0] == '-') {
-            fprintf(stderr, "usage: %s [--quick | --device] [encoder layernorm matmul attention gelu residual "
+            fprintf(stderr, "usage: %s [--quick | --device] [copy encoder layernorm matmul attention gelu residual "
                     "classifier clip adamw model]\n", argv[0]);
             return 1;
         }
@@ -586,6 +604,7 @@ int main(int argc, char** argv) {
     int bench = !quick;
     // GPT-2 124M's shapes, with a batch that the CPU reference finishes in seconds
     const int B = 4, T = 1024, C = 768, NH = 12, V = 50257, Vp = 50304;
+    if (!quick && wanted(argc, argv, "copy")) time_copy();
     if (wanted(argc, argv, "encoder")) {
         check_encoder(3, 37, 67, 101, 0);
         if (!quick) check_encoder(B, T, C, V, bench);
@@ -601,6 +620,7 @@ int main(int argc, char** argv) {
             check_matmul(B, T, C, C, 1, bench);      // attention projection
             check_matmul(B, T, C, 4 * C, 1, bench);  // fc
             check_matmul(B, T, 4 * C, C, 1, bench);  // fc projection
+            check_matmul(B, T, C, Vp, 0, bench);     // classifier (the logits, no bias)
         }
     }
     if (wanted(argc, argv, "attention")) {

@@ -2,15 +2,24 @@
 # Installs what the tests need on a fresh Debian machine: PyTorch and NumPy for the reference model
 # (Debian's python3-torch, used through /usr/bin/python3), and the npm package tiktoken for the
 # tokenizer's exactness tests. Nothing else reaches the network. Safe to run again.
+# TEST_OFFLINE=1 (a machine without a network, such as a lent GPU machine): installs nothing and
+# says what is missing; the tests that need it then skip, each saying why. PYTHON (the Makefile
+# passes it) is the Python that must import torch and numpy.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SUDO=""; [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null && SUDO="sudo"
+PY=${PYTHON:-/usr/bin/python3}
 need_apt=()
-/usr/bin/python3 -c 'import torch, numpy' 2>/dev/null || need_apt+=(python3-torch python3-numpy)
+"$PY" -c 'import torch, numpy' 2>/dev/null || need_apt+=(python3-torch python3-numpy)
 command -v node >/dev/null || need_apt+=(nodejs npm)
 # PyTorch calls the system's libblas.so.3; the netlib reference BLAS that python3-torch pulls in is
 # ~35x slower than OpenBLAS, which makes the PyTorch reference and benchmark needlessly slow.
 dpkg -s libopenblas0-pthread >/dev/null 2>&1 || need_apt+=(libopenblas0-pthread)
+if [ "${TEST_OFFLINE:-0}" = 1 ]; then
+  [ ${#need_apt[@]} -gt 0 ] && echo "setup: offline (TEST_OFFLINE=1), not installing: ${need_apt[*]}"
+  [ -d test/node_modules/tiktoken ] || echo "setup: offline (TEST_OFFLINE=1), not installing: the npm package tiktoken"
+  exit 0
+fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: apt-get install ${need_apt[*]}"
   $SUDO apt-get update -qq

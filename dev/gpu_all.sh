@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# dev/gpu_all.sh OUTDIR [STAGE...]: everything a machine with an NVIDIA GPU should check and
+# measure, in one command, every raw output written into OUTDIR (seven files at most):
+#
+#   env        env.txt        nvidia-smi -L and -q summary, driver, nvcc, the CPU, the commit
+#   build      build.txt      train_cpu, train_gpu, build/gpu_check and build/gpu_check_cublas for
+#                             this machine's GPU (GPU_ARCH from nvidia-smi), data from DATA_DIR
+#   gpu        gpu_test.txt   test/test_gpu.sh: every kernel and the model against the CPU with
+#                             timings at GPT-2 124M's shapes and the device copy bandwidth
+#                             (build/gpu_check), compute-sanitizer memcheck, racecheck, synccheck
+#                             and initcheck, train_gpu against train_cpu, resume
+#   train      train_gpu.txt  ./train_gpu as a user runs it: d12, T=1024, B=8, 100 steps
+#   cublas     cublas.txt     build/gpu_check_cublas copy matmul: cuBLAS on the same matmul shapes
+#   bench      bench_gpu.txt  make bench-gpu: train_cpu against train_gpu, d2..d12, this CPU named
+#   test       test.txt       make test, offline (TEST_OFFLINE=1: what it would install is skipped)
+#
+# and summary.txt: one line per stage, its exit status and seconds. Stages run in this order
+# (or the ones named), each under a time limit, and the whole under GPU_ALL_SECONDS (default 560,
+# for a 10-minute call); a stage cut short says so in the summary, and can be run again on its
+# own in a second call: `dev/gpu_all.sh OUT2 test`. Where there is no GPU it stops at once, with
+# one line, before building or writing anything.
+#
+# The machine needs no network: give it the data as a folder (DATA_DIR, default shared/data when
+# that exists: a copy of ../shared/data inside the checkout travels with it), and PYTHON (default:
+# python3 or /usr/bin/python3, the first with numpy) with numpy and, for the PyTorch tests, torch.
+set -u
+cd "$(dirname "$0")/.."
+usage="usage: dev/gpu_all.sh OUTDIR [env build gpu train cublas bench test]"
+[ $# -ge 1 ] || { echo "$usage" >&2; exit 2; }
+out=$1; shift
+ALL_STAGES="env build gpu train cublas bench test"
+stages=${*:-$ALL_STAGES}
+for s in $stages; do
+  [[ " $ALL_STAGES " == *" $s "* ]] || { echo "gpu_all: unknown stage '$s'; $usage" >&2; exit 2; }
+done
+
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU [0-9]')
+if [ "$gpus" -eq 0 ]; then
+  echo "gpu_all: no NVIDIA GPU here (nvidia-smi is missing or lists none): nothing built or measured" >&2
+  exit 1
+fi
+NVCC=${NVCC:-$(command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)}
+[ -n "$NVCC" ] || { echo "gpu_all: nvcc not found (set NVCC=)" >&2; exit 1; }
+export NVCC
+if [ -z "${PYTHON:-}" ]; then  # the first Python that has numpy
+  for PYTHON in python3 /usr/bin/python3; do "$PYTHON" -c 'import numpy' 2>/dev/null && break; done
+fi
+export PYTHON
+if [ -z "${DATA_DIR:-}" ] && [ -d shared/data ]; then export DATA_DIR=shared/data; fi
+mkdir -p "$out" || exit 1
+out=$(cd "$out" && pwd)
+
+start_all=$(date +%s)
+budget=${GPU_ALL_SECONDS:-560}
+: >"$out/summary.txt"
+# stage NAME FILE LIMIT COMMAND...: runs COMMAND with its output in OUTDIR/FILE, for at most
+# LIMIT seconds or what is left of the budget
+stage() {
+  local name=$1 file=$2 limit=$3; shift 3
+  [[ " $stages " == *" $name "* ]] || return 0
+  local left=$(( budget - ($(date +%s) - start_all) ))
+  [ $left -lt $limit ] && limit=$left
+  if [ $limit -le 5 ]; then
+    echo "$name: not run, the time budget is spent (run it alone: dev/gpu_all.sh OUT2 $name)" | tee -a "$out/summary.txt"
+    return 0
+  fi
+  local t0; t0=$(date +%s)
+  echo "=== $name ($file, at most $limit s)"
+  { echo "\$ $*"; echo "(commit $(git rev-parse --short HEAD 2>/dev/null), $(date -u '+%Y-%m-%d %H:%M:%S') UTC)"; } >"$out/$file"
+  timeout -k 10 $limit bash -c "$*" >>"$out/$file" 2>&1
+  local rc=$? secs=$(( $(date +%s) - t0 ))
+  local what="exit $rc"
+  [ $rc -eq 124 ] || [ $rc -eq 137 ] && what="cut at the time limit ($limit s)"
+  echo "$name: $what, $secs s ($file)" | tee -a "$out/summary.txt"
+  tail -n 3 "$out/$file" | sed 's/^/    /'
+}
+
+env_report() {
+  nvidia-smi -L; echo; nvidia-smi; echo
+  nvidia-smi -q | grep -E "Product Name|Driver Version|CUDA Version|Persistence Mode|Power Limit" | head -20
+  echo; "$NVCC" --version | tail -n 2; echo
+  echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), $(nproc) threads"
+  free -g | head -2
+  echo "python: $PYTHON"; "$PYTHON" -c 'import numpy, torch; print("numpy", numpy.__version__, "torch", torch.__version__)'
+  echo "commit: $(git log -1 --format='%h %s' 2>/dev/null)"
+}
+export -f env_report
+stage env env.txt 20 env_report
+stage build build.txt 180 'make -j"$(nproc)" train_cpu train_gpu build/gpu_check build/gpu_check_cublas'
+stage gpu gpu_test.txt 240 'bash test/test_gpu.sh'
+stage train train_gpu.txt 120 './train_gpu'
+stage cublas cublas.txt 60 'build/gpu_check_cublas copy matmul'
+stage bench bench_gpu.txt 150 'make bench-gpu && cat doc/results/gpu_speedup.md'
+stage test test.txt 300 'TEST_OFFLINE=1 make test'
+echo "=== summary ($out/summary.txt)"
+cat "$out/summary.txt"
+! grep -qv ": exit 0," "$out/summary.txt"

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The whole train_gpu program without a GPU: build/emu/train_gpu (make train_gpu_emu) is
+# train_gpu.cu with its kernels run on the CPU by the CUDA emulator (dev/cuda_emu.h), under
+# AddressSanitizer and UBSan. It is checked as a user runs it:
+#   1. against train_cpu with the same flags, and resumed against uninterrupted
+#      (test/train_gpu_checks.sh, which test/test_gpu.sh runs on a real GPU too);
+#   2. start-up: "no CUDA device" only when there is none; a driver older than the runtime, or
+#      another CUDA error, is a failure that names it (the emulator plays each case:
+#      CUDA_EMU_DRIVER=none|nodevice|old|broken). One line on stderr, exit 1, nothing on stdout;
+#   3. a kernel that faults (CUDA_EMU_FAULT=NAME makes the emulator report an illegal address
+#      asynchronously, as a GPU does): the run stops with one line naming the CUDA error and the
+#      call that saw it; with GPU_DEBUG=1 the line names the kernel.
+set -u
+. "$(dirname "$0")/lib.sh"
+if ! command -v "${CXX:-g++}" >/dev/null; then echo "skipped: no C++ compiler (${CXX:-g++})"; exit 77; fi
+need_python numpy
+make -s train_gpu_emu || { echo "FAIL: build/emu/train_gpu does not build"; exit 1; }
+export ASAN_OPTIONS=detect_leaks=0
+status=0
+
+bash test/train_gpu_checks.sh build/emu/train_gpu || status=1
+
+fresh_dir test_train_gpu_emu
+# expect NAME EXPECTED_TEXT [ENV=VALUE...]: build/emu/train_gpu with these variables and a tiny
+# run must exit 1 with exactly one line on stderr containing EXPECTED_TEXT
+expect() {
+  local name=$1 text=$2; shift 2
+  env "$@" build/emu/train_gpu -e d1 -b 1 -t 8 -x 1 -v 0 -s 0 >"$dir/$name.out" 2>"$dir/$name.err"
+  local rc=$? lines; lines=$(wc -l <"$dir/$name.err")
+  if [ $rc -eq 1 ] && [ "$lines" -eq 1 ] && grep -qF -- "$text" "$dir/$name.err"; then
+    echo "ok   $name: $(cat "$dir/$name.err")"
+  else
+    echo "FAIL $name: expected exit 1 and one line with \"$text\"; got exit $rc, $lines lines:"
+    head -5 "$dir/$name.err"; status=1
+  fi
+}
+expect_quiet_stdout() {  # start-up failures come before anything is printed
+  [ -s "$dir/$1.out" ] && { echo "FAIL $1: printed to stdout before failing:"; head -3 "$dir/$1.out"; status=1; }
+}
+
+echo "--- start-up"
+expect no-driver "no CUDA device found (no NVIDIA driver is installed); use ./train_cpu instead" CUDA_EMU_DRIVER=none
+expect no-gpu "no CUDA device found (the NVIDIA driver sees no GPU); use ./train_cpu instead" CUDA_EMU_DRIVER=nodevice
+expect old-driver "the NVIDIA driver supports CUDA up to 12.4, but train_gpu was built with CUDA 13.0" CUDA_EMU_DRIVER=old
+expect broken-driver "CUDA cannot use the GPU: system has unsupported display driver / cuda driver combination (cudaErrorSystemDriverMismatch)" CUDA_EMU_DRIVER=broken
+for name in no-driver no-gpu old-driver broken-driver; do expect_quiet_stdout $name; done
+for name in old-driver broken-driver; do
+  grep -q "no CUDA device" "$dir/$name.err" && { echo "FAIL $name: a GPU that is there but unusable reported as no device"; status=1; }
+done
+
+echo "--- a kernel that faults"
+expect fault "an illegal memory access was encountered" CUDA_EMU_FAULT=gelu_forward_kernel
+grep -q "GPU_DEBUG=1" "$dir/fault.err" || { echo "FAIL fault: the line should say that GPU_DEBUG=1 names the kernel"; status=1; }
+grep -q "gelu_forward_kernel" "$dir/fault.err" && { echo "FAIL fault: without GPU_DEBUG the fault cannot be placed yet, but the line names a kernel"; status=1; }
+expect fault-debug "kernel gelu_forward_kernel (train_gpu.cu:" CUDA_EMU_FAULT=gelu_forward_kernel GPU_DEBUG=1
+expect fault-debug-adamw "kernel adamw_kernel (train_gpu.cu:" CUDA_EMU_FAULT=adamw_kernel GPU_DEBUG=1
+
+[ $status -eq 0 ] && echo "ok: the emulated train_gpu follows train_cpu, resumes exactly, and reports start-up and kernel failures"
+exit $status
