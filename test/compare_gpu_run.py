@@ -28,22 +28,13 @@ import sys
 
 import numpy as np
 
-from compare_run import HEADER_INTS, STEP_LINE, VAL_LINE, rel, tensor_errors, within
+import compare_run
+from compare_run import (HEADER_INTS, NORM_PRINT_HALF_ULP, STEP_LINE, TOL_LOSS, TOL_NORM, VAL_LINE,
+                         report, rel, tensor_errors, within)
 
-TOL_LOSS = 1e-5
-TOL_NORM = 1e-5
-NORM_PRINT_HALF_ULP = 0.5e-4
-TOL_ELEM, TOL_NORM_TENSOR = 1e-3, 1e-4
+# the tolerances of train_cpu against PyTorch float32, for the parameters and the AdamW moments
+TOL_ELEM, TOL_NORM_TENSOR = compare_run.TOL_PARAMS_ELEM, compare_run.TOL_PARAMS
 SAMPLE_LINE = re.compile(r"^--- sample at step (\d+) ---$")
-
-failures = 0
-
-
-def report(ok, text):
-    global failures
-    if not ok:
-        failures += 1
-    print(f"{'ok  ' if ok else 'FAIL'} {text}")
 
 
 def parse(path):
@@ -156,8 +147,8 @@ def main():
             compare_tensors("m    ", model_header, gs[1][:n], cs[1][:n])
             compare_tensors("v    ", model_header, gs[1][n:], cs[1][n:])
     compare_logs(os.path.join(cpu_dir, "main.log"), os.path.join(gpu_dir, "main.log"))
-    if failures:
-        print(f"FAIL: {failures} checks failed")
+    if compare_run.failures:
+        print(f"FAIL: {compare_run.failures} checks failed")
         sys.exit(1)
     print("all checks passed")
 
