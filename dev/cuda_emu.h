@@ -87,7 +87,7 @@ struct EmuThread {
 };
 struct EmuState {
     uint3 block_idx, block_dim, grid_dim;
-    EmuThread* threads;
+    EmuThread threads[1024];        // the fibers, made when a launch first needs them
     int nthreads;
     EmuThread* cur;
 #if defined(__x86_64__)
@@ -103,13 +103,13 @@ struct EmuState {
     int block_acc[2];               // __syncthreads_count/or accumulators, by generation parity
     unsigned long long warp_slot[32][2][32];  // shuffle exchange: [warp][parity][lane]
     long long warp_gen[32];
-    int capacity;
+    int capacity;                   // fibers made so far
     int cuda_error;                 // the next cudaGetLastError's answer (a bad launch)
     int sticky_error;               // a kernel "faulted" (CUDA_EMU_FAULT): every later call fails
     const char* kernel;             // the kernel being run, for messages
 };
 static EmuState emu;
-static const size_t EMU_STACK = 64 * 1024;
+static const size_t EMU_STACK = 32 * 1024;  // kernels keep little on the stack
 
 #define threadIdx (emu.cur->tid)
 #define blockIdx (emu.block_idx)
@@ -268,7 +268,6 @@ static inline V __shfl_sync(unsigned mask, V v, int src, int width = 32) {
 }
 static inline void __syncwarp(unsigned mask = 0xffffffffu) { emu_shuffle(mask, 0, 0); }
 
-static EmuThread emu_threads[1024];
 static bool emu_reverse;  // CUDA_EMU_REVERSE=1
 
 static void emu_run_block(void) {
@@ -352,9 +351,8 @@ static void emu_launch(const char* name, dim3 grid, dim3 block, size_t smem, std
         emu.cuda_error = cudaErrorInvalidConfiguration;
         return;
     }
-    emu.threads = emu_threads;
     for (; emu.capacity < (int)nt; emu.capacity++) {  // fibers are made once, when first needed
-        EmuThread* t = &emu_threads[emu.capacity];
+        EmuThread* t = &emu.threads[emu.capacity];
         void* s = mmap(NULL, EMU_STACK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (s == MAP_FAILED) { fprintf(stderr, "cuda_emu: out of memory for stacks\n"); exit(1); }
         t->stack = (char*)s;
@@ -394,35 +392,31 @@ struct cudaDeviceProp {
     int multiProcessorCount, major, minor, maxThreadsPerBlock;
 };
 
-static const char* cudaGetErrorName(cudaError_t e) {
-    switch (e) {
-        case cudaSuccess: return "cudaSuccess";
-        case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
-        case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
-        case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
-        case cudaErrorInsufficientDriver: return "cudaErrorInsufficientDriver";
-        case cudaErrorNoDevice: return "cudaErrorNoDevice";
-        case cudaErrorNoKernelImageForDevice: return "cudaErrorNoKernelImageForDevice";
-        case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
-        case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
-        case cudaErrorSystemDriverMismatch: return "cudaErrorSystemDriverMismatch";
-        default: return "cudaErrorUnknown";
-    }
+// Each error's name and CUDA's own wording of it.
+static const struct { cudaError_t code; const char* name; const char* text; } EMU_ERRORS[] = {
+    {cudaSuccess, "cudaSuccess", "no error"},
+    {cudaErrorInvalidValue, "cudaErrorInvalidValue", "invalid argument"},
+    {cudaErrorMemoryAllocation, "cudaErrorMemoryAllocation", "out of memory"},
+    {cudaErrorInvalidConfiguration, "cudaErrorInvalidConfiguration", "invalid configuration argument"},
+    {cudaErrorInsufficientDriver, "cudaErrorInsufficientDriver", "CUDA driver version is insufficient for CUDA runtime version"},
+    {cudaErrorNoDevice, "cudaErrorNoDevice", "no CUDA-capable device is detected"},
+    {cudaErrorNoKernelImageForDevice, "cudaErrorNoKernelImageForDevice", "no kernel image is available for execution on the device"},
+    {cudaErrorIllegalAddress, "cudaErrorIllegalAddress", "an illegal memory access was encountered"},
+    {cudaErrorLaunchFailure, "cudaErrorLaunchFailure", "unspecified launch failure"},
+    {cudaErrorSystemDriverMismatch, "cudaErrorSystemDriverMismatch", "system has unsupported display driver / cuda driver combination"},
+};
+static int emu_error_index(cudaError_t e) {  // -1: not in the table
+    for (int i = 0; i < (int)(sizeof(EMU_ERRORS) / sizeof(EMU_ERRORS[0])); i++)
+        if (EMU_ERRORS[i].code == e) return i;
+    return -1;
 }
-static const char* cudaGetErrorString(cudaError_t e) {  // CUDA's own wording
-    switch (e) {
-        case cudaSuccess: return "no error";
-        case cudaErrorInvalidValue: return "invalid argument";
-        case cudaErrorMemoryAllocation: return "out of memory";
-        case cudaErrorInvalidConfiguration: return "invalid configuration argument";
-        case cudaErrorInsufficientDriver: return "CUDA driver version is insufficient for CUDA runtime version";
-        case cudaErrorNoDevice: return "no CUDA-capable device is detected";
-        case cudaErrorNoKernelImageForDevice: return "no kernel image is available for execution on the device";
-        case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
-        case cudaErrorLaunchFailure: return "unspecified launch failure";
-        case cudaErrorSystemDriverMismatch: return "system has unsupported display driver / cuda driver combination";
-        default: return "unknown error";
-    }
+static const char* cudaGetErrorName(cudaError_t e) {
+    int i = emu_error_index(e);
+    return i >= 0 ? EMU_ERRORS[i].name : "cudaErrorUnknown";
+}
+static const char* cudaGetErrorString(cudaError_t e) {
+    int i = emu_error_index(e);
+    return i >= 0 ? EMU_ERRORS[i].text : "unknown error";
 }
 
 // A kernel's fault (CUDA_EMU_FAULT) is seen by the first call that waits for the GPU; from then
