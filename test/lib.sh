@@ -9,6 +9,10 @@
 #   need_python MODULES...   exits 77 (skipped) unless $PY imports them
 #   fresh_dir NAME           $dir = build/NAME, emptied
 #   build_train_cpu [FLAGS]  $dir/train_cpu from train_cpu.c with $CFLAGS and FLAGS
+#   cut_run FROM TO STEP     TO = the -o folder FROM as a run killed after its checkpoint at STEP
+#                            had left it: that checkpoint and state, main.log up to STEP
+#   printed_after STEP FILE  what a training run printed (FILE) after STEP, without the timings
+#                            and the "wrote"/"average" lines: the part a resumed run must repeat
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 CC=${CC:-gcc}
 CFLAGS=${CFLAGS:--O2 -fopenmp}
@@ -34,4 +38,16 @@ fresh_dir() {
 
 build_train_cpu() {
   $CC $CFLAGS "$@" -o "$dir/train_cpu" train_cpu.c -lm || { echo "FAIL: train_cpu does not build"; exit 1; }
+}
+
+cut_run() {
+  local from=$1 to=$2 step; step=$(printf '%08d' "$3")
+  mkdir -p "$to"
+  cp "$from/model_$step.bin" "$from/state_$step.bin" "$to/" || exit 1
+  awk -F'[: ]' -v s="$3" '$2 <= s' "$from/main.log" >"$to/main.log"   # lines "s:STEP ..."
+}
+
+printed_after() {
+  awk -v s="$1" '$1 == "step" && $2 + 0 > s && $2 ~ /\// {on=1} on' "$2" |
+    sed -E 's/ \| [0-9.]+ ms \| .*$//' | grep -v -e '^average' -e '^wrote'
 }

@@ -27,11 +27,6 @@ train() {  # OUTDIR LOGNAME ARGS...: runs train_cpu, stdout to OUTDIR/LOGNAME
   "$dir/train_cpu" "${common[@]}" -o "$out" "$@" >"$out.$name" 2>&1 ||
     { echo "FAIL: train_cpu $* exited with $?:"; tail -5 "$out.$name"; exit 1; }
 }
-# What a run printed from step 4 on, without the timings (they differ from run to run).
-after_step3() {
-  awk '/^step +4\//{on=1} on' "$1" | sed -E 's/ \| [0-9.]+ ms \| [0-9]+ tok\/s$//' |
-    grep -v -e '^average' -e '^wrote'
-}
 
 status=0
 compare() {  # NAME FULLDIR RESUMEDDIR
@@ -41,10 +36,10 @@ compare() {  # NAME FULLDIR RESUMEDDIR
       echo "FAIL $name: $f differs between the uninterrupted and the resumed run"; ok=0
     fi
   done
-  if ! diff <(after_step3 "$a.stdout") <(after_step3 "$b.stdout2") >"$b.diff"; then
+  if ! diff <(printed_after 3 "$a.stdout") <(printed_after 3 "$b.stdout2") >"$b.diff"; then
     echo "FAIL $name: the printed losses or samples of steps 4-6 differ:"; head -20 "$b.diff"; ok=0
   fi
-  local lines; lines=$(after_step3 "$a.stdout" | grep -c '^step')
+  local lines; lines=$(printed_after 3 "$a.stdout" | grep -c '^step')
   if [ "$lines" -ne 4 ]; then   # 3 training steps and the validation at step 6
     echo "FAIL $name: expected the output of steps 4-6 (3 steps, 1 validation), found $lines lines"; ok=0
   fi
@@ -64,9 +59,7 @@ compare "stop at 3, resume" "$dir/full" "$dir/part"
 
 # 2. cosine decay, killed after the checkpoint of step 3
 train "$dir/cos" stdout -x 6 -q 0.1
-mkdir -p "$dir/killed"
-cp "$dir/cos/model_00000003.bin" "$dir/cos/state_00000003.bin" "$dir/killed/"
-awk -F'[: ]' '$2 <= 3' "$dir/cos/main.log" >"$dir/killed/main.log"   # lines "s:STEP ..."
+cut_run "$dir/cos" "$dir/killed" 3
 train "$dir/killed" stdout2 -x 6 -q 0.1 -y 1
 compare "killed at 3, resume (cosine)" "$dir/cos" "$dir/killed"
 

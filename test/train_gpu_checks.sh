@@ -44,15 +44,10 @@ if cmp -s "$dir/model.bin" "$dir/gpu/model_00000006.bin"; then
 fi
 
 echo "--- 2. $BIN killed after its checkpoint at step 3, resumed with -y 1"
-mkdir -p "$dir/killed"
-cp "$dir/gpu/model_00000003.bin" "$dir/gpu/state_00000003.bin" "$dir/killed/"
-awk -F'[: ]' '$2 <= 3' "$dir/gpu/main.log" >"$dir/killed/main.log"   # lines "s:STEP ..."
+cut_run "$dir/gpu" "$dir/killed" 3
 run "$BIN" "$dir/killed" "$dir/part.stdout2" -x 6 -y 1
 grep -q "resumed from .* at step 3" "$dir/part.stdout2" || { echo "FAIL: did not resume from step 3"; status=1; }
-after_step3() {  # what a run printed from step 4 on, without timings
-  awk '/^step +4\//{on=1} on' "$1" | sed -E 's/ \| [0-9.]+ ms \| .*$//' | grep -v -e '^average' -e '^wrote'
-}
-if ! diff <(after_step3 "$dir/gpu.stdout") <(after_step3 "$dir/part.stdout2"); then
+if ! diff <(printed_after 3 "$dir/gpu.stdout") <(printed_after 3 "$dir/part.stdout2"); then
   echo "FAIL: the resumed run printed other losses or samples for steps 4-6"; status=1
 fi
 for f in model_00000006.bin state_00000006.bin main.log; do
