@@ -11,10 +11,27 @@
 // schedule a GPU could choose, so a missing __syncthreads usually shows up as a wrong result here.
 // `__shared__` is `static`, which is shared memory exactly, because blocks run one after another.
 // Checked: launch limits (1024 threads, grid y/z <= 65535, 48 KiB static shared memory is up to
-// the compiler), __syncthreads or shuffles that not every thread of the block/warp reaches
-// (undefined behaviour on a GPU: reported and aborted), and, built with -fsanitize=address,
+// the compiler), __syncthreads or warp instructions that not every thread of the block/warp
+// reaches, or that the lanes of a warp reach at different instructions (undefined behaviour on a
+// GPU: reported and aborted), ldmatrix and cp.async addresses that are not 16-byte aligned (a
+// fault on a GPU), cp.async copies a thread never waits for, and, built with -fsanitize=address,
 // undefined as the Makefile does: out-of-bounds "device" memory accesses (cudaMalloc is malloc)
 // and misaligned float4 accesses (float4 is 16-byte aligned here as on a GPU).
+// Tensor-core instructions: train_gpu.cu wraps each PTX instruction its bf16 matmul needs in a
+// function, and this header defines the same functions from the PTX ISA's definitions, so that the
+// kernels that use them run here too (dev/instruction_check.cu checks each against a scalar
+// definition):
+//   mma_bf16_16816            a warp barrier, like a shuffle: the lanes leave their fragments in
+//                             slots, then each lane computes its four outputs from the warp's A and
+//                             B, adding the 16 products in float32 in order;
+//   ldmatrix_x4(_trans)       a warp barrier: the lanes leave their row addresses, and the last
+//                             lane to arrive reads the four matrices for the whole warp at once, as
+//                             the single instruction does;
+//   cp_async16, cp_async_commit, cp_async_wait<N>
+//                             each thread queues its copies and performs them only when a wait
+//                             retires their group: a kernel that reads shared memory before the
+//                             wait (and the __syncthreads after it) reads stale data here, as it may
+//                             on a GPU, where the copy lands at some unknown time in between.
 // Environment:
 //   CUDA_EMU_REVERSE=1                         each block's threads in reverse order (a second schedule)
 //   CUDA_EMU_DRIVER=none|nodevice|old|broken   the driver and GPU that start-up finds (cudaGetDeviceCount)
@@ -57,6 +74,37 @@ struct alignas(8) float2 { float x, y; };
 static inline float4 make_float4(float x, float y, float z, float w) { float4 r = {x, y, z, w}; return r; }
 static inline float2 make_float2(float x, float y) { float2 r = {x, y}; return r; }
 
+// ---------- bfloat16 ----------
+// The bits of a float32 with the low 16 mantissa bits dropped: 1 sign, 8 exponent, 7 mantissa
+// bits. No implicit conversions (cuda_bf16.h has them): the code converts with the functions
+// below, which behave the same here and under nvcc.
+struct __nv_bfloat16 { unsigned short x; };
+struct alignas(4) __nv_bfloat162 { __nv_bfloat16 x, y; };
+// float -> bfloat16 rounded to nearest, ties to even, as cvt.rn.bf16.f32 does; every NaN becomes
+// the canonical quiet NaN 0x7fff.
+static inline __nv_bfloat16 __float2bfloat16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    __nv_bfloat16 r;
+    if ((u & 0x7fffffffu) > 0x7f800000u) { r.x = 0x7fff; return r; }
+    u += 0x7fffu + ((u >> 16) & 1u);  // half of the dropped part, plus one more when the kept part is odd
+    r.x = (unsigned short)(u >> 16);
+    return r;
+}
+static inline __nv_bfloat16 __float2bfloat16_rn(float f) { return __float2bfloat16(f); }
+static inline float __bfloat162float(__nv_bfloat16 h) {
+    uint32_t u = (uint32_t)h.x << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static inline __nv_bfloat162 __floats2bfloat162_rn(float a, float b) {
+    __nv_bfloat162 r = {__float2bfloat16(a), __float2bfloat16(b)};
+    return r;
+}
+static inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 h) { return h.x; }
+static inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short u) { __nv_bfloat16 r = {u}; return r; }
+
 // ---------- device math ----------
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 static inline float __fdividef(float a, float b) { return a / b; }
@@ -74,6 +122,14 @@ static inline int atomicAdd(int* p, int v) { int old = *p; *p += v; return old; 
 // few nanoseconds, where ucontext's swapcontext makes a system call to save the signal mask: on
 // x86-64 it is the assembly below, elsewhere ucontext.
 enum { EMU_RUNNABLE, EMU_BLOCK_WAIT, EMU_WARP_WAIT, EMU_DONE };
+// A cp.async copy that its thread has issued and no wait has retired yet.
+struct EmuCopy {
+    void* dst;
+    const void* src;
+    int zero;                       // src_bytes 0: 16 zero bytes, src not read
+    int group;                      // its commit group: the cp_async_commit calls before it
+};
+enum { EMU_MAX_COPIES = 64 };       // in flight per thread; a multi-stage tile loader needs a few
 struct EmuThread {
 #if defined(__x86_64__)
     void* sp;                       // saved stack pointer while switched out
@@ -84,6 +140,10 @@ struct EmuThread {
     uint3 tid;
     int linear, state;
     char* stack;
+    const char* warp_op;            // the warp instruction it waits at, for EMU_WARP_WAIT
+    EmuCopy copies[EMU_MAX_COPIES]; // its cp.async copies in flight, in issue order
+    int ncopies;
+    int groups_committed;           // its cp_async_commit calls in this block
 };
 struct EmuState {
     uint3 block_idx, block_dim, grid_dim;
@@ -101,7 +161,9 @@ struct EmuState {
     std::function<void()>* body;
     long long block_gen;            // block barrier generation
     int block_acc[2];               // __syncthreads_count/or accumulators, by generation parity
-    unsigned long long warp_slot[32][2][32];  // shuffle exchange: [warp][parity][lane]
+    unsigned long long warp_slot[32][2][32];  // shuffle values, ldmatrix row addresses: [warp][parity][lane]
+    uint32_t mma_slot[32][2][32][6];          // mma operands a[0..3], b[0..1]: [warp][parity][lane]
+    uint32_t ldmatrix_slot[32][2][32][4];     // ldmatrix results r[0..3]: [warp][parity][lane]
     long long warp_gen[32];
     int capacity;                   // fibers made so far
     int cuda_error;                 // the next cudaGetLastError's answer (a bad launch)
@@ -210,6 +272,8 @@ static void emu_thread_main(void) {
     EMU_ASAN_FINISH(NULL, &emu.sched_stack_bottom, &emu.sched_stack_size);
     for (;;) {
         (*emu.body)();
+        // A copy no wait retired may land at any time, even in the next block's shared memory.
+        if (emu.cur->ncopies > 0) emu_fatal("cp.async copies never waited for (the thread ended with copies in flight)");
         emu_yield(EMU_DONE);
     }
 }
@@ -230,14 +294,44 @@ static inline int emu_warp_size(int w) {
     int n = emu.nthreads - w * 32;
     return n < 32 ? n : 32;
 }
+// Every lane of a warp instruction (a shuffle, mma, ldmatrix) starts here, then leaves its operands
+// in the warp's exchange slots and waits for the other lanes at the warp barrier. The warp must be
+// full, as all our kernels' warps are (a partial warp needs masks, which are not emulated). Each
+// slot array has two halves, by the parity of the warp's barrier count: a lane released from one
+// barrier may run on to the next warp instruction and write its operands while slower lanes still
+// read the previous ones, but not two instructions on, since the next barrier waits for them.
+// Returns the parity.
+static inline int emu_warp_enter(const char* op) {
+    int w = emu_warp();
+    if (emu_warp_size(w) != 32) {
+        static char what[96];
+        snprintf(what, sizeof what, "%s in a warp with fewer than 32 threads", op);
+        emu_fatal(what);
+    }
+    emu.cur->warp_op = op;
+    return (int)(emu.warp_gen[w] & 1);
+}
+// The lanes of warp w all wait at a warp instruction: the same one, unless the kernel diverged,
+// which is undefined behaviour on a GPU and here would mix the operands of two instructions.
+static void emu_check_warp_op(int w) {
+    const char* op = emu.threads[w * 32].warp_op;
+    for (int l = 1; l < emu_warp_size(w); l++) {
+        const char* other = emu.threads[w * 32 + l].warp_op;
+        if (other != op && strcmp(other, op) != 0) {
+            static char what[160];
+            snprintf(what, sizeof what, "lanes of a warp wait at different warp instructions (lane 0 at %s, lane %d at %s)",
+                     op, l, other);
+            emu.cur = &emu.threads[w * 32 + l];
+            emu_fatal(what);
+        }
+    }
+}
 // Every lane of the warp writes its value, waits for the others, reads its source lane's value.
 template <typename V>
 static inline V emu_shuffle(unsigned mask, V v, int src) {
     static_assert(sizeof(V) <= 8, "shuffle of a type wider than 8 bytes");
-    int w = emu_warp(), lane = emu_lane();
     if (mask != 0xffffffffu) emu_fatal("shuffle with a partial mask is not emulated");
-    if (emu_warp_size(w) != 32) emu_fatal("shuffle in a warp with fewer than 32 threads");
-    int parity = (int)(emu.warp_gen[w] & 1);
+    int w = emu_warp(), lane = emu_lane(), parity = emu_warp_enter("shuffle");
     memcpy(&emu.warp_slot[w][parity][lane], &v, sizeof(V));
     emu_yield(EMU_WARP_WAIT);
     V r;
@@ -268,6 +362,116 @@ static inline V __shfl_sync(unsigned mask, V v, int src, int width = 32) {
 }
 static inline void __syncwarp(unsigned mask = 0xffffffffu) { emu_shuffle(mask, 0, 0); }
 
+// ---------- tensor-core instructions ----------
+// The functions train_gpu.cu defines with PTX (section "tensor-core instructions"), from the PTX
+// ISA's definitions; train_gpu.cu's comments give the fragment layouts.
+
+// One bf16 half of a 32-bit register as a float: the lower-numbered element is the low half.
+static inline float emu_bf16_half(uint32_t reg, int high) {
+    return __bfloat162float(__ushort_as_bfloat16((unsigned short)(high ? reg >> 16 : reg & 0xffffu)));
+}
+// The fragment layout read backwards: which lane, register and half hold A[r][c] and B[k][n].
+// A: lane 4 (r % 8) + (c % 8) / 2, register a[(r >= 8) + 2 (c >= 8)], half c % 2;
+// B: lane 4 n + (k % 8) / 2, register b[k >= 8] (slot 4 + that), half k % 2.
+static inline float emu_mma_a(const uint32_t (*slot)[6], int r, int c) {
+    return emu_bf16_half(slot[4 * (r % 8) + (c % 8) / 2][r / 8 + 2 * (c / 8)], c % 2);
+}
+static inline float emu_mma_b(const uint32_t (*slot)[6], int k, int n) {
+    return emu_bf16_half(slot[4 * n + (k % 8) / 2][4 + k / 8], k % 2);
+}
+// mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32: d += A B for the warp's 16x16 A and 16x8
+// B. Every lane leaves its a[4], b[2] in the slots; after the barrier it rebuilds the rows of A and
+// columns of B its four outputs need. The products of two bf16 are exact in float32; the sum's
+// order and rounding on a tensor core are unspecified, here it is d, then k = 0..15, in float32.
+static inline void mma_bf16_16816(float* d, const uint32_t* a, const uint32_t* b) {
+    int w = emu_warp(), lane = emu_lane(), parity = emu_warp_enter("mma_bf16_16816");
+    uint32_t* mine = emu.mma_slot[w][parity][lane];
+    for (int i = 0; i < 4; i++) mine[i] = a[i];
+    mine[4] = b[0];
+    mine[5] = b[1];
+    emu_yield(EMU_WARP_WAIT);
+    const uint32_t (*slot)[6] = emu.mma_slot[w][parity];
+    int g = lane / 4, q = lane % 4;
+    for (int i = 0; i < 4; i++) {  // d[i] = D[g + 8 (i / 2)][2q + i % 2]
+        int r = g + 8 * (i / 2), n = 2 * q + i % 2;
+        float acc = d[i];
+        for (int k = 0; k < 16; k++) acc += emu_mma_a(slot, r, k) * emu_mma_b(slot, k, n);
+        d[i] = acc;
+    }
+}
+
+// Whether the running lane is the last of warp w to reach the warp instruction.
+static inline bool emu_last_to_arrive(int w) {
+    int waiting = 0;
+    for (int l = 0; l < 32; l++) waiting += emu.threads[w * 32 + l].state == EMU_WARP_WAIT;
+    return waiting == 31;
+}
+// ldmatrix.sync.aligned.m8n8.x4{.trans}.shared.b16 for the whole warp, from the row addresses in
+// the slots (lanes 8i..8i+7: rows 0..7 of matrix i). Lane l receives in r[i] row l/4, columns
+// 2(l%4) and 2(l%4)+1 of matrix i; with .trans, column l/4 of rows 2(l%4) (low half) and 2(l%4)+1.
+static void emu_ldmatrix_warp(int w, int parity, bool trans) {
+    const unsigned long long* rows = emu.warp_slot[w][parity];
+    for (int l = 0; l < 32; l++)
+        for (int i = 0; i < 4; i++) {
+            uint32_t v;
+            if (!trans) {
+                memcpy(&v, (const char*)(uintptr_t)rows[8 * i + l / 4] + 4 * (l % 4), 4);
+            } else {
+                uint16_t lo, hi;
+                memcpy(&lo, (const char*)(uintptr_t)rows[8 * i + 2 * (l % 4)] + 2 * (l / 4), 2);
+                memcpy(&hi, (const char*)(uintptr_t)rows[8 * i + 2 * (l % 4) + 1] + 2 * (l / 4), 2);
+                v = lo | (uint32_t)hi << 16;
+            }
+            emu.ldmatrix_slot[w][parity][l][i] = v;
+        }
+}
+// The last lane to arrive reads the memory for all: the instruction loads once for the warp, and a
+// lane released early must not change (by a store to the tile) what the others receive.
+static inline void emu_ldmatrix(uint32_t* r, const void* row, bool trans) {
+    if ((uintptr_t)row % 16 != 0) emu_fatal("ldmatrix row address not 16-byte aligned");
+    int w = emu_warp(), lane = emu_lane(), parity = emu_warp_enter(trans ? "ldmatrix_x4_trans" : "ldmatrix_x4");
+    emu.warp_slot[w][parity][lane] = (uintptr_t)row;
+    if (emu_last_to_arrive(w)) {
+        emu_check_warp_op(w);  // before reading addresses that another instruction's lanes left
+        emu_ldmatrix_warp(w, parity, trans);
+    }
+    emu_yield(EMU_WARP_WAIT);
+    memcpy(r, emu.ldmatrix_slot[w][parity][lane], 4 * sizeof(uint32_t));
+}
+static inline void ldmatrix_x4(uint32_t* r, const void* row) { emu_ldmatrix(r, row, false); }
+static inline void ldmatrix_x4_trans(uint32_t* r, const void* row) { emu_ldmatrix(r, row, true); }
+
+// cp.async.cg.shared.global [smem], [gmem], 16, src_bytes: queued, performed by the wait that
+// retires its group. The global memory is read then too, the latest moment a GPU may read it.
+static inline void cp_async16(void* smem, const void* gmem, int src_bytes) {
+    EmuThread* t = emu.cur;
+    if ((uintptr_t)smem % 16 != 0 || (uintptr_t)gmem % 16 != 0) emu_fatal("cp.async address not 16-byte aligned");
+    if (src_bytes != 0 && src_bytes != 16) emu_fatal("cp.async with src_bytes other than 0 or 16 is not emulated");
+    if (t->ncopies == EMU_MAX_COPIES) emu_fatal("more cp.async copies in flight than the emulator holds (EMU_MAX_COPIES)");
+    EmuCopy c = {smem, gmem, src_bytes == 0, t->groups_committed};
+    t->copies[t->ncopies++] = c;
+}
+// cp.async.commit_group: the copies issued since the last commit form the next group.
+static inline void cp_async_commit(void) { emu.cur->groups_committed++; }
+// cp.async.wait_group N: every committed group but the N newest is complete. Copies not yet
+// committed belong to no group, and no wait_group waits for them.
+template <int N>
+static inline void cp_async_wait(void) {
+    static_assert(N >= 0, "cp.async.wait_group N needs N >= 0");
+    EmuThread* t = emu.cur;
+    int kept = 0;
+    for (int i = 0; i < t->ncopies; i++) {  // in issue order, keeping the rest in order
+        EmuCopy c = t->copies[i];
+        if (c.group < t->groups_committed - N) {
+            if (c.zero) memset(c.dst, 0, 16);
+            else memcpy(c.dst, c.src, 16);
+        } else {
+            t->copies[kept++] = c;
+        }
+    }
+    t->ncopies = kept;
+}
+
 static bool emu_reverse;  // CUDA_EMU_REVERSE=1
 
 static void emu_run_block(void) {
@@ -278,6 +482,9 @@ static void emu_run_block(void) {
         t->tid = uint3(i % emu.block_dim.x, (i / emu.block_dim.x) % emu.block_dim.y,
                        i / (emu.block_dim.x * emu.block_dim.y));
         t->state = EMU_RUNNABLE;
+        t->warp_op = "";
+        t->ncopies = 0;
+        t->groups_committed = 0;
     }
     emu.block_gen = 0;
     emu.block_acc[0] = emu.block_acc[1] = 0;
@@ -299,12 +506,13 @@ static void emu_run_block(void) {
                 done += s == EMU_DONE;
             }
             if (waiting == size) {
+                emu_check_warp_op(w);
                 for (int l = 0; l < size; l++) emu.threads[w * 32 + l].state = EMU_RUNNABLE;
                 emu.warp_gen[w]++;
                 released = true;
             } else if (waiting > 0 && waiting + done == size) {
                 emu.cur = &emu.threads[w * 32];
-                emu_fatal("a warp shuffle that some lanes of the warp never reach (they exited)");
+                emu_fatal("a warp instruction (shuffle, mma, ldmatrix) that some lanes of the warp never reach (they exited)");
             }
         }
         if (released) continue;
