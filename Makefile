@@ -133,7 +133,17 @@ endif
 
 # GPU checks (dev/gpu_check.cu): every kernel and the whole model against the CPU, then timings;
 # build/gpu_check_cublas times cuBLAS on the same matrix products, for comparison.
-gpu-checks: build/gpu_check
+# build/instruction_check (dev/instruction_check.cu): the tensor-core instructions the bf16
+# kernels use against their definitions; on a GPU it checks our reading of the PTX ISA, on the
+# emulator (build/emu/instruction_check) the emulator's.
+gpu-checks: build/gpu_check build/instruction_check
+
+build/instruction_check: dev/instruction_check.cu train_gpu.cu $(HEADERS) $(NVCC_STAMP)
+ifeq ($(NVCC),)
+	@echo "skipped: build/instruction_check (nvcc not found)"; exit 1
+else
+	$(NVCC) $(NVCC_FLAGS) -o $@ dev/instruction_check.cu
+endif
 
 build/gpu_check: dev/gpu_check.cu train_gpu.cu train_cpu.c $(HEADERS) $(NVCC_STAMP)
 ifeq ($(NVCC),)
@@ -155,13 +165,18 @@ endif
 # build/emu/train_gpu the whole training program, with train_gpu's command line.
 EMU_CXXFLAGS := -std=c++17 -g $(filter -fopenmp,$(CFLAGS)) -fsanitize=address,undefined -fno-sanitize-recover=undefined \
                 -include dev/cuda_emu.h -I.
-gpu-emu: build/emu/gpu_check
+gpu-emu: build/emu/gpu_check build/emu/instruction_check
 train_gpu_emu: build/emu/train_gpu
 
 build/emu/gpu_check: dev/gpu_check.cu train_gpu.cu train_cpu.c $(HEADERS) dev/cuda_emu.h dev/cuda_emu.py
 	@mkdir -p build/emu
 	$(PYTHON) dev/cuda_emu.py dev/gpu_check.cu build/emu/gpu_check.cpp
 	$(CXX) -O1 $(EMU_CXXFLAGS) build/emu/gpu_check.cpp -o $@
+
+build/emu/instruction_check: dev/instruction_check.cu train_gpu.cu $(HEADERS) dev/cuda_emu.h dev/cuda_emu.py
+	@mkdir -p build/emu
+	$(PYTHON) dev/cuda_emu.py dev/instruction_check.cu build/emu/instruction_check.cpp
+	$(CXX) -O1 $(EMU_CXXFLAGS) build/emu/instruction_check.cpp -o $@
 
 build/emu/train_gpu: train_gpu.cu $(HEADERS) dev/cuda_emu.h dev/cuda_emu.py | data
 	@mkdir -p build/emu

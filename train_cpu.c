@@ -192,8 +192,11 @@ static const Trainer CPU_TRAINER = {
 
 int main(int argc, char** argv) {
     TrainConfig cfg = train_config_parse(argc, argv, train_config_defaults(0));
+    if (cfg.precision != NULL && strcmp(cfg.precision, "fp32") != 0) {
+        fail("train_cpu computes in float32 only: -p %s is for train_gpu", cfg.precision);
+    }
     Run run;
-    run_open(&run, cfg);  // the model (fresh, loaded or resumed), the data, -o DIR
+    run_open(&run, cfg, NULL);  // the model (fresh, loaded or resumed), the data, -o DIR
     GPT2* model = &run.model;  // trained where it is, in host memory
     gpt2_allocate_activations(model, cfg.B, cfg.T);
     run_train(&run, &CPU_TRAINER, model);

@@ -3,14 +3,20 @@
 # measure, in one command, every raw output written into OUTDIR (seven files at most):
 #
 #   env        env.txt        nvidia-smi -L and -q summary, driver, nvcc, the CPU, the commit
-#   build      build.txt      train_cpu, train_gpu, build/gpu_check and build/gpu_check_cublas for
-#                             this machine's GPU (GPU_ARCH from nvidia-smi), data from DATA_DIR
-#   gpu        gpu_test.txt   test/test_gpu.sh: every kernel and the model against the CPU with
-#                             timings at GPT-2 124M's shapes and the device copy bandwidth
-#                             (build/gpu_check), compute-sanitizer memcheck, racecheck, synccheck
-#                             and initcheck, train_gpu against train_cpu, resume
-#   train      train_gpu.txt  ./train_gpu as a user runs it: d12, T=1024, B=8, 100 steps
-#   cublas     cublas.txt     build/gpu_check_cublas copy matmul: cuBLAS on the same matmul shapes
+#   build      build.txt      train_cpu, train_gpu, build/gpu_check, build/instruction_check and
+#                             build/gpu_check_cublas for this machine's GPU (GPU_ARCH from
+#                             nvidia-smi), data from DATA_DIR
+#   gpu        gpu_test.txt   test/test_gpu.sh: the tensor-core instructions against their
+#                             definitions (build/instruction_check), every kernel and the model
+#                             against the CPU with timings at GPT-2 124M's shapes, the bf16 path's
+#                             and the device copy bandwidth (build/gpu_check), compute-sanitizer
+#                             memcheck, racecheck, synccheck and initcheck, train_gpu against
+#                             train_cpu in fp32 and bf16, resume
+#   train      train_gpu.txt  ./train_gpu as a user runs it: d12, T=1024, B=8, 100 steps (bf16 on
+#                             8.0+); then 10 steps of -p bf16 and of -p fp32 at the largest B that
+#                             train_gpu computes fits
+#   cublas     cublas.txt     build/gpu_check_cublas copy matmul matmul_bf16: cuBLAS (float32 and
+#                             bf16) on the same matmul shapes as ours, timed in the same call
 #   bench      bench_gpu.txt  make bench-gpu: train_cpu against train_gpu, d2..d12, this CPU named
 #   test       test.txt       make test, offline (TEST_OFFLINE=1: what it would install is skipped)
 #
@@ -85,11 +91,22 @@ env_report() {
   echo "commit: $(git log -1 --format='%h %s' 2>/dev/null)"
 }
 export -f env_report
+train_report() {
+  ./train_gpu || return 1
+  local p b
+  for p in bf16 fp32; do
+    b=$(./train_gpu -p $p -x 0 -v 0 -s 0 | sed -n 's/^largest batch .*: B=\([0-9]*\)$/\1/p')
+    echo; echo "--- ./train_gpu -p $p at the largest batch that fits: B=${b:-?}"
+    [ -n "$b" ] && [ "$b" -gt 0 ] || return 1
+    ./train_gpu -p $p -b "$b" -x 10 -v 0 -s 0 || return 1
+  done
+}
+export -f train_report
 stage env env.txt 20 env_report
-stage build build.txt 180 'make -j"$(nproc)" train_cpu train_gpu build/gpu_check build/gpu_check_cublas'
+stage build build.txt 180 'make -j"$(nproc)" train_cpu train_gpu build/gpu_check build/instruction_check build/gpu_check_cublas'
 stage gpu gpu_test.txt 240 'bash test/test_gpu.sh'
-stage train train_gpu.txt 120 './train_gpu'
-stage cublas cublas.txt 60 'build/gpu_check_cublas copy matmul'
+stage train train_gpu.txt 150 train_report
+stage cublas cublas.txt 60 'build/gpu_check_cublas copy matmul matmul_bf16'
 stage bench bench_gpu.txt 150 'make bench-gpu && cat doc/results/gpu_speedup.md'
 stage test test.txt 300 'TEST_OFFLINE=1 make test'
 echo "=== summary ($out/summary.txt)"

@@ -6,6 +6,8 @@
 //   build/gpu_check matmul attention            only these; names: copy (the device's copy
 //                                               bandwidth, timing only) encoder layernorm matmul
 //                                               attention gelu residual classifier clip adamw model
+//                                               matmul_bf16 attention_bf16 model_bf16 (the bf16 path)
+//                                               memory (d12's bytes and largest batch, per precision)
 //   build/gpu_check_cublas matmul               the matmuls timed with cuBLAS (USE_CUBLAS), to
 //                                               compare with ours on the same shapes
 //   build/gpu_check --device                    print the device and exit (1: there is none)
@@ -550,6 +552,347 @@ static void check_model(GPT2Config config, int B, int T, int steps) {
     gpt2_free(&cpu);
 }
 
+// ---------- the bf16 path ----------
+//
+// Tolerances, from bf16's 8 significant bits: rounding a value to bf16 changes it by at most half
+// a unit in its last place, which is 2^-8 of the value at worst (just above a power of two); the
+// checks allow exactly that, 2^-8 of the value, for the one rounding of an output. Products of two bf16 numbers are exact in float32, so a tensor-core product differs
+// from the exact sum of the same bf16 inputs only by float32 rounding in the sum (its order is
+// the hardware's): at most K * 2^-24 of sum |a_k b_k| in the worst case; 1e-5 of it is allowed
+// (170 times float32's epsilon, enough for K in the thousands, and still far below the O(1)
+// errors a wrong index gives). The reference gets the same bf16 inputs as the GPU, so what is
+// checked is the kernel, not bf16's rounding of its inputs.
+
+static const float BF16_RTOL = 1.0f / 256;  // 2^-8: one rounding to bf16
+
+static float max_abs(const float* x, size_t n) {
+    float m = 0.0f;
+    for (size_t i = 0; i < n; i++) m = fmaxf(m, fabsf(x[i]));
+    return m;
+}
+
+// Rounds x in place to the nearest bf16 (so the CPU reference reads what the GPU reads) and
+// returns a device copy in bf16.
+static bf16* to_device_bf16(float* x, size_t n) {
+    bf16* h = (bf16*)malloc_check(n * sizeof(bf16));
+    for (size_t i = 0; i < n; i++) {
+        h[i] = __float2bfloat16(x[i]);
+        x[i] = __bfloat162float(h[i]);
+    }
+    bf16* d;
+    cuda_check(cudaMalloc((void**)&d, n * sizeof(bf16)));
+    cuda_check(cudaMemcpy(d, h, n * sizeof(bf16), cudaMemcpyHostToDevice));
+    free(h);
+    return d;
+}
+static bf16* device_poisoned_bf16(size_t n) {
+    bf16* d;
+    cuda_check(cudaMalloc((void**)&d, n * sizeof(bf16)));
+    cuda_check(cudaMemset(d, 0xff, n * sizeof(bf16)));  // NaN
+    return d;
+}
+static float* to_host_bf16(const bf16* d, size_t n) {
+    bf16* h = (bf16*)malloc_check(n * sizeof(bf16));
+    cuda_check(cudaMemcpy(h, d, n * sizeof(bf16), cudaMemcpyDeviceToHost));
+    float* x = (float*)malloc_check(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = __bfloat162float(h[i]);
+    free(h);
+    return x;
+}
+
+static double gelu_ref(double x) { return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))); }
+static double gelu_grad_ref(double x) {
+    double th = tanh(0.7978845608028654 * (x + 0.044715 * x * x * x));
+    return 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * x * x);
+}
+
+enum { MMA_PLAIN, MMA_BIAS_RESIDUAL, MMA_GELU, MMA_GELU_BACKWARD, MMA_F32_ACCUMULATE, MMA_VARIANTS };
+static const char* MMA_VARIANT_NAMES[MMA_VARIANTS] = {"plain", "bias+residual", "gelu", "gelu backward", "f32 +="};
+
+// One product C (M, N) = op(A) op(B) through matmul_mma, with the given layouts and epilogue,
+// against a double-precision reference on the same bf16 inputs.
+static void check_matmul_mma(int M, int N, int K, bool ta, bool tb, int variant) {
+    char what[96];
+    snprintf(what, sizeof(what), "mma %dx%dx%d %s%s %s", M, N, K, ta ? "T" : "N", tb ? "T" : "N",
+             MMA_VARIANT_NAMES[variant]);
+    float* a = host_random((size_t)M * K, -1, 1);
+    float* b = host_random((size_t)K * N, -1, 1);
+    bf16 *d_a = to_device_bf16(a, (size_t)M * K), *d_b = to_device_bf16(b, (size_t)K * N);
+    long long lda = ta ? M : K, ldb = tb ? K : N;
+    // the exact product and the size of its terms
+    double* ref = (double*)malloc_check((size_t)M * N * sizeof(double));
+    double max_terms = 0.0;
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+            double sum = 0.0, terms = 0.0;
+            for (int k = 0; k < K; k++) {
+                double p = (double)a[ta ? (size_t)k * lda + m : (size_t)m * lda + k] *
+                           (double)b[tb ? (size_t)n * ldb + k : (size_t)k * ldb + n];
+                sum += p;
+                terms += fabs(p);
+            }
+            ref[(size_t)m * N + n] = sum;
+            if (terms > max_terms) max_terms = terms;
+        }
+    float atol = 1e-5f * (float)max_terms + 1e-6f;
+    size_t MN = (size_t)M * N;
+    float* expect = (float*)malloc_check(MN * sizeof(float));
+    float* bias = host_random(N, -1, 1);
+    float* extra = host_random(MN, -2, 2);  // residual, GELU's input, or the old C
+    float* d_bias = to_device(bias, N);
+    bf16* d_extra16 = to_device_bf16(extra, MN);
+    MmaArgs g = mma_args(d_a, lda, d_b, ldb, NULL, N, M, N, K);
+    float* got = NULL;
+    if (variant == MMA_F32_ACCUMULATE) {
+        float* d_c = to_device(extra, MN);  // the bf16-rounded values, as float32
+        g.C = d_c;
+        g.accumulate = 1;
+        matmul_mma(g, ta, tb, true);
+        for (size_t i = 0; i < MN; i++) expect[i] = (float)(extra[i] + ref[i]);
+        got = to_host(d_c, MN);
+        compare_host(what, got, expect, MN, atol, 1e-6f, NULL);
+        cuda_check(cudaFree(d_c));
+    } else {
+        bf16* d_c = device_poisoned_bf16(MN);
+        bf16* d_aux = variant == MMA_GELU ? device_poisoned_bf16(MN) : NULL;
+        g.C = d_c;
+        if (variant == MMA_BIAS_RESIDUAL) { g.bias = d_bias; g.residual = d_extra16; }
+        if (variant == MMA_GELU) { g.bias = d_bias; g.aux = d_aux; g.epilogue = EPI_GELU; }
+        if (variant == MMA_GELU_BACKWARD) { g.aux = d_extra16; g.epilogue = EPI_GELU_BACKWARD; }
+        matmul_mma(g, ta, tb, false);
+        got = to_host_bf16(d_c, MN);
+        float* pre = NULL;
+        if (variant == MMA_GELU) {
+            // the pre-activation first; then GELU of what was stored, as the kernel computes it
+            pre = to_host_bf16(d_aux, MN);
+            for (size_t i = 0; i < MN; i++) expect[i] = (float)(ref[i] + bias[i % N]);
+            snprintf(what + strlen(what), sizeof(what) - strlen(what), " pre");
+            compare_host(what, pre, expect, MN, atol, BF16_RTOL, NULL);
+            what[strlen(what) - 4] = '\0';
+            for (size_t i = 0; i < MN; i++) expect[i] = (float)gelu_ref(pre[i]);
+            compare_host(what, got, expect, MN, 1e-6f, BF16_RTOL, NULL);
+        } else {
+            for (size_t i = 0; i < MN; i++) {
+                double v = ref[i];
+                if (variant == MMA_BIAS_RESIDUAL) v += bias[i % N] + extra[i];
+                if (variant == MMA_GELU_BACKWARD) v *= gelu_grad_ref(extra[i]);
+                expect[i] = (float)v;
+            }
+            compare_host(what, got, expect, MN, atol * 1.2f, BF16_RTOL, NULL);  // gelu' <= 1.13
+        }
+        free(pre);
+        cuda_check(cudaFree(d_c));
+        cuda_check(cudaFree(d_aux));
+    }
+    free(a); free(b); free(ref); free(expect); free(bias); free(extra); free(got);
+    cuda_check(cudaFree(d_a)); cuda_check(cudaFree(d_b)); cuda_check(cudaFree(d_bias)); cuda_check(cudaFree(d_extra16));
+}
+
+// Every layout and epilogue at sizes that exercise the edges, in both tile sizes (as for the SGEMM).
+static void check_matmul_mma_small(void) {
+    int num_sms = gpu_num_sms;
+    const int shapes[][3] = {
+        {37, 67, 45},     // nothing a multiple of 8: rows not 16-byte aligned, element-wise loads
+        {64, 128, 64},    // aligned and whole tiles: cp.async everywhere
+        {200, 136, 328},  // partial tiles at every edge, k over several pipeline stages
+        {5, 8, 1},        // tiny: one k
+    };
+    for (int pass = 0; pass < 2; pass++) {
+        gpu_num_sms = pass == 0 ? num_sms : 1;
+        printf("(%s tiles)\n", pass == 0 ? "64x64" : "128x128");
+        for (int s = 0; s < 4; s++)
+            for (int layout = 0; layout < 4; layout++) {
+                check_matmul_mma(shapes[s][0], shapes[s][1], shapes[s][2], layout & 1, layout & 2, MMA_PLAIN);
+            }
+        for (int variant = MMA_BIAS_RESIDUAL; variant < MMA_VARIANTS; variant++) {
+            check_matmul_mma(200, 136, 328, variant == MMA_F32_ACCUMULATE, false, variant);
+            check_matmul_mma(37, 67, 45, false, true, variant);
+        }
+    }
+    gpu_num_sms = num_sms;
+}
+
+// One timing line of the bf16 path: TFLOP/s and % of the bf16 tensor-core peak.
+static void report_bf16(const char* what, double ms, double flops) {
+    printf("  time %-34s GPU %8.3f ms %7.2f TFLOP/s (%4.1f%% of bf16 peak)\n", what, ms, flops / ms / 1e9,
+           100.0 * flops / (ms * 1e-3) / gpu_peak_flops_bf16());
+}
+
+// The bf16 linear layers of GPT-2 124M, timed as the model calls them (forward, then backward's
+// two products), with cuBLAS's bf16 GEMM on the same shapes in the USE_CUBLAS build.
+static void time_matmul_bf16(const char* name, int N, int C, int OC) {
+    size_t NC = (size_t)N * C, NOC = (size_t)N * OC, OCC = (size_t)OC * C;
+    float *inp = host_random(NC, -1, 1), *w = host_random(OCC, -1, 1), *dout = host_random(NOC, -1, 1);
+    bf16 *d_inp = to_device_bf16(inp, NC), *d_w = to_device_bf16(w, OCC), *d_dout = to_device_bf16(dout, NOC);
+    bf16 *d_out = device_poisoned_bf16(NOC), *d_dinp = device_poisoned_bf16(NC);
+    float* d_dw = to_device(w, OCC);
+    double flops = 2.0 * N * C * OC;
+    char what[96];
+    snprintf(what, sizeof(what), "mma %s forward", name);
+    report_bf16(what, gpu_ms([&] { matmul_forward_bf16(d_out, d_inp, d_w, NULL, NULL, N, C, OC); }), flops);
+    snprintf(what, sizeof(what), "mma %s backward", name);
+    report_bf16(what, gpu_ms([&] { matmul_backward_bf16(d_dinp, d_dw, NULL, d_dout, d_inp, d_w, NULL, N, C, OC); }), 2 * flops);
+#ifdef USE_CUBLAS
+    // row-major C = A B^T is column-major C^T = B A^T: cuBLAS's (OC x C)^T-free form, as gemm_gpu does
+    float one = 1.0f, zero = 0.0f;
+    snprintf(what, sizeof(what), "cublas bf16 %s forward", name);
+    report_bf16(what, gpu_ms([&] {
+        cublas_check(cublasGemmEx(cublas_handle, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, &one, d_w, CUDA_R_16BF, C,
+                                  d_inp, CUDA_R_16BF, C, &zero, d_out, CUDA_R_16BF, OC, CUBLAS_COMPUTE_32F,
+                                  CUBLAS_GEMM_DEFAULT));
+    }), flops);
+    snprintf(what, sizeof(what), "cublas bf16 %s backward", name);
+    report_bf16(what, gpu_ms([&] {
+        cublas_check(cublasGemmEx(cublas_handle, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, &one, d_w, CUDA_R_16BF, C,
+                                  d_dout, CUDA_R_16BF, OC, &zero, d_dinp, CUDA_R_16BF, C, CUBLAS_COMPUTE_32F,
+                                  CUBLAS_GEMM_DEFAULT));
+        cublas_check(cublasGemmEx(cublas_handle, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, &one, d_inp, CUDA_R_16BF, C,
+                                  d_dout, CUDA_R_16BF, OC, &one, d_dw, CUDA_R_32F, C, CUBLAS_COMPUTE_32F,
+                                  CUBLAS_GEMM_DEFAULT));
+    }), 2 * flops);
+#endif
+    free(inp); free(w); free(dout);
+    cuda_check(cudaFree(d_inp)); cuda_check(cudaFree(d_w)); cuda_check(cudaFree(d_dout));
+    cuda_check(cudaFree(d_out)); cuda_check(cudaFree(d_dinp)); cuda_check(cudaFree(d_dw));
+}
+
+// Flash attention against the CPU's attention (gpt2/cpu_layers.h, float32, which stores the
+// scores) on the same bf16 inputs: out (rounded once to bf16: rtol 2^-8), lse (float32 on both
+// sides: 2^-16 of its largest value), dq, dk, dv (rounded once each). atol: 2^-13 of the largest
+// value of the output (of the three gradients, for the backward), about 100 times the float32
+// noise of sums in another order and of exp2f, and far below the O(1) errors of a wrong mask or
+// index. One correction makes the comparison fair:
+// the GPU's backward computes D_i = dO_i . o_i from the bf16 output it stored, where the CPU in
+// effect uses its exact float32 output; dS = P (dP - D) is linear in D, so the CPU's dq and dk
+// get the exact effect of the GPU's D added (-scale dD_i sum_j P_ij k_j, and the same for dk):
+// the CPU's backward given the GPU's output, held to the tolerances above. Also: two backward
+// runs must give the same bits (no atomics).
+static void check_attention_bf16(int B, int T, int C, int NH, int bench) {
+    int hs = C / NH;
+    printf("attention bf16 (flash) B=%d T=%d C=%d NH=%d, head size %d\n", B, T, C, NH, hs);
+    size_t BT = (size_t)B * T, n_qkv = BT * 3 * C, n_out = BT * C, n_lse = (size_t)B * NH * T;
+    size_t n_att = (size_t)B * NH * T * T;
+    float scale = 1.0f / sqrtf((float)hs);
+    float* qkv = host_random(n_qkv, -2, 2);
+    bf16* d_qkv = to_device_bf16(qkv, n_qkv);
+    float *out = host_zeros(n_out), *preatt = host_zeros(n_att), *att = host_zeros(n_att);
+    attention_forward(out, preatt, att, qkv, B, T, C, NH);
+    float* lse = (float*)malloc_check(n_lse * sizeof(float));
+    for (size_t r = 0; r < n_lse; r++) {  // row r = (b NH + h) T + t of preatt holds scores 0..t
+        const float* s = preatt + r * T;
+        int t = (int)(r % T);
+        double m = -INFINITY, sum = 0.0;
+        for (int j = 0; j <= t; j++) m = fmax(m, s[j]);
+        for (int j = 0; j <= t; j++) sum += exp(s[j] - m);
+        lse[r] = (float)(m + log(sum));
+    }
+    bf16* d_out = device_poisoned_bf16(n_out);
+    float* d_lse = device_poisoned(n_lse);
+    flash_attention_forward(d_out, d_lse, d_qkv, B, T, C, NH);
+    float* out_gpu = to_host_bf16(d_out, n_out);
+    compare_host("flash forward out", out_gpu, out, n_out, max_abs(out, n_out) / 8192, BF16_RTOL, NULL);
+    compare("flash forward lse", d_lse, lse, n_lse, max_abs(lse, n_lse) / 65536, 0.0f);
+
+    float* dout = host_random(n_out, -2, 2);
+    bf16* d_dout = to_device_bf16(dout, n_out);
+    float *dqkv = host_zeros(n_qkv), *dpreatt = host_zeros(n_att), *datt = host_zeros(n_att);
+    attention_backward(dqkv, dpreatt, datt, dout, qkv, att, B, T, C, NH);
+    for (int b = 0; b < B; b++)  // the CPU's dq and dk given the GPU's D (above)
+        for (int h = 0; h < NH; h++)
+            for (int i = 0; i < T; i++) {
+                size_t oi = ((size_t)b * T + i) * C + h * hs;
+                double dD = 0.0;
+                for (int d = 0; d < hs; d++) dD += (double)dout[oi + d] * ((double)out_gpu[oi + d] - out[oi + d]);
+                const float* q = qkv + ((size_t)b * T + i) * 3 * C + h * hs;
+                float* dq = dqkv + ((size_t)b * T + i) * 3 * C + h * hs;
+                for (int j = 0; j <= i; j++) {
+                    double w = -scale * dD * att[(((size_t)b * NH + h) * T + i) * T + j];
+                    const float* k = qkv + ((size_t)b * T + j) * 3 * C + C + h * hs;
+                    float* dk = dqkv + ((size_t)b * T + j) * 3 * C + C + h * hs;
+                    for (int d = 0; d < hs; d++) {
+                        dq[d] += (float)(w * k[d]);
+                        dk[d] += (float)(w * q[d]);
+                    }
+                }
+            }
+    bf16 *d_dqkv = device_poisoned_bf16(n_qkv), *d_dqkv2 = device_poisoned_bf16(n_qkv);
+    flash_attention_backward(d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, C, NH);
+    flash_attention_backward(d_dqkv2, d_dout, d_qkv, d_out, d_lse, B, T, C, NH);
+    float *dqkv_gpu = to_host_bf16(d_dqkv, n_qkv), *dqkv_gpu2 = to_host_bf16(d_dqkv2, n_qkv);
+    // atol from the largest of all three gradients: dq and dk may be all zero up to float32 noise
+    // (at T = 1 the softmax has one entry, whose gradient vanishes), dv = P^T dO never is
+    const char* names[3] = {"flash backward dq", "flash backward dk", "flash backward dv"};
+    unsigned char* mask = (unsigned char*)malloc_check(n_qkv);
+    float maxref = max_abs(dqkv, n_qkv);
+    for (int p = 0; p < 3; p++) {
+        for (size_t i = 0; i < n_qkv; i++) mask[i] = (i % (3 * C)) / C == (size_t)p;
+        compare_host(names[p], dqkv_gpu, dqkv, n_qkv, maxref / 8192, BF16_RTOL, mask);
+    }
+    int same = memcmp(dqkv_gpu, dqkv_gpu2, n_qkv * sizeof(float)) == 0;
+    printf("  %s flash backward twice             %s\n", same ? "ok  " : "FAIL", same ? "the same bits" : "different bits");
+    if (!same) failures++;
+    if (bench) {
+        // useful flops of causal attention: half of the 2 T^2 hs of each of the forward's two products
+        // per head, and of the backward's five (S again, dP, dV, dK, dQ)
+        double fwd = 2.0 * B * NH * (double)T * T * hs, bwd = 2.5 * fwd;
+        report_bf16("flash attention forward", gpu_ms([&] { flash_attention_forward(d_out, d_lse, d_qkv, B, T, C, NH); }), fwd);
+        report_bf16("flash attention backward", gpu_ms([&] {
+            flash_attention_backward(d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, C, NH);
+        }), bwd);
+    }
+    free(qkv); free(out); free(preatt); free(att); free(lse); free(out_gpu); free(dout); free(dqkv);
+    free(dpreatt); free(datt); free(dqkv_gpu); free(dqkv_gpu2); free(mask);
+    cuda_check(cudaFree(d_qkv)); cuda_check(cudaFree(d_out)); cuda_check(cudaFree(d_lse));
+    cuda_check(cudaFree(d_dout)); cuda_check(cudaFree(d_dqkv)); cuda_check(cudaFree(d_dqkv2));
+}
+
+// The bf16 model against train_cpu's float32 one, same weights and batch: the loss, then every
+// parameter gradient as a whole tensor, ||gpu - cpu|| / ||cpu||. bf16 rounds every activation
+// and activation gradient, at every layer, by up to u = 2^-8 of itself, errors that are
+// independent from value to value: a gradient, built from a few such roundings along the way
+// from the loss, is off by about u to 2u in norm (0.4-0.8%), the loss, a mean over B*T
+// positions, by far less. Allowed: gradients 0.02 (5u) of their norm, the loss 1e-3 relative;
+// an error in a layer's backward is of the order of the whole gradient.
+static void check_model_bf16(GPT2Config config, int B, int T) {
+    printf("model bf16 L=%d NH=%d C=%d V=%d Vp=%d, B=%d T=%d\n", config.num_layers, config.num_heads,
+           config.channels, config.vocab_size, config.padded_vocab_size, B, T);
+    GPT2 cpu;
+    gpt2_build_fresh(&cpu, config, 42);
+    GPT2BF16 gpu;
+    gpt2_build_bf16(&gpu, &cpu, B, T);
+    size_t BT = (size_t)B * T;
+    int* inputs = host_tokens(BT, config.vocab_size);
+    int* targets = host_tokens(BT, config.vocab_size);
+    gpt2_forward(&cpu, inputs, targets, B, T);
+    gpt2_forward_bf16(&gpu.base, inputs, targets, B, T);
+    compare_scalar("model bf16 loss", gpu.base.mean_loss, cpu.mean_loss, 0.0, 1e-3);
+    gpt2_zero_grad(&cpu);
+    gpt2_backward(&cpu);
+    gpt2_zero_grad_gpu(&gpu.base);
+    gpt2_backward_bf16(&gpu.base);
+    float* g = to_host(gpu.base.grads_memory, gpu.base.num_parameters);
+    size_t offset = 0;
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        size_t n = cpu.param_sizes[k];
+        double diff = 0.0, norm = 0.0;
+        for (size_t i = 0; i < n; i++) {
+            double d = (double)g[offset + i] - cpu.grads_memory[offset + i];
+            diff += d * d;
+            norm += (double)cpu.grads_memory[offset + i] * cpu.grads_memory[offset + i];
+        }
+        double rel = norm > 0 ? sqrt(diff / norm) : sqrt(diff);
+        int ok = rel <= 0.02;  // false for NaN
+        printf("  %s grad %-29s relative error %.4f (allowed 0.02)\n", ok ? "ok  " : "FAIL", PARAMETERS[k].name, rel);
+        if (!ok) failures++;
+        offset += n;
+    }
+    free(g);
+    free(inputs);
+    free(targets);
+    gpt2_free_bf16(&gpu);
+    gpt2_free(&cpu);
+}
+
 // ---------- main ----------
 
 // gemm_gpu picks 128x128 tiles when there are enough of them for the SMs: pretending the GPU has
@@ -594,12 +937,12 @@ int main(int argc, char** argv) {
         else if (strcmp(argv[i], "--device") == 0) device_only = 1;
         else if (argv[i][0] == '-') {
             fprintf(stderr, "usage: %s [--quick | --device] [copy encoder layernorm matmul attention gelu residual "
-                    "classifier clip adamw model]\n", argv[0]);
+                    "classifier clip adamw model matmul_bf16 attention_bf16 model_bf16 memory]\n", argv[0]);
             return 1;
         }
     }
     gpu_init();  // no device: one line, exit 1
-    gpu_print_info();
+    gpu_print_info(0);
     if (device_only) return 0;
     int bench = !quick;
     // GPT-2 124M's shapes, with a batch that the CPU reference finishes in seconds
@@ -651,6 +994,48 @@ int main(int argc, char** argv) {
     if (wanted(argc, argv, "model")) {
         check_model(tiny_config(), 3, 61, quick ? 3 : 10);
         if (!quick) check_model(gpt2_config_for_depth(12), 2, 64, 10);
+    }
+    if (wanted(argc, argv, "matmul_bf16")) {
+        check_matmul_mma_small();
+        if (!quick) {
+            const int N = B * T;
+            time_matmul_bf16("qkv", N, C, 3 * C);
+            time_matmul_bf16("attproj", N, C, C);
+            time_matmul_bf16("fc", N, C, 4 * C);
+            time_matmul_bf16("fcproj", N, 4 * C, C);
+            time_matmul_bf16("classifier", N, C, Vp);
+        }
+    }
+    if (wanted(argc, argv, "attention_bf16")) {
+        // every compiled head size; T below, at and past the 64-row blocks and 32-row tiles; T = 1
+        check_attention_bf16(2, 29, 32, 2, 0);
+        check_attention_bf16(1, 70, 64, 2, 0);
+        check_attention_bf16(2, 67, 128, 2, 0);
+        check_attention_bf16(1, 33, 256, 2, 0);
+        check_attention_bf16(1, 1, 64, 1, 0);
+        check_attention_bf16(1, 150, 64, 4, 0);
+        if (!quick) check_attention_bf16(B, T, C, NH, bench);
+    }
+    if (!quick && wanted(argc, argv, "memory")) {
+        // what GPT-2 124M at T=1024 needs, per precision, and the largest B this GPU holds
+        GPT2Config d12 = gpt2_config_for_depth(12);
+        size_t n = 0, sizes[NUM_PARAMETER_TENSORS], layer[NUM_PARAMETER_TENSORS];
+        parameter_sizes(sizes, layer, d12);
+        n = sum_sizes(sizes, NUM_PARAMETER_TENSORS);
+        size_t total = gpu_info.prop.totalGlobalMem, usable = total - ((size_t)1 << 30);  // 1 GiB: CUDA's own
+        printf("memory of d12 at T=1024, of %.1f GiB less 1 GiB for CUDA itself\n", total / 1073741824.0);
+        printf("  fp32: %.2f GiB + %.3f GiB per sequence: largest B = %d\n",
+               gpt2_fp32_bytes(d12, n, 0, 1024) / 1073741824.0,
+               (gpt2_fp32_bytes(d12, n, 2, 1024) - gpt2_fp32_bytes(d12, n, 1, 1024)) / 1073741824.0,
+               largest_batch(gpt2_fp32_bytes, d12, n, 1024, usable));
+        printf("  bf16: %.2f GiB + %.3f GiB per sequence: largest B = %d\n",
+               gpt2_bf16_bytes(d12, n, 0, 1024) / 1073741824.0,
+               (gpt2_bf16_bytes(d12, n, 2, 1024) - gpt2_bf16_bytes(d12, n, 1, 1024)) / 1073741824.0,
+               largest_batch(gpt2_bf16_bytes, d12, n, 1024, usable));
+    }
+    if (wanted(argc, argv, "model_bf16")) {
+        check_model_bf16(tiny_config(), 3, 61);
+        if (!quick) check_model_bf16(gpt2_config_for_depth(12), 2, 64);
     }
     if (failures > 0) {
         printf("gpu_check: %d FAILED\n", failures);

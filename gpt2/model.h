@@ -284,6 +284,7 @@ typedef struct {
     int* inputs;               // (B, T) of the last forward pass
     int* targets;              // (B, T), when the last forward pass had targets
     float* cpu_losses;         // train_gpu.cu only: a host copy of acts.losses
+    size_t device_bytes;       // train_gpu.cu only: the GPU memory this model holds
     float mean_loss;           // of the last forward pass; -1 when it had no targets
 } GPT2;
 

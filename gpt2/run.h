@@ -45,6 +45,7 @@ typedef struct {
     int resume;                   // -y
     uint64_t seed;                // -S
     int shuffle;                  // -R
+    const char* precision;        // -p: train_gpu's arithmetic, fp32 or bf16; NULL: the program's default
 } TrainConfig;
 
 // The default runs, both on Tiny Shakespeare. train_cpu: a 4-layer GPT-2 (C=256, 4 heads, 16M
@@ -74,6 +75,7 @@ static inline TrainConfig train_config_defaults(int on_gpu) {
     c.resume = 0;
     c.seed = 1337;
     c.shuffle = 0;
+    c.precision = NULL;
     return c;
 }
 
@@ -100,6 +102,8 @@ static inline void print_usage(const char* prog, TrainConfig d) {
             "  -y 1      resume from the latest checkpoint and state in -o (default %d)\n"
             "  -S SEED   random seed for initialisation, shuffling and sampling (default %llu)\n"
             "  -R 1      shuffle the order of batches, from the seed (default %d)\n"
+            "  -p P      arithmetic: fp32, or bf16 (train_gpu only: mixed precision on tensor cores; its default\n"
+            "            on GPUs of compute capability 8.0 and newer)\n"
             "  -h        this help\n",
             prog, d.train_file, d.val_file, d.init, d.tokenizer_file, d.B, d.T, d.max_steps,
             d.learning_rate, d.warmup_steps, d.final_lr_frac, d.weight_decay, d.val_every,
@@ -138,6 +142,7 @@ static inline TrainConfig train_config_parse(int argc, char** argv, TrainConfig 
             case 'y': c.resume = parse_int_arg(flag, val, 0); break;
             case 'S': c.seed = (uint64_t)parse_int_arg(flag, val, 0); break;
             case 'R': c.shuffle = parse_int_arg(flag, val, 0); break;
+            case 'p': c.precision = val; break;
             default: fail("unknown option %s (see -h)", flag);
         }
     }
@@ -255,9 +260,9 @@ static TrainState run_resume(Run* run) {
 }
 
 // Opens a run: every input is checked first (the model, -t against its context, the token files,
-// a resumed state), and only then is -o DIR made and its main.log opened, so that a run that
-// cannot start leaves nothing behind.
-static inline void run_open(Run* run, TrainConfig cfg) {
+// a resumed state, and whatever check_model, if not NULL, asks of the model's shape), and only
+// then is -o DIR made and its main.log opened, so that a run that cannot start leaves nothing behind.
+static inline void run_open(Run* run, TrainConfig cfg, void (*check_model)(GPT2Config)) {
     memset(run, 0, sizeof(*run));
     run->cfg = cfg;
     run->sample_rng = seed_mix(cfg.seed, 0x5a3b1e, 0);
@@ -267,6 +272,7 @@ static inline void run_open(Run* run, TrainConfig cfg) {
     else gpt2_build(&run->model, cfg.init, cfg.seed);
     GPT2Config mc = run->model.config;
     if (cfg.T > mc.max_seq_len) fail("-t %d is longer than the model's context maxT=%d", cfg.T, mc.max_seq_len);
+    if (check_model != NULL) check_model(mc);
     dataloader_init(&run->train, cfg.train_file, cfg.B, cfg.T, mc.vocab_size, cfg.shuffle, cfg.seed);
     if (cfg.resume) dataloader_seek(&run->train, state.epoch, (size_t)state.batch_index);
     if (cfg.val_every > 0) dataloader_init(&run->val, cfg.val_file, cfg.B, cfg.T, mc.vocab_size, 0, 0);
@@ -337,8 +343,13 @@ static inline void run_print_summary(const Run* run, const GPT2* model) {
     printf("model: L=%d NH=%d C=%d V=%d (padded %d) maxT=%d, %zu parameters (%.1f MB)\n", mc.num_layers,
            mc.num_heads, mc.channels, mc.vocab_size, mc.padded_vocab_size, mc.max_seq_len,
            model->num_parameters, model->num_parameters * 4.0 / 1e6);
-    printf("memory: parameters + gradients + AdamW m, v %.1f MB, activations + their gradients %.1f MB (B=%d, T=%d)\n",
-           model->num_parameters * 16.0 / 1e6, model->num_activations * 8.0 / 1e6, c->B, c->T);
+    if (model->device_bytes > 0) {
+        printf("GPU memory: %.2f GiB for parameters, gradients, AdamW m, v, activations and their gradients (B=%d, T=%d)\n",
+               model->device_bytes / 1073741824.0, c->B, c->T);
+    } else {
+        printf("memory: parameters + gradients + AdamW m, v %.1f MB, activations + their gradients %.1f MB (B=%d, T=%d)\n",
+               model->num_parameters * 16.0 / 1e6, model->num_activations * 8.0 / 1e6, c->B, c->T);
+    }
     printf("train: %s (%zu tokens, %zu batches)%s, val: %s\n", c->train_file, run->train.num_tokens,
            run->train.num_batches, c->shuffle ? " shuffled" : "", c->val_every > 0 ? c->val_file : "off");
     printf("steps %d, lr %g (warmup %d, final fraction %g), weight decay %g, seed %llu, threads %d\n",

@@ -1,11 +1,12 @@
 """compare_gpu_run.py: a train_gpu run (on a GPU, or the emulator's build/emu/train_gpu) against
 the train_cpu run with the same flags.
 
-    compare_gpu_run.py CPU_DIR CPU_STDOUT GPU_DIR GPU_STDOUT STEP
+    compare_gpu_run.py --precision fp32|bf16 CPU_DIR CPU_STDOUT GPU_DIR GPU_STDOUT STEP
 
 CPU_DIR and GPU_DIR are the runs' -o folders, holding model_STEP.bin and state_STEP.bin written
-after the last step, STEP. Both programs add the same float32 numbers in different orders (the
-GPU in tiles and warp trees), so they agree to float32 rounding, not bit for bit. Checks:
+after the last step, STEP. With -p fp32 both programs add the same float32 numbers in different
+orders (the GPU in tiles and warp trees), so they agree to float32 rounding, not bit for bit.
+Checks, with fp32's tolerances (bf16's are below):
 
     lines         the same step, validation and sample lines at the same steps
     loss          each step's loss and each validation loss, relative 1e-5, as train_cpu against
@@ -18,6 +19,20 @@ GPU in tiles and warp trees), so they agree to float32 rounding, not bit for bit
     state         the same header (step, B, T, the loader's position, the random state); AdamW's
                   m and v per tensor as the parameters
     main.log      the same lines, values within the tolerances above
+
+With -p bf16 the GPU computes with 8 significant bits where train_cpu has 24, and the two runs
+drift apart step by step; what must hold is that the bf16 run trains the same model the same way,
+within what bf16's rounding explains (doc/correctness.md derives these):
+
+    loss          each step's loss and validation loss within 5e-3 relative
+    norm          each step's gradient norm within 2e-2 relative
+    checkpoint    each parameter tensor ||g - c|| / ||c|| <= 3e-2 (no elementwise bound: AdamW
+                  moves every weight by about the learning rate whatever the size of its
+                  gradient, so weights whose gradients are rounding noise move differently)
+    state         AdamW's m and v per tensor: ||g - c|| / ||c|| <= 0.1 (m follows the
+                  gradients, v their squares, averaged over few steps: the small bias tensors'
+                  gradients carry the largest relative rounding)
+    main.log      the same lines, values within the loss tolerance
 
 NaN never passes. Exit status 0 when every check passes, 1 otherwise. Needs NumPy only.
 """
@@ -32,8 +47,15 @@ import compare_run
 from compare_run import (HEADER_INTS, NORM_PRINT_HALF_ULP, STEP_LINE, TOL_LOSS, TOL_NORM, VAL_LINE,
                          report, rel, tensor_errors, within)
 
-# the tolerances of train_cpu against PyTorch float32, for the parameters and the AdamW moments
-TOL_ELEM, TOL_NORM_TENSOR = compare_run.TOL_PARAMS_ELEM, compare_run.TOL_PARAMS
+# per precision: step and validation losses (relative), gradient norms (relative), parameters
+# elementwise and per tensor, AdamW moments per tensor; fp32's are train_cpu's against PyTorch
+# float32 (test/compare_run.py)
+TOLERANCES = {
+    "fp32": dict(loss=TOL_LOSS, norm=TOL_NORM, elem=compare_run.TOL_PARAMS_ELEM,
+                 tensor=compare_run.TOL_PARAMS, moments=compare_run.TOL_PARAMS),
+    "bf16": dict(loss=5e-3, norm=2e-2, elem=None, tensor=3e-2, moments=0.1),
+}
+TOL = TOLERANCES["fp32"]
 SAMPLE_LINE = re.compile(r"^--- sample at step (\d+) ---$")
 
 
@@ -82,7 +104,7 @@ def read(path):
     return header, data
 
 
-def compare_tensors(what, header, g, c):
+def compare_tensors(what, header, g, c, tol_tensor):
     slices, C = tensor_slices(header)
     if len(g) != len(c) or len(c) != slices[-1][1].stop:
         report(False, f"{what}: {len(g)} and {len(c)} values, expected {slices[-1][1].stop}")
@@ -93,8 +115,12 @@ def compare_tensors(what, header, g, c):
             keep = (np.arange(len(r)) % (3 * C)) // C != 1
             x, r, name = x[keep], r[keep], "qkvb q,v"
         e_elem, e_norm = tensor_errors(x, r)
-        report(within(e_elem, TOL_ELEM) and within(e_norm, TOL_NORM_TENSOR),
-               f"{what} {name:9s}: elem {e_elem:.1e} norm {e_norm:.1e}  tol {TOL_ELEM:.0e}/{TOL_NORM_TENSOR:.0e}")
+        tol_elem = TOL["elem"]
+        if tol_elem is None:
+            report(within(e_norm, tol_tensor), f"{what} {name:9s}: norm {e_norm:.1e}  tol {tol_tensor:.0e}")
+        else:
+            report(within(e_elem, tol_elem) and within(e_norm, tol_tensor),
+                   f"{what} {name:9s}: elem {e_elem:.1e} norm {e_norm:.1e}  tol {tol_elem:.0e}/{tol_tensor:.0e}")
 
 
 def compare_logs(cpu_log, gpu_log):
@@ -108,14 +134,16 @@ def compare_logs(cpu_log, gpu_log):
     c, g = entries(cpu_log), entries(gpu_log)
     same = [(s, k) for s, k, _ in c] == [(s, k) for s, k, _ in g]
     worst = max((rel(gv, cv) for (_, _, cv), (_, _, gv) in zip(c, g)), default=0.0)
-    report(same and within(worst, TOL_LOSS),
+    report(same and within(worst, TOL["loss"]),
            f"main.log: {len(g)} lines, the same entries: {same}, largest relative difference {worst:.1e}")
 
 
 def main():
-    if len(sys.argv) != 6:
+    global TOL
+    if len(sys.argv) != 8 or sys.argv[1] != "--precision" or sys.argv[2] not in TOLERANCES:
         sys.exit(__doc__.split("\n\n")[1])
-    cpu_dir, cpu_out, gpu_dir, gpu_out, step = sys.argv[1:5] + [int(sys.argv[5])]
+    TOL = TOLERANCES[sys.argv[2]]
+    cpu_dir, cpu_out, gpu_dir, gpu_out, step = sys.argv[3:7] + [int(sys.argv[7])]
     c_steps, c_vals, c_samples = parse(cpu_out)
     g_steps, g_vals, g_samples = parse(gpu_out)
     report(sorted(c_steps) == sorted(g_steps) == list(range(1, step + 1)),
@@ -125,27 +153,27 @@ def main():
     report(c_samples == g_samples, f"samples: at steps {g_samples}, train_cpu {c_samples}")
     for s in sorted(set(c_steps) & set(g_steps)):
         (cl, cn, clr), (gl, gn, glr) = c_steps[s], g_steps[s]
-        tol = NORM_PRINT_HALF_ULP + TOL_NORM * abs(cn)
-        report(within(rel(gl, cl), TOL_LOSS) and within(abs(gn - cn), tol) and glr == clr,
-               f"step {s:2d}: loss {gl:.6f} vs {cl:.6f} (rel {rel(gl, cl):.1e}, tol {TOL_LOSS:.0e}), "
+        tol = NORM_PRINT_HALF_ULP + TOL["norm"] * abs(cn)
+        report(within(rel(gl, cl), TOL["loss"]) and within(abs(gn - cn), tol) and glr == clr,
+               f"step {s:2d}: loss {gl:.6f} vs {cl:.6f} (rel {rel(gl, cl):.1e}, tol {TOL['loss']:.0e}), "
                f"norm {gn:.4f} vs {cn:.4f} (tol {tol:.1e}), lr {glr} vs {clr}")
     for s in sorted(set(c_vals) & set(g_vals)):
-        report(within(rel(g_vals[s], c_vals[s]), TOL_LOSS),
+        report(within(rel(g_vals[s], c_vals[s]), TOL["loss"]),
                f"step {s:2d}: val loss {g_vals[s]:.6f} vs {c_vals[s]:.6f} (rel {rel(g_vals[s], c_vals[s]):.1e})")
 
     name = f"model_{step:08d}.bin"
     c, g = read(os.path.join(cpu_dir, name)), read(os.path.join(gpu_dir, name))
     if c is not None and g is not None:
         report(np.array_equal(c[0], g[0]), f"{name}: the same header")
-        compare_tensors("param", c[0], g[1], c[1])
+        compare_tensors("param", c[0], g[1], c[1], TOL["tensor"])
         model_header = c[0]
         name = f"state_{step:08d}.bin"
         cs, gs = read(os.path.join(cpu_dir, name)), read(os.path.join(gpu_dir, name))
         if cs is not None and gs is not None:
             report(np.array_equal(cs[0], gs[0]), f"{name}: the same header (step, B, T, loader, random state)")
             n = len(cs[1]) // 2
-            compare_tensors("m    ", model_header, gs[1][:n], cs[1][:n])
-            compare_tensors("v    ", model_header, gs[1][n:], cs[1][n:])
+            compare_tensors("m    ", model_header, gs[1][:n], cs[1][:n], TOL["moments"])
+            compare_tensors("v    ", model_header, gs[1][n:], cs[1][n:], TOL["moments"])
     compare_logs(os.path.join(cpu_dir, "main.log"), os.path.join(gpu_dir, "main.log"))
     if compare_run.failures:
         print(f"FAIL: {compare_run.failures} checks failed")

@@ -4,7 +4,9 @@
 # cannot use the GPU fails the test. Without a GPU, the ./train_gpu that nvcc builds (when nvcc is
 # here) must say so in one line and exit 1.
 # With a GPU (dev/gpu_all.sh runs this as part of its measurements):
-#   1. build/gpu_check: every kernel and the whole model against the CPU, then timings;
+#   1. build/instruction_check: mma.sync, ldmatrix, cp.async and bf16 rounding as the hardware
+#      does them, against the definitions the emulator implements; build/gpu_check: every kernel
+#      and the whole model against the CPU (fp32 and bf16), then timings;
 #   2. compute-sanitizer memcheck, racecheck, synccheck and initcheck on build/gpu_check --quick,
 #      each with 0 errors: what the emulator cannot see (doc/gpu.md, "What the emulator misses");
 #   3. ./train_gpu against train_cpu with the same flags, and resumed against uninterrupted
@@ -56,11 +58,12 @@ fi
 
 nvidia-smi -L
 [ -n "$NVCC" ] || { echo "FAIL: nvidia-smi lists a GPU, but nvcc is not found (set NVCC=)"; exit 1; }
-make -s train_gpu gpu-checks NVCC="$NVCC" || { echo "FAIL: train_gpu or build/gpu_check does not build"; exit 1; }
+make -s train_gpu gpu-checks NVCC="$NVCC" || { echo "FAIL: train_gpu, build/gpu_check or build/instruction_check does not build"; exit 1; }
 SANITIZER=${SANITIZER:-$(command -v compute-sanitizer 2>/dev/null || ls "$(dirname "$NVCC")/compute-sanitizer" 2>/dev/null)}
 status=0
 
-echo "--- 1. build/gpu_check"
+echo "--- 1. build/instruction_check, build/gpu_check"
+build/instruction_check || { echo "FAIL: a tensor-core instruction does not do what the kernels (and the emulator) assume"; status=1; }
 build/gpu_check || { echo "FAIL: build/gpu_check failed: a kernel disagrees with the CPU, or it could not run"; status=1; }
 
 echo "--- 2. compute-sanitizer on build/gpu_check --quick"
@@ -80,14 +83,17 @@ for tool in ${SANITIZER:+memcheck racecheck synccheck initcheck}; do
 done
 
 echo "--- 3. ./train_gpu against train_cpu, and resumed"
-bash test/train_gpu_checks.sh ./train_gpu || status=1
+bash test/train_gpu_checks.sh ./train_gpu fp32 || status=1
+bash test/train_gpu_checks.sh ./train_gpu bf16 || status=1
 
-echo "--- 4. ./train_gpu on Tiny Shakespeare, d2"
-out=$(./train_gpu -e d2 -b 4 -t 64 -x 3 -v 0 -s 0 2>&1)
-rc=$?
-echo "$out"
-if [ $rc -ne 0 ] || ! grep -q "^step    3/3 | loss" <<<"$out"; then
-  echo "FAIL: three training steps of d2 on the GPU did not finish"; status=1
-fi
+echo "--- 4. ./train_gpu on Tiny Shakespeare, d2, in each precision"
+for p in fp32 bf16; do
+  out=$(./train_gpu -e d2 -b 4 -t 64 -x 3 -v 0 -s 0 -p $p 2>&1)
+  rc=$?
+  echo "$out"
+  if [ $rc -ne 0 ] || ! grep -q "^step    3/3 | loss" <<<"$out"; then
+    echo "FAIL: three training steps of d2 on the GPU (-p $p) did not finish"; status=1
+  fi
+done
 [ $status -eq 0 ] && echo "ok: GPU kernels, sanitizers, training against train_cpu, resume"
 exit $status

@@ -2,14 +2,16 @@
 # The whole train_gpu program without a GPU: build/emu/train_gpu (make train_gpu_emu) is
 # train_gpu.cu with its kernels run on the CPU by the CUDA emulator (dev/cuda_emu.h), under
 # AddressSanitizer and UBSan. It is checked as a user runs it:
-#   1. against train_cpu with the same flags, and resumed against uninterrupted
-#      (test/train_gpu_checks.sh, which test/test_gpu.sh runs on a real GPU too);
+#   1. against train_cpu with the same flags, and resumed against uninterrupted, in fp32 and in
+#      bf16 (test/train_gpu_checks.sh, which test/test_gpu.sh runs on a real GPU too);
 #   2. start-up: "no CUDA device" only when there is none; a driver older than the runtime, or
 #      another CUDA error, is a failure that names it (the emulator plays each case:
 #      CUDA_EMU_DRIVER=none|nodevice|old|broken). One line on stderr, exit 1, nothing on stdout;
 #   3. a kernel that faults (CUDA_EMU_FAULT=NAME makes the emulator report an illegal address
 #      asynchronously, as a GPU does): the run stops with one line naming the CUDA error and the
-#      call that saw it; with GPU_DEBUG=1 the line names the kernel.
+#      call that saw it; with GPU_DEBUG=1 the line names the kernel;
+#   4. precision: bf16 by default on the emulated H100; a bad -p, -p bf16 given to train_cpu, and
+#      a head size flash attention is not built for are one-line errors (-p fp32 trains that model).
 set -u
 . "$(dirname "$0")/lib.sh"
 if ! command -v "${CXX:-g++}" >/dev/null; then echo "skipped: no C++ compiler (${CXX:-g++})"; exit 77; fi
@@ -18,7 +20,8 @@ make -s train_gpu_emu || { echo "FAIL: build/emu/train_gpu does not build"; exit
 export ASAN_OPTIONS=detect_leaks=0
 status=0
 
-bash test/train_gpu_checks.sh build/emu/train_gpu || status=1
+bash test/train_gpu_checks.sh build/emu/train_gpu fp32 || status=1
+bash test/train_gpu_checks.sh build/emu/train_gpu bf16 || status=1
 
 fresh_dir test_train_gpu_emu
 # expect NAME EXPECTED_TEXT [ENV=VALUE...]: build/emu/train_gpu with these variables and a tiny
@@ -49,11 +52,49 @@ for name in old-driver broken-driver; do
 done
 
 echo "--- a kernel that faults"
-expect fault "an illegal memory access was encountered" CUDA_EMU_FAULT=gelu_forward_kernel
+expect fault "an illegal memory access was encountered" CUDA_EMU_FAULT=layernorm_forward_kernel
 grep -q "GPU_DEBUG=1" "$dir/fault.err" || { echo "FAIL fault: the line should say that GPU_DEBUG=1 names the kernel"; status=1; }
-grep -q "gelu_forward_kernel" "$dir/fault.err" && { echo "FAIL fault: without GPU_DEBUG the fault cannot be placed yet, but the line names a kernel"; status=1; }
-expect fault-debug "kernel gelu_forward_kernel (train_gpu.cu:" CUDA_EMU_FAULT=gelu_forward_kernel GPU_DEBUG=1
+grep -q "layernorm_forward_kernel" "$dir/fault.err" && { echo "FAIL fault: without GPU_DEBUG the fault cannot be placed yet, but the line names a kernel"; status=1; }
+expect fault-debug "kernel layernorm_forward_kernel (train_gpu.cu:" CUDA_EMU_FAULT=layernorm_forward_kernel GPU_DEBUG=1
 expect fault-debug-adamw "kernel adamw_kernel (train_gpu.cu:" CUDA_EMU_FAULT=adamw_kernel GPU_DEBUG=1
+expect fault-debug-mma "kernel matmul_mma_kernel (train_gpu.cu:" CUDA_EMU_FAULT=matmul_mma_kernel GPU_DEBUG=1
+expect fault-debug-flash "kernel flash_attention_backward_dq_kernel (train_gpu.cu:" CUDA_EMU_FAULT=flash_attention_backward_dq_kernel GPU_DEBUG=1
 
-[ $status -eq 0 ] && echo "ok: the emulated train_gpu follows train_cpu, resumes exactly, and reports start-up and kernel failures"
+echo "--- precision"
+# expect_run NAME EXPECTED_TEXT PROGRAM ARGS...: one line on stderr with EXPECTED_TEXT, exit 1
+expect_run() {
+  local name=$1 text=$2; shift 2
+  "$@" >"$dir/$name.out" 2>"$dir/$name.err"
+  local rc=$? lines; lines=$(wc -l <"$dir/$name.err")
+  if [ $rc -eq 1 ] && [ "$lines" -eq 1 ] && grep -qF -- "$text" "$dir/$name.err"; then
+    echo "ok   $name: $(cat "$dir/$name.err")"
+  else
+    echo "FAIL $name: expected exit 1 and one line with \"$text\"; got exit $rc, $lines lines:"
+    head -5 "$dir/$name.err"; status=1
+  fi
+}
+tiny=(-e d1 -b 1 -t 8 -x 1 -v 0 -s 0)
+expect_run bad-precision "-p expects fp32 or bf16, got fp16" build/emu/train_gpu "${tiny[@]}" -p fp16
+build_train_cpu
+expect_run cpu-bf16 "train_cpu computes in float32 only: -p bf16 is for train_gpu" "$dir/train_cpu" "${tiny[@]}" -p bf16
+# a head size flash attention is not built for (C=48 in one head): bf16 refuses it before -o is
+# made; fp32 trains it
+$PY dev/gpt2_ref.py make-model --model "$dir/hs48.bin" --tokens "$dir/hs48_tokens.bin" --V 97 --maxT 16 --L 1 \
+  --NH 1 --C 48 --ntokens 100 --seed 3 >/dev/null || exit 1
+hs48=(-e "$dir/hs48.bin" -i "$dir/hs48_tokens.bin" -b 1 -t 8 -x 1 -v 0 -s 0)
+expect_run head-size-48 "-p bf16: flash attention is built for head sizes 16, 32, 64 and 128, and this model's is 48" \
+  build/emu/train_gpu "${hs48[@]}" -p bf16 -o "$dir/hs48_run"
+[ -e "$dir/hs48_run" ] && { echo "FAIL head-size-48: the refused run left $dir/hs48_run behind"; status=1; }
+if build/emu/train_gpu "${hs48[@]}" -p fp32 >"$dir/hs48_fp32.out" 2>&1 && grep -q "^step    1/1 | loss" "$dir/hs48_fp32.out"; then
+  echo "ok   head-size-48 -p fp32 trains"
+else
+  echo "FAIL head-size-48 -p fp32 should train:"; tail -3 "$dir/hs48_fp32.out"; status=1
+fi
+if build/emu/train_gpu "${tiny[@]}" >"$dir/default.out" 2>&1 && grep -q "^precision bf16" "$dir/default.out"; then
+  echo "ok   the default precision on compute capability 9.0 is bf16"
+else
+  echo "FAIL: the default run on the emulated H100 should say precision bf16:"; head -3 "$dir/default.out"; status=1
+fi
+
+[ $status -eq 0 ] && echo "ok: the emulated train_gpu follows train_cpu in fp32 and bf16, resumes exactly, and reports start-up, precision and kernel failures"
 exit $status

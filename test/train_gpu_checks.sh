@@ -1,22 +1,26 @@
 #!/usr/bin/env bash
 # The whole training program train_gpu.cu, run as a user runs it, against train_cpu:
-#   bash test/train_gpu_checks.sh BINARY
+#   bash test/train_gpu_checks.sh BINARY fp32|bf16
 # BINARY is ./train_gpu on a GPU machine (test/test_gpu.sh) or build/emu/train_gpu, the same
-# program on the CPU emulator of CUDA (test/test_train_gpu_emu.sh). On a small random model (V=97,
-# so the padded vocabulary 128 > V; 2 layers, 2 heads, C=32) and a shuffled token file:
-#   1. train_cpu and BINARY with the same flags (6 steps, warmup then cosine decay, weight decay,
-#      validation, samples and checkpoints every 3 steps): the same lines, losses and norms to
-#      float32 rounding, and checkpoint, AdamW state and main.log within test/compare_gpu_run.py's
-#      tolerances;
+# program on the CPU emulator of CUDA (test/test_train_gpu_emu.sh), run with -p fp32 or -p bf16.
+# On a small random model (V=97, so the padded vocabulary 128 > V; 2 layers, 2 heads, C=32) and a
+# shuffled token file:
+#   1. train_cpu and BINARY with the same flags (fp32: 6 steps, bf16: 20; warmup then cosine
+#      decay, weight decay, validation, samples and checkpoints every 3 steps): the same lines, and
+#      losses, norms, checkpoint, AdamW state and main.log within test/compare_gpu_run.py's
+#      tolerances for that precision (fp32: float32 rounding; bf16: doc/correctness.md);
 #   2. BINARY's run cut after its checkpoint at step 3 (later files removed, as if it had been
-#      killed) and resumed with -y 1 gives byte-identical model, state and main.log at step 6,
-#      and prints the same steps 4-6, as the uninterrupted run: every
-#      reduction of train_gpu runs in a fixed order, so a step gives the same bits every time.
+#      killed) and resumed with -y 1 gives byte-identical model, state and main.log at the last
+#      step, and prints the same steps after 3, as the uninterrupted run: every reduction of
+#      train_gpu runs in a fixed order, so a step gives the same bits every time (and bf16's
+#      weight copy is the float32 master copy rounded to nearest, which resuming remakes exactly).
 set -u
 . "$(dirname "$0")/lib.sh"
-BIN=${1:?usage: test/train_gpu_checks.sh TRAIN_GPU_BINARY}
+BIN=${1:?usage: test/train_gpu_checks.sh TRAIN_GPU_BINARY fp32|bf16}
+PREC=${2:?usage: test/train_gpu_checks.sh TRAIN_GPU_BINARY fp32|bf16}
+case $PREC in fp32) STEPS=6 ;; bf16) STEPS=20 ;; *) echo "FAIL: precision $PREC: expected fp32 or bf16"; exit 1 ;; esac
 need_python numpy
-fresh_dir "train_gpu_checks_$(basename "$BIN")"
+fresh_dir "train_gpu_checks_$(basename "$BIN")_$PREC"
 build_train_cpu
 ref="$PY dev/gpt2_ref.py"
 $ref make-model --model "$dir/model.bin" --tokens "$dir/train.bin" --V 97 --maxT 32 --L 2 \
@@ -33,27 +37,29 @@ run() {  # PROGRAM OUTDIR STDOUT ARGS...
     { echo "FAIL: $prog ${common[*]} -o $out $* exited with $?:"; tail -5 "$log"; exit 1; }
 }
 status=0
+last=$(printf '%08d' $STEPS)
 
-echo "--- 1. $BIN against train_cpu, the same flags, 6 steps"
-run "$dir/train_cpu" "$dir/cpu" "$dir/cpu.stdout" -x 6
-run "$BIN" "$dir/gpu" "$dir/gpu.stdout" -x 6
-grep -E '^(step|device)' "$dir/gpu.stdout"
-$PY test/compare_gpu_run.py "$dir/cpu" "$dir/cpu.stdout" "$dir/gpu" "$dir/gpu.stdout" 6 || status=1
-if cmp -s "$dir/model.bin" "$dir/gpu/model_00000006.bin"; then
-  echo "FAIL: the model did not change in 6 steps"; status=1
+echo "--- 1. $BIN -p $PREC against train_cpu, the same flags, $STEPS steps"
+run "$dir/train_cpu" "$dir/cpu" "$dir/cpu.stdout" -x $STEPS
+run "$BIN" "$dir/gpu" "$dir/gpu.stdout" -x $STEPS -p $PREC
+grep -E '^(step|device|precision)' "$dir/gpu.stdout"
+grep -q "^precision $PREC" "$dir/gpu.stdout" || { echo "FAIL: $BIN -p $PREC did not say it runs in $PREC"; status=1; }
+$PY test/compare_gpu_run.py --precision $PREC "$dir/cpu" "$dir/cpu.stdout" "$dir/gpu" "$dir/gpu.stdout" $STEPS || status=1
+if cmp -s "$dir/model.bin" "$dir/gpu/model_$last.bin"; then
+  echo "FAIL: the model did not change in $STEPS steps"; status=1
 fi
 
-echo "--- 2. $BIN killed after its checkpoint at step 3, resumed with -y 1"
+echo "--- 2. $BIN -p $PREC killed after its checkpoint at step 3, resumed with -y 1"
 cut_run "$dir/gpu" "$dir/killed" 3
-run "$BIN" "$dir/killed" "$dir/part.stdout2" -x 6 -y 1
+run "$BIN" "$dir/killed" "$dir/part.stdout2" -x $STEPS -p $PREC -y 1
 grep -q "resumed from .* at step 3" "$dir/part.stdout2" || { echo "FAIL: did not resume from step 3"; status=1; }
 if ! diff <(printed_after 3 "$dir/gpu.stdout") <(printed_after 3 "$dir/part.stdout2"); then
-  echo "FAIL: the resumed run printed other losses or samples for steps 4-6"; status=1
+  echo "FAIL: the resumed run printed other losses or samples for steps 4-$STEPS"; status=1
 fi
-for f in model_00000006.bin state_00000006.bin main.log; do
+for f in model_$last.bin state_$last.bin main.log; do
   if ! cmp -s "$dir/gpu/$f" "$dir/killed/$f"; then
     echo "FAIL: $f differs between the uninterrupted and the resumed run"; status=1
   fi
 done
-[ $status -eq 0 ] && echo "ok: $BIN follows train_cpu, and resumes bit for bit"
+[ $status -eq 0 ] && echo "ok: $BIN -p $PREC follows train_cpu, and resumes bit for bit"
 exit $status
