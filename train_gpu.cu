@@ -1,24 +1,32 @@
-// train_gpu.cu: GPT-2 training on one NVIDIA GPU, every operation a kernel written here in float32.
+// train_gpu.cu: GPT-2 training on one NVIDIA GPU, every operation a kernel written here, in
+// float32 (-p fp32) or in mixed precision (-p bf16, the default from compute capability 8.0).
 //
 //   make train_gpu && ./train_gpu        GPT-2 124M from scratch on Tiny Shakespeare, T=1024
+//   ./train_gpu -p fp32                  the float32 path, kernel for kernel the CPU's twin
 //   GPU_DEBUG=1 ./train_gpu ...          wait after every kernel: a fault names its kernel
 //   make train_gpu_emu                   the same program on the CPU emulator: build/emu/train_gpu
 //
 // The GPU twin of train_cpu.c. Each CPU layer `x(...)` of gpt2/cpu_layers.h has a GPU twin
 // `x_gpu(...)` with the same arguments on device pointers, which launches kernels `..._kernel`;
-// the model's forward and backward pass (gpt2/model.h) and the training loop (gpt2/run.h) are the
-// ones train_cpu.c runs, handed the GPU's layers and training operations. Everything that is not
-// arithmetic on the GPU (files, the command line, the data) happens on the host, in the shared
-// headers. The kernels:
+// in float32 the model's forward and backward pass (gpt2/model.h) and the training loop
+// (gpt2/run.h) are the ones train_cpu.c runs, handed the GPU's layers and training operations.
+// Everything that is not arithmetic on the GPU (files, the command line, the data) happens on the
+// host, in the shared headers. The float32 kernels:
 //   - matmul: one register-tiled shared-memory SGEMM (128x128 tiles, 8x8 outputs per thread,
 //     float4 loads, any M, N, K) serves the linear layers and the attention products;
 //   - attention: Q K^T and att V as batched SGEMMs over (b, h), causal tiles skipped, and a
-//     warp-per-row causal softmax in between (no flash attention: T x T scores are stored);
+//     warp-per-row causal softmax in between (T x T scores are stored);
 //   - layernorm, GELU, residual, encoder: warp-per-row or element-wise kernels;
 //   - a fused classifier: softmax, cross-entropy and its gradient in one kernel per row;
 //   - gradient global norm (deterministic two-stage reduction), clipping and AdamW.
+// The bf16 path (its own forward and backward, near the end) replaces two of them and keeps the
+// rest, templated on the activation type:
+//   - matmul on the tensor cores: mma.sync m16n8k16 from ldmatrix fragments, a three-stage
+//     cp.async pipeline, swizzled shared memory, bias, GELU and residual fused into the epilogue;
+//   - causal flash attention, forward and backward, that never stores the T x T scores;
+//   - AdamW on float32 master weights, writing the bf16 copy the products read.
 // Every reduction runs in a fixed order, so two runs of the same step give the same bits.
-// Build with USE_CUBLAS=1 to swap cuBLAS in for the linear layers, for comparison only.
+// Build with USE_CUBLAS=1 to swap cuBLAS in for the float32 linear layers, for comparison only.
 // doc/gpu.md explains the kernels; dev/gpu_check.cu checks each one against the CPU.
 
 #include "gpt2/model.h"

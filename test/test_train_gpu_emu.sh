@@ -24,11 +24,11 @@ bash test/train_gpu_checks.sh build/emu/train_gpu fp32 || status=1
 bash test/train_gpu_checks.sh build/emu/train_gpu bf16 || status=1
 
 fresh_dir test_train_gpu_emu
-# expect NAME EXPECTED_TEXT [ENV=VALUE...]: build/emu/train_gpu with these variables and a tiny
-# run must exit 1 with exactly one line on stderr containing EXPECTED_TEXT
-expect() {
+# expect_run NAME EXPECTED_TEXT PROGRAM ARGS...: it must exit 1 with exactly one line on stderr
+# containing EXPECTED_TEXT
+expect_run() {
   local name=$1 text=$2; shift 2
-  env "$@" build/emu/train_gpu -e d1 -b 1 -t 8 -x 1 -v 0 -s 0 >"$dir/$name.out" 2>"$dir/$name.err"
+  "$@" >"$dir/$name.out" 2>"$dir/$name.err"
   local rc=$? lines; lines=$(wc -l <"$dir/$name.err")
   if [ $rc -eq 1 ] && [ "$lines" -eq 1 ] && grep -qF -- "$text" "$dir/$name.err"; then
     echo "ok   $name: $(cat "$dir/$name.err")"
@@ -36,6 +36,12 @@ expect() {
     echo "FAIL $name: expected exit 1 and one line with \"$text\"; got exit $rc, $lines lines:"
     head -5 "$dir/$name.err"; status=1
   fi
+}
+# expect NAME EXPECTED_TEXT [ENV=VALUE...]: the same for build/emu/train_gpu on a tiny run with
+# these variables
+expect() {
+  local name=$1 text=$2; shift 2
+  expect_run "$name" "$text" env "$@" build/emu/train_gpu -e d1 -b 1 -t 8 -x 1 -v 0 -s 0
 }
 expect_quiet_stdout() {  # start-up failures come before anything is printed
   [ -s "$dir/$1.out" ] && { echo "FAIL $1: printed to stdout before failing:"; head -3 "$dir/$1.out"; status=1; }
@@ -61,18 +67,6 @@ expect fault-debug-mma "kernel matmul_mma_kernel (train_gpu.cu:" CUDA_EMU_FAULT=
 expect fault-debug-flash "kernel flash_attention_backward_dq_kernel (train_gpu.cu:" CUDA_EMU_FAULT=flash_attention_backward_dq_kernel GPU_DEBUG=1
 
 echo "--- precision"
-# expect_run NAME EXPECTED_TEXT PROGRAM ARGS...: one line on stderr with EXPECTED_TEXT, exit 1
-expect_run() {
-  local name=$1 text=$2; shift 2
-  "$@" >"$dir/$name.out" 2>"$dir/$name.err"
-  local rc=$? lines; lines=$(wc -l <"$dir/$name.err")
-  if [ $rc -eq 1 ] && [ "$lines" -eq 1 ] && grep -qF -- "$text" "$dir/$name.err"; then
-    echo "ok   $name: $(cat "$dir/$name.err")"
-  else
-    echo "FAIL $name: expected exit 1 and one line with \"$text\"; got exit $rc, $lines lines:"
-    head -5 "$dir/$name.err"; status=1
-  fi
-}
 tiny=(-e d1 -b 1 -t 8 -x 1 -v 0 -s 0)
 expect_run bad-precision "-p expects fp32 or bf16, got fp16" build/emu/train_gpu "${tiny[@]}" -p fp16
 build_train_cpu
