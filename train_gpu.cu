@@ -790,6 +790,43 @@ __device__ __forceinline__ void mma_store(const MmaArgs& g, int m, int n, float 
     C[i] = from_float<OutT>(v);
 }
 
+// One stage's work for one warp: for each 16 of the stage's 32 k, the A fragments of its MI
+// 16-row tiles and the B fragments of its NI 8-column tiles from shared memory (ldmatrix), then
+// MI x NI mma into the accumulators. (wm, wn): the warp's piece of the block tile.
+template <int BM, int BN, int MI, int NI, bool TA, bool TB>
+__device__ __forceinline__ void mma_multiply_stage(float (*acc)[NI][4], const bf16* As, const bf16* Bs, int wm,
+                                                   int wn, int lane) {
+#pragma unroll
+    for (int ks = 0; ks < MMA_BK; ks += 16) {
+        // A fragments: matrices (m 0-7, k 0-7), (m 8-15, k 0-7), (m 0-7, k 8-15), (m 8-15, k 8-15)
+        // of each 16x16 tile, in the order of a[0..3]; lane l gives a row of matrix l/8.
+        uint32_t a[MI][4], b[NI][2];
+#pragma unroll
+        for (int i = 0; i < MI; i++) {
+            int m = wm + i * 16;
+            if (!TA) ldmatrix_x4(a[i], As + mma_smem_index(m + lane % 16, ks + (lane / 16) * 8, MMA_BK));
+            else ldmatrix_x4_trans(a[i], As + mma_smem_index(ks + lane % 8 + (lane / 16) * 8,
+                                                              m + (lane / 8) % 2 * 8, BM));
+        }
+        // B fragments, two 8-wide n-tiles per ldmatrix: matrices (n 0-7, k 0-7), (n 0-7, k 8-15),
+        // (n 8-15, k 0-7), (n 8-15, k 8-15) give b[j][0], b[j][1], b[j+1][0], b[j+1][1].
+#pragma unroll
+        for (int j = 0; j < NI; j += 2) {
+            int n = wn + j * 8;
+            uint32_t r[4];
+            if (TB) ldmatrix_x4(r, Bs + mma_smem_index(n + lane % 8 + (lane / 16) * 8, ks + (lane / 8) % 2 * 8,
+                                                        MMA_BK));
+            else ldmatrix_x4_trans(r, Bs + mma_smem_index(ks + lane % 8 + (lane / 8) % 2 * 8,
+                                                           n + (lane / 16) * 8, BN));
+            b[j][0] = r[0]; b[j][1] = r[1]; b[j + 1][0] = r[2]; b[j + 1][1] = r[3];
+        }
+#pragma unroll
+        for (int i = 0; i < MI; i++)
+#pragma unroll
+            for (int j = 0; j < NI; j++) mma_bf16_16816(acc[i][j], a[i], b[j]);
+    }
+}
+
 template <int BM, int BN, int WM, int WN, bool TA, bool TB, typename OutT>
 __global__ void __launch_bounds__(WM * WN * 32) matmul_mma_kernel(MmaArgs g) {
     constexpr int NT = WM * WN * 32;
@@ -836,37 +873,8 @@ __global__ void __launch_bounds__(WM * WN * 32) matmul_mma_kernel(MmaArgs g) {
         __syncthreads();
         if (kt + MMA_STAGES - 1 < ktiles) load(kt + MMA_STAGES - 1, (kt + MMA_STAGES - 1) % MMA_STAGES);
         cp_async_commit();
-        const bf16* As = smem[kt % MMA_STAGES];
-        const bf16* Bs = smem[kt % MMA_STAGES] + A_TILE;
-#pragma unroll
-        for (int ks = 0; ks < MMA_BK; ks += 16) {
-            // A fragments: matrices (m 0-7, k 0-7), (m 8-15, k 0-7), (m 0-7, k 8-15), (m 8-15, k 8-15)
-            // of each 16x16 tile, in the order of a[0..3]; lane l gives a row of matrix l/8.
-            uint32_t a[MI][4], b[NI][2];
-#pragma unroll
-            for (int i = 0; i < MI; i++) {
-                int m = wm + i * 16;
-                if (!TA) ldmatrix_x4(a[i], As + mma_smem_index(m + lane % 16, ks + (lane / 16) * 8, MMA_BK));
-                else ldmatrix_x4_trans(a[i], As + mma_smem_index(ks + lane % 8 + (lane / 16) * 8,
-                                                                  m + (lane / 8) % 2 * 8, BM));
-            }
-            // B fragments, two 8-wide n-tiles per ldmatrix: matrices (n 0-7, k 0-7), (n 0-7, k 8-15),
-            // (n 8-15, k 0-7), (n 8-15, k 8-15) give b[j][0], b[j][1], b[j+1][0], b[j+1][1].
-#pragma unroll
-            for (int j = 0; j < NI; j += 2) {
-                int n = wn + j * 8;
-                uint32_t r[4];
-                if (TB) ldmatrix_x4(r, Bs + mma_smem_index(n + lane % 8 + (lane / 16) * 8, ks + (lane / 8) % 2 * 8,
-                                                            MMA_BK));
-                else ldmatrix_x4_trans(r, Bs + mma_smem_index(ks + lane % 8 + (lane / 8) % 2 * 8,
-                                                               n + (lane / 16) * 8, BN));
-                b[j][0] = r[0]; b[j][1] = r[1]; b[j + 1][0] = r[2]; b[j + 1][1] = r[3];
-            }
-#pragma unroll
-            for (int i = 0; i < MI; i++)
-#pragma unroll
-                for (int j = 0; j < NI; j++) mma_bf16_16816(acc[i][j], a[i], b[j]);
-        }
+        mma_multiply_stage<BM, BN, MI, NI, TA, TB>(acc, smem[kt % MMA_STAGES], smem[kt % MMA_STAGES] + A_TILE,
+                                                   wm, wn, lane);
     }
     cp_async_wait<0>();  // the trailing groups are empty, but every copy is waited for
 

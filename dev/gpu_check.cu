@@ -930,6 +930,54 @@ static int wanted(int argc, char** argv, const char* name) {
     return !any;
 }
 
+// The bf16 path's sections (main's are the float32 path's), with GPT-2 124M's shapes for timing.
+static void check_bf16_path(int argc, char** argv, int bench) {
+    const int B = 4, T = 1024, C = 768, NH = 12, Vp = 50304;
+    if (wanted(argc, argv, "matmul_bf16")) {
+        check_matmul_mma_small();
+        if (!quick) {
+            const int N = B * T;
+            time_matmul_bf16("qkv", N, C, 3 * C);
+            time_matmul_bf16("attproj", N, C, C);
+            time_matmul_bf16("fc", N, C, 4 * C);
+            time_matmul_bf16("fcproj", N, 4 * C, C);
+            time_matmul_bf16("classifier", N, C, Vp);
+        }
+    }
+    if (wanted(argc, argv, "attention_bf16")) {
+        // every compiled head size; T below, at and past the 64-row blocks and 32-row tiles; T = 1
+        check_attention_bf16(2, 29, 32, 2, 0);
+        check_attention_bf16(1, 70, 64, 2, 0);
+        check_attention_bf16(2, 67, 128, 2, 0);
+        check_attention_bf16(1, 33, 256, 2, 0);
+        check_attention_bf16(1, 1, 64, 1, 0);
+        check_attention_bf16(1, 150, 64, 4, 0);
+        if (!quick) check_attention_bf16(B, T, C, NH, bench);
+    }
+    if (!quick && wanted(argc, argv, "memory")) {
+        // what GPT-2 124M at T=1024 needs, per precision, and the largest B this GPU holds
+        GPT2Config d12 = gpt2_config_for_depth(12);
+        size_t n = 0, sizes[NUM_PARAMETER_TENSORS], layer[NUM_PARAMETER_TENSORS];
+        parameter_sizes(sizes, layer, d12);
+        n = sum_sizes(sizes, NUM_PARAMETER_TENSORS);
+        size_t total = gpu_info.prop.totalGlobalMem, usable = total - ((size_t)1 << 30);  // 1 GiB: CUDA's own
+        printf("memory of d12 at T=1024, of %.1f GiB less 1 GiB for CUDA itself\n", total / 1073741824.0);
+        printf("  fp32: %.2f GiB + %.3f GiB per sequence: largest B = %d\n",
+               gpt2_fp32_bytes(d12, n, 0, 1024) / 1073741824.0,
+               (gpt2_fp32_bytes(d12, n, 2, 1024) - gpt2_fp32_bytes(d12, n, 1, 1024)) / 1073741824.0,
+               largest_batch(gpt2_fp32_bytes, d12, n, 1024, usable));
+        printf("  bf16: %.2f GiB + %.3f GiB per sequence: largest B = %d\n",
+               gpt2_bf16_bytes(d12, n, 0, 1024) / 1073741824.0,
+               (gpt2_bf16_bytes(d12, n, 2, 1024) - gpt2_bf16_bytes(d12, n, 1, 1024)) / 1073741824.0,
+               largest_batch(gpt2_bf16_bytes, d12, n, 1024, usable));
+    }
+    if (wanted(argc, argv, "model_bf16")) {
+        check_model_bf16(tiny_config(), 3, 61);
+        if (!quick) check_model_bf16(gpt2_config_for_depth(12), 2, 64);
+    }
+}
+
+
 int main(int argc, char** argv) {
     int device_only = 0;
     for (int i = 1; i < argc; i++) {
@@ -995,48 +1043,7 @@ int main(int argc, char** argv) {
         check_model(tiny_config(), 3, 61, quick ? 3 : 10);
         if (!quick) check_model(gpt2_config_for_depth(12), 2, 64, 10);
     }
-    if (wanted(argc, argv, "matmul_bf16")) {
-        check_matmul_mma_small();
-        if (!quick) {
-            const int N = B * T;
-            time_matmul_bf16("qkv", N, C, 3 * C);
-            time_matmul_bf16("attproj", N, C, C);
-            time_matmul_bf16("fc", N, C, 4 * C);
-            time_matmul_bf16("fcproj", N, 4 * C, C);
-            time_matmul_bf16("classifier", N, C, Vp);
-        }
-    }
-    if (wanted(argc, argv, "attention_bf16")) {
-        // every compiled head size; T below, at and past the 64-row blocks and 32-row tiles; T = 1
-        check_attention_bf16(2, 29, 32, 2, 0);
-        check_attention_bf16(1, 70, 64, 2, 0);
-        check_attention_bf16(2, 67, 128, 2, 0);
-        check_attention_bf16(1, 33, 256, 2, 0);
-        check_attention_bf16(1, 1, 64, 1, 0);
-        check_attention_bf16(1, 150, 64, 4, 0);
-        if (!quick) check_attention_bf16(B, T, C, NH, bench);
-    }
-    if (!quick && wanted(argc, argv, "memory")) {
-        // what GPT-2 124M at T=1024 needs, per precision, and the largest B this GPU holds
-        GPT2Config d12 = gpt2_config_for_depth(12);
-        size_t n = 0, sizes[NUM_PARAMETER_TENSORS], layer[NUM_PARAMETER_TENSORS];
-        parameter_sizes(sizes, layer, d12);
-        n = sum_sizes(sizes, NUM_PARAMETER_TENSORS);
-        size_t total = gpu_info.prop.totalGlobalMem, usable = total - ((size_t)1 << 30);  // 1 GiB: CUDA's own
-        printf("memory of d12 at T=1024, of %.1f GiB less 1 GiB for CUDA itself\n", total / 1073741824.0);
-        printf("  fp32: %.2f GiB + %.3f GiB per sequence: largest B = %d\n",
-               gpt2_fp32_bytes(d12, n, 0, 1024) / 1073741824.0,
-               (gpt2_fp32_bytes(d12, n, 2, 1024) - gpt2_fp32_bytes(d12, n, 1, 1024)) / 1073741824.0,
-               largest_batch(gpt2_fp32_bytes, d12, n, 1024, usable));
-        printf("  bf16: %.2f GiB + %.3f GiB per sequence: largest B = %d\n",
-               gpt2_bf16_bytes(d12, n, 0, 1024) / 1073741824.0,
-               (gpt2_bf16_bytes(d12, n, 2, 1024) - gpt2_bf16_bytes(d12, n, 1, 1024)) / 1073741824.0,
-               largest_batch(gpt2_bf16_bytes, d12, n, 1024, usable));
-    }
-    if (wanted(argc, argv, "model_bf16")) {
-        check_model_bf16(tiny_config(), 3, 61);
-        if (!quick) check_model_bf16(gpt2_config_for_depth(12), 2, 64);
-    }
+    check_bf16_path(argc, argv, bench);
     if (failures > 0) {
         printf("gpu_check: %d FAILED\n", failures);
         return 1;
