@@ -761,6 +761,8 @@ __device__ __forceinline__ void mma_stage_tile(bf16* tile, int rows, int width, 
     }
 }
 
+// GELU, tanh approximation (as GPT-2): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), and its
+// derivative through 1 - tanh^2; the float32 GELU kernels and the bf16 matmul's epilogue use both.
 __device__ __forceinline__ float gelu_of(float x) {
     return 0.5f * x * (1.0f + tanhf(GELU_SCALING_FACTOR * (x + 0.044715f * x * x * x)));
 }
@@ -1439,13 +1441,11 @@ static void flash_attention_backward(bf16* dqkv, const bf16* dout, const bf16* q
 
 // ---------- GELU and residual ----------
 
-// GELU, tanh approximation (as GPT-2): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+// GELU element by element (gelu_of, gelu_grad_of: with the matmul kernels above).
 __global__ void gelu_forward_kernel(float* out, const float* inp, size_t N) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= N) return;
-    float x = inp[i];
-    float cube = 0.044715f * x * x * x;
-    out[i] = 0.5f * x * (1.0f + tanhf(GELU_SCALING_FACTOR * (x + cube)));
+    out[i] = gelu_of(inp[i]);
 }
 
 static void gelu_forward_gpu(float* out, const float* inp, int N) {
@@ -1456,12 +1456,7 @@ static void gelu_forward_gpu(float* out, const float* inp, int N) {
 __global__ void gelu_backward_kernel(float* dinp, const float* inp, const float* dout, size_t N) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= N) return;
-    float x = inp[i];
-    float u = GELU_SCALING_FACTOR * (x + 0.044715f * x * x * x);
-    float th = tanhf(u);
-    float sech2 = 1.0f - th * th;  // d tanh(u) / du
-    float du = GELU_SCALING_FACTOR * (1.0f + 3.0f * 0.044715f * x * x);
-    dinp[i] += dout[i] * (0.5f * (1.0f + th) + 0.5f * x * sech2 * du);
+    dinp[i] += dout[i] * gelu_grad_of(inp[i]);
 }
 
 static void gelu_backward_gpu(float* dinp, const float* inp, const float* dout, int N) {
@@ -1777,6 +1772,15 @@ void gpt2_build_gpu(GPT2* model, const GPT2* host, int B, int T) {
     model->device_bytes += 2 * na * sizeof(float);
 }
 
+// model->mean_loss: the mean of the BT per-position losses on the device, summed on the host in
+// double (both precisions).
+static void gpu_mean_loss(GPT2* model, const float* losses, size_t BT) {
+    cuda_check(cudaMemcpy(model->cpu_losses, losses, BT * sizeof(float), cudaMemcpyDeviceToHost));
+    double sum = 0.0;
+    for (size_t i = 0; i < BT; i++) sum += model->cpu_losses[i];
+    model->mean_loss = (float)(sum / (double)BT);
+}
+
 // The forward pass, as train_cpu.c's gpt2_forward: inputs and targets are host arrays (B, T);
 // targets may be NULL. With targets, the fused classifier also leaves the gradient of the mean
 // loss with respect to the logits in grads_acts.logits, ready for gpt2_backward_gpu.
@@ -1797,10 +1801,7 @@ void gpt2_forward_gpu(GPT2* model, const int* inputs, const int* targets, int B,
     ActivationTensors a = model->acts;
     fused_classifier_gpu(model->grads_acts.logits, a.losses, a.logits, model->targets, B, T, c.vocab_size,
                          c.padded_vocab_size);
-    cuda_check(cudaMemcpy(model->cpu_losses, a.losses, BT * sizeof(float), cudaMemcpyDeviceToHost));
-    double sum = 0.0;
-    for (size_t i = 0; i < BT; i++) sum += model->cpu_losses[i];
-    model->mean_loss = (float)(sum / (double)BT);
+    gpu_mean_loss(model, a.losses, BT);
 }
 
 void gpt2_zero_grad_gpu(GPT2* model) {
@@ -2091,10 +2092,7 @@ void gpt2_forward_bf16(GPT2* model, const int* inputs, const int* targets, int B
     if (targets == NULL) return;
     cuda_check(cudaMemcpy(model->targets, targets, (size_t)N * sizeof(int), cudaMemcpyHostToDevice));
     fused_classifier_gpu(a.logits, a.losses, a.logits, model->targets, B, T, c.vocab_size, Vp);
-    cuda_check(cudaMemcpy(model->cpu_losses, a.losses, (size_t)N * sizeof(float), cudaMemcpyDeviceToHost));
-    double sum = 0.0;
-    for (int i = 0; i < N; i++) sum += model->cpu_losses[i];
-    model->mean_loss = (float)(sum / N);
+    gpu_mean_loss(model, a.losses, N);
 }
 
 // The backward pass of the last forward pass (which had targets), as gpt2_backward_gpu. The
