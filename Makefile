@@ -5,8 +5,11 @@
 #                        (downloads, or copies from DATA_DIR=/path/to/local/folder when offline)
 #   make test            install test dependencies, build, run every test under test/
 #   make bench           all benchmarks (bench-tokenizer, bench-cpu, bench-infer)
+#   make bench-dp        data-parallel training on this machine: 1 and 2 processes under mpirun
 #
 # Knobs: CC, OMP=1 (0 turns OpenMP off), NATIVE=1 (-march=native after a test compile),
+#        MPI=1 (0 turns off data parallelism: train_cpu and train_gpu under mpirun need Open MPI's
+#        mpicc, and train_gpu NCCL from the CUDA toolkit, found when present),
 #        MATMUL=fast (naive: every matrix product of train_cpu and infer on the plain loops that
 #        define it, gpt2/cpu_layers.h), NVCC, GPU_ARCH (compute capabilities to build for, e.g.
 #        GPU_ARCH=90 or GPU_ARCH="80 90"; default: this machine's GPU, or without one 80 86 89 90),
@@ -50,6 +53,22 @@ else
   OMP_STATUS := OpenMP off (OMP=0)
 endif
 
+# Data parallel training under mpirun (doc/parallel.md): built with MPI where Open MPI's mpicc
+# is found, by its compile and link flags with $(CC) (so the compiler stays CC); without it the
+# programs build and run as one process.
+MPI ?= 1
+ifeq ($(MPI),1)
+  MPI_LIBS := $(shell mpicc --showme:link 2>/dev/null)
+  ifneq ($(strip $(MPI_LIBS)),)
+    MPI_FLAGS := -DUSE_MPI $(shell mpicc --showme:compile 2>/dev/null)
+    MPI_STATUS := MPI on
+  else
+    MPI_STATUS := MPI off (no Open MPI mpicc found: apt-get install openmpi-bin libopenmpi-dev)
+  endif
+else
+  MPI_STATUS := MPI off (MPI=0)
+endif
+
 ifeq ($(MATMUL),naive)
   MATMUL_FLAGS := -DMATMUL_NAIVE
 else ifneq ($(MATMUL),fast)
@@ -63,7 +82,7 @@ HEADERS := $(wildcard gpt2/*.h)
 
 # train_cpu and infer are rebuilt when the compiler or its flags change (MATMUL=naive, another
 # CC), not only when a source does: build/flags holds the last ones, rewritten when they differ.
-BUILD_FLAGS := $(CC) $(CFLAGS) $(MATMUL_FLAGS)
+BUILD_FLAGS := $(CC) $(CFLAGS) $(MATMUL_FLAGS) $(MPI_FLAGS)
 $(shell mkdir -p build && echo '$(BUILD_FLAGS)' | cmp -s - build/flags || echo '$(BUILD_FLAGS)' > build/flags)
 
 CPU_PROGRAMS := tokenizer train_cpu infer
@@ -93,18 +112,28 @@ ifneq ($(NVCC),)
     NVCC_FLAGS += -DUSE_CUBLAS
     NVCC_LIBS := -lcublas
   endif
+  # train_gpu under mpirun: NCCL, which the CUDA toolkit ships (or Debian's libnccl-dev), and MPI
+  NCCL_LIB := $(firstword $(wildcard $(dir $(NVCC))../lib64/libnccl.so $(dir $(NVCC))../targets/*/lib/libnccl.so \
+                                     /usr/lib/x86_64-linux-gnu/libnccl.so /usr/lib/aarch64-linux-gnu/libnccl.so))
+  ifneq ($(and $(MPI_FLAGS),$(NCCL_LIB)),)
+    GPU_MPI_FLAGS := $(MPI_FLAGS)
+    GPU_MPI_LIBS := $(MPI_LIBS) -L$(dir $(NCCL_LIB)) -lnccl
+    GPU_MPI_STATUS := MPI and NCCL on
+  else
+    GPU_MPI_STATUS := one GPU only ($(if $(MPI_FLAGS),NCCL not found,$(MPI_STATUS)))
+  endif
   ALL_TARGETS := $(CPU_PROGRAMS) $(GPU_PROGRAMS)
   # the GPU programs are rebuilt when nvcc or its flags change (GPU_ARCH), as build/flags does
   NVCC_STAMP := build/nvcc_flags
-  $(shell echo '$(NVCC) $(NVCC_FLAGS)' | cmp -s - $(NVCC_STAMP) || echo '$(NVCC) $(NVCC_FLAGS)' > $(NVCC_STAMP))
+  $(shell echo '$(NVCC) $(NVCC_FLAGS) $(GPU_MPI_FLAGS)' | cmp -s - $(NVCC_STAMP) || echo '$(NVCC) $(NVCC_FLAGS) $(GPU_MPI_FLAGS)' > $(NVCC_STAMP))
 else
   ALL_TARGETS := $(CPU_PROGRAMS)
 endif
 
-.PHONY: all data test bench bench-tokenizer bench-cpu bench-infer clean gpu-status gpu-checks gpu-emu bench-gpu train_gpu_emu
+.PHONY: all data test bench bench-tokenizer bench-cpu bench-infer bench-dp clean gpu-status gpu-checks gpu-emu bench-gpu train_gpu_emu
 
 all: $(ALL_TARGETS) gpu-status
-	@echo "built: $(ALL_TARGETS) ($(OMP_STATUS))"
+	@echo "built: $(ALL_TARGETS) ($(OMP_STATUS), $(MPI_STATUS))"
 
 gpu-status:
 ifeq ($(NVCC),)
@@ -118,7 +147,7 @@ tokenizer: tokenizer.c $(HEADERS)
 
 # The training programs depend on the data, so `make train_cpu && ./train_cpu` works on a fresh machine.
 train_cpu: train_cpu.c $(HEADERS) build/flags | data
-	$(CC) $(CFLAGS) $(MATMUL_FLAGS) -o $@ train_cpu.c $(LDLIBS)
+	$(CC) $(CFLAGS) $(MATMUL_FLAGS) $(MPI_FLAGS) -o $@ train_cpu.c $(LDLIBS) $(MPI_LIBS)
 
 infer: infer.c $(HEADERS) build/flags | data
 	$(CC) $(CFLAGS) $(MATMUL_FLAGS) -o $@ infer.c $(LDLIBS)
@@ -127,8 +156,8 @@ train_gpu: train_gpu.cu $(HEADERS) $(NVCC_STAMP) | data
 ifeq ($(NVCC),)
 	@echo "skipped: train_gpu (nvcc not found)"; exit 1
 else
-	@echo "train_gpu: compute capability $(GPU_ARCH) ($(GPU_ARCH_WHY)) + PTX $(GPU_ARCH_PTX)"
-	$(NVCC) $(NVCC_FLAGS) -o $@ train_gpu.cu $(NVCC_LIBS)
+	@echo "train_gpu: compute capability $(GPU_ARCH) ($(GPU_ARCH_WHY)) + PTX $(GPU_ARCH_PTX); $(GPU_MPI_STATUS)"
+	$(NVCC) $(NVCC_FLAGS) $(GPU_MPI_FLAGS) -o $@ train_gpu.cu $(NVCC_LIBS) $(GPU_MPI_LIBS)
 endif
 
 # GPU checks (dev/gpu_check.cu): every kernel and the whole model against the CPU, then timings;
@@ -178,10 +207,10 @@ build/emu/instruction_check: dev/instruction_check.cu train_gpu.cu $(HEADERS) de
 	$(PYTHON) dev/cuda_emu.py dev/instruction_check.cu build/emu/instruction_check.cpp
 	$(CXX) -O1 $(EMU_CXXFLAGS) build/emu/instruction_check.cpp -o $@
 
-build/emu/train_gpu: train_gpu.cu $(HEADERS) dev/cuda_emu.h dev/cuda_emu.py | data
+build/emu/train_gpu: train_gpu.cu $(HEADERS) dev/cuda_emu.h dev/cuda_emu.py build/flags | data
 	@mkdir -p build/emu
 	$(PYTHON) dev/cuda_emu.py train_gpu.cu build/emu/train_gpu.cpp
-	$(CXX) -O2 $(EMU_CXXFLAGS) build/emu/train_gpu.cpp -o $@
+	$(CXX) -O2 $(EMU_CXXFLAGS) $(MPI_FLAGS) build/emu/train_gpu.cpp -o $@ $(MPI_LIBS)
 
 # ---------- data ----------
 
@@ -216,6 +245,10 @@ bench-cpu: train_cpu
 
 bench-infer: infer
 	bash dev/bench_infer.sh
+
+# data parallel on this machine's CPU: 1 and 2 processes, and the all-reduce's cost (doc/parallel.md)
+bench-dp: train_cpu
+	bash dev/bench_dp.sh
 
 bench-gpu: train_cpu train_gpu
 	bash dev/gpu_speedup.sh

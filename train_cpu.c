@@ -11,6 +11,8 @@
 //   this file          the model on the CPU: its memory, the loss and where backpropagation
 //                      starts, the gradient clipping, AdamW;
 //   gpt2/run.h         the training loop that runs them, shared with train_gpu.cu.
+// Under `mpirun -np N` it trains data parallel, each process on its part of every batch, the
+// gradients summed with MPI (gpt2/parallel.h, doc/parallel.md).
 // Build with `make MATMUL=naive` to run every matrix product on the plain loops that define it.
 
 #include "gpt2/model.h"
@@ -131,18 +133,25 @@ static double sum_of_squares(const float* x, size_t n) {
     return total;
 }
 
-// Scales the gradients so that their global L2 norm is at most max_norm, as PyTorch's
-// clip_grad_norm_ does (coefficient max_norm / (norm + 1e-6), applied only when below 1).
-// Returns the norm before clipping.
-float gpt2_clip_gradients(GPT2* model, float max_norm) {
-    float norm = (float)sqrt(sum_of_squares(model->grads_memory, model->num_parameters));
+// Scales the gradients by grad_scale (1 / the micro-steps and processes they were summed over:
+// gpt2/run.h's run_step), then so that their global L2 norm is at most max_norm, as PyTorch's
+// clip_grad_norm_ does (coefficient max_norm / (norm + 1e-6), applied only when below 1), in one
+// pass. Returns the norm after the scale, before clipping.
+float gpt2_clip_gradients(GPT2* model, float grad_scale, float max_norm) {
+    float norm = (float)(grad_scale * sqrt(sum_of_squares(model->grads_memory, model->num_parameters)));
     float coef = max_norm / (norm + 1e-6f);
-    if (coef < 1.0f) {
+    float factor = coef < 1.0f ? grad_scale * coef : grad_scale;
+    if (factor != 1.0f) {
         float* g = model->grads_memory;
         #pragma omp parallel for
-        for (long long i = 0; i < (long long)model->num_parameters; i++) g[i] *= coef;
+        for (long long i = 0; i < (long long)model->num_parameters; i++) g[i] *= factor;
     }
     return norm;
+}
+
+// The gradients summed over the processes of a data-parallel run, with MPI (gpt2/parallel.h).
+static void gpt2_all_reduce(GPT2* model) {
+    parallel_sum_floats(model->grads_memory, model->num_parameters);
 }
 
 // One AdamW step (t counts from 1), as torch.optim.AdamW computes it:
@@ -183,7 +192,7 @@ static void gpt2_logits_to_host(const GPT2* model, int position, float* out) {
 
 // The model's training operations for gpt2/run.h's loop; the model is the run's host model.
 static const Trainer CPU_TRAINER = {
-    gpt2_forward, gpt2_zero_grad, gpt2_backward, gpt2_clip_gradients, gpt2_update,
+    gpt2_forward, gpt2_zero_grad, gpt2_backward, gpt2_all_reduce, gpt2_clip_gradients, gpt2_update,
     gpt2_logits_to_host, NULL, NULL, NULL,
 };
 
@@ -191,16 +200,23 @@ static const Trainer CPU_TRAINER = {
 #ifndef TRAIN_CPU_NO_MAIN  // tests and dev programs that call the functions above define it
 
 int main(int argc, char** argv) {
+    parallel_init(&argc, &argv);  // started by mpirun: one rank of a data-parallel run
+    rank0_first_begin();          // a bad option or input is reported once, by rank 0
     TrainConfig cfg = train_config_parse(argc, argv, train_config_defaults(0));
     if (cfg.precision != NULL && strcmp(cfg.precision, "fp32") != 0) {
         fail("train_cpu computes in float32 only: -p %s is for train_gpu", cfg.precision);
     }
+    rank0_first_end();
+    char key[1024];
+    train_config_key(&cfg, key, sizeof(key));
+    parallel_check_same("options", key);
     Run run;
     run_open(&run, cfg, NULL);  // the model (fresh, loaded or resumed), the data, -o DIR
     GPT2* model = &run.model;  // trained where it is, in host memory
     gpt2_allocate_activations(model, cfg.B, cfg.T);
     run_train(&run, &CPU_TRAINER, model);
     run_close(&run);
+    parallel_finalize();
     return 0;
 }
 

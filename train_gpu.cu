@@ -38,6 +38,9 @@
 #ifdef USE_CUBLAS
 #include <cublas_v2.h>
 #endif
+#ifdef USE_MPI
+#include <nccl.h>  // data parallel: the gradients summed over the GPUs of the run
+#endif
 
 // ---------- CUDA utilities ----------
 
@@ -1555,7 +1558,7 @@ __global__ void scale_kernel(float* x, float s, size_t n) {
 
 // Global L2 norm of the n gradients; scaled by max_norm / (norm + 1e-6) when that is below 1,
 // the rule of the CPU's gpt2_clip_gradients (and PyTorch's clip_grad_norm_). Returns the norm.
-static float clip_gradients_gpu(float* grads, size_t n, float max_norm) {
+static float clip_gradients_gpu(float* grads, size_t n, float grad_scale, float max_norm) {
     double* partial = (double*)scratch_floats(2 * (NORM_BLOCKS + 1));
     norm_squared_kernel<<<NORM_BLOCKS, 256>>>(partial, grads, n);
     launch_check(norm_squared_kernel);
@@ -1563,10 +1566,11 @@ static float clip_gradients_gpu(float* grads, size_t n, float max_norm) {
     launch_check(norm_finish_kernel);
     double sum;
     cuda_check(cudaMemcpy(&sum, partial + NORM_BLOCKS, sizeof(double), cudaMemcpyDeviceToHost));
-    float norm = (float)sqrt(sum);
+    float norm = (float)(grad_scale * sqrt(sum));
     float coef = max_norm / (norm + 1e-6f);
-    if (coef < 1.0f) {
-        scale_kernel<<<ceil_div(n, 256), 256>>>(grads, coef, n);
+    float factor = coef < 1.0f ? grad_scale * coef : grad_scale;
+    if (factor != 1.0f) {
+        scale_kernel<<<ceil_div(n, 256), 256>>>(grads, factor, n);
         launch_check(scale_kernel);
     }
     return norm;
@@ -1630,8 +1634,14 @@ static void gpu_init(void) {
     if (err != cudaSuccess) {
         fail("CUDA cannot use the GPU: %s (%s)", cudaGetErrorString(err), cudaGetErrorName(err));
     }
-    cuda_check(cudaSetDevice(0));
-    cuda_check(cudaGetDeviceProperties(&gpu_info.prop, 0));
+    // one GPU per process: a data-parallel run's processes on one machine take one each
+    int device = procs.local_rank;
+    if (device >= count) {
+        fail("this process is number %d of those started on this machine, which has %d GPU%s: start at most one "
+             "process per GPU", device + 1, count, count > 1 ? "s" : "");
+    }
+    cuda_check(cudaSetDevice(device));
+    cuda_check(cudaGetDeviceProperties(&gpu_info.prop, device));
     // A binary holds machine code for some GPU generations and PTX that the driver can compile for
     // newer ones (Makefile: GPU_ARCH); an older GPU than all of them finds nothing to run.
     cudaFuncAttributes attr;
@@ -1643,14 +1653,14 @@ static void gpu_init(void) {
     }
     cuda_check(err);
     int clock_khz = 0;
-    cuda_check(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0));
+    cuda_check(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, device));
     gpu_info.clock_ghz = clock_khz / 1e6;
     int major = gpu_info.prop.major, minor = gpu_info.prop.minor;
     gpu_info.lanes_per_sm = (major == 7 || (major == 8 && minor == 0)) ? 64 : 128;
     gpu_info.peak_flops = gpu_info.prop.multiProcessorCount * gpu_info.clock_ghz * 1e9 * gpu_info.lanes_per_sm * 2.0;
     int mem_clock_khz = 0, bus_bits = 0;
-    cuda_check(cudaDeviceGetAttribute(&mem_clock_khz, cudaDevAttrMemoryClockRate, 0));
-    cuda_check(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, 0));
+    cuda_check(cudaDeviceGetAttribute(&mem_clock_khz, cudaDevAttrMemoryClockRate, device));
+    cuda_check(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device));
     gpu_info.peak_bandwidth = 2.0 * mem_clock_khz * 1e3 * bus_bits / 8.0;
     gpu_num_sms = gpu_info.prop.multiProcessorCount;
 #ifdef USE_CUBLAS
@@ -1822,8 +1832,8 @@ void gpt2_backward_gpu(GPT2* model) {
     gpt2_backward_layers(&GPU_LAYERS, model);
 }
 
-float gpt2_clip_gradients_gpu(GPT2* model, float max_norm) {
-    return clip_gradients_gpu(model->grads_memory, model->num_parameters, max_norm);
+float gpt2_clip_gradients_gpu(GPT2* model, float grad_scale, float max_norm) {
+    return clip_gradients_gpu(model->grads_memory, model->num_parameters, grad_scale, max_norm);
 }
 
 // One AdamW step (t from 1), as gpt2_update: one launch per tensor, weight decay on the
@@ -1882,10 +1892,43 @@ static void gpt2_to_host_gpu(const GPT2* model, GPT2* host) {
 static void gpu_synchronize(void) { cuda_check(cudaDeviceSynchronize()); }
 static double gpu_peak_flops(void) { return gpu_info.peak_flops; }
 
+// ---------- data parallel: NCCL ----------
+//
+// Under mpirun, each process trains on its own GPU, and the float32 parameter gradients (both
+// precisions keep them in float32) are summed over the GPUs by NCCL's all-reduce, which moves
+// them GPU to GPU (NVLink, PCIe or the network) without a copy to the host. MPI only starts the
+// processes and hands NCCL's id for the run from rank 0 to the others (gpt2/parallel.h).
+#ifdef USE_MPI
+static ncclComm_t nccl_comm;
+
+static void nccl_check_(ncclResult_t r, const char* call, const char* file, int line) {
+    if (r != ncclSuccess) fail("NCCL call %s failed: %s (%s:%d)", call, ncclGetErrorString(r), file, line);
+}
+#define nccl_check(call) nccl_check_((call), #call, __FILE__, __LINE__)
+
+static void nccl_init(void) {
+    ncclUniqueId id;
+    if (procs.rank == 0) nccl_check(ncclGetUniqueId(&id));
+    MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+    nccl_check(ncclCommInitRank(&nccl_comm, procs.size, id, procs.rank));
+}
+
+static void nccl_free(void) { nccl_check(ncclCommDestroy(nccl_comm)); }
+
+static void gpt2_all_reduce_gpu(GPT2* model) {
+    nccl_check(ncclAllReduce(model->grads_memory, model->grads_memory, model->num_parameters, ncclFloat, ncclSum,
+                             nccl_comm, 0));
+}
+#else  // built without MPI: always one process, whose gradients are already the sum
+static void nccl_init(void) {}
+static void nccl_free(void) {}
+static void gpt2_all_reduce_gpu(GPT2* model) {}
+#endif
+
 // The model's training operations for gpt2/run.h's loop, on a device copy of the run's model.
 static const Trainer GPU_TRAINER = {
-    gpt2_forward_gpu, gpt2_zero_grad_gpu, gpt2_backward_gpu, gpt2_clip_gradients_gpu, gpt2_update_gpu,
-    gpt2_logits_to_host_gpu, gpt2_to_host_gpu, gpu_synchronize, gpu_peak_flops,
+    gpt2_forward_gpu, gpt2_zero_grad_gpu, gpt2_backward_gpu, gpt2_all_reduce_gpu, gpt2_clip_gradients_gpu,
+    gpt2_update_gpu, gpt2_logits_to_host_gpu, gpt2_to_host_gpu, gpu_synchronize, gpu_peak_flops,
 };
 
 // ---------- the model in mixed precision (bf16) ----------
@@ -2164,8 +2207,8 @@ static double gpu_peak_flops_bf16(void) {
 }
 
 static const Trainer GPU_TRAINER_BF16 = {
-    gpt2_forward_bf16, gpt2_zero_grad_gpu, gpt2_backward_bf16, gpt2_clip_gradients_gpu, gpt2_update_bf16,
-    gpt2_logits_to_host_bf16, gpt2_to_host_gpu, gpu_synchronize, gpu_peak_flops_bf16,
+    gpt2_forward_bf16, gpt2_zero_grad_gpu, gpt2_backward_bf16, gpt2_all_reduce_gpu, gpt2_clip_gradients_gpu,
+    gpt2_update_bf16, gpt2_logits_to_host_bf16, gpt2_to_host_gpu, gpu_synchronize, gpu_peak_flops_bf16,
 };
 
 // ---------- main ----------
@@ -2195,17 +2238,26 @@ static void check_model_bf16(GPT2Config c) {
 }
 
 int main(int argc, char** argv) {
+    parallel_init(&argc, &argv);  // started by mpirun: one rank of a data-parallel run, one GPU each
+    rank0_first_begin();          // a bad option, input or GPU is reported once, by rank 0
     TrainConfig cfg = train_config_parse(argc, argv, train_config_defaults(1));  // d12, T=1024
     gpu_init();  // no device: one line, exit 1
     int bf16 = gpu_use_bf16(cfg.precision);
-    gpu_print_info(bf16);
+    rank0_first_end();
+    char key[1024];
+    train_config_key(&cfg, key, sizeof(key));
+    parallel_check_same("options", key);
+    if (procs.rank == 0) gpu_print_info(bf16);
     Run run;
     run_open(&run, cfg, bf16 ? check_model_bf16 : NULL);  // the model on the host, the data, -o DIR
+    if (procs.mpi) nccl_init();
     size_t free_bytes, total_bytes;
     cuda_check(cudaMemGetInfo(&free_bytes, &total_bytes));
-    printf("largest batch at T=%d in the %.1f GiB of free GPU memory: B=%d\n", cfg.T, free_bytes / 1073741824.0,
-           largest_batch(bf16 ? gpt2_bf16_bytes : gpt2_fp32_bytes, run.model.config, run.model.num_parameters,
-                         cfg.T, free_bytes));
+    if (procs.rank == 0) {
+        printf("largest batch at T=%d in the %.1f GiB of free GPU memory: B=%d%s\n", cfg.T, free_bytes / 1073741824.0,
+               largest_batch(bf16 ? gpt2_bf16_bytes : gpt2_fp32_bytes, run.model.config, run.model.num_parameters,
+                             cfg.T, free_bytes), procs.size > 1 ? " per GPU" : "");
+    }
     if (bf16) {
         GPT2BF16 model;
         gpt2_build_bf16(&model, &run.model, cfg.B, cfg.T);  // a copy of it on the GPU, trained there
@@ -2218,6 +2270,8 @@ int main(int argc, char** argv) {
         gpt2_free_gpu(&model);
     }
     run_close(&run);
+    if (procs.mpi) nccl_free();
+    parallel_finalize();
     return 0;
 }
 

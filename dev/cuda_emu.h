@@ -35,6 +35,7 @@
 // Environment:
 //   CUDA_EMU_REVERSE=1                         each block's threads in reverse order (a second schedule)
 //   CUDA_EMU_DRIVER=none|nodevice|old|broken   the driver and GPU that start-up finds (cudaGetDeviceCount)
+//   CUDA_EMU_DEVICES=N                         the number of GPUs it finds (default 1)
 //   CUDA_EMU_FAULT=NAME                        kernel NAME faults as an out-of-bounds access does on a GPU
 
 #ifndef CUDA_EMU_H
@@ -664,11 +665,19 @@ static cudaError_t cudaGetDeviceCount(int* n) {
     if (strcmp(d, "none") == 0 || strcmp(d, "old") == 0) return cudaErrorInsufficientDriver;
     if (strcmp(d, "nodevice") == 0) return cudaErrorNoDevice;
     if (strcmp(d, "broken") == 0) return cudaErrorSystemDriverMismatch;
-    *n = 1;
+    const char* devices = getenv("CUDA_EMU_DEVICES");
+    *n = devices != NULL ? atoi(devices) : 1;
     return cudaSuccess;
 }
-static cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidValue; }
-static cudaError_t cudaGetDevice(int* d) { *d = 0; return cudaSuccess; }
+static int emu_device = 0;
+static cudaError_t cudaSetDevice(int d) {
+    int n;
+    cudaGetDeviceCount(&n);
+    if (d < 0 || d >= n) return cudaErrorInvalidValue;
+    emu_device = d;
+    return cudaSuccess;
+}
+static cudaError_t cudaGetDevice(int* d) { *d = emu_device; return cudaSuccess; }
 // The emulated device pretends to be an H100 SXM, so that table lookups have something to find.
 static cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d) {
     memset(p, 0, sizeof(*p));
@@ -731,5 +740,68 @@ static cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = 0) { *e = emu
 static cudaError_t cudaEventSynchronize(cudaEvent_t e) { return emu_sync_error(); }
 static cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) { *ms = (float)(*b - *a); return cudaSuccess; }
 static cudaError_t cudaEventDestroy(cudaEvent_t e) { free(e); return cudaSuccess; }
+
+// ---------- NCCL, over MPI ----------
+// Built with USE_MPI, train_gpu sums its gradients over the processes of a data-parallel run with
+// NCCL (ncclAllReduce). The emulator has no GPUs to connect: its NCCL is the few calls train_gpu
+// makes, done by MPI on the host memory that stands for device memory, with NCCL's checks of
+// their arguments. It checks train_gpu's use of them, not NCCL.
+#ifdef USE_MPI
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+#include <unistd.h>
+typedef enum { ncclSuccess = 0, ncclInvalidArgument = 4, ncclInvalidUsage = 5 } ncclResult_t;
+typedef enum { ncclFloat = 7 } ncclDataType_t;
+typedef enum { ncclSum = 0 } ncclRedOp_t;
+typedef struct { char internal[128]; } ncclUniqueId;
+struct emu_nccl_comm { MPI_Comm comm; int rank, size; ncclUniqueId id; };
+typedef emu_nccl_comm* ncclComm_t;
+
+static const char* ncclGetErrorString(ncclResult_t r) {
+    return r == ncclSuccess ? "no error" : r == ncclInvalidArgument ? "invalid argument" : "invalid usage";
+}
+static ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
+    memset(id, 0, sizeof(*id));
+    snprintf(id->internal, sizeof(id->internal), "emu-nccl-%ld-%ld", (long)getpid(), (long)time(NULL));
+    return ncclSuccess;
+}
+// Every rank must pass the id rank 0 made, its own MPI rank and the run's size.
+static ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank) {
+    int initialized = 0, size = 0, mpi_rank = -1;
+    MPI_Initialized(&initialized);
+    if (!initialized) return ncclInvalidUsage;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    MPI_Comm_rank(MPI_COMM_WORLD, &mpi_rank);
+    if (nranks != size || rank != mpi_rank || id.internal[0] == 0) return ncclInvalidArgument;
+    ncclUniqueId first = id;
+    MPI_Bcast(&first, sizeof(first), MPI_BYTE, 0, MPI_COMM_WORLD);
+    if (memcmp(&first, &id, sizeof(id)) != 0) return ncclInvalidArgument;
+    emu_nccl_comm* c = new emu_nccl_comm;
+    MPI_Comm_dup(MPI_COMM_WORLD, &c->comm);
+    c->rank = rank;
+    c->size = nranks;
+    c->id = id;
+    *comm = c;
+    return ncclSuccess;
+}
+static ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op,
+                                  ncclComm_t comm, cudaStream_t stream) {
+    if (comm == NULL || type != ncclFloat || op != ncclSum) return ncclInvalidArgument;
+    const size_t chunk = (size_t)1 << 30;
+    for (size_t i = 0; i < count; i += chunk) {
+        int n = (int)(count - i < chunk ? count - i : chunk);
+        float* out = (float*)recv + i;
+        MPI_Allreduce(send == recv ? MPI_IN_PLACE : (const float*)send + i, out, n, MPI_FLOAT, MPI_SUM, comm->comm);
+    }
+    return ncclSuccess;
+}
+static ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+    if (comm == NULL) return ncclInvalidArgument;
+    MPI_Comm_free(&comm->comm);
+    delete comm;
+    return ncclSuccess;
+}
+#endif
 
 #endif // CUDA_EMU_H

@@ -9,7 +9,7 @@ Four rewrites, each keeping line numbers (so errors and __LINE__ point into the 
   #include "other.cu"              ->  that file, rewritten the same way, inlined behind #line
   #include "other.h"               ->  the same file by its path from the repository root (the
                                        output lives elsewhere; compile with -I. from the root)
-  #include <cuda_runtime.h>, <cuda_bf16.h> -> nothing (the emulator header is force-included instead)
+  #include <cuda_runtime.h>, <cuda_bf16.h>, <nccl.h> -> nothing (the emulator header is force-included instead)
 
 and one check: every launch must be followed by launch_check(kernel), with the kernel's name,
 before the next launch_check (train_gpu.cu: it reports a failed launch, and with GPU_DEBUG=1
@@ -97,7 +97,7 @@ def transform(path):
             result.append(transform(inc))
             result.append('#line %d "%s"' % (n + 1, path))
             continue
-        if re.match(r"\s*#\s*include\s+<(cuda_runtime|cuda_bf16|cublas_v2)\.h>", line):
+        if re.match(r"\s*#\s*include\s+<(cuda_runtime|cuda_bf16|cublas_v2|nccl)\.h>", line):
             result.append("")
             continue
         m = re.match(r'(\s*#\s*include\s+)"([^"]+)"(.*)', line)

@@ -428,23 +428,23 @@ static void check_classifier(int B, int T, int V, int Vp, int bench) {
     cuda_check(cudaFree(d_dlogits));
 }
 
-// Global norm and clipping, against gpt2_clip_gradients (which reads only grads_memory and
-// num_parameters of the model it is given).
-static void check_clip(size_t n, float max_norm, int bench) {
-    printf("clip n=%zu max_norm=%g\n", n, max_norm);
+// Global norm and clipping after a scale (the 1/parts of gradient accumulation), against
+// gpt2_clip_gradients (which reads only grads_memory and num_parameters of the model it is given).
+static void check_clip(size_t n, float grad_scale, float max_norm, int bench) {
+    printf("clip n=%zu grad_scale=%g max_norm=%g\n", n, grad_scale, max_norm);
     float* grads = host_random(n, -0.01f, 0.01f);
     float* d_grads = to_device(grads, n);
     GPT2 cpu;
     memset(&cpu, 0, sizeof(cpu));
     cpu.grads_memory = grads;
     cpu.num_parameters = n;
-    float norm = gpt2_clip_gradients(&cpu, max_norm);
-    float d_norm = clip_gradients_gpu(d_grads, n, max_norm);
+    float norm = gpt2_clip_gradients(&cpu, grad_scale, max_norm);
+    float d_norm = clip_gradients_gpu(d_grads, n, grad_scale, max_norm);
     compare_scalar("clip_gradients norm", d_norm, norm, 0.0, 1e-6);
     compare("clip_gradients grads", d_grads, grads, n, 0.0f, 1e-6f);
     if (bench) {
-        time_both("global norm", [&] { clip_gradients_gpu(d_grads, n, 1e30f); },
-                  [&] { gpt2_clip_gradients(&cpu, 1e30f); }, 0, 1.0 * n * 4);
+        time_both("global norm", [&] { clip_gradients_gpu(d_grads, n, 1.0f, 1e30f); },
+                  [&] { gpt2_clip_gradients(&cpu, 1.0f, 1e30f); }, 0, 1.0 * n * 4);
     }
     free(grads);
     cuda_check(cudaFree(d_grads));
@@ -536,8 +536,8 @@ static void check_model(GPT2Config config, int B, int T, int steps) {
             gpt2_zero_grad_gpu(&gpu);
             gpt2_backward_gpu(&gpu);
         }
-        float norm = gpt2_clip_gradients(&cpu, 1.0f);
-        float d_norm = gpt2_clip_gradients_gpu(&gpu, 1.0f);
+        float norm = gpt2_clip_gradients(&cpu, 1.0f, 1.0f);
+        float d_norm = gpt2_clip_gradients_gpu(&gpu, 1.0f, 1.0f);
         gpt2_update(&cpu, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, step);
         gpt2_update_gpu(&gpu, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, step);
         char what[64];
@@ -1031,9 +1031,11 @@ int main(int argc, char** argv) {
         if (!quick) check_classifier(B, T, V, Vp, bench);
     }
     if (wanted(argc, argv, "clip")) {
-        check_clip(100003, 1.0f, 0);   // norm ~1.8: clipped
-        check_clip(100003, 10.0f, 0);  // not clipped
-        if (!quick) check_clip(124475904, 1.0f, bench);
+        check_clip(100003, 1.0f, 1.0f, 0);    // norm ~1.8: clipped
+        check_clip(100003, 1.0f, 10.0f, 0);   // not clipped
+        check_clip(100003, 0.25f, 1.0f, 0);   // the mean of 4 parts, norm ~0.46: scaled, not clipped
+        check_clip(100003, 0.75f, 1.0f, 0);   // norm ~1.4: scaled and clipped
+        if (!quick) check_clip(124475904, 1.0f, 1.0f, bench);
     }
     if (wanted(argc, argv, "adamw")) {
         check_adamw(tiny_config(), 0);

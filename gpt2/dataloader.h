@@ -4,6 +4,14 @@
 // inputs shifted by one: each position predicts the next token), taken in order from the start
 // and wrapping at the end; or, with shuffle, the batches of each pass over the file in a random
 // order drawn from the seed.
+//
+// A batch here is a whole optimizer step's worth of tokens: every process (rank) of a
+// data-parallel run and every micro-step of gradient accumulation reads its own B x T part of it.
+// With P ranks and M micro-steps, the step's batch holds P x M parts, and micro-step m of rank r
+// reads part m x P + r, so rank r starts at r x B x T and strides by P x B x T, as llm.c's loader
+// does. The tokens a step reads are those of one batch of B x P x M rows: a run split over ranks
+// and micro-steps takes its data in the order the undivided run does, and its position in the
+// file (epoch, batch_index) does not depend on how the batch is split.
 
 #ifndef GPT2_DATALOADER_H
 #define GPT2_DATALOADER_H
@@ -12,11 +20,15 @@
 #include "random.h"
 
 typedef struct {
-    int B, T;
+    int B, T;               // this process's part of a batch, B rows of T tokens
+    int rank, ranks;        // this process among the ranks that share each batch
+    int micro_steps;        // its parts per batch, one per micro-step
+    int micro;              // the next micro-step within the current batch
+    size_t batch_tokens;    // B x T x ranks x micro_steps
     uint16_t* tokens;
     size_t num_tokens;
     size_t num_batches;     // whole batches per pass over the file
-    size_t batch_index;     // the next batch of this pass
+    size_t batch_index;     // the batch of this pass that the next part is read from
     int shuffle;
     uint64_t shuffle_seed;
     uint64_t epoch;         // passes completed
@@ -37,12 +49,17 @@ static void dataloader_make_order(DataLoader* dl) {
     }
 }
 
-// Opens the token file at path for batches of B x T; vocab_size is the model's V.
-static inline void dataloader_init(DataLoader* dl, const char* path, int B, int T, int vocab_size,
-                                   int shuffle, uint64_t seed) {
+// Opens the token file at path for parts of B x T, this process being `rank` of `ranks`, each
+// taking `micro_steps` parts of every batch; vocab_size is the model's V.
+static inline void dataloader_init(DataLoader* dl, const char* path, int B, int T, int rank, int ranks,
+                                   int micro_steps, int vocab_size, int shuffle, uint64_t seed) {
     memset(dl, 0, sizeof(*dl));
     dl->B = B;
     dl->T = T;
+    dl->rank = rank;
+    dl->ranks = ranks;
+    dl->micro_steps = micro_steps;
+    dl->batch_tokens = (size_t)B * T * ranks * micro_steps;
     FILE* f = fopen_check(path, "rb");
     int32_t header[HEADER_INTS];
     long long size = read_header_check(f, path, header);
@@ -58,9 +75,11 @@ static inline void dataloader_init(DataLoader* dl, const char* path, int B, int 
         fail("%s is %s: %lld bytes, but its header says %lld tokens (%lld bytes)", path,
              size < expected ? "truncated" : "longer than its header says", size, n, expected);
     }
-    size_t need = (size_t)B * T + 1;
+    size_t need = dl->batch_tokens + 1;
     if ((size_t)n < need) {
-        fail("%s holds %lld tokens, fewer than one batch needs (B*T+1 = %zu)", path, n, need);
+        if (ranks * micro_steps == 1) fail("%s holds %lld tokens, fewer than one batch needs (B*T+1 = %zu)", path, n, need);
+        fail("%s holds %lld tokens, fewer than one step's batch needs (B*T x %d processes x %d micro-steps + 1 = %zu)",
+             path, n, ranks, micro_steps, need);
     }
     dl->num_tokens = (size_t)n;
     dl->tokens = (uint16_t*)malloc_check(dl->num_tokens * sizeof(uint16_t));
@@ -72,7 +91,7 @@ static inline void dataloader_init(DataLoader* dl, const char* path, int B, int 
                  dl->tokens[i], i, vocab_size);
         }
     }
-    dl->num_batches = (dl->num_tokens - 1) / ((size_t)B * T);
+    dl->num_batches = (dl->num_tokens - 1) / dl->batch_tokens;
     dl->shuffle = shuffle;
     dl->shuffle_seed = seed;
     dl->order = (size_t*)malloc_check(dl->num_batches * sizeof(size_t));
@@ -83,6 +102,7 @@ static inline void dataloader_init(DataLoader* dl, const char* path, int B, int 
 
 static inline void dataloader_reset(DataLoader* dl) {
     dl->batch_index = 0;
+    dl->micro = 0;
     dl->epoch = 0;
     dataloader_make_order(dl);
 }
@@ -91,23 +111,29 @@ static inline void dataloader_reset(DataLoader* dl) {
 // num_batches means the pass is complete: the next batch wraps into pass epoch+1.
 static inline void dataloader_seek(DataLoader* dl, uint64_t epoch, size_t batch_index) {
     dl->epoch = epoch;
+    dl->micro = 0;
     dataloader_make_order(dl);
     dl->batch_index = batch_index <= dl->num_batches ? batch_index : 0;
 }
 
+// The next part of B x T into inputs and targets: this process's part for the next micro-step.
 static inline void dataloader_next_batch(DataLoader* dl) {
-    if (dl->batch_index >= dl->num_batches) {  // wrap around: the next pass over the file
+    if (dl->micro == 0 && dl->batch_index >= dl->num_batches) {  // wrap around: the next pass
         dl->batch_index = 0;
         dl->epoch++;
         dataloader_make_order(dl);
     }
     size_t BT = (size_t)dl->B * dl->T;
-    const uint16_t* src = dl->tokens + dl->order[dl->batch_index] * BT;
+    size_t part = (size_t)dl->micro * dl->ranks + dl->rank;
+    const uint16_t* src = dl->tokens + dl->order[dl->batch_index] * dl->batch_tokens + part * BT;
     for (size_t i = 0; i < BT; i++) {
         dl->inputs[i] = src[i];
         dl->targets[i] = src[i + 1];
     }
-    dl->batch_index++;
+    if (++dl->micro == dl->micro_steps) {  // the batch is done
+        dl->micro = 0;
+        dl->batch_index++;
+    }
 }
 
 static inline void dataloader_free(DataLoader* dl) {

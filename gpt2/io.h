@@ -46,15 +46,24 @@
 #define GPT2_PRINTF_NORETURN
 #endif
 
+// A run of several processes (gpt2/parallel.h) sets these two: fail_who names the process in the
+// line ("rank 1 of 2: "), and fail_stop ends the other processes too, so that none of them waits
+// forever for a partner that has gone.
+static char fail_who[64] = "";
+static void (*fail_stop)(void) = NULL;
+
 // Prints "error: MESSAGE" as one line on stderr and exits with status 1.
 static void fail(const char* fmt, ...) GPT2_PRINTF_NORETURN;
 static void fail(const char* fmt, ...) {
     va_list args;
     va_start(args, fmt);
-    fprintf(stderr, "error: ");
+    fprintf(stderr, "error: %s", fail_who);
     vfprintf(stderr, fmt, args);
     fprintf(stderr, "\n");
     va_end(args);
+    fflush(stdout);
+    fflush(stderr);
+    if (fail_stop != NULL) fail_stop();
     exit(1);
 }
 

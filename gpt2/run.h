@@ -6,9 +6,14 @@
 // operations in a Trainer table (train_cpu.c: the C functions on host memory; train_gpu.cu: their
 // CUDA counterparts on device memory), and the loop does the rest, the same way for both:
 //
-//   for each step: next batch -> forward (loss) -> zero grads -> backward -> clip the gradient
-//                  norm to 1 -> stop if the loss or norm is not finite -> AdamW at this step's
-//                  learning rate -> print; now and then validate, sample, checkpoint.
+//   for each step: zero grads -> for each micro-step: next part of the batch -> forward (loss)
+//                  -> backward (gradients add up) -> sum the gradients over the processes ->
+//                  scale them to the gradient of the mean loss and clip their norm to 1 -> stop
+//                  if the loss or norm is not finite -> AdamW at this step's learning rate ->
+//                  print; now and then validate, sample, checkpoint.
+//
+// A step's batch is -d tokens, split over the processes of a data-parallel run (gpt2/parallel.h)
+// and, within each, over micro-steps of B x T (gradient accumulation): doc/parallel.md.
 
 #ifndef GPT2_RUN_H
 #define GPT2_RUN_H
@@ -20,6 +25,7 @@
 #include "checkpoint.h"
 #include "dataloader.h"
 #include "tokenizer.h"
+#include "parallel.h"
 #include "cpu_layers.h"  // softmax_forward for the samples, num_threads
 
 // ---------- the command line ----------
@@ -30,8 +36,10 @@ typedef struct {
     const char* init;             // -e: checkpoint file, or dN for a fresh model of depth N
     const char* output_dir;       // -o
     const char* tokenizer_file;   // -k
-    int B;                        // -b
+    int B;                        // -b: rows of one forward pass, per process
     int T;                        // -t
+    int total_batch;              // -d: tokens per optimizer step, all processes and micro-steps;
+                                  //     0: B x T x processes (no accumulation), or a resumed run's
     int max_steps;                // -x
     float learning_rate;          // -l
     int warmup_steps;             // -u
@@ -62,6 +70,7 @@ static inline TrainConfig train_config_defaults(int on_gpu) {
     c.tokenizer_file = "data/gpt2_tokenizer.bin";
     c.B = 8;
     c.T = on_gpu ? 1024 : 64;
+    c.total_batch = 0;
     c.max_steps = on_gpu ? 100 : 500;
     c.learning_rate = on_gpu ? 3e-4f : 1e-3f;
     c.warmup_steps = 0;
@@ -87,8 +96,10 @@ static inline void print_usage(const char* prog, TrainConfig d) {
             "  -e INIT   checkpoint (llm.c .bin or model.safetensors) or dN for a fresh model of N layers (default %s)\n"
             "  -o DIR    output directory for main.log, checkpoints and state (default none)\n"
             "  -k FILE   tokenizer file for printing samples (default %s)\n"
-            "  -b N      batch size B (default %d)\n"
+            "  -b N      batch size B: rows of one forward pass, per process (default %d)\n"
             "  -t N      sequence length T (default %d)\n"
+            "  -d N      total batch in tokens per optimizer step, over all processes: B x T x processes x\n"
+            "            micro-steps, the gradients of the micro-steps added up (default B x T x processes)\n"
             "  -x N      training steps (default %d)\n"
             "  -l LR     learning rate (default %g)\n"
             "  -u N      linear warmup steps (default %d)\n"
@@ -129,6 +140,7 @@ static inline TrainConfig train_config_parse(int argc, char** argv, TrainConfig 
             case 'k': c.tokenizer_file = val; break;
             case 'b': c.B = parse_int_arg(flag, val, 1); break;
             case 't': c.T = parse_int_arg(flag, val, 1); break;
+            case 'd': c.total_batch = parse_int_arg(flag, val, 1); break;
             case 'x': c.max_steps = parse_int_arg(flag, val, 0); break;
             case 'l': c.learning_rate = parse_float_arg(flag, val, 0.0f); break;
             case 'u': c.warmup_steps = parse_int_arg(flag, val, 0); break;
@@ -149,6 +161,15 @@ static inline TrainConfig train_config_parse(int argc, char** argv, TrainConfig 
     if (c.final_lr_frac > 1.0f) fail("-q expects a fraction between 0 and 1, got %g", c.final_lr_frac);
     if (c.resume && c.output_dir == NULL) fail("-y 1 resumes from the checkpoints in -o DIR: give -o");
     return c;
+}
+
+// The options every process of a run must share, as text, for parallel_check_same. File names
+// are left out: on several machines, each may keep its copy of the data at another path.
+static inline void train_config_key(const TrainConfig* c, char* key, size_t n) {
+    snprintf(key, n, "-e %s -b %d -t %d -d %d -x %d -l %g -u %d -q %g -c %g -v %d -m %d -s %d -g %d -n %d -y %d -S %llu -R %d -p %s",
+             c->init, c->B, c->T, c->total_batch, c->max_steps, c->learning_rate, c->warmup_steps, c->final_lr_frac,
+             c->weight_decay, c->val_every, c->val_batches, c->sample_every, c->gen_tokens, c->checkpoint_every,
+             c->resume, (unsigned long long)c->seed, c->shuffle, c->precision != NULL ? c->precision : "default");
 }
 
 // ---------- the schedule and the divergence stop ----------
@@ -227,6 +248,10 @@ typedef struct {
     Tokenizer tokenizer;
     Tokenizer* tok;        // NULL: samples print as token ids
     int start_step;        // steps done before this run: the resumed checkpoint's, or 0
+    long long step_tokens; // tokens per optimizer step, over all processes (-d)
+    int micro_steps;       // forward and backward passes of B x T per step, on each process
+    float loss;            // the last step's loss: the mean over its micro-steps and processes
+    double reduce_time;    // seconds of the last step spent summing gradients over the processes
     uint64_t sample_rng;
     FILE* log;             // DIR/main.log, or NULL without -o
     char path[4096];
@@ -250,34 +275,59 @@ static TrainState run_resume(Run* run) {
     TrainState state;
     snprintf(run->path, sizeof(run->path), "%s/state_%08d.bin", c->output_dir, step);
     read_state(run->path, &state, m->m_memory, m->v_memory, m->num_parameters);
-    if (state.B != c->B || state.T != c->T || state.step != step) {
-        fail("%s was written by a run with B=%d T=%d at step %d; resume with the same -b and -t",
-             run->path, state.B, state.T, state.step);
+    // the batch per step (state.B rows of T, over all processes and micro-steps) must be the same;
+    // how it is split (-b, processes, micro-steps) may change
+    long long tokens = (long long)state.B * state.T;
+    if (state.T != c->T || state.step != step || (c->total_batch > 0 && c->total_batch != tokens)) {
+        fail("%s was written by a run with batches of %d x T=%d tokens (-d %lld) at step %d; resume with the "
+             "same -t and -d", run->path, state.B, state.T, tokens, state.step);
     }
     run->start_step = step;
     run->sample_rng = state.rng;
     return state;
 }
 
-// Opens a run: every input is checked first (the model, -t against its context, the token files,
-// a resumed state, and whatever check_model, if not NULL, asks of the model's shape), and only
-// then is -o DIR made and its main.log opened, so that a run that cannot start leaves nothing behind.
-static inline void run_open(Run* run, TrainConfig cfg, void (*check_model)(GPT2Config)) {
+// The tokens of each step (-d, or a resumed run's, or B x T x processes) and the micro-steps it
+// takes, one clear error when -d is not a whole number of passes of B x T on every process.
+static inline void run_split_batch(Run* run, long long resumed_tokens) {
+    const TrainConfig* c = &run->cfg;
+    long long pass = (long long)c->B * c->T * procs.size;  // tokens of one pass of every process
+    long long total = c->total_batch > 0 ? c->total_batch : resumed_tokens > 0 ? resumed_tokens : pass;
+    if (total % pass != 0) {
+        char what[64];
+        if (c->total_batch > 0) snprintf(what, sizeof(what), "-d %lld", total);
+        else snprintf(what, sizeof(what), "the resumed run's batch of %lld tokens (-d)", total);
+        fail("%s is not a multiple of B x T x processes = %d x %d x %d = %lld tokens: each step is a whole "
+             "number of micro-steps of B x T on every process", what, c->B, c->T, procs.size, pass);
+    }
+    run->step_tokens = total;
+    run->micro_steps = (int)(total / pass);
+}
+
+// Every input of a run, checked: -d, the model, -t against its context, the token files, a
+// resumed state, and whatever check_model, if not NULL, asks of the model's shape.
+static inline void run_open_inputs(Run* run, TrainConfig cfg, void (*check_model)(GPT2Config)) {
     memset(run, 0, sizeof(*run));
     run->cfg = cfg;
     run->sample_rng = seed_mix(cfg.seed, 0x5a3b1e, 0);
+    if (cfg.total_batch > 0) run_split_batch(run, 0);  // a bad -d stops the run before anything is read
     TrainState state;
     memset(&state, 0, sizeof(state));
     if (cfg.resume) state = run_resume(run);
     else gpt2_build(&run->model, cfg.init, cfg.seed);
+    run_split_batch(run, cfg.resume ? (long long)state.B * state.T : 0);
     GPT2Config mc = run->model.config;
     if (cfg.T > mc.max_seq_len) fail("-t %d is longer than the model's context maxT=%d", cfg.T, mc.max_seq_len);
     if (check_model != NULL) check_model(mc);
-    dataloader_init(&run->train, cfg.train_file, cfg.B, cfg.T, mc.vocab_size, cfg.shuffle, cfg.seed);
+    dataloader_init(&run->train, cfg.train_file, cfg.B, cfg.T, procs.rank, procs.size, run->micro_steps,
+                    mc.vocab_size, cfg.shuffle, cfg.seed);
     if (cfg.resume) dataloader_seek(&run->train, state.epoch, (size_t)state.batch_index);
-    if (cfg.val_every > 0) dataloader_init(&run->val, cfg.val_file, cfg.B, cfg.T, mc.vocab_size, 0, 0);
+    if (cfg.val_every > 0) {
+        dataloader_init(&run->val, cfg.val_file, cfg.B, cfg.T, procs.rank, procs.size, run->micro_steps,
+                        mc.vocab_size, 0, 0);
+    }
     // the tokenizer only prints samples: without one, samples print as token ids
-    if (cfg.sample_every > 0) {
+    if (cfg.sample_every > 0 && procs.rank == 0) {
         if (file_exists(cfg.tokenizer_file)) {
             tokenizer_init(&run->tokenizer, cfg.tokenizer_file);
             if (run->tokenizer.vocab_size >= mc.vocab_size) run->tok = &run->tokenizer;
@@ -288,7 +338,17 @@ static inline void run_open(Run* run, TrainConfig cfg, void (*check_model)(GPT2C
                     cfg.tokenizer_file);
         }
     }
-    if (cfg.output_dir != NULL) {
+}
+
+// Opens a run. Every process opens its inputs, rank 0 first: a bad one, which every process
+// would find, is then reported once. Only when all of them have is -o DIR made and its main.log
+// opened (by rank 0), so that a run that cannot start leaves nothing behind.
+static inline void run_open(Run* run, TrainConfig cfg, void (*check_model)(GPT2Config)) {
+    rank0_first_begin();
+    run_open_inputs(run, cfg, check_model);
+    rank0_first_end();
+    parallel_barrier();  // every process has its inputs
+    if (cfg.output_dir != NULL && procs.rank == 0) {
         ensure_output_dir(cfg.output_dir);
         snprintf(run->path, sizeof(run->path), "%s/main.log", cfg.output_dir);
         if (!cfg.resume && file_exists(run->path)) {
@@ -313,8 +373,12 @@ typedef struct {
     // the mean loss of a batch (host arrays (B, T)) into model->mean_loss; targets may be NULL
     void (*forward)(GPT2* model, const int* inputs, const int* targets, int B, int T);
     void (*zero_grad)(GPT2* model);
-    void (*backward)(GPT2* model);
-    float (*clip_gradients)(GPT2* model, float max_norm);  // returns the norm before clipping
+    void (*backward)(GPT2* model);  // the parameter gradients add up over backward passes
+    // the gradients into their sum over the processes of a data-parallel run, on every process
+    void (*all_reduce)(GPT2* model);
+    // scales the gradients by grad_scale, then clips their norm to max_norm; returns the norm
+    // after the scale and before clipping
+    float (*clip_gradients)(GPT2* model, float grad_scale, float max_norm);
     void (*update)(GPT2* model, float lr, float beta1, float beta2, float eps, float weight_decay, int t);
     // the Vp logits at `position` of the last forward pass (batch 1), into a host array
     void (*logits_to_host)(const GPT2* model, int position, float* out);
@@ -331,10 +395,12 @@ static inline double flops_per_token(const GPT2* model, int T) {
     return 6.0 * (double)model->num_parameters + 12.0 * c.num_layers * c.channels * (double)T;
 }
 
-// Model FLOPs utilisation in percent of a step of `seconds` (see flops_per_token).
+// Model FLOPs utilisation in percent of a step of `seconds` (see flops_per_token), of each
+// process's device: the tokens it computed, against its peak.
 static inline double run_mfu(const Run* run, const Trainer* dev, const GPT2* model, double seconds) {
     const TrainConfig* c = &run->cfg;
-    return 100.0 * flops_per_token(model, c->T) * c->B * c->T / seconds / dev->peak_flops();
+    double tokens = (double)run->step_tokens / procs.size;
+    return 100.0 * flops_per_token(model, c->T) * tokens / seconds / dev->peak_flops();
 }
 
 static inline void run_print_summary(const Run* run, const GPT2* model) {
@@ -350,6 +416,8 @@ static inline void run_print_summary(const Run* run, const GPT2* model) {
         printf("memory: parameters + gradients + AdamW m, v %.1f MB, activations + their gradients %.1f MB (B=%d, T=%d)\n",
                model->num_parameters * 16.0 / 1e6, model->num_activations * 8.0 / 1e6, c->B, c->T);
     }
+    printf("batch: %lld tokens per step = B=%d x T=%d x %d micro-step%s x %d process%s\n", run->step_tokens,
+           c->B, c->T, run->micro_steps, run->micro_steps > 1 ? "s" : "", procs.size, procs.size > 1 ? "es" : "");
     printf("train: %s (%zu tokens, %zu batches)%s, val: %s\n", c->train_file, run->train.num_tokens,
            run->train.num_batches, c->shuffle ? " shuffled" : "", c->val_every > 0 ? c->val_file : "off");
     printf("steps %d, lr %g (warmup %d, final fraction %g), weight decay %g, seed %llu, threads %d\n",
@@ -360,24 +428,27 @@ static inline void run_print_summary(const Run* run, const GPT2* model) {
     }
 }
 
+// main.log (rank 0 only: the other processes have none).
 static inline void run_log(Run* run, int step, const char* what, float value) {
     if (run->log == NULL) return;
     fprintf(run->log, "s:%d %s:%f\n", step, what, value);
     fflush(run->log);
 }
 
-// The mean loss over up to val_batches batches of the validation file, from its start.
+// The mean loss over up to val_batches batches of the validation file, from its start, each
+// batch as big as a training step's and split the same way over micro-steps and processes.
 static inline void run_validate(Run* run, const Trainer* dev, GPT2* model, int step) {
     DataLoader* val = &run->val;
     dataloader_reset(val);
     int n = run->cfg.val_batches < (int)val->num_batches ? run->cfg.val_batches : (int)val->num_batches;
     double sum = 0.0;
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n * run->micro_steps; i++) {
         dataloader_next_batch(val);
         dev->forward(model, val->inputs, val->targets, val->B, val->T);
         sum += model->mean_loss;
     }
-    float loss = (float)(sum / n);
+    float loss = (float)(parallel_sum(sum) / ((double)n * run->micro_steps * procs.size));
+    if (procs.rank != 0) return;
     printf("step %d: val loss %.6f\n", step, loss);
     run_log(run, step, "tel", loss);
 }
@@ -417,7 +488,7 @@ static inline void run_save(Run* run, const Trainer* dev, GPT2* model, int step)
     write_checkpoint(run->path, host->config, host->params_memory, host->num_parameters);
     TrainState state;
     state.step = step;
-    state.B = run->cfg.B;
+    state.B = (int)(run->step_tokens / run->cfg.T);  // rows per step, over all processes and micro-steps
     state.T = run->cfg.T;
     state.epoch = run->train.epoch;
     state.batch_index = run->train.batch_index;
@@ -428,7 +499,8 @@ static inline void run_save(Run* run, const Trainer* dev, GPT2* model, int step)
 }
 
 // The progress line of one step; the first step of a run is left out of the average (it touches
-// freshly allocated memory), unless it is the only one.
+// freshly allocated memory), unless it is the only one. tok/s counts the tokens of every
+// micro-step of every process.
 static inline void run_print_step(Run* run, const Trainer* dev, const GPT2* model, int step,
                                   float norm, float lr, double dt) {
     const TrainConfig* c = &run->cfg;
@@ -436,19 +508,21 @@ static inline void run_print_step(Run* run, const Trainer* dev, const GPT2* mode
         run->total_time += dt;
         run->timed_steps++;
     }
+    run_log(run, step, "trl", run->loss);
+    if (procs.rank != 0) return;
     printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s", step, c->max_steps,
-           model->mean_loss, norm, lr, dt * 1e3, c->B * c->T / dt);
+           run->loss, norm, lr, dt * 1e3, run->step_tokens / dt);
     if (dev->peak_flops != NULL) printf(" | MFU %.1f%%", run_mfu(run, dev, model, dt));
+    printf(" | %lld tok/step, %d micro-step%s", run->step_tokens, run->micro_steps, run->micro_steps > 1 ? "s" : "");
+    if (procs.mpi) printf(" x %d process%s, all-reduce %.1f ms", procs.size, procs.size > 1 ? "es" : "", run->reduce_time * 1e3);
     printf("\n");
     fflush(stdout);
-    run_log(run, step, "trl", model->mean_loss);
 }
 
 static inline void run_print_average(const Run* run, const Trainer* dev, const GPT2* model) {
-    if (run->timed_steps == 0) return;
-    const TrainConfig* c = &run->cfg;
+    if (run->timed_steps == 0 || procs.rank != 0) return;
     double step_time = run->total_time / run->timed_steps;
-    printf("average %.1f ms per step, %.0f tok/s", step_time * 1e3, c->B * c->T / step_time);
+    printf("average %.1f ms per step, %.0f tok/s", step_time * 1e3, run->step_tokens / step_time);
     if (dev->peak_flops != NULL) printf(", MFU %.1f%%", run_mfu(run, dev, model, step_time));
     printf("\n");
 }
@@ -456,23 +530,43 @@ static inline void run_print_average(const Run* run, const Trainer* dev, const G
 // ---------- the training loop ----------
 
 // One optimizer step on the next training batch; returns the gradient norm before clipping.
+// The loss of each micro-step is a mean over its B x T positions, and its backward pass adds
+// that mean's gradient to the parameter gradients; summed over the micro-steps and processes,
+// the gradients are the sum of `parts` such gradients, and 1/parts of it is the gradient of the
+// step's loss, the mean over all its positions.
 static inline float run_step(Run* run, const Trainer* dev, GPT2* model, int step, float lr) {
     const TrainConfig* c = &run->cfg;
-    dataloader_next_batch(&run->train);
-    dev->forward(model, run->train.inputs, run->train.targets, c->B, c->T);
     dev->zero_grad(model);
-    dev->backward(model);
-    float norm = dev->clip_gradients(model, 1.0f);
-    check_step_finite(step, model->mean_loss, norm);
+    double loss_sum = 0.0;
+    for (int micro = 0; micro < run->micro_steps; micro++) {
+        dataloader_next_batch(&run->train);
+        dev->forward(model, run->train.inputs, run->train.targets, c->B, c->T);
+        dev->backward(model);
+        loss_sum += model->mean_loss;
+    }
+    if (procs.mpi) {  // every process gets the sum of all of their gradients and losses
+        if (dev->synchronize != NULL) dev->synchronize();  // the backward is queued: time only the sum
+        double t0 = now_seconds();
+        dev->all_reduce(model);
+        loss_sum = parallel_sum(loss_sum);
+        if (dev->synchronize != NULL) dev->synchronize();
+        run->reduce_time = now_seconds() - t0;
+    }
+    int parts = run->micro_steps * procs.size;
+    run->loss = (float)(loss_sum / parts);
+    float norm = dev->clip_gradients(model, 1.0f / (float)parts, 1.0f);
+    check_step_finite(step, run->loss, norm);
     dev->update(model, lr, 0.9f, 0.95f, 1e-8f, c->weight_decay, step);  // AdamW; t counts from 1
     if (dev->synchronize != NULL) dev->synchronize();  // the work is queued: wait, then time it
     return norm;
 }
 
 // Trains `model` (the run's host model, or a device copy of it) from the run's start to -x steps.
+// Every process runs this loop; only rank 0 prints, samples and writes checkpoints.
 static inline void run_train(Run* run, const Trainer* dev, GPT2* model) {
     const TrainConfig* c = &run->cfg;
-    run_print_summary(run, model);
+    int rank0 = procs.rank == 0;
+    if (rank0) run_print_summary(run, model);
     int use_val = c->val_every > 0;
     if (use_val && run->start_step == 0) run_validate(run, dev, model, 0);
     for (int step = run->start_step + 1; step <= c->max_steps; step++) {
@@ -482,12 +576,12 @@ static inline void run_train(Run* run, const Trainer* dev, GPT2* model) {
         run_print_step(run, dev, model, step, norm, lr, now_seconds() - t0);
         int last = step == c->max_steps;
         if (use_val && (step % c->val_every == 0 || last)) run_validate(run, dev, model, step);
-        if (c->sample_every > 0 && (step % c->sample_every == 0 || last)) run_sample(run, dev, model, step);
-        if (c->output_dir != NULL && ((c->checkpoint_every > 0 && step % c->checkpoint_every == 0) || last)) {
+        if (rank0 && c->sample_every > 0 && (step % c->sample_every == 0 || last)) run_sample(run, dev, model, step);
+        if (rank0 && c->output_dir != NULL && ((c->checkpoint_every > 0 && step % c->checkpoint_every == 0) || last)) {
             run_save(run, dev, model, step);
         }
     }
-    if (c->max_steps == 0 && c->output_dir != NULL) {  // -x 0: just write the initial model
+    if (rank0 && c->max_steps == 0 && c->output_dir != NULL) {  // -x 0: just write the initial model
         snprintf(run->path, sizeof(run->path), "%s/model_%08d.bin", c->output_dir, 0);
         write_checkpoint(run->path, run->model.config, run->model.params_memory, run->model.num_parameters);
         printf("wrote %s\n", run->path);

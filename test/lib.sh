@@ -13,6 +13,15 @@
 #                            had left it: that checkpoint and state, main.log up to STEP
 #   printed_after STEP FILE  what a training run printed (FILE) after STEP, without the timings
 #                            and the "wrote"/"average" lines: the part a resumed run must repeat
+#   mpi_run N ARGS...        mpirun -np N ARGS, as this project's tests run it: one OpenMP thread
+#                            per process (MPI_THREADS), no pinning to cores, more processes than
+#                            cores allowed, as root too (CI runs as root, which Open MPI refuses
+#                            unless told), copies between processes through shared memory without
+#                            the kernel's cross-memory attach (which containers often forbid), and
+#                            stopped after MPI_TIMEOUT seconds (default 300; exit status 124);
+#                            the emulator's builds run without LeakSanitizer's check at exit
+#                            (as test_train_gpu_emu runs them anyway): Open MPI holds memory to the
+#                            end from plugins it has unloaded by then, which no suppression can name
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 CC=${CC:-gcc}
 CFLAGS=${CFLAGS:--O2 -fopenmp}
@@ -50,4 +59,11 @@ cut_run() {
 printed_after() {
   awk -v s="$1" '$1 == "step" && $2 + 0 > s && $2 ~ /\// {on=1} on' "$2" |
     sed -E 's/ \| [0-9.]+ ms \| .*$//' | grep -v -e '^average' -e '^wrote'
+}
+
+mpi_run() {
+  local n=$1; shift
+  OMP_NUM_THREADS=${MPI_THREADS:-1} OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+    OMPI_MCA_btl_vader_single_copy_mechanism=none ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0} \
+    timeout "${MPI_TIMEOUT:-300}" mpirun -np "$n" --bind-to none --oversubscribe "$@"
 }

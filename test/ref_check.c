@@ -178,7 +178,7 @@ int main(int argc, char** argv) {
 
     // The data loader must hand out the same first batch as the reference took.
     DataLoader dl;
-    dataloader_init(&dl, argv[2], B, T, V, 0, 0);
+    dataloader_init(&dl, argv[2], B, T, 0, 1, 1, V, 0, 0);
     dataloader_next_batch(&dl);
     for (int i = 0; i < B * T; i++) {
         if (dl.inputs[i] != d.inputs[i] || dl.targets[i] != d.targets[i]) {
@@ -216,7 +216,7 @@ int main(int argc, char** argv) {
               model.param_sizes[t], TOL_GRADS, TOL_GRADS);
         off += model.param_sizes[t];
     }
-    float norm = gpt2_clip_gradients(&model, (float)d.max_norm);
+    float norm = gpt2_clip_gradients(&model, 1.0f, (float)d.max_norm);
     check_scalar("grad norm", norm, d.run[0].grad_norm, d.run[1].grad_norm, TOL_GRAD_NORM);
 
     free(logits);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the tests need on a fresh Debian machine: PyTorch and NumPy for the reference model
 # (Debian's python3-torch, used through /usr/bin/python3), and the npm package tiktoken for the
-# tokenizer's exactness tests. Nothing else reaches the network. Safe to run again.
+# tokenizer's exactness tests, and Open MPI (openmpi-bin, libopenmpi-dev) for data-parallel training.
+# Nothing else reaches the network. Safe to run again.
 # TEST_OFFLINE=1 (a machine without a network, such as a lent GPU machine): installs nothing and
 # says what is missing; the tests that need it then skip, each saying why. PYTHON (the Makefile
 # passes it) is the Python that must import torch and numpy.
@@ -15,6 +16,9 @@ command -v node >/dev/null || need_apt+=(nodejs npm)
 # PyTorch calls the system's libblas.so.3; the netlib reference BLAS that python3-torch pulls in is
 # ~35x slower than OpenBLAS, which makes the PyTorch reference and benchmark needlessly slow.
 dpkg -s libopenblas0-pthread >/dev/null 2>&1 || need_apt+=(libopenblas0-pthread)
+# Open MPI: train_cpu and train_gpu are built with it (Makefile: MPI) and the data-parallel tests
+# start them with mpirun
+command -v mpicc >/dev/null && command -v mpirun >/dev/null || need_apt+=(openmpi-bin libopenmpi-dev)
 if [ "${TEST_OFFLINE:-0}" = 1 ]; then
   [ ${#need_apt[@]} -gt 0 ] && echo "setup: offline (TEST_OFFLINE=1), not installing: ${need_apt[*]}"
   [ -d test/node_modules/tiktoken ] || echo "setup: offline (TEST_OFFLINE=1), not installing: the npm package tiktoken"

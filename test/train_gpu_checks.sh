@@ -13,7 +13,15 @@
 #      killed) and resumed with -y 1 gives byte-identical model, state and main.log at the last
 #      step, and prints the same steps after 3, as the uninterrupted run: every reduction of
 #      train_gpu runs in a fixed order, so a step gives the same bits every time (and bf16's
-#      weight copy is the float32 master copy rounded to nearest, which resuming remakes exactly).
+#      weight copy is the float32 master copy rounded to nearest, which resuming remakes exactly);
+#   3. the batch of 4 x 29 split (doc/parallel.md), against BINARY's undivided run (-b 4) with 1's
+#      tolerances: BINARY -b 2 -d 116 (2 micro-steps); under mpirun, NP processes with NCCL, -b 1
+#      -d 116 (NP = 2 on the emulator, which then shows 2 GPUs; on a GPU machine the GPUs it has,
+#      at most 2), and 1 process; and that 1-process run against the same run without mpirun: the
+#      same printed lines (one rank's all-reduce changes no bit). The split runs add the same
+#      gradients in another order, which in bf16 moves a weight's rounding now and then, so they
+#      drift from the undivided run as bf16 runs drift from train_cpu. The runs under mpirun are
+#      skipped, saying so, where mpirun is missing or BINARY was built without MPI and NCCL.
 set -u
 . "$(dirname "$0")/lib.sh"
 BIN=${1:?usage: test/train_gpu_checks.sh TRAIN_GPU_BINARY fp32|bf16}
@@ -61,5 +69,31 @@ for f in model_$last.bin state_$last.bin main.log; do
     echo "FAIL: $f differs between the uninterrupted and the resumed run"; status=1
   fi
 done
-[ $status -eq 0 ] && echo "ok: $BIN -p $PREC follows train_cpu, and resumes bit for bit"
+echo "--- 3. $BIN -p $PREC with the batch split over micro-steps and processes, against its undivided run"
+run "$BIN" "$dir/whole" "$dir/whole.stdout" -x $STEPS -p $PREC -b 4
+run "$BIN" "$dir/accum" "$dir/accum.stdout" -x $STEPS -p $PREC -b 2 -d 116
+grep -q "| 116 tok/step, 2 micro-steps$" "$dir/accum.stdout" || { echo "FAIL: -d 116 did not take 2 micro-steps"; status=1; }
+$PY test/compare_gpu_run.py --precision $PREC "$dir/whole" "$dir/whole.stdout" "$dir/accum" "$dir/accum.stdout" $STEPS || status=1
+if [[ "$BIN" == *emu* ]]; then np=2; export CUDA_EMU_DEVICES=2
+else np=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU'); [ "$np" -gt 2 ] && np=2
+fi
+if ! command -v mpirun >/dev/null; then
+  echo "skipped: the runs under mpirun (no mpirun here; bash test/setup.sh installs openmpi-bin)"
+elif ! ldd "$BIN" 2>/dev/null | grep -q libmpi; then
+  echo "skipped: the runs under mpirun ($BIN was built without MPI and NCCL)"
+else
+  for n in $np 1; do
+    name=ranks$n
+    mpi_run $n "$BIN" "${common[@]}" -o "$dir/$name" -x $STEPS -p $PREC -b 1 -d 116 >"$dir/$name.stdout" 2>&1 ||
+      { echo "FAIL: mpirun -np $n $BIN -b 1 -d 116 exited with $?:"; tail -5 "$dir/$name.stdout"; status=1; continue; }
+    grep -q "x $n process" "$dir/$name.stdout" || { echo "FAIL: mpirun -np $n: the run does not say it has $n processes"; status=1; }
+    $PY test/compare_gpu_run.py --precision $PREC "$dir/whole" "$dir/whole.stdout" "$dir/$name" "$dir/$name.stdout" $STEPS || status=1
+  done
+  run "$BIN" "$dir/alone" "$dir/alone.stdout" -x $STEPS -p $PREC -b 1 -d 116
+  if ! diff <(printed_after 0 "$dir/alone.stdout") <(printed_after 0 "$dir/ranks1.stdout"); then
+    echo "FAIL: one process under mpirun (NCCL) printed other steps than the same run without mpirun"; status=1
+  fi
+fi
+
+[ $status -eq 0 ] && echo "ok: $BIN -p $PREC follows train_cpu, resumes bit for bit, and splits its batch"
 exit $status
