@@ -104,7 +104,9 @@ else
 fi
 # resuming: the run in $dir/run must stay as it is
 expect_error "new run over an old one"          "already exists" -o "$dir/run"
-expect_error "resume with another -b"           "same -b and -t" -o "$dir/run" -y 1 -x 4 -b 1
+expect_error "resume with another -d"           "same -t and -d" -o "$dir/run" -y 1 -x 4 -d 32
+expect_error "resume with another -t"           "same -t and -d" -o "$dir/run" -y 1 -x 4 -t 4
+expect_error "resume, -b not dividing its batch" "the resumed run's batch of 16 tokens \(-d\) is not a multiple" -o "$dir/run" -y 1 -x 4 -b 3
 expect_error "resume with nothing to resume"    "no model_" -o "$dir/out" -y 1
 cp -r "$dir/run" "$dir/run_bad_state"
 head -c 2000 "$dir/run/state_00000002.bin" >"$dir/run_bad_state/state_00000002.bin"
