@@ -1,8 +1,10 @@
-// train_gpu.cu: GPT-2 training on one NVIDIA GPU, every operation a kernel written here, in
+// train_gpu.cu: GPT-2 training on an NVIDIA GPU, every operation a kernel written here, in
 // float32 (-p fp32) or in mixed precision (-p bf16, the default from compute capability 8.0).
 //
 //   make train_gpu && ./train_gpu        GPT-2 124M from scratch on Tiny Shakespeare, T=1024
 //   ./train_gpu -p fp32                  the float32 path, kernel for kernel the CPU's twin
+//   mpirun -np N ./train_gpu ...         data parallel on N GPUs, gradients summed by NCCL
+//                                        (doc/parallel.md)
 //   GPU_DEBUG=1 ./train_gpu ...          wait after every kernel: a fault names its kernel
 //   make train_gpu_emu                   the same program on the CPU emulator: build/emu/train_gpu
 //
