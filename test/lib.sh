@@ -13,6 +13,10 @@
 #                            had left it: that checkpoint and state, main.log up to STEP
 #   printed_after STEP FILE  what a training run printed (FILE) after STEP, without the timings
 #                            and the "wrote"/"average" lines: the part a resumed run must repeat
+#   tiny_run_files MAXT C NTRAIN NVAL SEED
+#                            a small random run in $dir: model.bin (V=97, 2 layers, 2 heads, C
+#                            channels, context MAXT) with train.bin of NTRAIN tokens, val.bin of
+#                            NVAL (seeds SEED and SEED+1), tok.bin (the 256 single bytes)
 #   mpi_run N ARGS...        mpirun -np N ARGS, as this project's tests run it: one OpenMP thread
 #                            per process (MPI_THREADS), no pinning to cores, more processes than
 #                            cores allowed, as root too (CI runs as root, which Open MPI refuses
@@ -59,6 +63,14 @@ cut_run() {
 printed_after() {
   awk -v s="$1" '$1 == "step" && $2 + 0 > s && $2 ~ /\// {on=1} on' "$2" |
     sed -E 's/ \| [0-9.]+ ms \| .*$//' | grep -v -e '^average' -e '^wrote'
+}
+
+tiny_run_files() {
+  local ref="$PY dev/gpt2_ref.py"
+  $ref make-model --model "$dir/model.bin" --tokens "$dir/train.bin" --V 97 --maxT "$1" --L 2 \
+    --NH 2 --C "$2" --ntokens "$3" --seed "$5" >/dev/null || exit 1
+  $ref make-tokens --out "$dir/val.bin" --V 97 --n "$4" --seed $(($5 + 1)) >/dev/null || exit 1
+  $ref make-tokenizer --out "$dir/tok.bin" >/dev/null || exit 1
 }
 
 mpi_run() {

@@ -27,24 +27,25 @@ command -v mpirun >/dev/null || { echo "skipped: no mpirun (bash test/setup.sh i
 [ -x ./train_cpu ] || { echo "FAIL: ./train_cpu not found (run make first)"; exit 1; }
 fresh_dir train_dp
 export OMP_NUM_THREADS=1
-ref="$PY dev/gpt2_ref.py"
-$ref make-model --model "$dir/model.bin" --tokens "$dir/train.bin" --V 97 --maxT 32 --L 2 \
-  --NH 2 --C 32 --ntokens 700 --seed 7 >/dev/null || exit 1
-$ref make-tokens --out "$dir/val.bin" --V 97 --n 300 --seed 8 >/dev/null || exit 1
-$ref make-tokenizer --out "$dir/tok.bin" >/dev/null || exit 1
+tiny_run_files 32 32 700 300 7
 STEPS=8
 common=(-e "$dir/model.bin" -i "$dir/train.bin" -j "$dir/val.bin" -k "$dir/tok.bin" -t 16 -x $STEPS
         -R 1 -S 3 -l 3e-3 -u 2 -q 0.1 -c 0.1 -v 3 -m 2 -s 4 -g 5 -n 3)
 status=0
 bad() { echo "FAIL: $*"; status=1; }
+# launch NPROCS ARGS...: ARGS under mpirun with NPROCS processes (mpi_run), or alone when NPROCS
+# is 0, both stopped after MPI_TIMEOUT seconds
+launch() {
+  local np=$1; shift
+  if [ "$np" = 0 ]; then timeout "${MPI_TIMEOUT:-300}" "$@"; else mpi_run "$np" "$@"; fi
+}
 
 # run NAME NPROCS ARGS...: ./train_cpu with the common options, -o $dir/NAME, stdout in NAME.out
 run() {
   local name=$1 np=$2; shift 2
   local cmd=(./train_cpu "${common[@]}" -o "$dir/$name" "$@")
-  if [ "$np" = 0 ]; then "${cmd[@]}" >"$dir/$name.out" 2>"$dir/$name.err"
-  else mpi_run "$np" "${cmd[@]}" >"$dir/$name.out" 2>"$dir/$name.err"
-  fi || { bad "$name: ${cmd[*]} (processes: $np) exited with $?:"; tail -5 "$dir/$name.err"; return 1; }
+  launch "$np" "${cmd[@]}" >"$dir/$name.out" 2>"$dir/$name.err" ||
+    { bad "$name: ${cmd[*]} (processes: $np) exited with $?:"; tail -5 "$dir/$name.err"; return 1; }
 }
 compare() {  # NAME against the undivided run
   echo "-- $1 against the undivided run"
@@ -76,9 +77,7 @@ $PY dev/gpt2_ref.py train --out "$dir/ref.npz" "${args[@]}" -b 4 >/dev/null || e
 for split in "0 -b 2 -d 64" "2 -b 2" "2 -b 1 -d 64"; do
   read -r np rest <<<"$split"
   out=$dir/torch_$np${rest// /}
-  if [ "$np" = 0 ]; then ./train_cpu "${args[@]}" $rest -s 0 -o "$out" >"$out.stdout" 2>&1
-  else mpi_run "$np" ./train_cpu "${args[@]}" $rest -s 0 -o "$out" >"$out.stdout" 2>&1
-  fi || { bad "processes $np, $rest: exited with $?"; continue; }
+  launch "$np" ./train_cpu "${args[@]}" $rest -s 0 -o "$out" >"$out.stdout" 2>&1 || { bad "processes $np, $rest: exited with $?"; continue; }
   echo "-- processes $np, $rest against PyTorch -b 4"
   $PY test/compare_run.py "$dir/ref.npz" "$out.stdout" "$out/model_$(printf %08d $STEPS).bin" ||
     bad "processes $np, $rest does not follow PyTorch"
@@ -115,9 +114,7 @@ echo "--- 4. errors: one line, a non-zero exit, no hang, nothing left behind"
 expect_error() {
   local name=$1 pattern=$2 np=$3; shift 3
   local out=$dir/err_$name start=$SECONDS rc
-  if [ "$np" = 0 ]; then timeout 120 "$@" >"$out.out" 2>"$out.err"
-  else MPI_TIMEOUT=120 mpi_run "$np" "$@" >"$out.out" 2>"$out.err"
-  fi
+  MPI_TIMEOUT=120 launch "$np" "$@" >"$out.out" 2>"$out.err"
   rc=$?
   local lines; lines=$(grep -c '^error: ' "$out.err")  # "error: [rank R of N: ]MESSAGE"
   if [ $rc -eq 124 ]; then bad "$name: still running after 120 s (a hang)"
@@ -137,9 +134,8 @@ expect_error other-options "rank 1 was started with other options than rank 0" 1
 expect_error missing-file "rank 1 of 2: cannot open $dir/missing.bin for reading" 1 \
   ./train_cpu "${opts[@]}" -b 2 : -np 1 ./train_cpu "${opts[@]}" -i "$dir/missing.bin" -b 2
 [ -e "$dir/never" ] && bad "a run that could not start left $dir/never behind"
-build_train_cpu_no_mpi() { $CC $CFLAGS -o "$dir/train_cpu_no_mpi" train_cpu.c -lm; }
-build_train_cpu_no_mpi || bad "train_cpu does not build without MPI"
-expect_error no-mpi "this program was built without MPI, but mpirun started 2 copies" 2 "$dir/train_cpu_no_mpi" "${opts[@]}" -b 2
+build_train_cpu  # $dir/train_cpu, built without MPI
+expect_error no-mpi "this program was built without MPI, but mpirun started 2 copies" 2 "$dir/train_cpu" "${opts[@]}" -b 2
 
 # a rank killed in the middle of training: mpirun stops the other one
 start=$SECONDS

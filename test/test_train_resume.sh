@@ -14,11 +14,7 @@ set -u
 need_python numpy
 fresh_dir test_train_resume
 build_train_cpu
-ref="$PY dev/gpt2_ref.py"
-$ref make-model --model "$dir/model.bin" --tokens "$dir/train.bin" --V 97 --maxT 16 --L 2 \
-  --NH 2 --C 16 --ntokens 50 --seed 3 >/dev/null || exit 1
-$ref make-tokens --out "$dir/val.bin" --V 97 --n 100 --seed 4 >/dev/null || exit 1
-$ref make-tokenizer --out "$dir/tok.bin" >/dev/null || exit 1
+tiny_run_files 16 16 50 100 3
 
 common=(-i "$dir/train.bin" -j "$dir/val.bin" -e "$dir/model.bin" -k "$dir/tok.bin" -b 2 -t 8
         -R 1 -S 7 -u 2 -c 0.1 -v 3 -m 2 -s 3 -g 6 -n 3)

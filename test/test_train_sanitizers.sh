@@ -19,11 +19,7 @@ fi
 # $CFLAGS first (OpenMP, -march=native: the same vector kernels as the real build), then -O1 -g
 $CC $CFLAGS $SAN -o "$dir/train_cpu" train_cpu.c -lm || { echo "FAIL: train_cpu does not build"; exit 1; }
 
-ref="$PY dev/gpt2_ref.py"
-$ref make-model --model "$dir/model.bin" --tokens "$dir/train.bin" --V 97 --maxT 16 --L 2 \
-  --NH 2 --C 16 --ntokens 50 --seed 3 >/dev/null || exit 1
-$ref make-tokens --out "$dir/val.bin" --V 97 --n 100 --seed 4 >/dev/null || exit 1
-$ref make-tokenizer --out "$dir/tok.bin" >/dev/null || exit 1
+tiny_run_files 16 16 50 100 3
 
 status=0
 run() {  # NAME ARGS...

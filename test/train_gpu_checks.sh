@@ -30,11 +30,7 @@ case $PREC in fp32) STEPS=6 ;; bf16) STEPS=20 ;; *) echo "FAIL: precision $PREC:
 need_python numpy
 fresh_dir "train_gpu_checks_$(basename "$BIN")_$PREC"
 build_train_cpu
-ref="$PY dev/gpt2_ref.py"
-$ref make-model --model "$dir/model.bin" --tokens "$dir/train.bin" --V 97 --maxT 32 --L 2 \
-  --NH 2 --C 32 --ntokens 200 --seed 5 >/dev/null || exit 1
-$ref make-tokens --out "$dir/val.bin" --V 97 --n 200 --seed 6 >/dev/null || exit 1
-$ref make-tokenizer --out "$dir/tok.bin" >/dev/null || exit 1
+tiny_run_files 32 32 200 200 5
 
 # B x T = 3 x 29: rows that are not multiples of 4 floats, tiles that are partly outside
 common=(-i "$dir/train.bin" -j "$dir/val.bin" -e "$dir/model.bin" -k "$dir/tok.bin" -b 3 -t 29
