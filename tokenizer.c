@@ -191,8 +191,9 @@ static void json_expect(JsonReader* r, char c) {
 typedef struct {
     unsigned char* pool;
     size_t pool_n, pool_cap;
-    int64_t* at;            // (TOKENIZER_MAX_VOCAB) -1 where no token has that id
-    unsigned char* len;
+    int64_t* at;            // (ids) -1 where no token has that id
+    unsigned char* len;     // (ids)
+    size_t ids;             // entries of at and len: grown to cover the largest id read so far
     size_t count;
     int eot;                // the id of "<|endoftext|>", or -1
 } EncoderTokens;
@@ -205,6 +206,14 @@ static void read_encoder_entry(JsonReader* r, const int u2b[512], EncoderTokens*
     int ncp = json_string(r, cps, 255);
     json_expect(r, ':');
     long id = json_int(r);
+    if ((size_t)id >= e->ids) {  // grown as ids come, so a small file gets small tables
+        size_t ids = e->ids ? e->ids : 1024;
+        while (ids <= (size_t)id) ids *= 2;
+        e->at = (int64_t*)realloc_check(e->at, ids * sizeof(int64_t));
+        e->len = (unsigned char*)realloc_check(e->len, ids);
+        for (size_t i = e->ids; i < ids; i++) e->at[i] = -1;
+        e->ids = ids;
+    }
     if (e->at[id] >= 0) {
         char msg[64];
         snprintf(msg, sizeof(msg), "token id %ld given twice", id);
@@ -237,12 +246,12 @@ static void read_encoder_json(Tokenizer* t, const char* json_path) {
     unsigned char* json = read_path_check(json_path, &json_len);
     JsonReader r = {json, json_len, 0, json_path};
     EncoderTokens e;
-    e.pool_cap = 1 << 20;
+    e.pool_cap = 1 << 16;  // doubled as needed
     e.pool_n = 0;
     e.pool = (unsigned char*)malloc_check(e.pool_cap);
-    e.at = (int64_t*)malloc_check(TOKENIZER_MAX_VOCAB * sizeof(int64_t));
-    e.len = (unsigned char*)malloc_check(TOKENIZER_MAX_VOCAB);
-    for (int i = 0; i < TOKENIZER_MAX_VOCAB; i++) e.at[i] = -1;
+    e.at = NULL;
+    e.len = NULL;
+    e.ids = 0;
     e.count = 0;
     e.eot = -1;
     json_expect(&r, '{');
@@ -266,7 +275,7 @@ static void read_encoder_json(Tokenizer* t, const char* json_path) {
     t->bytes = (unsigned char*)malloc_check(e.pool_n);
     size_t out = 0;
     for (size_t id = 0; id < n; id++) {
-        if (e.at[id] < 0) fail("%s has %zu tokens but no id %zu: ids must be 0..%zu", json_path, n, id, n - 1);
+        if (id >= e.ids || e.at[id] < 0) fail("%s has %zu tokens but no id %zu: ids must be 0..%zu", json_path, n, id, n - 1);
         if (id < 256 && e.len[id] != 1) {
             fail("%s: id %zu is not a single byte: ids 0..255 must be the 256 bytes", json_path, id);
         }
@@ -404,11 +413,11 @@ static int is_space(unsigned char c) {
     return c == ' ' || c == '\n' || c == '\t' || c == '\r';
 }
 
-// `./tokenizer decode [FILE]`: whitespace-separated ids back to the bytes they stand for.
-static void cmd_decode(const Tokenizer* t, const char* path) {
-    size_t len;
-    const char* what = path ? path : "standard input";
-    unsigned char* in = read_path_check(path, &len);
+// The bytes that in[0..len), whitespace-separated decimal token ids, stand for: malloc'd, *n_out
+// of them. Anything that is not an id below the vocabulary size is an error naming it. what names
+// the source in messages.
+static unsigned char* decode_ids_check(const Tokenizer* t, const unsigned char* in, size_t len,
+                                       const char* what, size_t* n_out) {
     size_t cap = 1 << 16, n = 0, count = 0;
     unsigned char* out = (unsigned char*)malloc_check(cap);
     size_t i = 0;
@@ -442,6 +451,15 @@ static void cmd_decode(const Tokenizer* t, const char* path) {
         memcpy(out + n, tb, tl);
         n += tl;
     }
+    *n_out = n;
+    return out;
+}
+
+// `./tokenizer decode [FILE]`: whitespace-separated ids back to the bytes they stand for.
+static void cmd_decode(const Tokenizer* t, const char* path) {
+    size_t len, n;
+    unsigned char* in = read_path_check(path, &len);
+    unsigned char* out = decode_ids_check(t, in, len, path ? path : "standard input", &n);
     fwrite_check(out, 1, n, stdout, "standard output");
     fflush(stdout);
     free(out);

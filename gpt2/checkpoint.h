@@ -104,7 +104,8 @@ static const HFLayerTensor HF_LAYER_TENSORS[] = {
 #define NUM_HF_LAYER_TENSORS ((int)(sizeof(HF_LAYER_TENSORS) / sizeof(HF_LAYER_TENSORS[0])))
 
 // Reads tensor `name`, which must have shape (rows) when cols is 0, else (rows, cols), into dest;
-// with transpose, dest receives it as (cols, rows).
+// with transpose, dest receives it as (cols, rows). With dest NULL, only checks that it is there
+// with that shape.
 static void hf_load(Safetensors* st, const char* name, float* dest, long long rows, long long cols,
                     int transpose) {
     SafetensorsEntry* e = safetensors_find(st, name);
@@ -120,6 +121,7 @@ static void hf_load(Safetensors* st, const char* name, float* dest, long long ro
         else snprintf(want, sizeof(want), "%lld, %lld", rows, cols);
         fail("%s: tensor %s has shape (%s), expected (%s) for this model", st->path, name, got, want);
     }
+    if (dest == NULL) return;
     size_t n = (size_t)rows * (size_t)(cols == 0 ? 1 : cols);
     float* buf = transpose ? (float*)malloc_check(n * sizeof(float)) : dest;
     safetensors_read(st, e, buf, n);
@@ -196,34 +198,41 @@ static void hf_check_rest(Safetensors* st, const char* prefix, const GPT2* model
     }
 }
 
-// GPT-2 from a safetensors file that safetensors_open has opened.
-static void gpt2_read_safetensors(GPT2* model, Safetensors* st) {
-    const char* prefix = safetensors_find(st, "transformer.wte.weight") != NULL ? "transformer." : "";
-    GPT2Config c = hf_config(st, prefix);
-    gpt2_allocate_params(model, c);
+// Every tensor of GPT-2 with config c, from the file into the model's parameters p; with p NULL,
+// only checks that each is in the file with its shape.
+static void hf_tensors(Safetensors* st, const char* prefix, GPT2Config c, const ParameterTensors* p) {
     long long V = c.vocab_size, C = c.channels;
-    const ParameterTensors* p = &model->params;
     char name[SAFETENSORS_MAX_NAME];
     snprintf(name, sizeof(name), "%swte.weight", prefix);
-    hf_load(st, name, p->wte, V, C, 0);
-    memset(p->wte + V * C, 0, (size_t)(c.padded_vocab_size - V) * C * sizeof(float));
+    hf_load(st, name, p ? p->wte : NULL, V, C, 0);
+    if (p) memset(p->wte + V * C, 0, (size_t)(c.padded_vocab_size - V) * C * sizeof(float));
     snprintf(name, sizeof(name), "%swpe.weight", prefix);
-    hf_load(st, name, p->wpe, c.max_seq_len, C, 0);
-    float* const* tensors = (float* const*)p;
+    hf_load(st, name, p ? p->wpe : NULL, c.max_seq_len, C, 0);
     for (int l = 0; l < c.num_layers; l++) {
         for (int k = 0; k < NUM_HF_LAYER_TENSORS; k++) {
             const HFLayerTensor* t = &HF_LAYER_TENSORS[k];
             long long out = t->out * C, in = t->in * C;  // our (out, in); the file's is (in, out)
             snprintf(name, sizeof(name), "%sh.%d.%s", prefix, l, t->name);
-            float* dest = tensors[t->tensor] + (size_t)l * (size_t)(out * (in ? in : 1));
+            float* dest = p ? ((float* const*)p)[t->tensor] + (size_t)l * (size_t)(out * (in ? in : 1)) : NULL;
             if (in == 0) hf_load(st, name, dest, out, 0, 0);
             else hf_load(st, name, dest, in, out, 1);
         }
     }
     snprintf(name, sizeof(name), "%sln_f.weight", prefix);
-    hf_load(st, name, p->lnfw, C, 0, 0);
+    hf_load(st, name, p ? p->lnfw : NULL, C, 0, 0);
     snprintf(name, sizeof(name), "%sln_f.bias", prefix);
-    hf_load(st, name, p->lnfb, C, 0, 0);
+    hf_load(st, name, p ? p->lnfb : NULL, C, 0, 0);
+}
+
+// GPT-2 from a safetensors file that safetensors_open has opened. Every tensor is checked to be
+// there with its shape before the model is allocated: the number of layers comes from the names
+// alone (h.N), and a file must not get memory for layers it does not hold.
+static void gpt2_read_safetensors(GPT2* model, Safetensors* st) {
+    const char* prefix = safetensors_find(st, "transformer.wte.weight") != NULL ? "transformer." : "";
+    GPT2Config c = hf_config(st, prefix);
+    hf_tensors(st, prefix, c, NULL);
+    gpt2_allocate_params(model, c);
+    hf_tensors(st, prefix, c, &model->params);
     hf_check_rest(st, prefix, model);
 }
 
@@ -324,6 +333,12 @@ static inline void read_state(const char* path, TrainState* s, float* m, float* 
     memcpy(&s->epoch, &header[8], 8);
     memcpy(&s->batch_index, &header[10], 8);
     memcpy(&s->rng, &header[12], 8);
+    // a run writes step >= 0, a batch of at least one row of one token, and a random state that
+    // is never 0 (xorshift would then give 0 for ever); anything else is not a state of ours
+    if (s->step < 0 || s->B < 1 || s->T < 1 || s->rng == 0) {
+        fail("%s is corrupt: step %d, batch %d x %d, sampling state %llu", path, s->step, s->B, s->T,
+             (unsigned long long)s->rng);
+    }
     fread_check(m, sizeof(float), n, f, path);
     fread_check(v, sizeof(float), n, f, path);
     fclose(f);

@@ -232,7 +232,15 @@ static void safetensors_parse_header(Safetensors* st, SafetensorsJson* r) {
     if (r->pos != r->n) st_json_fail(r, "text after the header object");
 }
 
-// Every tensor's bytes lie inside the data section and match its dtype and shape.
+static int st_compare_ranges(const void* a, const void* b) {  // (begin, end, index) by begin
+    const long long* x = (const long long*)a;
+    const long long* y = (const long long*)b;
+    return (x[0] > y[0]) - (x[0] < y[0]);
+}
+
+// Every tensor's bytes lie inside the data section and match its dtype and shape, and no two
+// tensors share bytes (the format lays them end to end). So what the tensors claim, and what a
+// reader allocates for them, is bounded by the size of the file.
 static void safetensors_check_entries(const Safetensors* st, long long data_size) {
     for (int i = 0; i < st->num_entries; i++) {
         const SafetensorsEntry* e = &st->entries[i];
@@ -254,6 +262,24 @@ static void safetensors_check_entries(const Safetensors* st, long long data_size
                  e->name, e->end - e->begin, numel * (long long)elem);
         }
     }
+    long long* ranges = (long long*)malloc_check((size_t)st->num_entries * 3 * sizeof(long long));
+    int n = 0;
+    for (int i = 0; i < st->num_entries; i++) {
+        if (st->entries[i].begin == st->entries[i].end) continue;  // no bytes: nothing to share
+        ranges[3 * n] = st->entries[i].begin;
+        ranges[3 * n + 1] = st->entries[i].end;
+        ranges[3 * n + 2] = i;
+        n++;
+    }
+    qsort(ranges, (size_t)n, 3 * sizeof(long long), st_compare_ranges);
+    for (int k = 1; k < n; k++) {
+        if (ranges[3 * k] < ranges[3 * (k - 1) + 1]) {
+            fail("%s: tensors %s and %s overlap in the file (data_offsets [%lld, %lld] and [%lld, %lld])",
+                 st->path, st->entries[ranges[3 * (k - 1) + 2]].name, st->entries[ranges[3 * k + 2]].name,
+                 ranges[3 * (k - 1)], ranges[3 * (k - 1) + 1], ranges[3 * k], ranges[3 * k + 1]);
+        }
+    }
+    free(ranges);
 }
 
 // Opens path and reads and checks its header. Returns 0, with the reason in why, when the file

@@ -195,6 +195,12 @@ void tokenizer_init(Tokenizer* t, const char* path) {
     if (pos != body) {
         fail("%s has %zu unexpected bytes after its last token", path, body - pos);
     }
+    // the special token must be <|endoftext|>: encoding that text as the special token and
+    // decoding it must give the text back
+    size_t eot_len = t->offset[eot + 1] - t->offset[eot];
+    if (eot_len != strlen(EOT_TEXT) || memcmp(t->bytes + t->offset[eot], EOT_TEXT, eot_len) != 0) {
+        fail("%s: token %d, the end-of-text id of its header, is not " EOT_TEXT, path, eot);
+    }
     tokenizer_build_tables(t, path);
 }
 
@@ -317,7 +323,8 @@ typedef struct {
     int* token;       // token[i]: the part that starts at byte i of the piece, or -1 inside a part
     uint32_t* next;   // next[i]: start of the part after the one at i (piece length at the end)
     uint32_t* prev;   // prev[i]: start of the part before (UINT32_MAX for the first)
-    uint64_t* heap;   // min-heap of candidate merges: rank << 32 | start of the left part
+    uint64_t* heap;   // min-heap of candidate merges: rank << 32 | start of the left part; it
+                      // keeps stale entries, so it holds up to 3 per byte (below)
     size_t cap, heap_n;
 } MergeScratch;
 
@@ -327,7 +334,9 @@ static void scratch_reserve(MergeScratch* m, size_t n) {
     m->token = (int*)realloc_check(m->token, m->cap * sizeof(int));
     m->next = (uint32_t*)realloc_check(m->next, m->cap * sizeof(uint32_t));
     m->prev = (uint32_t*)realloc_check(m->prev, m->cap * sizeof(uint32_t));
-    m->heap = (uint64_t*)realloc_check(m->heap, m->cap * sizeof(uint64_t));
+    // A piece of n bytes pushes n-1 candidates, then at most 2 per merge, and makes at most n-1
+    // merges: fewer than 3n entries, stale ones included, are ever in the heap.
+    m->heap = (uint64_t*)realloc_check(m->heap, 3 * m->cap * sizeof(uint64_t));
 }
 
 static void scratch_free(MergeScratch* m) {

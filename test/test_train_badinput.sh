@@ -111,6 +111,11 @@ expect_error "resume with nothing to resume"    "no model_" -o "$dir/out" -y 1
 cp -r "$dir/run" "$dir/run_bad_state"
 head -c 2000 "$dir/run/state_00000002.bin" >"$dir/run_bad_state/state_00000002.bin"
 expect_error "resume from a truncated state"    "truncated|does not match" -o "$dir/run_bad_state" -y 1 -x 4
+# a state whose batch is 0 rows (header[3]; a fuzzer's find): without the check the run went on
+# with the batch of this run's -b instead of the resumed one's
+cp "$dir/run/state_00000002.bin" "$dir/run_bad_state/state_00000002.bin"
+printf '\0\0\0\0' | dd of="$dir/run_bad_state/state_00000002.bin" bs=1 seek=12 conv=notrunc status=none
+expect_error "resume from a state of batch 0"   "is corrupt: step 2, batch 0 x" -o "$dir/run_bad_state" -y 1 -x 4
 
 # Divergence: a learning rate of 1e30 makes the loss NaN at step 2; the run must stop there with
 # one error line, before that step's update and without printing NaN losses as progress.
