@@ -6,6 +6,8 @@
 #   make test            install test dependencies, build, run every test under test/
 #   make bench           all benchmarks (bench-tokenizer, bench-cpu, bench-infer)
 #   make bench-dp        data-parallel training on this machine: 1 and 2 processes under mpirun
+#   make fuzz            every file reader and the tokenizer under libFuzzer, FUZZ_SECONDS each
+#                        (make fuzz-coverage: the lines of each reader that its corpus reaches)
 #
 # Knobs: CC, OMP=1 (0 turns OpenMP off), NATIVE=1 (-march=native after a test compile),
 #        MPI=1 (0 turns off data parallelism: train_cpu and train_gpu under mpirun need Open MPI's
@@ -130,7 +132,7 @@ else
   ALL_TARGETS := $(CPU_PROGRAMS)
 endif
 
-.PHONY: all data test bench bench-tokenizer bench-cpu bench-infer bench-dp clean gpu-status gpu-checks gpu-emu bench-gpu train_gpu_emu
+.PHONY: all data test fuzz fuzz-targets fuzz-coverage bench bench-tokenizer bench-cpu bench-infer bench-dp clean gpu-status gpu-checks gpu-emu bench-gpu train_gpu_emu
 
 all: $(ALL_TARGETS) gpu-status
 	@echo "built: $(ALL_TARGETS) ($(OMP_STATUS), $(MPI_STATUS))"
@@ -234,6 +236,28 @@ test:
 	bash test/setup.sh
 	$(MAKE) all data
 	bash test/run.sh
+
+# ---------- fuzzing: every file reader and the tokenizer under libFuzzer (test/fuzz/) ----------
+# make fuzz runs each target for FUZZ_SECONDS (its corpus grows in build/fuzz/corpus, so runs add
+# up); make test runs each for 10 s. Needs clang with libFuzzer (test/setup.sh installs it).
+FUZZ_CC      ?= clang
+FUZZ_SECONDS ?= 180
+FUZZ_TARGETS := encode decode tokenizer_file vocab checkpoint safetensors tokens state
+FUZZ_FLAGS   := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+                -Wall -Wextra -Wno-unused-parameter -Wno-unused-function -Wno-unknown-pragmas
+
+build/fuzz/fuzz_%: test/fuzz/fuzz_%.c test/fuzz/fuzz.h $(HEADERS) tokenizer.c
+	@mkdir -p build/fuzz
+	$(FUZZ_CC) $(FUZZ_FLAGS) $< -o $@ -lm
+
+fuzz-targets: $(addprefix build/fuzz/fuzz_,$(FUZZ_TARGETS))
+
+fuzz: fuzz-targets data
+	bash test/fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
+# the lines and branches of each reader that the corpora reach (llvm-cov)
+fuzz-coverage: data
+	bash test/fuzz/coverage.sh $(FUZZ_TARGETS)
 
 bench: bench-tokenizer bench-cpu bench-infer
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the tests need on a fresh Debian machine: PyTorch and NumPy for the reference model
 # (Debian's python3-torch, used through /usr/bin/python3), and the npm package tiktoken for the
-# tokenizer's exactness tests, and Open MPI (openmpi-bin, libopenmpi-dev) for data-parallel training.
+# tokenizer's exactness tests, Open MPI (openmpi-bin, libopenmpi-dev) for data-parallel training,
+# and clang with libFuzzer (clang, libclang-rt-dev) for the fuzz targets.
 # Nothing else reaches the network. Safe to run again.
 # TEST_OFFLINE=1 (a machine without a network, such as a lent GPU machine): installs nothing and
 # says what is missing; the tests that need it then skip, each saying why. PYTHON (the Makefile
@@ -19,6 +20,9 @@ dpkg -s libopenblas0-pthread >/dev/null 2>&1 || need_apt+=(libopenblas0-pthread)
 # Open MPI: train_cpu and train_gpu are built with it (Makefile: MPI) and the data-parallel tests
 # start them with mpirun
 command -v mpicc >/dev/null && command -v mpirun >/dev/null || need_apt+=(openmpi-bin libopenmpi-dev)
+# clang with libFuzzer and the sanitizers' runtime: the fuzz targets (test/fuzz/, make fuzz)
+echo 'int LLVMFuzzerTestOneInput(const char* d, long n) { return 0; }' \
+  | clang -fsanitize=fuzzer,address,undefined -x c - -o /dev/null >/dev/null 2>&1 || need_apt+=(clang libclang-rt-dev)
 if [ "${TEST_OFFLINE:-0}" = 1 ]; then
   [ ${#need_apt[@]} -gt 0 ] && echo "setup: offline (TEST_OFFLINE=1), not installing: ${need_apt[*]}"
   [ -d test/node_modules/tiktoken ] || echo "setup: offline (TEST_OFFLINE=1), not installing: the npm package tiktoken"

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The coverage that the fuzz corpora reach in the code each target tests: the target is built
+# again with clang's source-based coverage (-fprofile-instr-generate -fcoverage-mapping), run once
+# over its seeds, regression inputs and working corpus (FUZZ_WORK, default build/fuzz/corpus), and
+# llvm-cov counts, over the functions of the reader under test (listed below), the lines run and
+# the branches taken both ways. The full per-function report is build/fuzz/cov/TARGET.txt.
+#
+# Usage: test/fuzz/coverage.sh TARGET...   (make fuzz-coverage: every target)
+cd "$(dirname "$0")/../.." || exit 1
+out=build/fuzz/cov
+work=${FUZZ_WORK:-build/fuzz/corpus}
+mkdir -p "$out"
+profdata=$(command -v llvm-profdata || command -v llvm-profdata-14)
+llvmcov=$(command -v llvm-cov || command -v llvm-cov-14)
+[ -n "$profdata" ] && [ -n "$llvmcov" ] || { echo "error: llvm-profdata and llvm-cov are needed (Debian: llvm)"; exit 1; }
+# the reader each target tests: FILE:FUNCTION ...
+functions() {
+  local tok="tokenizer_encode encode_ordinary bpe_piece push_candidate heap_push heap_pop scratch_reserve
+             pretoken_length run_end utf8_char utf8_decode tokenizer_lookup tokenizer_pair idlist_push"
+  case $1 in
+    encode) echo "gpt2/tokenizer.h: $tok" ;;
+    decode) echo "tokenizer.c: decode_ids_check gpt2/tokenizer.h: tokenizer_decode" ;;
+    tokenizer_file) echo "gpt2/tokenizer.h: tokenizer_init tokenizer_build_tables pair_insert table_size_for
+                          gpt2/io.h: read_header_check" ;;
+    vocab) echo "tokenizer.c: read_encoder_json read_encoder_entry json_string json_escape json_hex4 json_int
+                 json_expect json_skip_space json_fail token_text_to_bytes check_merges check_merge_line
+                 read_all_check read_path_check gpt2/tokenizer.h: tokenizer_build_tables" ;;
+    checkpoint) echo "gpt2/checkpoint.h: gpt2_build_from_file gpt2_read_llmc gpt2/model.h: gpt2_check_config" ;;
+    safetensors) echo "gpt2/safetensors.h: st_json_fail st_json_space st_json_accept st_json_expect st_json_string
+                       st_json_int st_json_int_array st_json_skip st_json_tensor st_dtype_size safetensors_find
+                       safetensors_parse_header st_compare_ranges safetensors_check_entries safetensors_open
+                       safetensors_read safetensors_close gpt2/checkpoint.h: hf_load hf_layer_of hf_config
+                       hf_check_rest hf_tensors gpt2_read_safetensors gpt2_build_from_file" ;;
+    tokens) echo "gpt2/dataloader.h: dataloader_init dataloader_make_order dataloader_seek dataloader_next_batch
+                  gpt2/io.h: read_header_check" ;;
+    state) echo "gpt2/checkpoint.h: read_state gpt2/io.h: read_header_check" ;;
+  esac
+}
+
+status=0
+for target in "$@"; do
+  bin=$out/fuzz_$target
+  ${FUZZ_CC:-clang} -g -O1 -fsanitize=fuzzer -fprofile-instr-generate -fcoverage-mapping -Wno-unknown-pragmas \
+    "test/fuzz/fuzz_$target.c" -o "$bin" -lm || { status=1; continue; }
+  dirs=()
+  for d in "$work/$target" "test/fuzz/corpus/$target" "test/fuzz/regress/$target"; do [ -d "$d" ] && dirs+=("$d"); done
+  rm -f "$out/$target".profraw*
+  # -runs=0: run every corpus input once, fuzz nothing; a regression input may fail a check in an
+  # older build, so the exit status is not the point here
+  LLVM_PROFILE_FILE="$out/$target.profraw" "$bin" -runs=0 -close_fd_mask=2 "${dirs[@]}" >"$out/$target.run.log" 2>&1
+  "$profdata" merge -sparse "$out/$target.profraw" -o "$out/$target.profdata" || { status=1; continue; }
+  # per function: Name Regions Miss Cover Lines Miss Cover Branches Miss Cover, file by file
+  files=$(functions "$target" | grep -o '[a-z0-9_/]*\.[ch]:' | tr -d : | sort -u)
+  # shellcheck disable=SC2086
+  "$llvmcov" report "$bin" -instr-profile="$out/$target.profdata" -show-functions $files >"$out/$target.txt"
+  awk -v want="$(functions "$target" | tr -s ' \n' ' ')" '
+    BEGIN { n = split(want, w, " "); for (i = 1; i <= n; i++) if (w[i] !~ /:$/) f[w[i]] = 1 }
+    NF == 10 { name = $1; sub(/.*:/, "", name)
+               if (name in f) { seen[name] = 1; lines += $5; lmiss += $6; br += $8; bmiss += $9 } }
+    END { for (k in f) if (!(k in seen)) missing = missing " " k
+          printf "%d of %d lines (%.1f%%), %d of %d branches (%.1f%%)", lines - lmiss, lines,
+                 100 * (lines - lmiss) / (lines ? lines : 1), br - bmiss, br, 100 * (br - bmiss) / (br ? br : 1)
+          if (missing != "") printf "; not found:%s", missing
+          printf "\n" }' "$out/$target.txt" >"$out/$target.summary"
+  echo "fuzz_$target: $(cat "$out/$target.summary") of the reader it tests"
+done
+exit $status
