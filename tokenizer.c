@@ -544,6 +544,7 @@ static void cmd_bench(const Tokenizer* t, const char* path, int repeats, int eot
 }
 
 // ---------- main ----------
+#ifndef TOKENIZER_NO_MAIN  // the fuzz targets (test/fuzz/) that call the readers above define it
 
 static void usage(FILE* f) {
     fprintf(f,
@@ -626,3 +627,5 @@ int main(int argc, char** argv) {
     tokenizer_free(&t);
     return 0;
 }
+
+#endif // TOKENIZER_NO_MAIN

@@ -6,9 +6,8 @@
 // FUZZ_TOKENIZER names the tokenizer file (default data/gpt2_tokenizer.bin).
 
 #include "fuzz.h"
-#define main tokenizer_main  // tokenizer.c is a program: its functions without its main
+#define TOKENIZER_NO_MAIN  // tokenizer.c's functions without its main
 #include "../../tokenizer.c"
-#undef main
 
 static Tokenizer gpt2;
 

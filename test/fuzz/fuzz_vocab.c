@@ -5,9 +5,8 @@
 // to itself; the input's own bytes are tried.
 
 #include "fuzz.h"
-#define main tokenizer_main  // tokenizer.c is a program: its functions without its main
+#define TOKENIZER_NO_MAIN  // tokenizer.c's functions without its main
 #include "../../tokenizer.c"
-#undef main
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const uint8_t* nul = (const uint8_t*)memchr(data, 0, size);
