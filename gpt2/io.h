@@ -52,16 +52,21 @@
 static char fail_who[64] = "";
 static void (*fail_stop)(void) = NULL;
 
-// Prints "error: MESSAGE" as one line on stderr and exits with status 1.
+// Prints "error: MESSAGE" as one line on stderr and exits with status 1. The line goes out in one
+// write: under mpirun, each process's output reaches the terminal through mpirun in the pieces it
+// was written in, and mpirun's own notice of an abort can fall between two pieces of a line.
 static void fail(const char* fmt, ...) GPT2_PRINTF_NORETURN;
 static void fail(const char* fmt, ...) {
+    char line[8192];
+    int n = snprintf(line, sizeof(line), "error: %s", fail_who);
     va_list args;
     va_start(args, fmt);
-    fprintf(stderr, "error: %s", fail_who);
-    vfprintf(stderr, fmt, args);
-    fprintf(stderr, "\n");
+    vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, args);  // leaves room for the newline
     va_end(args);
+    size_t len = strlen(line);
+    line[len] = '\n';
     fflush(stdout);
+    fwrite(line, 1, len + 1, stderr);
     fflush(stderr);
     if (fail_stop != NULL) fail_stop();
     exit(1);
