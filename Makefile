@@ -246,7 +246,7 @@ FUZZ_TARGETS := encode decode tokenizer_file vocab checkpoint safetensors tokens
 FUZZ_FLAGS   := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
                 -Wall -Wextra -Wno-unused-parameter -Wno-unused-function -Wno-unknown-pragmas
 
-build/fuzz/fuzz_%: test/fuzz/fuzz_%.c test/fuzz/fuzz.h $(HEADERS) tokenizer.c
+build/fuzz/fuzz_%: test/fuzz/fuzz_%.c $(wildcard test/fuzz/*.h) $(HEADERS) tokenizer.c
 	@mkdir -p build/fuzz
 	$(FUZZ_CC) $(FUZZ_FLAGS) $< -o $@ -lm
 

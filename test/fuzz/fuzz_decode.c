@@ -6,6 +6,7 @@
 // FUZZ_TOKENIZER names the tokenizer file (default data/gpt2_tokenizer.bin).
 
 #include "fuzz.h"
+#include "fuzz_tokenizer.h"
 #define TOKENIZER_NO_MAIN  // tokenizer.c's functions without its main
 #include "../../tokenizer.c"
 
@@ -53,21 +54,7 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         unsigned char* got = decode_ids_check(&gpt2, data, size, "input", &n);
         FUZZ_CHECK(want != NULL, "decode accepted an input that is not a list of token ids");
         FUZZ_CHECK(n == want_n && memcmp(got, want, n) == 0, "decode gave other bytes than the ids stand for");
-        size_t k;
-        int* ids = tokenizer_encode(&gpt2, got, n, 0, &k);
-        size_t back_n;
-        unsigned char* back = (unsigned char*)malloc(n + 1);
-        back_n = 0;
-        for (size_t i = 0; i < k; i++) {
-            size_t tl;
-            const unsigned char* tb = tokenizer_decode(&gpt2, (uint32_t)ids[i], &tl);
-            FUZZ_CHECK(tb != NULL && back_n + tl <= n, "encode of decoded bytes gave a bad id");
-            memcpy(back + back_n, tb, tl);
-            back_n += tl;
-        }
-        FUZZ_CHECK(back_n == n && memcmp(back, got, n) == 0, "decoded bytes do not encode back to themselves");
-        free(back);
-        free(ids);
+        fuzz_check_roundtrip(&gpt2, got, n, 0);
         free(got);
     }
     FUZZ_CHECK(!(fuzz_refused && want != NULL), "decode refused a valid list of token ids");

@@ -4,24 +4,7 @@
 // the end-of-text token special. The input's own bytes, and a few fixed texts, are tried.
 
 #include "fuzz.h"
-#include "../../gpt2/tokenizer.h"
-
-static void check_roundtrip(const Tokenizer* t, const uint8_t* text, size_t len) {
-    for (int special = 0; special <= 1; special++) {
-        size_t n;
-        int* ids = tokenizer_encode(t, text, len, special, &n);
-        size_t at = 0;
-        for (size_t i = 0; i < n; i++) {
-            size_t tl;
-            const unsigned char* tb = tokenizer_decode(t, (uint32_t)ids[i], &tl);
-            FUZZ_CHECK(tb != NULL && at + tl <= len && memcmp(text + at, tb, tl) == 0,
-                       "decode(encode(x)) != x at token %zu (id %d), special=%d", i, ids[i], special);
-            at += tl;
-        }
-        FUZZ_CHECK(at == len, "decode(encode(x)) is %zu bytes, x %zu", at, len);
-        free(ids);
-    }
-}
+#include "fuzz_tokenizer.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     static const char* texts[] = {"Hello, world! It's 2024.\n\n", "<|endoftext|>ab<|endoftext|>",
@@ -33,10 +16,12 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         tokenizer_init(&t, FUZZ_INPUT);
         FUZZ_CHECK(t.vocab_size >= 256 && t.eot_token >= 0 && t.eot_token < t.vocab_size,
                    "accepted %d tokens with end-of-text %d", t.vocab_size, t.eot_token);
-        for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++) {
-            check_roundtrip(&t, (const uint8_t*)texts[i], strlen(texts[i]));
+        for (int special = 0; special <= 1; special++) {
+            for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++) {
+                fuzz_check_roundtrip(&t, (const uint8_t*)texts[i], strlen(texts[i]), special);
+            }
+            fuzz_check_roundtrip(&t, data, size, special);
         }
-        check_roundtrip(&t, data, size);
         tokenizer_free(&t);
     }
     fuzz_end();
