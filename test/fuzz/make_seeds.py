@@ -91,6 +91,9 @@ def main():
     write("vocab", "small_ascii_escapes", json.dumps(enc, indent=1).encode() + b"\0" + bpe.replace("\n", "\r\n").encode())
     write("vocab", "merge_out_of_order", json.dumps(enc).encode() + b"\0" + ("\n".join(merges[1:] + merges[:1])).encode())
     write("vocab", "empty", b"{}\0")
+    with open(os.path.join(RAW, "vocab.bpe"), encoding="utf-8") as f:
+        one_more = f.read().split("\n")[1 + MERGES]
+    write("vocab", "more_merges_than_tokens", json.dumps(enc).encode() + b"\0" + (bpe + one_more + "\n").encode())
 
     # tokenizer_file: llm.c's format, version 2, from the same vocabulary
     n = len(by_id)
@@ -131,14 +134,14 @@ def main():
     write("checkpoint", "version4", header(CHECKPOINT_MAGIC, 4, 8, 10, 1, 2, 8, 16))
 
     # safetensors: GPT-2 in Hugging Face's names, C=64 (one head), V=5, maxT=3, L=1
-    def safetensors(tensors, dtype="F16"):
-        pack = {"F32": f32, "F16": f16, "BF16": bf16}[dtype]
+    def safetensors(tensors, dtype="F16", blobs_by_name=None):
         head, blobs, offset = {"__metadata__": {"format": "pt"}}, [], 0
         for name, shape in tensors:
             count = 1
             for d in shape:
                 count *= d
-            blob = pack(randoms(count))
+            pack = {"F32": f32, "F16": f16, "BF16": bf16}[dtype]
+            blob = (blobs_by_name or {}).get(name) or pack(randoms(count))
             head[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + len(blob)]}
             blobs.append(blob)
             offset += len(blob)
@@ -181,6 +184,17 @@ def main():
     write("state", "step5", state(5, 4, 64, 0, 5, 0x9E3779B97F4A7C15))
     write("state", "far_position", state(1000, 2, 3, 7, 3, 12345))
     write("state", "zero_batch", state(3, 0, 64, 0, 1, 99))
+
+    # the model loader's own checks, each on an otherwise complete model, where one changed byte
+    # does not reach them: lm_head.weight tied to wte (a changed byte unties it), an unknown
+    # tensor, a tensor of the wrong shape, C not a multiple of 64
+    wte = f16(randoms(5 * 64))
+    tied = gpt2_tensors("") + [("lm_head.weight", [5, 64])]
+    write("safetensors", "gpt2_lm_head_tied", safetensors(tied, blobs_by_name={"wte.weight": wte, "lm_head.weight": wte}))
+    write("safetensors", "gpt2_unknown_tensor", safetensors(gpt2_tensors("") + [("h.0.attn.extra", [3])]))
+    wrong = [(n, [64, 64] if n == "h.0.mlp.c_fc.weight" else s) for n, s in gpt2_tensors("")]
+    write("safetensors", "gpt2_wrong_shape", safetensors(wrong))
+    write("safetensors", "gpt2_c32", safetensors(gpt2_tensors("", C=32)))
 
 
 if __name__ == "__main__":
