@@ -206,6 +206,12 @@ static void read_encoder_entry(JsonReader* r, const int u2b[512], EncoderTokens*
     int ncp = json_string(r, cps, 255);
     json_expect(r, ':');
     long id = json_int(r);
+    // ids must be 0..n-1, and each of n entries takes more than 4 bytes ("x":0,): an id beyond
+    // that cannot be right, and the tables are never made larger than the file can fill
+    if ((size_t)id >= r->n / 4) {
+        r->pos = key_pos;
+        json_fail(r, "token id too large for the size of the file");
+    }
     if ((size_t)id >= e->ids) {  // grown as ids come, so a small file gets small tables
         size_t ids = e->ids ? e->ids : 1024;
         while (ids <= (size_t)id) ids *= 2;

@@ -168,7 +168,13 @@ void tokenizer_init(Tokenizer* t, const char* path) {
         fail("%s: bad header (%d tokens, end-of-text id %d)", path, n, eot);
     }
     // The rest of the file is n records of (uint8 length, bytes): read it in one go and walk it.
+    // A record takes at least 2 bytes, so a header that claims more than the body can hold is
+    // refused before anything is allocated for it.
     size_t body = (size_t)(file_size - (long long)sizeof(header));
+    if ((size_t)n > body / 2) {
+        fail("%s is truncated: its header says %d tokens, its %zu bytes after the header hold at most %zu",
+             path, n, body, body / 2);
+    }
     unsigned char* raw = (unsigned char*)malloc_check(body);
     fread_check(raw, 1, body, f, path);
     fclose_check(f, path);

@@ -28,6 +28,8 @@ head -c 600 "$tok" > "$tmp/short_header.bin"
 expect_error "file shorter than the header" "truncated" ./tokenizer -k "$tmp/short_header.bin" encode /dev/null
 head -c 200000 "$tok" > "$tmp/truncated.bin"
 expect_error "truncated tokenizer file" "truncated: it ends inside token [0-9]+ of 50257" ./tokenizer -k "$tmp/truncated.bin" encode /dev/null
+head -c 60000 "$tok" > "$tmp/truncated_more.bin"   # 58,976 bytes cannot hold 50,257 records of 2+ bytes
+expect_error "tokenizer file far too short" "its header says 50257 tokens, its 58976 bytes after the header hold at most 29488" ./tokenizer -k "$tmp/truncated_more.bin" encode /dev/null
 cp data/tinyshakespeare_val.bin "$tmp/wrong_magic.bin"
 expect_error "wrong magic (a token file)" "not a tokenizer file \(magic 20240520" ./tokenizer -k "$tmp/wrong_magic.bin" encode /dev/null
 { cat "$tok"; printf 'junk'; } > "$tmp/trailing.bin"

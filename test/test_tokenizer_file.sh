@@ -61,6 +61,8 @@ sed 's/"!": 0/"!": x/' "$json" > "$tmp/bad.json"
 expect_refused "not a number" "expected a non-negative integer" "$tmp/bad.json" "$bpe"
 sed 's/"\\u0120the": 262/"\\u0120th\\u4e00": 262/' "$json" > "$tmp/unmapped.json"
 expect_refused "a character outside the byte mapping" "outside GPT-2's byte mapping" "$tmp/unmapped.json" "$bpe"
+printf '{"!": 0, "\\"": 90}' > "$tmp/far_id.json"   # 2 tokens in 18 bytes cannot have id 90
+expect_refused "an id beyond what the file can hold" "token id too large for the size of the file at byte 8" "$tmp/far_id.json" "$bpe"
 expect_refused "missing encoder.json" "cannot open $tmp/none.json" "$tmp/none.json" "$bpe"
 
 [ $failed -eq 0 ] && echo "PASS"

@@ -33,7 +33,7 @@
 #include <unistd.h>
 
 #define FUZZ_ALLOC_PER_BYTE 64
-#define FUZZ_ALLOC_BASE (16u << 20)
+#define FUZZ_ALLOC_BASE (4u << 20)
 
 // Where FUZZ_CHECK reports: standard error as it was when the program started, kept before
 // libFuzzer's -close_fd_mask=2 closes it (its own and the sanitizers' reports survive the same way).
