@@ -24,6 +24,7 @@ max_len() {  # inputs a little larger than the largest seed
     safetensors) echo 131072 ;;
     checkpoint|vocab|tokenizer_file) echo 16384 ;;
     encode) echo 8192 ;;
+    decode) echo 16384 ;;   # long enough for ids whose bytes outgrow the decoder's first buffer
     *) echo 4096 ;;
   esac
 }
