@@ -3,11 +3,13 @@
 A fuzzer finds its way faster from valid inputs: each corpus holds small files that the reader
 accepts (tiny models, a 300-token vocabulary) and a few edge cases it must refuse. The files are
 committed; this script says how they were made and makes them again (same bytes: fixed seeds).
-Needs GPT-2's encoder.json and vocab.bpe (data/raw/, which `make data` fills).
+Needs GPT-2's encoder.json and vocab.bpe (data/raw/, which `make data` fills) and NumPy (through
+dev/gpt2_ref.py, whose magics and tensor shapes it uses).
 
     /usr/bin/python3 test/fuzz/make_seeds.py [RAW_DIR]
 """
 import json
+import math
 import os
 import random
 import struct
@@ -15,10 +17,14 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "dev"))
+# the file formats' magics and the model's tensor shapes, as the PyTorch reference writes them
+from gpt2_ref import CHECKPOINT_MAGIC, TOKENS_MAGIC, TOKENIZER_MAGIC, shapes  # noqa: E402
+
 RAW = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "data", "raw")
 rng = random.Random(2026)
 
-CHECKPOINT_MAGIC, TOKENS_MAGIC, TOKENIZER_MAGIC, STATE_MAGIC = 20240326, 20240520, 20240328, 20240527
+STATE_MAGIC = 20240527  # the training state is train_cpu's own (gpt2/io.h); gpt2_ref never writes one
 STATE_PARAMS = 24   # fuzz_state.c's FUZZ_PARAMS
 MERGES = 40         # the small vocabulary: 256 bytes, the first 40 merges, <|endoftext|>
 
@@ -124,7 +130,7 @@ def main():
 
     # checkpoint: llm.c format, maxT=8 V=10 (padded to 16) L=1 or 2, NH=2, C=8
     def llmc(version, L, maxT=8, V=10, Vp=16, NH=2, C=8):
-        count = Vp * C + maxT * C + L * (12 * C * C + 13 * C) + 2 * C
+        count = sum(math.prod(shape) for shape in shapes(maxT, Vp, L, C).values())
         values = randoms(count)
         raw = f32(values) if version == 3 else bf16(values)
         return header(CHECKPOINT_MAGIC, version, maxT, V, L, NH, C, Vp) + raw
