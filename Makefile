@@ -6,6 +6,9 @@
 #   make test            install test dependencies, build, run every test under test/
 #   make bench           all benchmarks (bench-tokenizer, bench-cpu, bench-infer)
 #   make bench-dp        data-parallel training on this machine: 1 and 2 processes under mpirun
+#   make plot LOG=DIR/main.log OUT=FILE.png
+#                        training and validation loss against the step (several logs: LOG="a b")
+#   make lessons         run the commands of doc/lessons/ and paste their output and code quotes
 #   make fuzz            every file reader and the tokenizer under libFuzzer, FUZZ_SECONDS each
 #                        (make fuzz-coverage: the lines of each reader that its corpus reaches)
 #
@@ -132,7 +135,7 @@ else
   ALL_TARGETS := $(CPU_PROGRAMS)
 endif
 
-.PHONY: all data test fuzz fuzz-targets fuzz-coverage bench bench-tokenizer bench-cpu bench-infer bench-dp clean gpu-status gpu-checks gpu-emu bench-gpu train_gpu_emu
+.PHONY: all data test plot lessons fuzz fuzz-targets fuzz-coverage bench bench-tokenizer bench-cpu bench-infer bench-dp clean gpu-status gpu-checks gpu-emu bench-gpu train_gpu_emu
 
 all: $(ALL_TARGETS) gpu-status
 	@echo "built: $(ALL_TARGETS) ($(OMP_STATUS), $(MPI_STATUS))"
@@ -264,8 +267,15 @@ bench: bench-tokenizer bench-cpu bench-infer
 bench-tokenizer: tokenizer data
 	bash dev/bench_tokenizer.sh
 
+# bench-cpu and bench-gpu draw their tables as bar charts beside the text (dev/plot.py); where
+# matplotlib cannot be had (offline), they say so and keep the text.
+PLOT_SETUP := bash dev/setup_plot.sh
+
 bench-cpu: train_cpu
-	bash dev/bench_cpu.sh
+	@mkdir -p build/bench
+	set -o pipefail; bash dev/bench_cpu.sh | tee build/bench/bench_cpu.txt
+	$(PLOT_SETUP) && $(PYTHON) dev/plot.py bench-cpu build/bench/bench_cpu.png build/bench/bench_cpu.txt \
+	  || echo "bench-cpu: no chart (the table is in build/bench/bench_cpu.txt)"
 
 bench-infer: infer
 	bash dev/bench_infer.sh
@@ -276,6 +286,19 @@ bench-dp: train_cpu
 
 bench-gpu: train_cpu train_gpu
 	bash dev/gpu_speedup.sh
+	$(PLOT_SETUP) && $(PYTHON) dev/plot.py bench-gpu doc/results/gpu_speedup.png doc/results/gpu_speedup.md \
+	  || echo "bench-gpu: no chart (the table is in doc/results/gpu_speedup.md)"
+
+# Loss curves of one or more runs: make plot LOG="runA/main.log runB/main.log" OUT=loss.png
+plot:
+	@[ -n "$(LOG)" ] || { echo "make plot: give LOG=DIR/main.log (several: LOG=\"a/main.log b/main.log\") and OUT=FILE.png" >&2; exit 1; }
+	@[ -n "$(OUT)" ] || { echo "make plot: give OUT=FILE.png, the picture to write" >&2; exit 1; }
+	@$(PLOT_SETUP)
+	$(PYTHON) dev/plot.py loss $(OUT) $(LOG)
+
+# The lessons' code quotes and command outputs, from the tree as it is (doc/lessons/render.py)
+lessons: all
+	$(PYTHON) doc/lessons/render.py
 
 clean:
 	rm -rf $(CPU_PROGRAMS) $(GPU_PROGRAMS) train_cpu_asan build

@@ -11,6 +11,7 @@
 // vocabulary down (every byte as a printable character, merges as pairs of such strings, ranked
 // by their line in vocab.bpe), the checks that the two files agree, and the commands.
 
+#include <unistd.h>
 #include "gpt2/io.h"
 #include "gpt2/tokenizer.h"
 
@@ -485,6 +486,27 @@ static void write_token_file(const char* path, const int* ids, size_t n) {
     free(u16);
 }
 
+// Progress of a long `prepare` on stderr, so that a person can follow it: nothing for the first
+// second (Tiny Shakespeare takes less), then on a terminal one line rewritten in place every
+// second, elsewhere (a log) a line every 10 seconds.
+typedef struct {
+    double start, last;
+    int tty, shown;
+} Progress;
+
+static void progress_update(Progress* p, size_t done, size_t total, size_t tokens) {
+    double now = now_seconds();
+    if (now - p->start < 1.0 || now - p->last < (p->tty ? 1.0 : 10.0)) return;
+    p->last = now;
+    p->shown = 1;
+    double rate = done / (now - p->start);
+    char eta[32];
+    fprintf(stderr, "%sprepare: %.0f%% of %.1f MB, %.1fM tokens, %.1f MB/s, ETA %s%s", p->tty ? "\r" : "",
+            100.0 * done / total, total / 1e6, tokens / 1e6, rate / 1e6,
+            format_duration(eta, sizeof(eta), (total - done) / rate), p->tty ? "\033[K" : "\n");
+    fflush(stderr);
+}
+
 // `./tokenizer prepare TEXT OUT_PREFIX`, the way llm.c prepares Tiny Shakespeare: the text is cut
 // into sections at each blank line ("\n\n"; every section but the last keeps it), each section
 // starts with <|endoftext|>, the first 32,768 tokens are OUT_PREFIX_val.bin, the rest
@@ -494,6 +516,7 @@ static void cmd_prepare(const Tokenizer* t, const char* text_path, const char* p
     size_t len;
     unsigned char* text = read_path_check(text_path, &len);
     IdList all = {NULL, 0, 0};
+    Progress progress = {now_seconds(), 0.0, isatty(STDERR_FILENO), 0};
     size_t start = 0;
     while (start <= len) {
         size_t end = start;
@@ -504,8 +527,14 @@ static void cmd_prepare(const Tokenizer* t, const char* text_path, const char* p
         idlist_push(&all, t->eot_token);
         for (size_t i = 0; i < n; i++) idlist_push(&all, ids[i]);
         free(ids);
+        progress_update(&progress, end, len, all.n);
         if (end == len) break;
         start = end;
+    }
+    if (progress.shown) {
+        char took[32];
+        fprintf(stderr, "%sprepare: encoded %.1f MB into %zu tokens in %s\n", progress.tty ? "\r\033[K" : "",
+                len / 1e6, all.n, format_duration(took, sizeof(took), now_seconds() - progress.start));
     }
     free(text);
     if (all.n <= VAL_TOKENS) {

@@ -237,4 +237,13 @@ static inline double now_seconds(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+// A duration for a person: "42s", "3m05s", "2h07m" (progress lines and their ETA).
+static inline const char* format_duration(char* buf, size_t n, double seconds) {
+    long s = seconds > 0 ? (long)(seconds + 0.5) : 0;
+    if (s < 60) snprintf(buf, n, "%lds", s);
+    else if (s < 3600) snprintf(buf, n, "%ldm%02lds", s / 60, s % 60);
+    else snprintf(buf, n, "%ldh%02ldm", s / 3600, (s % 3600) / 60);
+    return buf;
+}
+
 #endif // GPT2_IO_H

@@ -257,6 +257,8 @@ typedef struct {
     char path[4096];
     double total_time;     // of the timed steps (all but a run's first)
     int timed_steps;
+    double eta_start;      // the clock of the ETA: when this run's first step began, then ended
+    int eta_steps;         // steps since eta_start
 } Run;
 
 // With -y 1: the model and the AdamW moments of the latest checkpoint in -o, and the state that
@@ -500,7 +502,8 @@ static inline void run_save(Run* run, const Trainer* dev, GPT2* model, int step)
 
 // The progress line of one step; the first step of a run is left out of the average (it touches
 // freshly allocated memory), unless it is the only one. tok/s counts the tokens of every
-// micro-step of every process.
+// micro-step of every process. The ETA is the time per step so far (validation and samples
+// included; after the first step, without it), times the steps left.
 static inline void run_print_step(Run* run, const Trainer* dev, const GPT2* model, int step,
                                   float norm, float lr, double dt) {
     const TrainConfig* c = &run->cfg;
@@ -513,6 +516,13 @@ static inline void run_print_step(Run* run, const Trainer* dev, const GPT2* mode
     printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s", step, c->max_steps,
            run->loss, norm, lr, dt * 1e3, run->step_tokens / dt);
     if (dev->peak_flops != NULL) printf(" | MFU %.1f%%", run_mfu(run, dev, model, dt));
+    char eta[32];
+    double now = now_seconds(), per_step = (now - run->eta_start) / ++run->eta_steps;
+    if (step == run->start_step + 1) {
+        run->eta_start = now;
+        run->eta_steps = 0;
+    }
+    printf(" | ETA %s", format_duration(eta, sizeof(eta), per_step * (c->max_steps - step)));
     printf(" | %lld tok/step, %d micro-step%s", run->step_tokens, run->micro_steps, run->micro_steps > 1 ? "s" : "");
     if (procs.mpi) printf(" x %d process%s, all-reduce %.1f ms", procs.size, procs.size > 1 ? "es" : "", run->reduce_time * 1e3);
     printf("\n");
@@ -569,6 +579,7 @@ static inline void run_train(Run* run, const Trainer* dev, GPT2* model) {
     if (rank0) run_print_summary(run, model);
     int use_val = c->val_every > 0;
     if (use_val && run->start_step == 0) run_validate(run, dev, model, 0);
+    run->eta_start = now_seconds();
     for (int step = run->start_step + 1; step <= c->max_steps; step++) {
         double t0 = now_seconds();
         float lr = learning_rate_at(c, step);

@@ -2,7 +2,8 @@
 # Installs what the tests need on a fresh Debian machine: PyTorch and NumPy for the reference model
 # (Debian's python3-torch, used through /usr/bin/python3), and the npm package tiktoken for the
 # tokenizer's exactness tests, Open MPI (openmpi-bin, libopenmpi-dev) for data-parallel training,
-# and clang with libFuzzer (clang, libclang-rt-dev) for the fuzz targets.
+# clang with libFuzzer (clang, libclang-rt-dev) for the fuzz targets, and matplotlib
+# (python3-matplotlib) for make plot and the benchmark charts.
 # Nothing else reaches the network. Safe to run again.
 # TEST_OFFLINE=1 (a machine without a network, such as a lent GPU machine): installs nothing and
 # says what is missing; the tests that need it then skip, each saying why. PYTHON (the Makefile
@@ -13,6 +14,7 @@ SUDO=""; [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null && SUDO="sudo"
 PY=${PYTHON:-/usr/bin/python3}
 need_apt=()
 "$PY" -c 'import torch, numpy' 2>/dev/null || need_apt+=(python3-torch python3-numpy)
+"$PY" -c 'import matplotlib' 2>/dev/null || need_apt+=(python3-matplotlib)
 command -v node >/dev/null || need_apt+=(nodejs npm)
 # PyTorch calls the system's libblas.so.3; the netlib reference BLAS that python3-torch pulls in is
 # ~35x slower than OpenBLAS, which makes the PyTorch reference and benchmark needlessly slow.

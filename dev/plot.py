@@ -1,0 +1,217 @@
+#!/usr/bin/env python3
+"""Pictures of training runs and benchmarks, drawn with matplotlib (Debian's python3-matplotlib).
+
+  plot.py loss OUT.png LOG [LOG...]     training and validation loss against the step, one colour
+                                        per main.log (make plot LOG="a/main.log b/main.log" OUT=x.png)
+  plot.py bench-cpu OUT.png TEXT        make bench-cpu's summary (its "NAME: X ms/step ..." lines)
+                                        as bars: train_cpu against PyTorch, and against the FMA peak
+  plot.py bench-gpu OUT.png TABLE.md    make bench-gpu's table (doc/results/gpu_speedup.md) as bars:
+                                        ms per step of the CPU, the GPU in fp32 and in bf16, per model
+
+Each prints one line per series it drew (what it read, so that a reader or a test can check it),
+writes OUT through a temporary file (an existing OUT is replaced only by a finished picture), and
+on bad input prints one line "plot: ..." and exits 1.
+"""
+import os
+import re
+import sys
+import tempfile
+
+
+def fail(msg):
+    print(f'plot: {msg}', file=sys.stderr)
+    sys.exit(1)
+
+
+def read_text(path):
+    try:
+        with open(path, encoding='utf-8', errors='replace') as f:
+            return f.read()
+    except OSError as e:
+        fail(f'cannot read {path}: {e.strerror}')
+
+
+def pyplot():
+    try:
+        import matplotlib
+    except ImportError:
+        fail('matplotlib is missing: apt-get install python3-matplotlib (bash dev/setup_plot.sh does it)')
+    matplotlib.use('Agg')  # files only, no display
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def save(fig, out):
+    """Writes the figure to a temporary file beside OUT, then renames it over OUT."""
+    folder = os.path.dirname(os.path.abspath(out))
+    if not os.path.isdir(folder):
+        fail(f'cannot write {out}: no folder {folder}')
+    if not out.lower().endswith('.png'):
+        fail(f'{out}: the picture is a PNG, name it NAME.png')
+    fd, tmp = tempfile.mkstemp(suffix='.png', dir=folder)
+    os.close(fd)
+    try:
+        fig.savefig(tmp, dpi=110, bbox_inches='tight')
+        os.replace(tmp, out)
+    except Exception as e:
+        os.unlink(tmp)
+        fail(f'cannot write {out}: {e}')
+    print(f'wrote {out}')
+
+
+# ---------- loss curves from main.log ----------
+
+def read_log(path):
+    """(train, val): lists of (step, loss) from main.log's "s:STEP trl:LOSS" and "s:STEP tel:LOSS"
+    lines. A resumed run appends to the same log: a step seen again replaces the earlier value."""
+    train, val = {}, {}
+    for n, line in enumerate(read_text(path).splitlines(), 1):
+        if not line.strip():
+            continue
+        m = re.match(r'^s:(\d+) (trl|tel):(\S+)$', line.strip())
+        if not m:
+            fail(f'{path}:{n}: not a main.log line (expected "s:STEP trl:LOSS" or "s:STEP tel:LOSS"): {line[:60]!r}')
+        try:
+            value = float(m.group(3))
+        except ValueError:
+            fail(f'{path}:{n}: {m.group(3)!r} is not a number')
+        (train if m.group(2) == 'trl' else val)[int(m.group(1))] = value
+    if not train and not val:
+        fail(f'{path} has no loss lines: is it the main.log that train_cpu -o DIR writes?')
+    return sorted(train.items()), sorted(val.items())
+
+
+def label_of(path):
+    """A log's name on the plot: its folder for DIR/main.log, else the file's name."""
+    base = os.path.basename(path)
+    if base == 'main.log':
+        return os.path.basename(os.path.dirname(os.path.abspath(path))) or base
+    return base
+
+
+def plot_loss(out, logs):
+    if not logs:
+        fail('no log given: make plot LOG=DIR/main.log OUT=FILE.png (several logs: LOG="a/main.log b/main.log")')
+    runs = [(label_of(p), *read_log(p)) for p in logs]
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for i, (label, train, val) in enumerate(runs):
+        colour = f'C{i % 10}'
+        if train:
+            xs, ys = zip(*train)
+            ax.plot(xs, ys, color=colour, alpha=0.35, linewidth=0.8, label=f'{label} train')
+        if val:
+            xs, ys = zip(*val)
+            ax.plot(xs, ys, color=colour, marker='o', markersize=3.5, linewidth=1.6, label=f'{label} val')
+        print(f'{label}: {len(train)} training losses, {len(val)} validation losses' +
+              (f', last val loss {val[-1][1]:.4f} at step {val[-1][0]}' if val else ''))
+    ax.set_xlabel('step')
+    ax.set_ylabel('loss (cross-entropy, nats per token)')
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    save(fig, out)
+
+
+# ---------- benchmark bars ----------
+
+def plot_bench_cpu(out, path):
+    """Bars from bench_cpu.sh's summary: per model, ms per step of train_cpu and of PyTorch, and
+    the GFLOP/s train_cpu reached under the FMA peak measured in the same run."""
+    text = read_text(path)
+    peak = re.search(r'^== summary: FMA peak ([0-9.]+) GFLOP/s', text, re.M)
+    rows = re.findall(r'^(\S+): ([0-9.]+) ms/step \(median.*?, ([0-9.]+) GFLOP/s = ([0-9.]+)% of FMA peak'
+                      r'(?:.*?; PyTorch ([0-9.]+) ms/step)?', text, re.M)
+    if not peak or not rows:
+        fail(f'{path} has no bench-cpu summary (the "== summary" line and "NAME: X ms/step ..." lines of make bench-cpu)')
+    machine = re.search(r'^machine: (.*)$', text, re.M)
+    plt = pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    names = [r[0] for r in rows]
+    xs = range(len(rows))
+    ours = [float(r[1]) for r in rows]
+    torch = [float(r[4]) if r[4] else 0.0 for r in rows]
+    w = 0.38
+    left.bar([x - w / 2 for x in xs], ours, w, label='train_cpu', color='C0')
+    if any(torch):
+        left.bar([x + w / 2 for x in xs], torch, w, label='PyTorch (same step)', color='C1')
+        left.set_yscale('log')
+    for x, a, b in zip(xs, ours, torch):
+        left.annotate(f'{a:.0f}', (x - w / 2, a), ha='center', va='bottom', fontsize=8)
+        if b:
+            left.annotate(f'{b:.0f}\n({b / a:.1f}x)', (x + w / 2, b), ha='center', va='bottom', fontsize=8)
+    left.set_xticks(list(xs), names)
+    left.set_ylabel('ms per training step (lower is better)')
+    left.legend(fontsize=8)
+    gflops = [float(r[2]) for r in rows]
+    right.bar(list(xs), gflops, 0.5, color='C0')
+    right.axhline(float(peak.group(1)), color='k', linestyle='--', linewidth=1,
+                  label=f'FMA peak {float(peak.group(1)):.0f} GFLOP/s (measured in the run)')
+    right.legend(fontsize=8, loc='upper right')
+    for x, g, r in zip(xs, gflops, rows):
+        right.annotate(f'{g:.0f} ({r[3]}%)', (x, g), ha='center', va='bottom', fontsize=8)
+    right.set_xticks(list(xs), names)
+    right.set_ylabel('train_cpu GFLOP/s')
+    right.set_ylim(0, float(peak.group(1)) * 1.3)
+    if machine:
+        fig.suptitle(f'make bench-cpu on {machine.group(1)}', fontsize=9)
+    for r in rows:
+        print(f'{r[0]}: train_cpu {r[1]} ms/step, {r[2]} GFLOP/s ({r[3]}% of peak {peak.group(1)})' +
+              (f', PyTorch {r[4]} ms/step' if r[4] else ''))
+    save(fig, out)
+
+
+def plot_bench_gpu(out, path):
+    """Bars from gpu_speedup.sh's table: per model, ms per step on the CPU, the GPU in fp32 and in
+    bf16 (log scale), each GPU bar labelled with its speedup over the CPU."""
+    text = read_text(path)
+    rows = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip('|').split('|')]
+        if len(cells) >= 12 and re.match(r'^d\d+$', cells[0]):
+            try:
+                rows.append((cells[0], float(cells[2]), float(cells[4]), float(cells[7])))
+            except ValueError:
+                fail(f'{path}: a row of the table has a cell that is not a number: {line.strip()[:80]}')
+    if not rows:
+        fail(f'{path} has no bench-gpu table (rows "| dN | ... |" as make bench-gpu writes them)')
+    gpu = re.search(r'^- GPU: (.*)$', text, re.M)
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    w = 0.27
+    xs = range(len(rows))
+    for k, (name, colour) in enumerate([('CPU (train_cpu)', 'C0'), ('GPU fp32', 'C2'), ('GPU bf16', 'C3')]):
+        ys = [r[1 + k] for r in rows]
+        ax.bar([x + (k - 1) * w for x in xs], ys, w, label=name, color=colour)
+        if k > 0:
+            for x, r in zip(xs, rows):
+                ax.annotate(f'{r[1] / r[1 + k]:.0f}x', (x + (k - 1) * w, r[1 + k]), ha='center', va='bottom', fontsize=7)
+    ax.set_yscale('log')
+    ax.set_xticks(list(xs), [r[0] for r in rows])
+    ax.set_xlabel('model depth (dN: N layers, C = 64N; d12 = GPT-2 124M)')
+    ax.set_ylabel('ms per training step (log scale)')
+    ax.legend(fontsize=8)
+    if gpu:
+        ax.set_title(f'make bench-gpu: {gpu.group(1)}', fontsize=9)
+    for r in rows:
+        print(f'{r[0]}: CPU {r[1]} ms/step, GPU fp32 {r[2]} ms ({r[1] / r[2]:.0f}x), bf16 {r[3]} ms ({r[1] / r[3]:.0f}x)')
+    save(fig, out)
+
+
+def main(argv):
+    if len(argv) < 2 or argv[0] not in ('loss', 'bench-cpu', 'bench-gpu'):
+        print(__doc__.strip(), file=sys.stderr)
+        return 2
+    kind, out, inputs = argv[0], argv[1], argv[2:]
+    if kind == 'loss':
+        plot_loss(out, inputs)
+    elif len(inputs) != 1:
+        fail(f'{kind} takes one input file, got {len(inputs)}')
+    elif kind == 'bench-cpu':
+        plot_bench_cpu(out, inputs[0])
+    else:
+        plot_bench_gpu(out, inputs[0])
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# The graded exercises (doc/exercises/README.md). Each exercise is a folder NN-name/ with
+#   README.md      the statement: its first line is "# N. Title (level)"
+#   check.sh       the automatic check, run from the root of the tree it checks: exit 0 when solved
+#   solution.patch a reference solution, a patch against the tree (git apply -p1)
+#
+#   bash doc/exercises/check.sh --list         one line per exercise: number, title, level
+#   bash doc/exercises/check.sh N              checks exercise N in this working tree
+#   bash doc/exercises/check.sh --solutions [N...]
+#        for each exercise (or those named): in a scratch copy of this tree, first the check must
+#        fail on the tree as it is, then the solution is applied and the check must pass; this is
+#        what keeps the exercises true to the code as it changes (make test runs it).
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+
+exercise_dir() {  # the folder of exercise N, or nothing
+    local n
+    n=$(printf '%02d' "$((10#$1))" 2>/dev/null) || return 0
+    compgen -G "$here/$n-*/" | head -n 1 | sed 's:/$::'
+}
+
+list() {
+    for d in "$here"/[0-9][0-9]-*/; do
+        local title
+        title=$(head -n 1 "$d/README.md" | sed 's/^# *//')
+        echo "$title"
+    done
+}
+
+# A copy of the tree the exercises live in: its tracked files and new ones not ignored (as a user's
+# working tree holds them), plus data/ (the token and tokenizer files the checks train on).
+scratch_copy() {
+    local dst=$1
+    mkdir -p "$dst"
+    (cd "$root" && git ls-files -z --cached --others --exclude-standard \
+        | while IFS= read -r -d '' f; do [ -e "$f" ] && printf '%s\0' "$f"; done \
+        | tar --null -T - -cf -) | (cd "$dst" && tar -xf -)
+    [ -d "$root/data" ] && cp -a "$root/data" "$dst/"
+    [ -d "$root/test/node_modules" ] && ln -s "$root/test/node_modules" "$dst/test/node_modules"
+    return 0
+}
+
+solutions() {
+    local dirs=() fails=0 pass=0
+    if [ $# -gt 0 ]; then
+        for n in "$@"; do
+            local d; d=$(exercise_dir "$n")
+            [ -n "$d" ] || { echo "check.sh: no exercise $n (bash doc/exercises/check.sh --list)" >&2; return 2; }
+            dirs+=("$d")
+        done
+    else
+        dirs=("$here"/[0-9][0-9]-*)
+    fi
+    command -v git >/dev/null || { echo "check.sh: --solutions needs git (to copy the tree and apply the patches)" >&2; return 2; }
+    local work; work=$(mktemp -d "${TMPDIR:-/tmp}/exercises.XXXXXX")
+    trap 'rm -rf "$work"' EXIT
+    for d in "${dirs[@]}"; do
+        local name; name=$(basename "$d")
+        local copy="$work/$name" start=$SECONDS
+        scratch_copy "$copy"
+        if (cd "$copy" && bash "doc/exercises/$name/check.sh") >"$work/$name.before.log" 2>&1; then
+            echo "FAIL  $name: its check passes on the tree without the solution (see $name/check.sh)"
+            fails=$((fails + 1)); continue
+        fi
+        if ! (cd "$copy" && git apply -p1 "doc/exercises/$name/solution.patch") >"$work/$name.apply.log" 2>&1; then
+            echo "FAIL  $name: solution.patch no longer applies to the tree:"
+            sed 's/^/      /' "$work/$name.apply.log"
+            fails=$((fails + 1)); continue
+        fi
+        if (cd "$copy" && bash "doc/exercises/$name/check.sh") >"$work/$name.after.log" 2>&1; then
+            echo "PASS  $name ($((SECONDS - start))s): fails without the solution, passes with it"
+            pass=$((pass + 1))
+        else
+            echo "FAIL  $name: the check fails with the reference solution applied; its last lines:"
+            tail -n 20 "$work/$name.after.log" | sed 's/^/      /'
+            fails=$((fails + 1))
+        fi
+        rm -rf "$copy"
+    done
+    echo "solutions: $pass passed, $fails failed"
+    [ $fails -eq 0 ]
+}
+
+case "${1:-}" in
+    --list) list ;;
+    --solutions) shift; solutions "$@" ;;
+    ""|-h|--help)
+        echo "usage: bash doc/exercises/check.sh --list | N | --solutions [N...]" >&2
+        exit 2 ;;
+    *)
+        d=$(exercise_dir "$1")
+        if [ -z "$d" ]; then
+            echo "check.sh: no exercise '$1' (bash doc/exercises/check.sh --list)" >&2
+            exit 2
+        fi
+        cd "$root" && bash "$d/check.sh" ;;
+esac
