@@ -18,6 +18,7 @@
 #   cublas     cublas.txt     build/gpu_check_cublas copy matmul matmul_bf16: cuBLAS (float32 and
 #                             bf16) on the same matmul shapes as ours, timed in the same call
 #   bench      bench_gpu.txt  make bench-gpu: train_cpu against train_gpu, d2..d12, this CPU named
+#                             (its bar chart: dev/plot.py bench-gpu on the table, where matplotlib is)
 #   test       test.txt       make test, offline (TEST_OFFLINE=1: what it would install is skipped)
 #
 # and summary.txt: one line per stage, its exit status and seconds. Stages run in this order
@@ -107,7 +108,7 @@ stage build build.txt 180 'make -j"$(nproc)" train_cpu train_gpu build/gpu_check
 stage gpu gpu_test.txt 240 'bash test/test_gpu.sh'
 stage train train_gpu.txt 150 train_report
 stage cublas cublas.txt 60 'build/gpu_check_cublas copy matmul matmul_bf16'
-stage bench bench_gpu.txt 150 'make bench-gpu && cat doc/results/gpu_speedup.md'
+stage bench bench_gpu.txt 150 'TEST_OFFLINE=1 make bench-gpu && cat doc/results/gpu_speedup.md'
 stage test test.txt 300 'TEST_OFFLINE=1 make test'
 echo "=== summary ($out/summary.txt)"
 cat "$out/summary.txt"

@@ -12,7 +12,8 @@ rewrites (whatever the block held before is replaced):
                                             run with bash from the repository's root; it must
                                             exit 0 (`run-fails:` for a command that must not)
 
-  python3 doc/lessons/render.py [LESSON.md...]   rewrite the quotes and run the commands
+  python3 doc/lessons/render.py [LESSON.md...]   rewrite the quotes and run the commands (a lesson
+                                                 by its path or its file name: 03-backward.md)
   python3 doc/lessons/render.py --code [...]     rewrite the code quotes only (quick)
   python3 doc/lessons/render.py --check          exit 1 when a quote differs from the code, a
                                                  name is not found, or a command's block was not
@@ -173,6 +174,12 @@ def main(argv):
     if argv and argv[0] in ('--code', '--check'):
         mode = argv.pop(0)[2:]
     files = argv or sorted(os.path.join(HERE, f) for f in os.listdir(HERE) if re.match(r'^\d\d-.*\.md$', f))
+    # a lesson may be named by its file name alone (03-backward.md)
+    files = [f if os.path.exists(f) or not os.path.exists(os.path.join(HERE, f)) else os.path.join(HERE, f) for f in files]
+    missing = [f for f in files if not os.path.isfile(f)]
+    if missing:
+        print(f'render: no lesson {missing[0]}', file=sys.stderr)
+        return 2
     problems = []
     for path in files:
         print(f'{os.path.relpath(path, ROOT)}', file=sys.stderr, flush=True)
