@@ -54,15 +54,17 @@ solutions() {
     fi
     command -v git >/dev/null || { echo "check.sh: --solutions needs git (to copy the tree and apply the patches)" >&2; return 2; }
     local work; work=$(mktemp -d "${TMPDIR:-/tmp}/exercises.XXXXXX")
-    trap 'rm -rf "$work"' EXIT
+    trap "rm -rf '$work'" EXIT
+    # the tree as it is, once for every check (what they build there is shared)
+    scratch_copy "$work/as-is"
     for d in "${dirs[@]}"; do
         local name; name=$(basename "$d")
         local copy="$work/$name" start=$SECONDS
-        scratch_copy "$copy"
-        if (cd "$copy" && bash "doc/exercises/$name/check.sh") >"$work/$name.before.log" 2>&1; then
+        if (cd "$work/as-is" && bash "doc/exercises/$name/check.sh") >"$work/$name.before.log" 2>&1; then
             echo "FAIL  $name: its check passes on the tree without the solution (see $name/check.sh)"
             fails=$((fails + 1)); continue
         fi
+        scratch_copy "$copy"
         if ! (cd "$copy" && git apply -p1 "doc/exercises/$name/solution.patch") >"$work/$name.apply.log" 2>&1; then
             echo "FAIL  $name: solution.patch no longer applies to the tree:"
             sed 's/^/      /' "$work/$name.apply.log"

@@ -1,0 +1,132 @@
+// Exercise 3's check (check.sh compiles it, with and without -DATTN_SCALE=...): the attention of
+// gpt2/cpu_layers.h at the scale EXPECTED_SCALE, an expression in hs in double that check.sh
+// passes along with ATTN_SCALE. Its forward against the definition, written out below in double:
+//     out = softmax(q.k * scale, over the keys 0..t) . v
+// and its backward against finite differences of that definition, in double too.
+#include "gpt2/cpu_layers.h"
+
+static double expected_scale(int hs) { return EXPECTED_SCALE; }
+
+static double rand_uniform(uint64_t* s) {  // in [-1, 1)
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return (double)(*s >> 11) / (double)(1ull << 53) * 2.0 - 1.0;
+}
+
+// The definition: out (B,T,C) of inp (B,T,3C) holding query, key, value.
+static void attention_reference(double* out, const double* inp, int B, int T, int C, int NH) {
+    int hs = C / NH;
+    double scale = expected_scale(hs), score[64];
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < T; t++) {
+            for (int h = 0; h < NH; h++) {
+                const double* q = inp + ((size_t)b * T + t) * 3 * C + h * hs;
+                double max = -INFINITY, sum = 0.0;
+                for (int u = 0; u <= t; u++) {
+                    const double* k = inp + ((size_t)b * T + u) * 3 * C + C + h * hs;
+                    score[u] = 0.0;
+                    for (int i = 0; i < hs; i++) score[u] += q[i] * k[i];
+                    score[u] *= scale;
+                    if (score[u] > max) max = score[u];
+                }
+                for (int u = 0; u <= t; u++) sum += exp(score[u] - max);
+                double* o = out + ((size_t)b * T + t) * C + h * hs;
+                for (int i = 0; i < hs; i++) o[i] = 0.0;
+                for (int u = 0; u <= t; u++) {
+                    const double* v = inp + ((size_t)b * T + u) * 3 * C + 2 * C + h * hs;
+                    for (int i = 0; i < hs; i++) o[i] += exp(score[u] - max) / sum * v[i];
+                }
+            }
+        }
+    }
+}
+
+// L = sum of w * out, whose gradient attention_backward computes when given dout = w
+static double loss_reference(const double* inp, const double* w, double* out, int B, int T, int C, int NH) {
+    attention_reference(out, inp, B, T, C, NH);
+    double L = 0.0;
+    for (int i = 0; i < B * T * C; i++) L += w[i] * out[i];
+    return L;
+}
+
+static int check_shape(int B, int T, int C, int NH, uint64_t seed) {
+    int hs = C / NH;
+    size_t n_in = (size_t)B * T * 3 * C, n_out = (size_t)B * T * C, n_att = (size_t)B * NH * T * T;
+    float* inp = calloc(n_in, sizeof(float));
+    float* dinp = calloc(n_in, sizeof(float));
+    float* out = calloc(n_out, sizeof(float));
+    float* dout = calloc(n_out, sizeof(float));
+    float* preatt = calloc(n_att, sizeof(float));
+    float* att = calloc(n_att, sizeof(float));
+    float* dpreatt = calloc(n_att, sizeof(float));
+    float* datt = calloc(n_att, sizeof(float));
+    double* x = calloc(n_in, sizeof(double));
+    double* w = calloc(n_out, sizeof(double));
+    double* ref = calloc(n_out, sizeof(double));
+    double* scratch = calloc(n_out, sizeof(double));
+    // entries of about unit size, so that q.k grows with hs as in the README's question
+    for (size_t i = 0; i < n_in; i++) inp[i] = (float)(1.7 * rand_uniform(&seed)), x[i] = inp[i];
+    for (size_t i = 0; i < n_out; i++) dout[i] = (float)rand_uniform(&seed), w[i] = dout[i];
+
+    attention_forward(out, preatt, att, inp, B, T, C, NH);
+    attention_reference(ref, x, B, T, C, NH);
+    double worst = 0.0;
+    size_t at = 0;
+    for (size_t i = 0; i < n_out; i++) {
+        double err = fabs(out[i] - ref[i]) / (1e-5 + 1e-4 * fabs(ref[i]));
+        if (!(err <= worst)) worst = err, at = i;  // NaN counts as the worst
+    }
+    int ok = 1;
+    if (!(worst <= 1.0)) {
+        printf("B=%d T=%d C=%d NH=%d (hs=%d): attention_forward's output %zu is %.6f, softmax(q.k * %g + mask).v "
+               "gives %.6f: does attention_forward use ATTN_SCALE?\n", B, T, C, NH, hs, at, out[at],
+               expected_scale(hs), ref[at]);
+        ok = 0;
+    }
+
+    // backward: dinp against central differences of the reference's L
+    attention_backward(dinp, dpreatt, datt, dout, inp, att, B, T, C, NH);
+    double h = 1e-5, max_fd = 0.0;
+    double* fd = calloc(n_in, sizeof(double));
+    for (size_t i = 0; i < n_in; i++) {
+        double keep = x[i];
+        x[i] = keep + h;
+        double up = loss_reference(x, w, scratch, B, T, C, NH);
+        x[i] = keep - h;
+        double down = loss_reference(x, w, scratch, B, T, C, NH);
+        x[i] = keep;
+        fd[i] = (up - down) / (2 * h);
+        if (fabs(fd[i]) > max_fd) max_fd = fabs(fd[i]);
+    }
+    const char* part[3] = {"query", "key", "value"};
+    for (int p = 0; p < 3 && ok; p++) {
+        double dot = 0.0, fd2 = 0.0;  // the factor dinp is off by, if it is a factor
+        for (size_t i = 0; i < n_in; i++) {
+            if ((int)(i % (3 * C)) / C != p) continue;
+            double err = fabs(dinp[i] - fd[i]);
+            dot += dinp[i] * fd[i];
+            fd2 += fd[i] * fd[i];
+            if (!(err <= 1e-4 * max_fd + 1e-3 * fabs(fd[i]))) {
+                if (ok) {
+                    printf("B=%d T=%d C=%d NH=%d (hs=%d), scale %g: attention_backward's gradient of the %s "
+                           "(dinp[%zu]) is %.6f, finite differences of the forward give %.6f\n",
+                           B, T, C, NH, hs, expected_scale(hs), part[p], i, dinp[i], fd[i]);
+                }
+                ok = 0;
+            }
+        }
+        if (!ok && fd2 > 0) {
+            printf("  the %s's gradient is %.4f times what it should be: does attention_backward use the "
+                   "forward's scale?\n", part[p], dot / fd2);
+        }
+    }
+    free(inp); free(dinp); free(out); free(dout); free(preatt); free(att); free(dpreatt); free(datt);
+    free(x); free(w); free(ref); free(scratch); free(fd);
+    return ok;
+}
+
+int main(void) {
+    // head sizes 5 and 7, sequences that are no multiple of anything
+    if (!check_shape(2, 7, 15, 3, 1)) return 1;
+    if (!check_shape(1, 11, 14, 2, 2)) return 1;
+    return 0;
+}

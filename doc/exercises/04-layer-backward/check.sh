@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Exercise 4 (README.md beside this file): rmsnorm_forward and rmsnorm_backward in
+# gpt2/cpu_layers.h. Compiles rms_check.c against the header and runs it: the forward against
+# its definition, the backward against finite differences in double, on shapes that are no
+# multiple of anything. Run from the root of the tree.
+set -uo pipefail
+here=doc/exercises/04-layer-backward
+out=build/exercises/04
+mkdir -p "$out"
+
+if ! grep -q 'rmsnorm_forward *(' gpt2/cpu_layers.h || ! grep -q 'rmsnorm_backward *(' gpt2/cpu_layers.h; then
+    echo "rmsnorm_forward/backward not found in gpt2/cpu_layers.h (see $here/README.md)"
+    exit 1
+fi
+"${CC:-gcc}" -O2 -fopenmp -I. "$here/rms_check.c" -o "$out/rms_check" -lm >"$out/compile.log" 2>&1 || {
+    echo "$here/rms_check.c does not compile against gpt2/cpu_layers.h: are the prototypes those of the README? ($out/compile.log)"
+    grep -m 2 -E 'error|note' "$out/compile.log"; exit 1; }
+# more threads than this machine may have cores: a backward whose threads add into one dweight
+# then gets other bits from run to run
+OMP_NUM_THREADS=4 "$out/rms_check" || exit 1
+echo "exercise 4: solved (forward as defined, backward as finite differences, added, the same bits every run)"
