@@ -27,6 +27,17 @@ static double row_loss(const double* x, const double* weight, const double* w, i
     return L;
 }
 
+// (L(p + h) - L(p - h)) / 2h for one entry p of x or weight, which is left as it was
+static double central_difference(double* p, double h, double* x, const double* weight, const double* w, int C) {
+    double keep = *p;
+    *p = keep + h;
+    double up = row_loss(x, weight, w, C);
+    *p = keep - h;
+    double down = row_loss(x, weight, w, C);
+    *p = keep;
+    return (up - down) / (2 * h);
+}
+
 // worst of |got - want| / (atol + rtol |want|) over n, and where; NaN is the worst
 static double worst_error(const float* got, const double* want, size_t n, double atol, double rtol, size_t* at) {
     double worst = 0.0;
@@ -104,24 +115,9 @@ static int check_shape(int B, int T, int C, uint64_t seed) {
     for (size_t bt = 0; bt < rows; bt++) {
         double* xr = x + bt * C;
         const double* wr = w + bt * C;
-        for (int i = 0; i < C; i++) {
-            double keep = xr[i];
-            xr[i] = keep + h;
-            double up = row_loss(xr, wt, wr, C);
-            xr[i] = keep - h;
-            double down = row_loss(xr, wt, wr, C);
-            xr[i] = keep;
-            fd_inp[bt * C + i] = (up - down) / (2 * h);
-        }
-        for (int i = 0; i < C; i++) {  // L is linear in weight: dL/dweight_i = w_i x_i rstd
-            double keep = wt[i];
-            wt[i] = keep + h;
-            double up = row_loss(xr, wt, wr, C);
-            wt[i] = keep - h;
-            double down = row_loss(xr, wt, wr, C);
-            wt[i] = keep;
-            fd_weight[i] += (up - down) / (2 * h);
-        }
+        for (int i = 0; i < C; i++) fd_inp[bt * C + i] = central_difference(&xr[i], h, xr, wt, wr, C);
+        // L is linear in weight: dL/dweight_i = w_i x_i rstd
+        for (int i = 0; i < C; i++) fd_weight[i] += central_difference(&wt[i], h, xr, wt, wr, C);
     }
 
     // backward, into buffers that already hold something
