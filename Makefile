@@ -165,56 +165,56 @@ else
 	$(NVCC) $(NVCC_FLAGS) $(GPU_MPI_FLAGS) -o $@ train_gpu.cu $(NVCC_LIBS) $(GPU_MPI_LIBS)
 endif
 
-# GPU checks (dev/gpu_check.cu): every kernel and the whole model against the CPU, then timings;
+# GPU checks (dev/gpu/gpu_check.cu): every kernel and the whole model against the CPU, then timings;
 # build/gpu_check_cublas times cuBLAS on the same matrix products, for comparison.
-# build/instruction_check (dev/instruction_check.cu): the tensor-core instructions the bf16
+# build/instruction_check (dev/gpu/instruction_check.cu): the tensor-core instructions the bf16
 # kernels use against their definitions; on a GPU it checks our reading of the PTX ISA, on the
 # emulator (build/emu/instruction_check) the emulator's.
 gpu-checks: build/gpu_check build/instruction_check
 
-build/instruction_check: dev/instruction_check.cu train_gpu.cu $(HEADERS) $(NVCC_STAMP)
+build/instruction_check: dev/gpu/instruction_check.cu train_gpu.cu $(HEADERS) $(NVCC_STAMP)
 ifeq ($(NVCC),)
 	@echo "skipped: build/instruction_check (nvcc not found)"; exit 1
 else
-	$(NVCC) $(NVCC_FLAGS) -o $@ dev/instruction_check.cu
+	$(NVCC) $(NVCC_FLAGS) -o $@ dev/gpu/instruction_check.cu
 endif
 
-build/gpu_check: dev/gpu_check.cu train_gpu.cu train_cpu.c $(HEADERS) $(NVCC_STAMP)
+build/gpu_check: dev/gpu/gpu_check.cu train_gpu.cu train_cpu.c $(HEADERS) $(NVCC_STAMP)
 ifeq ($(NVCC),)
 	@echo "skipped: build/gpu_check (nvcc not found)"; exit 1
 else
-	$(NVCC) $(NVCC_FLAGS) -o $@ dev/gpu_check.cu $(NVCC_LIBS)
+	$(NVCC) $(NVCC_FLAGS) -o $@ dev/gpu/gpu_check.cu $(NVCC_LIBS)
 endif
 
-build/gpu_check_cublas: dev/gpu_check.cu train_gpu.cu train_cpu.c $(HEADERS) $(NVCC_STAMP)
+build/gpu_check_cublas: dev/gpu/gpu_check.cu train_gpu.cu train_cpu.c $(HEADERS) $(NVCC_STAMP)
 ifeq ($(NVCC),)
 	@echo "skipped: build/gpu_check_cublas (nvcc not found)"; exit 1
 else
-	$(NVCC) $(filter-out -DUSE_CUBLAS,$(NVCC_FLAGS)) -DUSE_CUBLAS -o $@ dev/gpu_check.cu -lcublas
+	$(NVCC) $(filter-out -DUSE_CUBLAS,$(NVCC_FLAGS)) -DUSE_CUBLAS -o $@ dev/gpu/gpu_check.cu -lcublas
 endif
 
-# The CUDA emulator (dev/cuda_emu.h, no GPU or nvcc needed): the kernels run on the CPU, each
+# The CUDA emulator (dev/emu/cuda_emu.h, no GPU or nvcc needed): the kernels run on the CPU, each
 # block's threads as fibers, under AddressSanitizer and UBSan, which check indexing, bounds,
 # barriers and float4 alignment, not speed. build/emu/gpu_check runs the kernel checks that way,
 # build/emu/train_gpu the whole training program, with train_gpu's command line.
 EMU_CXXFLAGS := -std=c++17 -g $(filter -fopenmp,$(CFLAGS)) -fsanitize=address,undefined -fno-sanitize-recover=undefined \
-                -include dev/cuda_emu.h -I.
+                -include dev/emu/cuda_emu.h -I.
 gpu-emu: build/emu/gpu_check build/emu/instruction_check
 train_gpu_emu: build/emu/train_gpu
 
-build/emu/gpu_check: dev/gpu_check.cu train_gpu.cu train_cpu.c $(HEADERS) dev/cuda_emu.h dev/cuda_emu.py
+build/emu/gpu_check: dev/gpu/gpu_check.cu train_gpu.cu train_cpu.c $(HEADERS) dev/emu/cuda_emu.h dev/emu/cuda_emu.py
 	@mkdir -p build/emu
-	$(PYTHON) dev/cuda_emu.py dev/gpu_check.cu build/emu/gpu_check.cpp
+	$(PYTHON) dev/emu/cuda_emu.py dev/gpu/gpu_check.cu build/emu/gpu_check.cpp
 	$(CXX) -O1 $(EMU_CXXFLAGS) build/emu/gpu_check.cpp -o $@
 
-build/emu/instruction_check: dev/instruction_check.cu train_gpu.cu $(HEADERS) dev/cuda_emu.h dev/cuda_emu.py
+build/emu/instruction_check: dev/gpu/instruction_check.cu train_gpu.cu $(HEADERS) dev/emu/cuda_emu.h dev/emu/cuda_emu.py
 	@mkdir -p build/emu
-	$(PYTHON) dev/cuda_emu.py dev/instruction_check.cu build/emu/instruction_check.cpp
+	$(PYTHON) dev/emu/cuda_emu.py dev/gpu/instruction_check.cu build/emu/instruction_check.cpp
 	$(CXX) -O1 $(EMU_CXXFLAGS) build/emu/instruction_check.cpp -o $@
 
-build/emu/train_gpu: train_gpu.cu $(HEADERS) dev/cuda_emu.h dev/cuda_emu.py build/flags | data
+build/emu/train_gpu: train_gpu.cu $(HEADERS) dev/emu/cuda_emu.h dev/emu/cuda_emu.py build/flags | data
 	@mkdir -p build/emu
-	$(PYTHON) dev/cuda_emu.py train_gpu.cu build/emu/train_gpu.cpp
+	$(PYTHON) dev/emu/cuda_emu.py train_gpu.cu build/emu/train_gpu.cpp
 	$(CXX) -O2 $(EMU_CXXFLAGS) $(MPI_FLAGS) build/emu/train_gpu.cpp -o $@ $(MPI_LIBS)
 
 # ---------- data ----------
@@ -224,8 +224,8 @@ RAW := data/raw/tinyshakespeare.txt data/raw/encoder.json data/raw/vocab.bpe
 
 data: $(DATA_FILES)
 
-$(RAW): dev/fetch_data.sh
-	bash dev/fetch_data.sh data/raw $(DATA_DIR)
+$(RAW): dev/data/fetch_data.sh
+	bash dev/data/fetch_data.sh data/raw $(DATA_DIR)
 
 data/gpt2_tokenizer.bin: tokenizer $(RAW)
 	./tokenizer vocab data/raw/encoder.json data/raw/vocab.bpe $@
@@ -265,28 +265,28 @@ fuzz-coverage: data
 bench: bench-tokenizer bench-cpu bench-infer
 
 bench-tokenizer: tokenizer data
-	bash dev/bench_tokenizer.sh
+	bash dev/bench/bench_tokenizer.sh
 
-# bench-cpu and bench-gpu draw their tables as bar charts beside the text (dev/plot.py); where
+# bench-cpu and bench-gpu draw their tables as bar charts beside the text (dev/bench/plot.py); where
 # matplotlib cannot be had (offline), they say so and keep the text.
-PLOT_SETUP := bash dev/setup_plot.sh
+PLOT_SETUP := bash dev/bench/setup_plot.sh
 
 bench-cpu: train_cpu
 	@mkdir -p build/bench
-	set -o pipefail; bash dev/bench_cpu.sh | tee build/bench/bench_cpu.txt
-	$(PLOT_SETUP) && $(PYTHON) dev/plot.py bench-cpu build/bench/bench_cpu.png build/bench/bench_cpu.txt \
+	set -o pipefail; bash dev/bench/bench_cpu.sh | tee build/bench/bench_cpu.txt
+	$(PLOT_SETUP) && $(PYTHON) dev/bench/plot.py bench-cpu build/bench/bench_cpu.png build/bench/bench_cpu.txt \
 	  || echo "bench-cpu: no chart (the table is in build/bench/bench_cpu.txt)"
 
 bench-infer: infer
-	bash dev/bench_infer.sh
+	bash dev/bench/bench_infer.sh
 
 # data parallel on this machine's CPU: 1 and 2 processes, and the all-reduce's cost (doc/parallel.md)
 bench-dp: train_cpu
-	bash dev/bench_dp.sh
+	bash dev/bench/bench_dp.sh
 
 bench-gpu: train_cpu train_gpu
-	bash dev/gpu_speedup.sh
-	$(PLOT_SETUP) && $(PYTHON) dev/plot.py bench-gpu doc/results/gpu_speedup.png doc/results/gpu_speedup.md \
+	bash dev/bench/gpu_speedup.sh
+	$(PLOT_SETUP) && $(PYTHON) dev/bench/plot.py bench-gpu doc/results/gpu_speedup.png doc/results/gpu_speedup.md \
 	  || echo "bench-gpu: no chart (the table is in doc/results/gpu_speedup.md)"
 
 # Loss curves of one or more runs: make plot LOG="runA/main.log runB/main.log" OUT=loss.png
@@ -294,7 +294,7 @@ plot:
 	@[ -n "$(LOG)" ] || { echo "make plot: give LOG=DIR/main.log (several: LOG=\"a/main.log b/main.log\") and OUT=FILE.png" >&2; exit 1; }
 	@[ -n "$(OUT)" ] || { echo "make plot: give OUT=FILE.png, the picture to write" >&2; exit 1; }
 	@$(PLOT_SETUP)
-	$(PYTHON) dev/plot.py loss $(OUT) $(LOG)
+	$(PYTHON) dev/bench/plot.py loss $(OUT) $(LOG)
 
 # The lessons' code quotes and command outputs, from the tree as it is (doc/lessons/render.py)
 lessons: all

@@ -3,7 +3,7 @@
 //   ./infer -e MODEL -p "PROMPT"     prints the continuation token by token; timings on stderr
 //
 // MODEL is an llm.c checkpoint (float32 or bfloat16), a Hugging Face GPT-2 model.safetensors
-// (dev/download_gpt2.sh fetches GPT-2 124M), or dN for a freshly initialised model of N layers.
+// (dev/data/download_gpt2.sh fetches GPT-2 124M), or dN for a freshly initialised model of N layers.
 //
 // Why a cache. The training forward pass processes a whole sequence; generating with it (as the
 // trainers' samples do, gpt2/run.h's run_sample) reruns the model over all t tokens to get token
@@ -19,7 +19,7 @@
 //   decode   one token per step: every weight matrix multiplies one vector, matrix-vector
 //            (matvec_forward below). Each weight is read once for 2 floating-point operations,
 //            so the speed is set by memory bandwidth: tokens/s <= bandwidth / bytes of weights.
-//            dev/bench_infer.sh measures how close we get (doc/infer.md).
+//            dev/bench/bench_infer.sh measures how close we get (doc/infer.md).
 //
 // Everything else comes from the shared headers: the layers (gpt2/cpu_layers.h: encoder,
 // layernorm, gelu, residual, softmax, matmul), the model and its loading (gpt2/model.h,
@@ -393,7 +393,7 @@ static void infer_usage(const char* prog) {
     fprintf(stderr,
             "usage: %s -e MODEL [options]\n"
             "  -e MODEL  llm.c checkpoint (.bin, float32 or bfloat16), Hugging Face GPT-2\n"
-            "            model.safetensors (dev/download_gpt2.sh), or dN: a fresh random model of N layers\n"
+            "            model.safetensors (dev/data/download_gpt2.sh), or dN: a fresh random model of N layers\n"
             "  -p TEXT   the prompt (default: read standard input)\n"
             "  -k FILE   tokenizer file (default data/gpt2_tokenizer.bin)\n"
             "  -n N      new tokens at most (default: until end-of-text or the context is full)\n"

@@ -29,7 +29,7 @@
 //   - AdamW on float32 master weights, writing the bf16 copy the products read.
 // Every reduction runs in a fixed order, so two runs of the same step give the same bits.
 // Build with USE_CUBLAS=1 to swap cuBLAS in for the float32 linear layers, for comparison only.
-// doc/gpu.md explains the kernels; dev/gpu_check.cu checks each one against the CPU.
+// doc/gpu.md explains the kernels; dev/gpu/gpu_check.cu checks each one against the CPU.
 
 #include "gpt2/model.h"
 #include "gpt2/cpu_layers.h"
@@ -151,8 +151,8 @@ __global__ void sum_partials_kernel(float* out, const float* partial, int chunks
 // ---------- tensor-core instructions ----------
 //
 // The four PTX instructions the bf16 matrix products are built from, each wrapped in a function
-// of the same name on the CPU emulator (dev/cuda_emu.h), so that the kernels compile for both;
-// dev/instruction_check.cu checks each against its definition in the PTX ISA, on a GPU and here.
+// of the same name on the CPU emulator (dev/emu/cuda_emu.h), so that the kernels compile for both;
+// dev/gpu/instruction_check.cu checks each against its definition in the PTX ISA, on a GPU and here.
 typedef __nv_bfloat16 bf16;
 
 #ifndef CUDA_EMU
@@ -2214,7 +2214,7 @@ static const Trainer GPU_TRAINER_BF16 = {
 };
 
 // ---------- main ----------
-#ifndef TRAIN_GPU_NO_MAIN  // dev/gpu_check.cu defines it to call the functions above
+#ifndef TRAIN_GPU_NO_MAIN  // dev/gpu/gpu_check.cu defines it to call the functions above
 
 // -p: bf16 where the GPU has bf16 tensor cores (compute capability 8.0 and up), else fp32.
 static int gpu_use_bf16(const char* precision) {

@@ -18,7 +18,7 @@
 #   cublas     cublas.txt     build/gpu_check_cublas copy matmul matmul_bf16: cuBLAS (float32 and
 #                             bf16) on the same matmul shapes as ours, timed in the same call
 #   bench      bench_gpu.txt  make bench-gpu: train_cpu against train_gpu, d2..d12, this CPU named
-#                             (its bar chart: dev/plot.py bench-gpu on the table, where matplotlib is)
+#                             (its bar chart: dev/bench/plot.py bench-gpu on the table, where matplotlib is)
 #   test       test.txt       make test, offline (TEST_OFFLINE=1: what it would install is skipped)
 #
 # and summary.txt: one line per stage, its exit status and seconds. Stages run in this order

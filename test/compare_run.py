@@ -2,7 +2,7 @@
 
     compare_run.py REF.npz STDOUT_FILE CHECKPOINT [--mixed-clipping]
 
-REF.npz is written by `dev/gpt2_ref.py train` with the same options as the run; STDOUT_FILE is
+REF.npz is written by `dev/reference/gpt2_ref.py train` with the same options as the run; STDOUT_FILE is
 what train_cpu printed; CHECKPOINT is the model_STEP.bin it wrote after its last step. The gate
 is PyTorch float32; each line also shows PyTorch float32's own error against float64, the size of
 float32 rounding in that quantity. Checks, one line each:
@@ -187,7 +187,7 @@ def check_params(ref, checkpoint):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("ref", help="REF.npz from dev/gpt2_ref.py train")
+    ap.add_argument("ref", help="REF.npz from dev/reference/gpt2_ref.py train")
     ap.add_argument("stdout", help="what train_cpu printed")
     ap.add_argument("checkpoint", help="the model_STEP.bin train_cpu wrote after its last step")
     ap.add_argument("--mixed-clipping", action="store_true",

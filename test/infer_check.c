@@ -4,7 +4,7 @@
 //                               small model: logits at every position (prefill, one token at a
 //                               time, and chunks), greedy generation step by step, seeded
 //                               sampling, top-k 1 = greedy, and the top-k / top-p filter itself
-//   infer_check hf MODEL EXPECT a Hugging Face safetensors file written by dev/hf_ref.py: the
+//   infer_check hf MODEL EXPECT a Hugging Face safetensors file written by dev/reference/hf_ref.py: the
 //                               logits of both paths against PyTorch's (EXPECT)
 //
 // Exits non-zero on the first failed check, naming it.

@@ -66,7 +66,7 @@ printed_after() {
 }
 
 tiny_run_files() {
-  local ref="$PY dev/gpt2_ref.py"
+  local ref="$PY dev/reference/gpt2_ref.py"
   $ref make-model --model "$dir/model.bin" --tokens "$dir/train.bin" --V 97 --maxT "$1" --L 2 \
     --NH 2 --C "$2" --ntokens "$3" --seed "$5" >/dev/null || exit 1
   $ref make-tokens --out "$dir/val.bin" --V 97 --n "$4" --seed $(($5 + 1)) >/dev/null || exit 1

@@ -1,7 +1,7 @@
-// ref_check.c: train_cpu.c's model functions against the PyTorch reference (dev/gpt2_ref.py), in
+// ref_check.c: train_cpu.c's model functions against the PyTorch reference (dev/reference/gpt2_ref.py), in
 // float32, on one batch.
 //
-// dev/gpt2_ref.py builds the same GPT-2 from the same checkpoint and batch in PyTorch and writes
+// dev/reference/gpt2_ref.py builds the same GPT-2 from the same checkpoint and batch in PyTorch and writes
 // a dump: logits, loss, every parameter gradient, the gradient norm, once computed in float32
 // and once in float64 (its later fields, the losses and parameters after N AdamW steps, are not
 // read here: the training program itself is checked by test/compare_run.py). This program runs
@@ -28,7 +28,7 @@
 #define TOL_GRADS 1e-5       // float32 gradients are ~1e-6 off; a gradient 1.001x too big is 1e-3
 #define TOL_GRAD_NORM 1e-5   // relative
 
-// ---------- the dump written by dev/gpt2_ref.py ----------
+// ---------- the dump written by dev/reference/gpt2_ref.py ----------
 
 typedef struct {
     double* logits;       // (B, T, V)
@@ -59,7 +59,7 @@ static void ref_dump_read(RefDump* d, const char* path) {
     int h[HEADER_INTS];
     fread_check(h, sizeof(int), HEADER_INTS, f, path);
     if (h[0] != DUMP_MAGIC || h[1] != DUMP_VERSION || h[8] != 2) {
-        fail("%s is not a version %d reference dump; rerun dev/gpt2_ref.py", path, DUMP_VERSION);
+        fail("%s is not a version %d reference dump; rerun dev/reference/gpt2_ref.py", path, DUMP_VERSION);
     }
     d->B = h[2]; d->T = h[3]; d->V = h[4]; d->Vp = h[5]; d->P = (size_t)h[6]; d->steps = h[7];
     double hp[6];
@@ -161,7 +161,7 @@ static void check_scalar(const char* what, double x, double ref32, double ref64,
 
 int main(int argc, char** argv) {
     if (argc != 4) {
-        fail("usage: %s model.bin tokens.bin ref.dump  (dump from dev/gpt2_ref.py)", argv[0]);
+        fail("usage: %s model.bin tokens.bin ref.dump  (dump from dev/reference/gpt2_ref.py)", argv[0]);
     }
     RefDump d;
     ref_dump_read(&d, argv[3]);
@@ -191,7 +191,7 @@ int main(int argc, char** argv) {
 
     // One step of the model's own functions on the reference's batch: what only they expose
     // (the logits, every gradient, the norm before clipping). The training loop itself is
-    // checked by running ./train_cpu against `dev/gpt2_ref.py train` (test/compare_run.py).
+    // checked by running ./train_cpu against `dev/reference/gpt2_ref.py train` (test/compare_run.py).
     size_t BT = (size_t)B * T;
     float* logits = (float*)malloc_check(BT * V * sizeof(float));
     gpt2_forward(&model, d.inputs, d.targets, B, T);

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The GPU kernels without a GPU: dev/gpu_check.cu built for the CPU emulator (dev/cuda_emu.h),
+# The GPU kernels without a GPU: dev/gpu/gpu_check.cu built for the CPU emulator (dev/emu/cuda_emu.h),
 # which runs every kernel's threads on the CPU, under AddressSanitizer and UBSan. It checks
 # indexing, bounds, barriers and float4 alignment against the CPU reference at small sizes (the kernels
 # in two thread schedules); it says nothing about speed or about what only a real GPU does. First,
-# dev/instruction_check.cu: the emulated bf16 conversion, mma.sync, ldmatrix and cp.async against
+# dev/gpu/instruction_check.cu: the emulated bf16 conversion, mma.sync, ldmatrix and cp.async against
 # their definitions, which the bf16 kernels' checks rely on.
 set -u
 cd "$(dirname "$0")/.."

@@ -22,7 +22,7 @@ fi
 dir=build/infer_cli
 rm -rf "$dir" && mkdir -p "$dir"
 $CC $CFLAGS -o build/infer infer.c -lm || { echo "FAIL: infer does not build"; exit 1; }
-"$PY" dev/gpt2_ref.py make-model --model "$dir/m.bin" --tokens "$dir/tok.bin" --V 50257 \
+"$PY" dev/reference/gpt2_ref.py make-model --model "$dir/m.bin" --tokens "$dir/tok.bin" --V 50257 \
   --maxT 64 --L 2 --NH 2 --C 64 --ntokens 10 --scale 0.3 > /dev/null || { echo "FAIL: make-model"; exit 1; }
 infer() { ./build/infer -e "$dir/m.bin" -k "$TOK" "$@"; }
 # Waiting OpenMP threads sleep instead of spinning: with other jobs on the cores, spinning threads

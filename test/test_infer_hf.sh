@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Hugging Face GPT-2 safetensors files (written by dev/hf_ref.py in transformers' naming and
+# Hugging Face GPT-2 safetensors files (written by dev/reference/hf_ref.py in transformers' naming and
 # layout: Conv1D weights (in, out), wte without padding) load through gpt2_build_from_checkpoint
 # and give PyTorch's logits, on the full forward and on KV-cache decode steps; with and without
 # the `transformer.` prefix and the attn.bias buffers, in F32, F16 and BF16, at two model shapes.
@@ -24,7 +24,7 @@ status=0
 good() {  # name, hf_ref.py options
   local name=$1; shift
   echo "== $name: $*"
-  "$PY" dev/hf_ref.py --out "$dir/$name.safetensors" --expect "$dir/$name.expect" "$@" &&
+  "$PY" dev/reference/hf_ref.py --out "$dir/$name.safetensors" --expect "$dir/$name.expect" "$@" &&
     ./build/infer_check hf "$dir/$name.safetensors" "$dir/$name.expect" || { echo "FAIL: $name"; status=1; }
 }
 good f32_plain   --dtype F32 --buffers
@@ -35,7 +35,7 @@ good f32_shape2  --dtype F32 --prefix --buffers --L 3 --C 192 --V 50 --maxT 16 -
 
 # fine-tuning from the same file: train_cpu -e FILE -x 0 -o DIR writes it as an llm.c checkpoint
 "$PY" -c "
-import sys; sys.path.insert(0, 'dev'); import gpt2_ref, numpy as np
+import sys; sys.path.insert(0, 'dev/reference'); import gpt2_ref, numpy as np
 gpt2_ref.write_tokens('$dir/tokens.bin', np.random.default_rng(0).integers(0, 300, 2000))"
 if ./build/train_cpu -e "$dir/f32_prefix.safetensors" -i "$dir/tokens.bin" -j "$dir/tokens.bin" \
      -b 2 -t 8 -x 0 -v 0 -s 0 -o "$dir/run" > "$dir/train.log" 2>&1 &&
@@ -57,7 +57,7 @@ bad() {  # name, expected phrase in the error, then how to make the file (a comm
     echo "FAIL: $name: exit $rc, expected one error line with '$phrase', got:"; cat "$dir/$name.err"; status=1
   fi
 }
-hf() { "$PY" dev/hf_ref.py --out "$dir/$1.safetensors" "${@:2}"; }
+hf() { "$PY" dev/reference/hf_ref.py --out "$dir/$1.safetensors" "${@:2}"; }
 bad missing     "tensor h.1.mlp.c_fc.bias is missing"   hf missing --drop h.1.mlp.c_fc.bias
 bad missing_lnf "tensor transformer.ln_f.weight is missing" hf missing_lnf --prefix --drop ln_f.weight
 bad shape       "has shape (129, 384), expected (128, 384)" hf shape --bad-shape h.0.attn.c_attn.weight

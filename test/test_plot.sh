@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
-# make plot and the benchmark charts (dev/plot.py), driven as a user drives them:
+# make plot and the benchmark charts (dev/bench/plot.py), driven as a user drives them:
 #   1. two short training runs with -o, then `make plot LOG="a/main.log b/main.log" OUT=...`: a PNG,
 #      and what plot.py says it read equals the losses in each main.log (counts and the last one)
 #   2. the training progress line ends its timings with an ETA, 0s at the last step
 #   3. bad input (no log, a file that is not a main.log, OUT not a .png): one "plot:" line, a
 #      non-zero exit, and an existing picture left as it was
 #   4. the bench-cpu chart from the committed doc/results/bench_cpu.txt, and the bench-gpu chart
-#      from a table in the form dev/gpu_speedup.sh writes, each naming the figures it drew
+#      from a table in the form dev/bench/gpu_speedup.sh writes, each naming the figures it drew
 set -u
 . "$(dirname "$0")/lib.sh"
-if ! out=$(TEST_OFFLINE=${TEST_OFFLINE:-0} bash dev/setup_plot.sh 2>&1); then
-  echo "$out"; echo "skipped: no matplotlib for $PY (dev/setup_plot.sh installs python3-matplotlib)"; exit 77
+if ! out=$(TEST_OFFLINE=${TEST_OFFLINE:-0} bash dev/bench/setup_plot.sh 2>&1); then
+  echo "$out"; echo "skipped: no matplotlib for $PY (dev/bench/setup_plot.sh installs python3-matplotlib)"; exit 77
 fi
 fresh_dir test_plot
 status=0
@@ -60,7 +60,7 @@ try_bad "give LOG" OUT="$dir/loss.png"
 ls "$dir"/tmp*.png >/dev/null 2>&1 && bad "a temporary picture was left behind"
 
 # 4. the benchmark charts
-"$PY" dev/plot.py bench-cpu "$dir/bench_cpu.png" doc/results/bench_cpu.txt > "$dir/bench_cpu.out" 2>&1 ||
+"$PY" dev/bench/plot.py bench-cpu "$dir/bench_cpu.png" doc/results/bench_cpu.txt > "$dir/bench_cpu.out" 2>&1 ||
   { bad "bench-cpu chart:"; cat "$dir/bench_cpu.out"; }
 is_png "$dir/bench_cpu.png" || bad "no bench-cpu chart"
 while read -r name ms gflops pct; do
@@ -68,13 +68,13 @@ while read -r name ms gflops pct; do
     { bad "the bench-cpu chart does not show $name's $ms ms/step, $gflops GFLOP/s:"; cat "$dir/bench_cpu.out"; }
 done < <(sed -nE 's/^(\S+): ([0-9.]+) ms\/step \(median.*, ([0-9.]+) GFLOP\/s = ([0-9.]+)% of FMA peak.*/\1 \2 \3 \4/p' doc/results/bench_cpu.txt)
 cat > "$dir/gpu.md" <<'TABLE'
-- GPU: a table in the form of dev/gpu_speedup.sh
+- GPU: a table in the form of dev/bench/gpu_speedup.sh
 | model | parameters | CPU ms/step | CPU tok/s | GPU fp32 ms/step | fp32 tok/s | fp32 MFU | GPU bf16 ms/step | bf16 tok/s | bf16 MFU | speedup fp32 | speedup bf16 |
 |---|---|---|---|---|---|---|---|---|---|---|---|
 | d2 | 7.7M | 900.0 | 4551 | 12.50 | 327680 | 4.0% | 6.00 | 682667 | 2.0% | 72x | 150x |
 | d12 | 124.5M | 40000.0 | 102 | 160.00 | 25600 | 30.0% | 50.00 | 81920 | 12.0% | 250x | 800x |
 TABLE
-"$PY" dev/plot.py bench-gpu "$dir/bench_gpu.png" "$dir/gpu.md" > "$dir/bench_gpu.out" 2>&1 || { bad "bench-gpu chart:"; cat "$dir/bench_gpu.out"; }
+"$PY" dev/bench/plot.py bench-gpu "$dir/bench_gpu.png" "$dir/gpu.md" > "$dir/bench_gpu.out" 2>&1 || { bad "bench-gpu chart:"; cat "$dir/bench_gpu.out"; }
 is_png "$dir/bench_gpu.png" || bad "no bench-gpu chart"
 grep -qx "d12: CPU 40000.0 ms/step, GPU fp32 160.0 ms (250x), bf16 50.0 ms (800x)" "$dir/bench_gpu.out" ||
   { bad "the bench-gpu chart does not show the d12 row:"; cat "$dir/bench_gpu.out"; }

@@ -9,7 +9,7 @@ set -u
 need_python numpy
 fresh_dir test_train_badinput
 build_train_cpu
-"$PY" dev/gpt2_ref.py make-model --model "$dir/model.bin" --tokens "$dir/train.bin" --V 97 \
+"$PY" dev/reference/gpt2_ref.py make-model --model "$dir/model.bin" --tokens "$dir/train.bin" --V 97 \
   --maxT 16 --L 1 --NH 2 --C 16 --ntokens 60 --seed 5 >/dev/null || exit 1
 
 # The bad files: each a good file with one thing wrong.

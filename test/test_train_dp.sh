@@ -9,7 +9,7 @@
 #      (2 processes x 2 micro-steps): the same lines, losses, norms, checkpoint, AdamW state and
 #      main.log within float32 rounding (test/compare_gpu_run.py --precision fp32), one summary and
 #      one line per step (only rank 0 prints), which name the micro-steps and processes;
-#   2. the same three splits against PyTorch's undivided run (dev/gpt2_ref.py train, B=4; test/
+#   2. the same three splits against PyTorch's undivided run (dev/reference/gpt2_ref.py train, B=4; test/
 #      compare_run.py, the tolerances of test_vs_pytorch);
 #   3. resume: a 2-process run cut after its checkpoint at step 3 and resumed by 2 processes ends
 #      byte-identical to the uninterrupted one; the undivided run's checkpoint resumed by 2
@@ -73,7 +73,7 @@ done
 echo "--- 2. the same splits against PyTorch's undivided run"
 need_python torch
 args=(-e "$dir/model.bin" -i "$dir/train.bin" -j "$dir/val.bin" -t 16 -x $STEPS -l 3e-3 -u 2 -q 0.1 -c 0.1 -v 3 -m 2)
-$PY dev/gpt2_ref.py train --out "$dir/ref.npz" "${args[@]}" -b 4 >/dev/null || exit 1
+$PY dev/reference/gpt2_ref.py train --out "$dir/ref.npz" "${args[@]}" -b 4 >/dev/null || exit 1
 for split in "0 -b 2 -d 64" "2 -b 2" "2 -b 1 -d 64"; do
   read -r np rest <<<"$split"
   out=$dir/torch_$np${rest// /}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole train_gpu program without a GPU: build/emu/train_gpu (make train_gpu_emu) is
-# train_gpu.cu with its kernels run on the CPU by the CUDA emulator (dev/cuda_emu.h), under
+# train_gpu.cu with its kernels run on the CPU by the CUDA emulator (dev/emu/cuda_emu.h), under
 # AddressSanitizer and UBSan. It is checked as a user runs it:
 #   1. against train_cpu with the same flags, and resumed against uninterrupted, in fp32 and in
 #      bf16 (test/train_gpu_checks.sh, which test/test_gpu.sh runs on a real GPU too);
@@ -73,7 +73,7 @@ build_train_cpu
 expect_run cpu-bf16 "train_cpu computes in float32 only: -p bf16 is for train_gpu" "$dir/train_cpu" "${tiny[@]}" -p bf16
 # a head size flash attention is not built for (C=48 in one head): bf16 refuses it before -o is
 # made; fp32 trains it
-$PY dev/gpt2_ref.py make-model --model "$dir/hs48.bin" --tokens "$dir/hs48_tokens.bin" --V 97 --maxT 16 --L 1 \
+$PY dev/reference/gpt2_ref.py make-model --model "$dir/hs48.bin" --tokens "$dir/hs48_tokens.bin" --V 97 --maxT 16 --L 1 \
   --NH 1 --C 48 --ntokens 100 --seed 3 >/dev/null || exit 1
 hs48=(-e "$dir/hs48.bin" -i "$dir/hs48_tokens.bin" -b 1 -t 8 -x 1 -v 0 -s 0)
 expect_run head-size-48 "-p bf16: flash attention is built for head sizes 16, 32, 64 and 128, and this model's is 48" \

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# train_cpu.c against the PyTorch reference (dev/gpt2_ref.py), in two parts.
+# train_cpu.c against the PyTorch reference (dev/reference/gpt2_ref.py), in two parts.
 #
 # 1. Its model functions (test/ref_check.c, which holds the tolerances; doc/correctness.md
 #    explains them), on two small random models and one batch: logits, loss, every parameter
@@ -8,7 +8,7 @@
 #   B: L=3 NH=2 C=48 V=211 (Vp=256), B=2 T=16
 #
 # 2. The real program: ./train_cpu (built by make; TRAIN_CPU=path runs another) trains for a
-#    dozen steps with validation and writes its checkpoint, and `dev/gpt2_ref.py train` does the
+#    dozen steps with validation and writes its checkpoint, and `dev/reference/gpt2_ref.py train` does the
 #    same run in PyTorch from the same options; test/compare_run.py checks every printed step's
 #    loss, gradient norm and learning rate, every validation loss, the number of those lines and
 #    the final parameters. This catches what part 1 cannot: main's loop, the schedule, the loader
@@ -31,9 +31,9 @@ status=0
 check() {  # name, make-model args, reference args
   local name=$1 model_args=$2 ref_args=$3
   echo "== config $name"
-  "$PY" dev/gpt2_ref.py make-model --model "$dir/$name.bin" --tokens "$dir/${name}_tok.bin" \
+  "$PY" dev/reference/gpt2_ref.py make-model --model "$dir/$name.bin" --tokens "$dir/${name}_tok.bin" \
     $model_args || return 1
-  "$PY" dev/gpt2_ref.py reference --model "$dir/$name.bin" --tokens "$dir/${name}_tok.bin" \
+  "$PY" dev/reference/gpt2_ref.py reference --model "$dir/$name.bin" --tokens "$dir/${name}_tok.bin" \
     --out "$dir/$name.dump" --steps 0 $ref_args || return 1
   ./build/ref_check "$dir/$name.bin" "$dir/${name}_tok.bin" "$dir/$name.dump"
 }
@@ -54,13 +54,13 @@ real_run() {  # name, V, make-model args, validation tokens, steps, the other tr
   local name=$1 V=$2 model_args=$3 nval=$4 steps=$5 opts=$6
   local base=$dir/run_$name rc=0
   echo "== real run $name"
-  "$PY" dev/gpt2_ref.py make-model --model "$base.bin" --tokens "${base}_train.bin" --V "$V" \
+  "$PY" dev/reference/gpt2_ref.py make-model --model "$base.bin" --tokens "${base}_train.bin" --V "$V" \
     $model_args || return 1
-  "$PY" dev/gpt2_ref.py make-tokens --out "${base}_val.bin" --V "$V" --n "$nval" --seed 99 ||
+  "$PY" dev/reference/gpt2_ref.py make-tokens --out "${base}_val.bin" --V "$V" --n "$nval" --seed 99 ||
     return 1
   # the same options for both sides
   local args="-e $base.bin -i ${base}_train.bin -j ${base}_val.bin -x $steps $opts"
-  "$PY" dev/gpt2_ref.py train --out "$base.npz" $args || return 1
+  "$PY" dev/reference/gpt2_ref.py train --out "$base.npz" $args || return 1
   local bin out
   for bin in "$TRAIN_CPU" "$naive"; do
     [ "$bin" = "$naive" ] && out=$base.naive || out=$base.out

@@ -4,7 +4,7 @@ A fuzzer finds its way faster from valid inputs: each corpus holds small files t
 accepts (tiny models, a 300-token vocabulary) and a few edge cases it must refuse. The files are
 committed; this script says how they were made and makes them again (same bytes: fixed seeds).
 Needs GPT-2's encoder.json and vocab.bpe (data/raw/, which `make data` fills) and NumPy (through
-dev/gpt2_ref.py, whose magics and tensor shapes it uses).
+dev/reference/gpt2_ref.py, whose magics and tensor shapes it uses).
 
     /usr/bin/python3 test/fuzz/make_seeds.py [RAW_DIR]
 """
@@ -17,7 +17,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(ROOT, "dev"))
+sys.path.insert(0, os.path.join(ROOT, "dev", "reference"))
 # the file formats' magics and the model's tensor shapes, as the PyTorch reference writes them
 from gpt2_ref import CHECKPOINT_MAGIC, TOKENS_MAGIC, TOKENIZER_MAGIC, shapes  # noqa: E402
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Exercise 6 (README.md beside this file): a sliding window for infer's KV cache, -W N. Builds
 # ./infer, makes a small random GPT-2 (V = 50257 so that GPT-2's tokenizer applies, context maxT =
-# 32) with dev/gpt2_ref.py, and generates greedily far past the context with several windows;
+# 32) with dev/reference/gpt2_ref.py, and generates greedily far past the context with several windows;
 # each continuation must be the text of window_ref.py's, a cache-free float64 PyTorch reference
 # that runs a full forward pass over the window for every token. Also: without -W, infer still
 # refuses more tokens than the context holds; -W of the context or more is refused.
@@ -13,8 +13,8 @@ py=${PYTHON:-/usr/bin/python3}
 "$py" -c 'import torch, numpy' 2>/dev/null || { echo "exercise 6 needs $py with torch and numpy (bash test/setup.sh)"; exit 1; }
 make -s infer tokenizer >"$out/make.log" 2>&1 || { echo "make infer failed ($out/make.log):"; tail -n 5 "$out/make.log"; exit 1; }
 model=$out/model.bin
-"$py" dev/gpt2_ref.py make-model --model "$model" --tokens "$out/unused.bin" --V 50257 --maxT 32 --L 2 --NH 2 \
-    --C 32 --ntokens 10 --scale 1.0 --seed 2 >/dev/null || { echo "dev/gpt2_ref.py make-model failed"; exit 1; }
+"$py" dev/reference/gpt2_ref.py make-model --model "$model" --tokens "$out/unused.bin" --V 50257 --maxT 32 --L 2 --NH 2 \
+    --C 32 --ntokens 10 --scale 1.0 --seed 2 >/dev/null || { echo "dev/reference/gpt2_ref.py make-model failed"; exit 1; }
 tok=data/gpt2_tokenizer.bin
 
 # window N PROMPT: infer's continuation against the reference's

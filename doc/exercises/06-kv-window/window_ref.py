@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Exercise 6's reference: greedy generation with a sliding window, by full forward passes of
-dev/gpt2_ref.py's PyTorch model in float64 (no cache at all).
+dev/reference/gpt2_ref.py's PyTorch model in float64 (no cache at all).
 
   window_ref.py MODEL.bin WINDOW N PROMPT_ID...   prints the N generated ids, one line
 
@@ -12,7 +12,7 @@ float32's rounding, so that infer's float32 argmax cannot differ for rounding al
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "dev"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "dev", "reference"))
 import gpt2_ref  # noqa: E402
 
 gpt2_ref.need_torch("window_ref.py")

@@ -1,5 +1,5 @@
 // Exercise 8: softmax_forward_gpu (train_gpu.cu) against the CPU's softmax_forward
-// (gpt2/cpu_layers.h), on the CPU emulator of CUDA (dev/cuda_emu.h), as dev/gpu_check.cu checks
+// (gpt2/cpu_layers.h), on the CPU emulator of CUDA (dev/emu/cuda_emu.h), as dev/gpu/gpu_check.cu checks
 // every kernel: random logits from a fixed seed, the output on the GPU first poisoned with NaN,
 // every element compared with |gpu - cpu| <= atol + rtol * |cpu| (NaN never passes). Shapes with
 // one row, rows that are no multiple of a block, V of 1, of a few, of one block and one more, and

@@ -5,9 +5,9 @@
 # Texts: Tiny Shakespeare (1.1 MB, English), and a mixed one made here from it with a fixed seed:
 # its lines interleaved with the multilingual edge cases (CJK, Arabic, Hebrew, emoji, Unicode
 # spaces, digits) of test/tokenizer_edge_cases.txt.
-# Usage: dev/bench_tokenizer.sh [REPEATS]   (make bench-tokenizer)
+# Usage: dev/bench/bench_tokenizer.sh [REPEATS]   (make bench-tokenizer)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 repeats=${1:-10}
 [ -d test/node_modules/tiktoken ] || { echo "bench_tokenizer: tiktoken not installed: run bash test/setup.sh" >&2; exit 1; }
 make -s tokenizer data >/dev/null
@@ -29,7 +29,7 @@ PY
 echo "encode throughput, one thread, median of $repeats runs (MB = 10^6 bytes)"
 for text in data/raw/tinyshakespeare.txt "$mixed"; do
   ours=$(./tokenizer bench "$text" "$repeats")
-  theirs=$(node dev/bench_tiktoken.js "$text" "$repeats")
+  theirs=$(node dev/bench/bench_tiktoken.js "$text" "$repeats")
   echo "  $ours"
   echo "  $theirs"
   o=$(echo "$ours" | sed -E 's/.* ([0-9.]+) MB\/s$/\1/')

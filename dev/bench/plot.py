@@ -35,7 +35,7 @@ def pyplot():
     try:
         import matplotlib
     except ImportError:
-        fail('matplotlib is missing: apt-get install python3-matplotlib (bash dev/setup_plot.sh does it)')
+        fail('matplotlib is missing: apt-get install python3-matplotlib (bash dev/bench/setup_plot.sh does it)')
     matplotlib.use('Agg')  # files only, no display
     import matplotlib.pyplot as plt
     return plt

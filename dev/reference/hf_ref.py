@@ -19,7 +19,7 @@ What the layout has that an llm.c checkpoint does not (and the loader must handl
   - F16 or BF16 tensors (--dtype; the reference then uses the same rounded weights).
 The number of heads is not in the file: GPT-2 uses head size 64 at every size, so NH = C / 64.
 
-    /usr/bin/python3 dev/hf_ref.py --out m.safetensors --expect m.expect [--prefix] [--buffers]
+    /usr/bin/python3 dev/reference/hf_ref.py --out m.safetensors --expect m.expect [--prefix] [--buffers]
         [--dtype F32|F16|BF16] [--L 2] [--C 128] [--V 300] [--maxT 24] [--T 20] [--seed 1]
         [--drop NAME] [--bad-shape NAME] [--truncate BYTES]
 

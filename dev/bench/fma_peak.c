@@ -1,4 +1,4 @@
-// dev/fma_peak.c: measures this machine's peak float32 FMA throughput on all OpenMP threads.
+// dev/bench/fma_peak.c: measures this machine's peak float32 FMA throughput on all OpenMP threads.
 //
 // Each thread runs many independent chains acc = acc * a + b on the widest vectors the build
 // targets (AVX-512: 16 floats, AVX2: 8, otherwise 4 and whatever the compiler makes of them).
@@ -8,7 +8,7 @@
 // the loop, so this is the compute ceiling that train_cpu's matmuls are measured against
 // (doc/cpu_speed.md). Counting: one FMA on one lane = 2 floating-point operations.
 //
-//   gcc -O3 -march=native -fopenmp dev/fma_peak.c -o build/fma_peak && ./build/fma_peak
+//   gcc -O3 -march=native -fopenmp dev/bench/fma_peak.c -o build/fma_peak && ./build/fma_peak
 //   prints: fma_peak_gflops 138.2 (threads 2, 16 float lanes, ...)
 
 #include <stdio.h>

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""dev/cuda_emu.py: turns a .cu file into C++ that runs its kernels on the CPU (dev/cuda_emu.h).
+"""dev/emu/cuda_emu.py: turns a .cu file into C++ that runs its kernels on the CPU (dev/emu/cuda_emu.h).
 
-    python3 dev/cuda_emu.py dev/gpu_check.cu build/emu/gpu_check.cpp
-    g++ -O1 -g -fopenmp -include dev/cuda_emu.h -I. build/emu/gpu_check.cpp -o build/emu/gpu_check
+    python3 dev/emu/cuda_emu.py dev/gpu/gpu_check.cu build/emu/gpu_check.cpp
+    g++ -O1 -g -fopenmp -include dev/emu/cuda_emu.h -I. build/emu/gpu_check.cpp -o build/emu/gpu_check
 
 Four rewrites, each keeping line numbers (so errors and __LINE__ point into the original file):
   kernel<<<grid, block>>>(args);   ->  emu_launch("kernel", grid, block, [=] { kernel(args); });

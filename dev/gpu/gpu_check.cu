@@ -1,4 +1,4 @@
-// dev/gpu_check.cu: every kernel of train_gpu.cu against its CPU reference (gpt2/cpu_layers.h),
+// dev/gpu/gpu_check.cu: every kernel of train_gpu.cu against its CPU reference (gpt2/cpu_layers.h),
 // the whole GPU model against train_cpu.c's, and the kernels' speed.
 //
 //   make gpu-checks && build/gpu_check          all checks, then timings at GPT-2 124M sizes
@@ -11,7 +11,7 @@
 //   build/gpu_check_cublas matmul               the matmuls timed with cuBLAS (USE_CUBLAS), to
 //                                               compare with ours on the same shapes
 //   build/gpu_check --device                    print the device and exit (1: there is none)
-//   make gpu-emu && build/emu/gpu_check --quick the same checks on the CPU emulator (dev/cuda_emu.h)
+//   make gpu-emu && build/emu/gpu_check --quick the same checks on the CPU emulator (dev/emu/cuda_emu.h)
 //
 // Validation: fresh random inputs from a fixed seed; the CPU function (gpt2/cpu_layers.h, the
 // same code train_cpu.c runs) on host copies; the GPU launcher on device copies whose
@@ -33,9 +33,9 @@
 // 16 parameter gradients, then the losses and gradient norms of 10 AdamW steps must agree.
 
 #define TRAIN_CPU_NO_MAIN
-#include "../train_cpu.c"   // the CPU model: gpt2_forward, gpt2_backward, gpt2_update, ...
+#include "../../train_cpu.c"   // the CPU model: gpt2_forward, gpt2_backward, gpt2_update, ...
 #define TRAIN_GPU_NO_MAIN
-#include "../train_gpu.cu"  // its GPU twin: gpt2_forward_gpu, ..., and every launcher
+#include "../../train_gpu.cu"  // its GPU twin: gpt2_forward_gpu, ..., and every launcher
 
 // ---------- helpers ----------
 

@@ -1,4 +1,4 @@
-// dev/instruction_check.cu: the instructions that train_gpu.cu's bf16 matrix products are built
+// dev/gpu/instruction_check.cu: the instructions that train_gpu.cu's bf16 matrix products are built
 // from (its section "tensor-core instructions"), each against a scalar definition written here
 // from the PTX ISA:
 //   bf16       float -> bf16 -> float: round to nearest, ties to even, overflow to infinity
@@ -6,18 +6,18 @@
 //   ldmatrix   ldmatrix x4 and x4.trans: every lane's four registers
 //   cp.async   16-byte copies in commit groups, zero fill, wait_group 1 and 0
 // On a GPU this checks the wrappers and our reading of the ISA; on the CPU emulator
-// (dev/cuda_emu.h) it checks the emulator's versions of the same functions, which every emulated
+// (dev/emu/cuda_emu.h) it checks the emulator's versions of the same functions, which every emulated
 // kernel that uses them relies on. The elements of each input matrix are distinct (random, or
 // distinct integers), so that one taken from the wrong lane, register or half shows.
 //
-//   nvcc -O3 -arch=sm_90 -std=c++17 -o build/instruction_check dev/instruction_check.cu
-//   python3 dev/cuda_emu.py dev/instruction_check.cu build/emu/instruction_check.cpp   then g++ as
+//   nvcc -O3 -arch=sm_90 -std=c++17 -o build/instruction_check dev/gpu/instruction_check.cu
+//   python3 dev/emu/cuda_emu.py dev/gpu/instruction_check.cu build/emu/instruction_check.cpp   then g++ as
 //   for build/emu/gpu_check (Makefile), and run build/emu/instruction_check
 //
 // Prints one line per instruction, "ok" or its first mismatches; exit status 1 on any mismatch.
 
 #define TRAIN_GPU_NO_MAIN
-#include "../train_gpu.cu"  // the wrappers, bf16, gpu_init, cuda_check, launch_check
+#include "../../train_gpu.cu"  // the wrappers, bf16, gpu_init, cuda_check, launch_check
 #include <float.h>
 
 // ---------- helpers ----------

@@ -5,10 +5,10 @@
 # of the project that was never run there. Prints the file's sha256 so you can compare it with the
 # one Hugging Face shows on the file's page.
 #
-#   bash dev/download_gpt2.sh [OUT]        (default OUT: data/gpt2_124M.safetensors)
+#   bash dev/data/download_gpt2.sh [OUT]        (default OUT: data/gpt2_124M.safetensors)
 #   ./infer -e data/gpt2_124M.safetensors -p "Hello, I'm a language model,"
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 out="${1:-data/gpt2_124M.safetensors}"
 # The same file under the model's old and new names on the Hub.
 urls=(

@@ -10,9 +10,9 @@
 #   bf16 tensor cores for bf16; train_gpu prints the peak it uses).
 #   The CPU is slow at these sizes, so it runs fewer steps: CPU_STEPS=3 (2 timed), GPU_STEPS=20.
 #
-#   bash dev/gpu_speedup.sh        knobs: DEPTHS="2 4 6 8 12" B=4 T=1024 CPU_STEPS=3 GPU_STEPS=20
+#   bash dev/bench/gpu_speedup.sh        knobs: DEPTHS="2 4 6 8 12" B=4 T=1024 CPU_STEPS=3 GPU_STEPS=20
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 DEPTHS=${DEPTHS:-2 4 6 8 12}
 B=${B:-4}
 T=${T:-1024}
@@ -58,7 +58,7 @@ out=doc/results/gpu_speedup.md
 {
   echo "# train_gpu against train_cpu"
   echo
-  echo "Measured by \`make bench-gpu\` (dev/gpu_speedup.sh) on $(date -u +%Y-%m-%d), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)."
+  echo "Measured by \`make bench-gpu\` (dev/bench/gpu_speedup.sh) on $(date -u +%Y-%m-%d), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)."
   echo "Fresh models of depth dN (N layers, C = 64N; d12 = GPT-2 124M), B=$B, T=$T, validation and sampling off."
   echo "ms per step: median over the steps after the first ($((CPU_STEPS - 1)) timed on the CPU, $((GPU_STEPS - 1)) on the GPU)."
   echo

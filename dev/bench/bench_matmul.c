@@ -1,9 +1,9 @@
-// dev/bench_matmul.c: the matmuls of one GPT-2 124M training step (B*T = 256 rows), timed one
+// dev/bench/bench_matmul.c: the matmuls of one GPT-2 124M training step (B*T = 256 rows), timed one
 // by one: matmul_forward_fast / matmul_backward_fast of gpt2/cpu_layers.h (and optionally the
 // naive loops beside them), in GFLOP/s, so the blocking constants in gpt2/cpu_math.h can be tuned
 // and the effect of each product on the step seen.
 //
-//   gcc -O3 -march=native -fopenmp dev/bench_matmul.c -o build/bench_matmul -lm
+//   gcc -O3 -march=native -fopenmp dev/bench/bench_matmul.c -o build/bench_matmul -lm
 //   ./build/bench_matmul [reps=5] [naive=0]
 //
 // Per layer (x12): qkv C->3C, attproj C->C, fc C->4C, fcproj 4C->C; then the output layer

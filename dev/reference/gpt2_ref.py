@@ -55,7 +55,7 @@ The .npz of `train` (numpy.savez; TAG is f32 or f64, the run):
     val_step      the steps validated after (0: before the first), val_loss_TAG their losses
     params_TAG    (P) the parameters after the last step, float64, in file order
 
-Run with Debian's PyTorch: /usr/bin/python3 dev/gpt2_ref.py make-model --help
+Run with Debian's PyTorch: /usr/bin/python3 dev/reference/gpt2_ref.py make-model --help
 """
 
 import argparse

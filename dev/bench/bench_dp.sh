@@ -12,9 +12,9 @@
 # implies: an all-reduce of G bytes over N ranks moves 2 (N-1)/N G bytes per rank (ring
 # all-reduce; NCCL's "bus bandwidth").
 #
-#   bash dev/bench_dp.sh            knobs: STEPS=20, B_TOTAL=8, MODEL=d4
+#   bash dev/bench/bench_dp.sh            knobs: STEPS=20, B_TOTAL=8, MODEL=d4
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 . test/lib.sh
 STEPS=${STEPS:-20}
 B_TOTAL=${B_TOTAL:-8}

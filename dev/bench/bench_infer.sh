@@ -6,17 +6,17 @@
 #   tokens/s <= read bandwidth / bytes read per token.
 # Bytes per token: all parameters except wpe (only the token's own row of it is read), as float32,
 # plus the keys and values in the cache (2 L C floats per position attended to). Read bandwidth:
-# dev/membw.c, all threads summing a 1 GiB buffer, the median of its passes (sustained, as the
+# dev/bench/membw.c, all threads summing a 1 GiB buffer, the median of its passes (sustained, as the
 # generation speed is an average over many tokens). The machine may be shared and its bandwidth
 # varies from moment to moment, so the two alternate: membw, infer, membw, infer, ..., membw, and
 # each round compares infer with the mean of the two bandwidths measured around it. The summary
 # is the median round.
 #
-#   bash dev/bench_infer.sh                   random GPT-2 124M weights (-e d12)
-#   MODEL=data/gpt2_124M.safetensors bash dev/bench_infer.sh    any model infer reads
+#   bash dev/bench/bench_infer.sh                   random GPT-2 124M weights (-e d12)
+#   MODEL=data/gpt2_124M.safetensors bash dev/bench/bench_infer.sh    any model infer reads
 #   knobs: TOKENS=128 (tokens generated per run), ROUNDS=3
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 CC=${CC:-gcc}
 CFLAGS=${CFLAGS:--O3 -march=native -fopenmp}
 MODEL=${MODEL:-d12}
@@ -24,7 +24,7 @@ TOKENS=${TOKENS:-128}
 ROUNDS=${ROUNDS:-3}
 PROMPT="The history of the city begins with a small settlement on the river, where"
 mkdir -p build
-$CC $CFLAGS -o build/membw dev/membw.c
+$CC $CFLAGS -o build/membw dev/bench/membw.c
 [ -x ./infer ] || { echo "bench_infer: ./infer not built (make infer)" >&2; exit 1; }
 
 # bytes read per decode step, from infer's own report of the model and the run

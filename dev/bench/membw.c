@@ -1,17 +1,17 @@
-// dev/membw.c: measures this machine's memory read bandwidth on all OpenMP threads.
+// dev/bench/membw.c: measures this machine's memory read bandwidth on all OpenMP threads.
 //
 // Generating one token at batch 1 reads every weight of the model once and does only two
 // floating-point operations per float read, so its speed is set by how fast the cores can pull
 // bytes from DRAM, not by their FMA units. This program measures that ceiling the way inference
 // uses memory: every thread sums its own contiguous slice of a buffer far larger than the last-
-// level cache (so each pass really goes to DRAM), with vectorised loads. dev/bench_infer.sh
+// level cache (so each pass really goes to DRAM), with vectorised loads. dev/bench/bench_infer.sh
 // divides the bytes of weights read per token by this figure to get the tokens/s that no
 // batch-1 implementation on this machine can beat (doc/infer.md).
 //
 // It prints the median over its passes: the sustained bandwidth, comparable with a generation
 // speed averaged over many tokens (the best pass catches short quiet moments of a shared machine).
 //
-//   gcc -O3 -march=native -fopenmp dev/membw.c -o build/membw && ./build/membw [MiB]
+//   gcc -O3 -march=native -fopenmp dev/bench/membw.c -o build/membw && ./build/membw [MiB]
 //   prints: membw_read_gbs 31.2 (median of 15 passes; best 33.0; threads 2, buffer 1024 MiB)
 
 #include <stdio.h>

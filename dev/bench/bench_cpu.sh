@@ -10,20 +10,20 @@
 #   + backward without the causal saving, 1% of the total for d12 at T=64) and everything that is
 #   not a multiply-add in a matmul (layernorm, softmax, GELU, AdamW), so achieved GFLOP/s is model
 #   FLOPs per second, as MFU counts it, not every instruction executed.
-#   FMA peak: dev/fma_peak.c, all OpenMP threads running independent vector FMA chains, measured
+#   FMA peak: dev/bench/fma_peak.c, all OpenMP threads running independent vector FMA chains, measured
 #   before and after every train_cpu run; the summary uses the highest (what the cores can do),
 #   and says so when the measurements disagree, which means other processes were using the cores.
 #   ms per step: the median of the steps train_cpu times after its first (the first touches
 #   freshly allocated memory), and the fastest; validation and sampling off (-v 0 -s 0).
-#   PyTorch: dev/bench_torch.py on the checkpoint train_cpu starts from (same model, same
+#   PyTorch: dev/bench/bench_torch.py on the checkpoint train_cpu starts from (same model, same
 #   weights, same B and T), the same step (forward, backward, clip, AdamW), as many threads.
 # The machine may be shared: the script first waits (up to QUIET_WAIT seconds) until no other
 # process is using more than 10% of a core, and names the ones that were when it gives up waiting.
 #
-#   bash dev/bench_cpu.sh
+#   bash dev/bench/bench_cpu.sh
 #   knobs: STEPS=8 (train_cpu steps per model), TORCH=1 (0 skips PyTorch), QUIET_WAIT=120
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 CC=${CC:-gcc}
 CFLAGS=${CFLAGS:--O3 -march=native -fopenmp}
 PYTHON=${PYTHON:-/usr/bin/python3}
@@ -32,7 +32,7 @@ TORCH=${TORCH:-1}
 QUIET_WAIT=${QUIET_WAIT:-120}
 [ -x ./train_cpu ] || { echo "bench_cpu: ./train_cpu not built (make train_cpu)" >&2; exit 1; }
 mkdir -p build/bench
-$CC $CFLAGS -o build/fma_peak dev/fma_peak.c
+$CC $CFLAGS -o build/fma_peak dev/bench/fma_peak.c
 
 # Other processes over 10% of a core during one second (top's second sample), or nothing.
 busy_processes() {
@@ -92,7 +92,7 @@ bench_model() {  # name, train_cpu flags (model and batch)
   if [ $torch_ok = 1 ]; then
     ./train_cpu "$@" -x 0 -v 0 -s 0 -o "$dir" > /dev/null
     wait_quiet
-    $PYTHON dev/bench_torch.py "$dir/model_00000000.bin" -b "$B" -t "$T" --threads "$threads" > "$dir.torch.log" 2>&1 ||
+    $PYTHON dev/bench/bench_torch.py "$dir/model_00000000.bin" -b "$B" -t "$T" --threads "$threads" > "$dir.torch.log" 2>&1 ||
       { cat "$dir.torch.log" >&2; exit 1; }
     sed 's/^/  /' "$dir.torch.log"
     tms=$(awk '/^torch_ms_per_step/ {print $2}' "$dir.torch.log")
