@@ -82,8 +82,9 @@ endif
 
 export CC CFLAGS LDLIBS PYTHON DATA_DIR
 
-# The shared headers (gpt2/): every program is rebuilt when one changes.
+# The shared headers (gpt2/, and the GPU's in gpt2/gpu/): every program is rebuilt when one changes.
 HEADERS := $(wildcard gpt2/*.h)
+GPU_HEADERS := $(HEADERS) $(wildcard gpt2/gpu/*.cuh)
 
 # train_cpu and infer are rebuilt when the compiler or its flags change (MATMUL=naive, another
 # CC), not only when a source does: build/flags holds the last ones, rewritten when they differ.
@@ -112,7 +113,7 @@ GENCODE := $(foreach a,$(GPU_ARCH),-gencode arch=compute_$(a),code=sm_$(a)) \
            -gencode arch=compute_$(GPU_ARCH_PTX),code=compute_$(GPU_ARCH_PTX)
 
 ifneq ($(NVCC),)
-  NVCC_FLAGS := -O3 -lineinfo $(GENCODE) -DGPU_ARCHS='"$(GPU_ARCH)"' -Xcompiler -fopenmp -Wno-deprecated-gpu-targets
+  NVCC_FLAGS := -O3 -lineinfo $(GENCODE) -DCUDA_ARCHS='"$(GPU_ARCH)"' -Xcompiler -fopenmp -Wno-deprecated-gpu-targets
   ifeq ($(USE_CUBLAS),1)
     NVCC_FLAGS += -DUSE_CUBLAS
     NVCC_LIBS := -lcublas
@@ -157,7 +158,7 @@ train_cpu: train_cpu.c $(HEADERS) build/flags | data
 infer: infer.c $(HEADERS) build/flags | data
 	$(CC) $(CFLAGS) $(MATMUL_FLAGS) -o $@ infer.c $(LDLIBS)
 
-train_gpu: train_gpu.cu $(HEADERS) $(NVCC_STAMP) | data
+train_gpu: train_gpu.cu $(GPU_HEADERS) $(NVCC_STAMP) | data
 ifeq ($(NVCC),)
 	@echo "skipped: train_gpu (nvcc not found)"; exit 1
 else
@@ -172,21 +173,21 @@ endif
 # emulator (build/emu/instruction_check) the emulator's.
 gpu-checks: build/gpu_check build/instruction_check
 
-build/instruction_check: dev/gpu/instruction_check.cu train_gpu.cu $(HEADERS) $(NVCC_STAMP)
+build/instruction_check: dev/gpu/instruction_check.cu $(GPU_HEADERS) $(NVCC_STAMP)
 ifeq ($(NVCC),)
 	@echo "skipped: build/instruction_check (nvcc not found)"; exit 1
 else
 	$(NVCC) $(NVCC_FLAGS) -o $@ dev/gpu/instruction_check.cu
 endif
 
-build/gpu_check: dev/gpu/gpu_check.cu train_gpu.cu train_cpu.c $(HEADERS) $(NVCC_STAMP)
+build/gpu_check: dev/gpu/gpu_check.cu train_gpu.cu train_cpu.c $(GPU_HEADERS) $(NVCC_STAMP)
 ifeq ($(NVCC),)
 	@echo "skipped: build/gpu_check (nvcc not found)"; exit 1
 else
 	$(NVCC) $(NVCC_FLAGS) -o $@ dev/gpu/gpu_check.cu $(NVCC_LIBS)
 endif
 
-build/gpu_check_cublas: dev/gpu/gpu_check.cu train_gpu.cu train_cpu.c $(HEADERS) $(NVCC_STAMP)
+build/gpu_check_cublas: dev/gpu/gpu_check.cu train_gpu.cu train_cpu.c $(GPU_HEADERS) $(NVCC_STAMP)
 ifeq ($(NVCC),)
 	@echo "skipped: build/gpu_check_cublas (nvcc not found)"; exit 1
 else
@@ -202,17 +203,17 @@ EMU_CXXFLAGS := -std=c++17 -g $(filter -fopenmp,$(CFLAGS)) -fsanitize=address,un
 gpu-emu: build/emu/gpu_check build/emu/instruction_check
 train_gpu_emu: build/emu/train_gpu
 
-build/emu/gpu_check: dev/gpu/gpu_check.cu train_gpu.cu train_cpu.c $(HEADERS) dev/emu/cuda_emu.h dev/emu/cuda_emu.py
+build/emu/gpu_check: dev/gpu/gpu_check.cu train_gpu.cu train_cpu.c $(GPU_HEADERS) dev/emu/cuda_emu.h dev/emu/cuda_emu.py
 	@mkdir -p build/emu
 	$(PYTHON) dev/emu/cuda_emu.py dev/gpu/gpu_check.cu build/emu/gpu_check.cpp
 	$(CXX) -O1 $(EMU_CXXFLAGS) build/emu/gpu_check.cpp -o $@
 
-build/emu/instruction_check: dev/gpu/instruction_check.cu train_gpu.cu $(HEADERS) dev/emu/cuda_emu.h dev/emu/cuda_emu.py
+build/emu/instruction_check: dev/gpu/instruction_check.cu $(GPU_HEADERS) dev/emu/cuda_emu.h dev/emu/cuda_emu.py
 	@mkdir -p build/emu
 	$(PYTHON) dev/emu/cuda_emu.py dev/gpu/instruction_check.cu build/emu/instruction_check.cpp
 	$(CXX) -O1 $(EMU_CXXFLAGS) build/emu/instruction_check.cpp -o $@
 
-build/emu/train_gpu: train_gpu.cu $(HEADERS) dev/emu/cuda_emu.h dev/emu/cuda_emu.py build/flags | data
+build/emu/train_gpu: train_gpu.cu $(GPU_HEADERS) dev/emu/cuda_emu.h dev/emu/cuda_emu.py build/flags | data
 	@mkdir -p build/emu
 	$(PYTHON) dev/emu/cuda_emu.py train_gpu.cu build/emu/train_gpu.cpp
 	$(CXX) -O2 $(EMU_CXXFLAGS) $(MPI_FLAGS) build/emu/train_gpu.cpp -o $@ $(MPI_LIBS)

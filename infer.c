@@ -116,14 +116,14 @@ void matvec_forward(float* out, const float* inp, const float* weight, const flo
     }
 }
 
-// out (T, OC) = inp (T, C) . weight (OC, C)^T + bias: matrix-matrix for a block of tokens
+// out (B, T, OC) = inp (B, T, C) . weight (OC, C)^T + bias: matrix-matrix for a block of tokens
 // (prefill), matrix-vector for the single token of a decode step.
 void linear_forward(float* out, const float* inp, const float* weight, const float* bias,
-                    int T, int C, int OC) {
-    if (T == 1) {
+                    int B, int T, int C, int OC) {
+    if ((size_t)B * T == 1) {
         matvec_forward(out, inp, weight, bias, C, OC);
     } else {
-        matmul_forward(out, inp, weight, bias, 1, T, C, OC);
+        matmul_forward(out, inp, weight, bias, B, T, C, OC);
     }
 }
 
@@ -140,7 +140,7 @@ void attention_forward_cached(float* out, float* key, float* value, const float*
                               int pos, int T, int C, int NH, int maxT) {
     int C3 = 3 * C;
     int hs = C / NH;
-    float scale = 1.0f / sqrtf((float)hs);
+    float scale = attention_scale(hs);
     // the cache holds each head's rows contiguously: a head's attention reads one block
     #pragma omp parallel for collapse(2)
     for (int t = 0; t < T; t++) {
@@ -183,6 +183,35 @@ void attention_forward_cached(float* out, float* key, float* value, const float*
 
 // ---------- forward with the cache ----------
 
+// The layers of generation: the CPU's, with the product turning into a matrix-vector one for a
+// single token and attention against the cache; forward only.
+static const Layers LAYERS_INFER = {
+    .layernorm_fwd = layernorm_forward,
+    .matmul_fwd = linear_forward,
+    .gelu_fwd = gelu_forward,
+    .residual_fwd = residual_forward,
+    .attention_cached_fwd = attention_forward_cached,
+};
+
+// The block's activations for the tokens of one pass, in the cache's scratch tensors. Nothing is
+// kept for a backward pass, so every layer runs in the same ones: the residual stream is updated
+// in place (x is the block's input, residual2 and residual3), and the products before the two
+// residual adds share proj.
+static ActivationTensors kvcache_activations(const CacheTensors* t) {
+    ActivationTensors a;
+    memset(&a, 0, sizeof(a));
+    a.encoded = a.residual2 = a.residual3 = t->x;
+    a.ln1 = a.ln2 = a.lnf = t->ln;
+    a.ln1_mean = a.ln2_mean = a.lnf_mean = t->ln_mean;
+    a.ln1_rstd = a.ln2_rstd = a.lnf_rstd = t->ln_rstd;
+    a.qkv = t->qkv;
+    a.atty = t->atty;
+    a.attproj = a.fcproj = t->proj;
+    a.fch = t->fch;
+    a.fch_gelu = t->fch_gelu;
+    return a;
+}
+
 // Runs T tokens (positions cache->pos .. cache->pos+T-1) through the model, adding their keys
 // and values to the cache. Returns the logits (Vp) of the last of them; with all_logits non-NULL
 // also writes the logits of every one of the T positions there, (T, Vp) (the tests compare them
@@ -190,38 +219,26 @@ void attention_forward_cached(float* out, float* key, float* value, const float*
 // The caller has checked the tokens: ids below V, and pos + T within the context maxT.
 float* kvcache_forward(KVCache* cache, const int* tokens, int T, float* all_logits) {
     GPT2Config cfg = cache->model->config;
-    int Vp = cfg.padded_vocab_size, maxT = cfg.max_seq_len, NH = cfg.num_heads, C = cfg.channels;
-    int pos = cache->pos;
+    int Vp = cfg.padded_vocab_size, maxT = cfg.max_seq_len, C = cfg.channels;
     ParameterTensors p = cache->model->params;
-    CacheTensors a = cache->t;
+    ActivationTensors a = kvcache_activations(&cache->t);
     size_t layer_cache = (size_t)maxT * C;  // one layer's keys: NH heads x maxT x hs
     // positions pos.. take rows pos.. of wpe
-    encoder_forward(a.x, tokens, p.wte, p.wpe + (size_t)pos * C, 1, T, C);
+    encoder_forward(a.encoded, tokens, p.wte, p.wpe + (size_t)cache->pos * C, 1, T, C);
     for (int l = 0; l < cfg.num_layers; l++) {
-        // gpt2/model.h's block_forward, for T tokens and with the cache
-        ParameterTensors w = parameters_of_layer(p, cfg, l);
-        layernorm_forward(a.ln, a.ln_mean, a.ln_rstd, a.x, w.ln1w, w.ln1b, 1, T, C);
-        linear_forward(a.qkv, a.ln, w.qkvw, w.qkvb, T, C, 3 * C);
-        attention_forward_cached(a.atty, a.key + l * layer_cache, a.value + l * layer_cache, a.qkv,
-                                 pos, T, C, NH, maxT);
-        linear_forward(a.proj, a.atty, w.attprojw, w.attprojb, T, C, C);
-        residual_forward(a.x, a.x, a.proj, T * C);
-        layernorm_forward(a.ln, a.ln_mean, a.ln_rstd, a.x, w.ln2w, w.ln2b, 1, T, C);
-        linear_forward(a.fch, a.ln, w.fcw, w.fcb, T, C, 4 * C);
-        gelu_forward(a.fch_gelu, a.fch, T * 4 * C);
-        linear_forward(a.proj, a.fch_gelu, w.fcprojw, w.fcprojb, T, 4 * C, C);
-        residual_forward(a.x, a.x, a.proj, T * C);
+        LayerCache lc = {cache->t.key + l * layer_cache, cache->t.value + l * layer_cache, cache->pos, maxT};
+        block_forward(&LAYERS_INFER, parameters_of_layer(p, cfg, l), a, a.residual3, &lc, 1, T, C, cfg.num_heads);
     }
-    layernorm_forward(a.ln, a.ln_mean, a.ln_rstd, a.x, p.lnfw, p.lnfb, 1, T, C);
+    layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, a.residual3, p.lnfw, p.lnfb, 1, T, C);
     // the output layer is tied to wte; generation needs only the last position's logits
     if (all_logits != NULL) {
-        linear_forward(all_logits, a.ln, p.wte, NULL, T, C, Vp);
-        memcpy(a.logits, all_logits + (size_t)(T - 1) * Vp, (size_t)Vp * sizeof(float));
+        linear_forward(all_logits, a.lnf, p.wte, NULL, 1, T, C, Vp);
+        memcpy(cache->t.logits, all_logits + (size_t)(T - 1) * Vp, (size_t)Vp * sizeof(float));
     } else {
-        matvec_forward(a.logits, a.ln + (size_t)(T - 1) * C, p.wte, NULL, C, Vp);
+        matvec_forward(cache->t.logits, a.lnf + (size_t)(T - 1) * C, p.wte, NULL, C, Vp);
     }
     cache->pos += T;
-    return a.logits;
+    return cache->t.logits;
 }
 
 // ---------- sampling ----------

@@ -21,11 +21,14 @@
 
 // ---------- the model on the CPU ----------
 
-// The CPU's layers, for the forward and backward pass of gpt2/model.h.
-static const Layers CPU_LAYERS = {
-    encoder_forward, encoder_backward, layernorm_forward, layernorm_backward,
-    matmul_forward, matmul_backward, attention_forward, attention_backward,
-    gelu_forward, gelu_backward, residual_forward, residual_backward,
+// The CPU's layers, for the forward and backward pass of gpt2/model.h: the plain ones, no fusion.
+static const Layers LAYERS_CPU = {
+    .encoder_fwd = encoder_forward, .encoder_bwd = encoder_backward,
+    .layernorm_fwd = layernorm_forward, .layernorm_bwd = layernorm_backward,
+    .matmul_fwd = matmul_forward, .matmul_bwd = matmul_backward,
+    .attention_fwd = attention_forward, .attention_bwd = attention_backward,
+    .gelu_fwd = gelu_forward, .gelu_bwd = gelu_backward,
+    .residual_fwd = residual_forward, .residual_bwd = residual_backward,
 };
 
 // Allocates activations (and their gradients, on the first backward pass) for batches of up to
@@ -36,8 +39,8 @@ void gpt2_allocate_activations(GPT2* model, int B, int T) {
     free(model->inputs);
     free(model->targets);
     size_t layer[NUM_ACTIVATION_TENSORS];
-    model->batch_size = B;
-    model->seq_len = T;
+    model->capacity_B = B;
+    model->capacity_T = T;
     activation_sizes(model->act_sizes, layer, model->config, B, T);
     model->num_activations = sum_sizes(model->act_sizes, NUM_ACTIVATION_TENSORS);
     model->acts_memory = (float*)calloc_check(model->num_activations, sizeof(float));
@@ -60,15 +63,15 @@ static size_t layout_activations(ActivationTensors* a, float* memory, GPT2Config
 // (then no loss is computed). The mean loss over the B*T positions goes to model->mean_loss.
 void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int T) {
     GPT2Config c = model->config;
-    if (model->acts_memory == NULL || B > model->batch_size || T > model->seq_len) {
-        gpt2_allocate_activations(model, B > model->batch_size ? B : model->batch_size,
-                                  T > model->seq_len ? T : model->seq_len);
+    if (model->acts_memory == NULL || B > model->capacity_B || T > model->capacity_T) {
+        gpt2_allocate_activations(model, B > model->capacity_B ? B : model->capacity_B,
+                                  T > model->capacity_T ? T : model->capacity_T);
     }
     layout_activations(&model->acts, model->acts_memory, c, B, T);
-    model->B = B;
-    model->T = T;
+    model->last_B = B;
+    model->last_T = T;
     memcpy(model->inputs, inputs, (size_t)B * T * sizeof(int));
-    gpt2_forward_layers(&CPU_LAYERS, model);
+    gpt2_forward_layers(&LAYERS_CPU, model);
     ActivationTensors a = model->acts;
     softmax_forward(a.probs, a.logits, B, T, c.vocab_size, c.padded_vocab_size);
     model->mean_loss = -1.0f;
@@ -95,7 +98,7 @@ void gpt2_backward(GPT2* model) {
         model->grads_acts_memory = (float*)calloc_check(model->num_activations, sizeof(float));
     }
     GPT2Config c = model->config;
-    int B = model->B, T = model->T;
+    int B = model->last_B, T = model->last_T;
     // the activation gradients accumulate too: they start from zero at every pass
     size_t used = layout_activations(&model->grads_acts, model->grads_acts_memory, c, B, T);
     memset(model->grads_acts_memory, 0, used * sizeof(float));
@@ -105,7 +108,7 @@ void gpt2_backward(GPT2* model) {
     for (size_t i = 0; i < (size_t)B * T; i++) da.losses[i] = dloss_mean;
     crossentropy_softmax_backward(da.logits, da.losses, model->acts.probs, model->targets, B, T,
                                   c.vocab_size, c.padded_vocab_size);
-    gpt2_backward_layers(&CPU_LAYERS, model);
+    gpt2_backward_layers(&LAYERS_CPU, model);
 }
 
 // Sum of squares of n floats in double, in fixed-size chunks added in a fixed order: the same
@@ -139,8 +142,7 @@ static double sum_of_squares(const float* x, size_t n) {
 // pass. Returns the norm after the scale, before clipping.
 float gpt2_clip_gradients(GPT2* model, float grad_scale, float max_norm) {
     float norm = (float)(grad_scale * sqrt(sum_of_squares(model->grads_memory, model->num_parameters)));
-    float coef = max_norm / (norm + 1e-6f);
-    float factor = coef < 1.0f ? grad_scale * coef : grad_scale;
+    float factor = clip_factor(norm, grad_scale, max_norm);
     if (factor != 1.0f) {
         float* g = model->grads_memory;
         #pragma omp parallel for
@@ -154,16 +156,14 @@ static void gpt2_all_reduce(GPT2* model) {
     parallel_sum_floats(model->grads_memory, model->num_parameters);
 }
 
-// One AdamW step (t counts from 1), as torch.optim.AdamW computes it:
-//   p *= 1 - lr*wd;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
-//   p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
-// with weight decay only on the matrices (PARAMETERS[k].decay).
+// One AdamW step (t counts from 1), adamw_update (gpt2/arithmetic.h) on every parameter, with
+// weight decay only on the matrices (PARAMETERS[k].decay).
 void gpt2_update(GPT2* model, float lr, float beta1, float beta2, float eps, float weight_decay, int t) {
     if (model->m_memory == NULL) {
         model->m_memory = (float*)calloc_check(model->num_parameters, sizeof(float));
         model->v_memory = (float*)calloc_check(model->num_parameters, sizeof(float));
     }
-    AdamWScalars s = adamw_scalars(lr, beta1, beta2, t);
+    AdamWStep s = adamw_step(lr, beta1, beta2, eps, t);
     size_t offset = 0;
     for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
         float decay = PARAMETERS[k].decay ? 1.0f - lr * weight_decay : 1.0f;
@@ -173,13 +173,7 @@ void gpt2_update(GPT2* model, float lr, float beta1, float beta2, float eps, flo
         float* v = model->v_memory + offset;
         #pragma omp parallel for
         for (long long i = 0; i < (long long)model->param_sizes[k]; i++) {
-            float gi = g[i];
-            float mi = beta1 * m[i] + (1.0f - beta1) * gi;
-            float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
-            m[i] = mi;
-            v[i] = vi;
-            float denom = sqrtf(vi) / s.bias_correction2_sqrt + eps;
-            p[i] = p[i] * decay - s.step_size * mi / denom;
+            p[i] = adamw_update(p[i], g[i], &m[i], &v[i], s, decay);
         }
         offset += model->param_sizes[k];
     }
@@ -191,7 +185,7 @@ static void gpt2_logits_to_host(const GPT2* model, int position, float* out) {
 }
 
 // The model's training operations for gpt2/run.h's loop; the model is the run's host model.
-static const Trainer CPU_TRAINER = {
+static const Trainer TRAINER_CPU = {
     gpt2_forward, gpt2_zero_grad, gpt2_backward, gpt2_all_reduce, gpt2_clip_gradients, gpt2_update,
     gpt2_logits_to_host, NULL, NULL, NULL,
 };
@@ -213,8 +207,8 @@ int main(int argc, char** argv) {
     Run run;
     run_open(&run, cfg, NULL);  // the model (fresh, loaded or resumed), the data, -o DIR
     GPT2* model = &run.model;  // trained where it is, in host memory
-    gpt2_allocate_activations(model, cfg.B, cfg.T);
-    run_train(&run, &CPU_TRAINER, model);
+    gpt2_allocate_activations(model, cfg.micro_batch, cfg.T);
+    run_train(&run, &TRAINER_CPU, model);
     run_close(&run);
     parallel_finalize();
     return 0;

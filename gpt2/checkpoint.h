@@ -289,7 +289,8 @@ static inline void gpt2_build(GPT2* model, const char* init, uint64_t seed) {
 
 typedef struct {
     int step;              // steps completed
-    int B, T;              // batch shape the run uses (must match on resume)
+    int global_batch;      // rows of T per optimizer step, over all processes and micro-steps
+    int T;                 // (a resume must keep global_batch x T, the tokens per step)
     uint64_t epoch;        // data loader: passes completed
     uint64_t batch_index;  // data loader: next batch of this pass
     uint64_t rng;          // sampling random state
@@ -299,7 +300,7 @@ static inline void write_state(const char* path, TrainState s, const float* m, c
     int32_t header[HEADER_INTS];
     header_init(header, STATE_MAGIC, STATE_VERSION);
     header[2] = s.step;
-    header[3] = s.B;
+    header[3] = s.global_batch;
     header[4] = s.T;
     memcpy(&header[8], &s.epoch, 8);
     memcpy(&header[10], &s.batch_index, 8);
@@ -328,15 +329,15 @@ static inline void read_state(const char* path, TrainState* s, float* m, float* 
              (unsigned long long)n64, n, size);
     }
     s->step = header[2];
-    s->B = header[3];
+    s->global_batch = header[3];
     s->T = header[4];
     memcpy(&s->epoch, &header[8], 8);
     memcpy(&s->batch_index, &header[10], 8);
     memcpy(&s->rng, &header[12], 8);
     // a run writes step >= 0, a batch of at least one row of one token, and a random state that
     // is never 0 (xorshift would then give 0 for ever); anything else is not a state of ours
-    if (s->step < 0 || s->B < 1 || s->T < 1 || s->rng == 0) {
-        fail("%s is corrupt: step %d, batch %d x %d, sampling state %llu", path, s->step, s->B, s->T,
+    if (s->step < 0 || s->global_batch < 1 || s->T < 1 || s->rng == 0) {
+        fail("%s is corrupt: step %d, batch %d x %d, sampling state %llu", path, s->step, s->global_batch, s->T,
              (unsigned long long)s->rng);
     }
     fread_check(m, sizeof(float), n, f, path);

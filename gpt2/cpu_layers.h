@@ -16,10 +16,8 @@
 #define GPT2_CPU_LAYERS_H
 
 #include <math.h>
+#include "arithmetic.h"
 #include "cpu_math.h"
-
-#define LAYERNORM_EPS 1e-5f
-#define GELU_SCALING_FACTOR 0.7978845608028654f  // sqrt(2 / pi)
 
 // ---------- encoder: token and position embeddings ----------
 
@@ -229,7 +227,7 @@ void attention_forward(float* out, float* preatt, float* att, const float* inp,
     // preatt, att (B,NH,T,T): scores before and after the causal softmax (saved for backward).
     int C3 = 3 * C;
     int hs = C / NH;
-    float scale = 1.0f / sqrtf((float)hs);
+    float scale = attention_scale(hs);
     #pragma omp parallel for collapse(3)
     for (int b = 0; b < B; b++) {
         for (int t = 0; t < T; t++) {
@@ -278,7 +276,7 @@ void attention_backward(float* dinp, float* dpreatt, float* datt, const float* d
     // slice of dinp, so the pairs run in parallel without races.
     int C3 = 3 * C;
     int hs = C / NH;
-    float scale = 1.0f / sqrtf((float)hs);
+    float scale = attention_scale(hs);
     #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
@@ -322,12 +320,11 @@ void attention_backward(float* dinp, float* dpreatt, float* datt, const float* d
 // ---------- GELU and the residual add ----------
 
 void gelu_forward(float* out, const float* inp, int N) {
-    // the tanh approximation of GELU, as GPT-2 uses it
+    // the tanh approximation of GELU, as GPT-2 uses it (gpt2/arithmetic.h)
     #pragma omp parallel for
     for (int i = 0; i < N; i++) {
         float x = inp[i];
-        float cube = 0.044715f * x * x * x;
-        out[i] = 0.5f * x * (1.0f + TANH_FAST(GELU_SCALING_FACTOR * (x + cube)));
+        out[i] = gelu_of(x, TANH_FAST(gelu_tanh_arg(x)));
     }
 }
 
@@ -335,11 +332,7 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, int N) {
     #pragma omp parallel for
     for (int i = 0; i < N; i++) {
         float x = inp[i];
-        float u = GELU_SCALING_FACTOR * (x + 0.044715f * x * x * x);
-        float th = TANH_FAST(u);
-        float sech2 = 1.0f - th * th;
-        float du = GELU_SCALING_FACTOR * (1.0f + 3.0f * 0.044715f * x * x);
-        dinp[i] += dout[i] * (0.5f * (1.0f + th) + 0.5f * x * sech2 * du);
+        dinp[i] += dout[i] * gelu_grad_of(x, TANH_FAST(gelu_tanh_arg(x)));
     }
 }
 

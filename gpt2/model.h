@@ -7,9 +7,11 @@
 //       x = x + fcproj(gelu(fc(layernorm2(x))))           MLP of width 4C
 //   logits = layernorm_f(x) . wte^T                       output layer tied to the embedding
 //
-// The layers themselves belong to a device. train_cpu.c passes the C loops of gpt2/cpu_layers.h
-// in a Layers table, train_gpu.cu the launchers of its CUDA kernels, which have the same
-// signatures on device pointers; the forward and backward passes below are the same for both.
+// The layers themselves belong to a device. Each path hands the block its own Layers table:
+// train_cpu.c the C loops of gpt2/cpu_layers.h, infer.c the same with attention against its
+// key-value cache, train_gpu.cu the launchers of its CUDA kernels (gpt2/gpu/), in float32 or in
+// bf16 with fused layers; the block below, and the whole forward and backward pass of the
+// float32 paths, are the same for all of them.
 // Shapes follow llm.c: B batch, T sequence length, C channels, NH heads, L layers, V vocabulary,
 // Vp the vocabulary padded to a multiple of 128, maxT the longest context.
 
@@ -72,33 +74,54 @@ static inline GPT2Config gpt2_config_for_depth(int depth) {
     return gpt2_config(1024, GPT2_VOCAB, depth, NH, C, 50304);
 }
 
+// ---------- the element type: float32, and bf16 on the GPU ----------
+// In C every tensor is float32. train_gpu.cu's mixed-precision path (-p bf16) keeps its
+// activations and the weight matrices it multiplies in bf16 and runs the same transformer block
+// on them (block_forward, block_backward below). So the structs that hold such tensors, and the
+// block, are written once over floatX (llm.c's name for that type): compiled as C, floatX is
+// float and they are plain structs and functions; compiled as C++ (CUDA), each is a template
+// over floatX, and the plain names are its float32 instances (ParameterTensors is
+// ParameterTensorsOf<float>). OF(name) names the floatX one in a function over floatX.
+#ifdef __cplusplus
+#define OVER_FLOATX template <typename floatX>
+#define OF(name) name##Of<floatX>
+#define FLOAT32_INSTANCE(name) typedef name##Of<float> name
+#else
+typedef float floatX;
+#define OVER_FLOATX
+#define OF(name) struct name##Of
+#define FLOAT32_INSTANCE(name) typedef struct name##Of name
+#endif
+
 // ---------- the parameters ----------
 // 16 tensors, in the order of the checkpoint file. Each is one field of ParameterTensors, and
-// the same order indexes the tables below (the enum names the indices).
+// the same order indexes the tables below (the enum names the indices). The weight matrices are
+// floatX (the products read them; bf16 copies on the bf16 path), the rest float32.
 
 enum {
     WTE, WPE, LN1W, LN1B, QKVW, QKVB, ATTPROJW, ATTPROJB,
     LN2W, LN2B, FCW, FCB, FCPROJW, FCPROJB, LNFW, LNFB, NUM_PARAMETER_TENSORS
 };
 
-typedef struct {
-    float* wte;       // (Vp, C)  token embeddings; also the output layer
+OVER_FLOATX struct ParameterTensorsOf {
+    floatX* wte;      // (Vp, C)  token embeddings; also the output layer
     float* wpe;       // (maxT, C) position embeddings
     float* ln1w;      // (L, C)
     float* ln1b;      // (L, C)
-    float* qkvw;      // (L, 3*C, C)
+    floatX* qkvw;     // (L, 3*C, C)
     float* qkvb;      // (L, 3*C)
-    float* attprojw;  // (L, C, C)
+    floatX* attprojw; // (L, C, C)
     float* attprojb;  // (L, C)
     float* ln2w;      // (L, C)
     float* ln2b;      // (L, C)
-    float* fcw;       // (L, 4*C, C)
+    floatX* fcw;      // (L, 4*C, C)
     float* fcb;       // (L, 4*C)
-    float* fcprojw;   // (L, C, 4*C)
+    floatX* fcprojw;  // (L, C, 4*C)
     float* fcprojb;   // (L, C)
     float* lnfw;      // (C)
     float* lnfb;      // (C)
-} ParameterTensors;
+};
+FLOAT32_INSTANCE(ParameterTensors);
 
 // The struct is walked as an array of NUM_PARAMETER_TENSORS pointers (point_tensors, layer_views):
 // a field added without its enum entry fails to compile here.
@@ -150,45 +173,50 @@ static inline void parameter_sizes(size_t* sizes, size_t* layer, GPT2Config c) {
 }
 
 // ---------- the activations ----------
-// What the forward pass keeps for the backward pass, 23 tensors laid out for the B and T of the
-// pass. Their gradients have the same layout.
+// What the forward pass keeps for the backward pass, 24 tensors laid out for the B and T of the
+// pass. Their gradients have the same layout. A path may leave some out (size 0, pointer NULL):
+// flash attention keeps att_lse instead of preatt and att, a product with the residual add fused
+// into it has no attproj or fcproj, a fused classifier no probs.
 
 enum {
-    ENCODED, LN1, LN1_MEAN, LN1_RSTD, QKV, ATTY, PREATT, ATT, ATTPROJ, RESIDUAL2, LN2, LN2_MEAN,
-    LN2_RSTD, FCH, FCH_GELU, FCPROJ, RESIDUAL3, LNF, LNF_MEAN, LNF_RSTD, LOGITS, PROBS, LOSSES,
-    NUM_ACTIVATION_TENSORS
+    ENCODED, LN1, LN1_MEAN, LN1_RSTD, QKV, ATTY, PREATT, ATT, ATT_LSE, ATTPROJ, RESIDUAL2, LN2,
+    LN2_MEAN, LN2_RSTD, FCH, FCH_GELU, FCPROJ, RESIDUAL3, LNF, LNF_MEAN, LNF_RSTD, LOGITS, PROBS,
+    LOSSES, NUM_ACTIVATION_TENSORS
 };
 
-typedef struct {
-    float* encoded;    // (B, T, C)   wte[token] + wpe[position]: the residual stream into block 0
-    float* ln1;        // (L, B, T, C)
+OVER_FLOATX struct ActivationTensorsOf {
+    floatX* encoded;   // (B, T, C)   wte[token] + wpe[position]: the residual stream into block 0
+    floatX* ln1;       // (L, B, T, C)
     float* ln1_mean;   // (L, B, T)
     float* ln1_rstd;   // (L, B, T)
-    float* qkv;        // (L, B, T, 3*C)  query, key, value of every head
-    float* atty;       // (L, B, T, C)    attention output, heads side by side
+    floatX* qkv;       // (L, B, T, 3*C)  query, key, value of every head
+    floatX* atty;      // (L, B, T, C)    attention output, heads side by side
     float* preatt;     // (L, B, NH, T, T) scores before the softmax
     float* att;        // (L, B, NH, T, T) after it
-    float* attproj;    // (L, B, T, C)
-    float* residual2;  // (L, B, T, C)    the stream after the attention half of the block
-    float* ln2;        // (L, B, T, C)
+    float* att_lse;    // (L, B, NH, T)   flash attention's instead: each row's log-sum-exp of scores
+    floatX* attproj;   // (L, B, T, C)
+    floatX* residual2; // (L, B, T, C)    the stream after the attention half of the block
+    floatX* ln2;       // (L, B, T, C)
     float* ln2_mean;   // (L, B, T)
     float* ln2_rstd;   // (L, B, T)
-    float* fch;        // (L, B, T, 4*C)
-    float* fch_gelu;   // (L, B, T, 4*C)
-    float* fcproj;     // (L, B, T, C)
-    float* residual3;  // (L, B, T, C)    the stream after the whole block
-    float* lnf;        // (B, T, C)
+    floatX* fch;       // (L, B, T, 4*C)
+    floatX* fch_gelu;  // (L, B, T, 4*C)
+    floatX* fcproj;    // (L, B, T, C)
+    floatX* residual3; // (L, B, T, C)    the stream after the whole block
+    floatX* lnf;       // (B, T, C)
     float* lnf_mean;   // (B, T)
     float* lnf_rstd;   // (B, T)
-    float* logits;     // (B, T, Vp)
+    floatX* logits;    // (B, T, Vp)
     float* probs;      // (B, T, Vp)
     float* losses;     // (B, T)
-} ActivationTensors;
+};
+FLOAT32_INSTANCE(ActivationTensors);
 
 typedef char activation_tensors_match_the_enum
     [sizeof(ActivationTensors) == NUM_ACTIVATION_TENSORS * sizeof(float*) ? 1 : -1];
 
-// As parameter_sizes, for a batch of B x T.
+// As parameter_sizes, for a batch of B x T: the tensors of the float32 paths (att_lse is flash
+// attention's, the bf16 path's, which lays out its own activations).
 static inline void activation_sizes(size_t* sizes, size_t* layer, GPT2Config c, int B, int T) {
     size_t C = c.channels, NH = c.num_heads, L = c.num_layers, Vp = c.padded_vocab_size;
     size_t BT = (size_t)B * T;
@@ -273,14 +301,14 @@ typedef struct {
     float* grads_memory;
     float* m_memory;           // AdamW's first and second moments
     float* v_memory;
-    ActivationTensors acts;    // laid out for the B and T of the last forward pass
+    ActivationTensors acts;    // laid out for last_B x last_T, the batch of the last forward pass
     size_t act_sizes[NUM_ACTIVATION_TENSORS];
-    float* acts_memory;        // sized for batch_size x seq_len
+    float* acts_memory;        // sized for capacity_B x capacity_T
     size_t num_activations;
     ActivationTensors grads_acts;
     float* grads_acts_memory;
-    int batch_size, seq_len;   // the largest B and T the activations have room for (0: none yet)
-    int B, T;                  // of the last forward pass
+    int capacity_B, capacity_T; // the largest B and T the activations have room for (0: none yet)
+    int last_B, last_T;        // the B and T of the last forward pass
     int* inputs;               // (B, T) of the last forward pass
     int* targets;              // (B, T), when the last forward pass had targets
     float* cpu_losses;         // train_gpu.cu only: a host copy of acts.losses
@@ -356,97 +384,224 @@ static inline void gpt2_free(GPT2* model) {
     memset(model, 0, sizeof(*model));
 }
 
-// ---------- the forward and backward pass, written once ----------
+// ---------- the layers of a device ----------
 
-// A device's layers (gpt2/cpu_layers.h says what each computes).
-typedef struct {
-    void (*encoder_forward)(float* out, const int* inp, const float* wte, const float* wpe, int B, int T, int C);
-    void (*encoder_backward)(float* dwte, float* dwpe, const float* dout, const int* inp, int B, int T, int C);
-    void (*layernorm_forward)(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                              const float* bias, int B, int T, int C);
-    void (*layernorm_backward)(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                               const float* weight, const float* mean, const float* rstd, int B, int T, int C);
-    void (*matmul_forward)(float* out, const float* inp, const float* weight, const float* bias,
-                           int B, int T, int C, int OC);
-    void (*matmul_backward)(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                            const float* weight, int B, int T, int C, int OC);
-    void (*attention_forward)(float* out, float* preatt, float* att, const float* inp, int B, int T, int C, int NH);
-    void (*attention_backward)(float* dinp, float* dpreatt, float* datt, const float* dout, const float* inp,
-                               const float* att, int B, int T, int C, int NH);
-    void (*gelu_forward)(float* out, const float* inp, int N);
-    void (*gelu_backward)(float* dinp, const float* inp, const float* dout, int N);
-    void (*residual_forward)(float* out, const float* inp1, const float* inp2, int N);
-    void (*residual_backward)(float* dinp1, float* dinp2, const float* dout, int N);
-} Layers;
+// The key-value cache of one layer, for generation (infer.c): the keys and values of positions
+// 0..pos-1 are in it, and the T tokens a forward pass runs go to positions pos..pos+T-1.
+OVER_FLOATX struct LayerCacheOf {
+    floatX* key;      // (NH, maxT, hs)
+    floatX* value;    // (NH, maxT, hs)
+    int pos;
+    int max_seq_len;  // maxT
+};
+FLOAT32_INSTANCE(LayerCache);
+
+// A device's layers, as the transformer block calls them. Each path fills one table:
+//   LAYERS_CPU (train_cpu.c)    the loops of gpt2/cpu_layers.h: layernorm_forward, matmul_forward, ...
+//   LAYERS_INFER (infer.c)      the same, with attention against the key-value cache
+//   LAYERS_GPU (train_gpu.cu)   the float32 kernels' launchers: layernorm_forward_gpu, ... (gpt2/gpu/)
+//   LAYERS_BF16 (train_gpu.cu)  the bf16 path's: tensor-core products with fused epilogues, flash attention
+// Each field says what the layer computes; the functions named above are its definitions, with
+// the same arguments. The first group is the plain layers, every one of which gpt2/cpu_layers.h
+// defines; a device may leave out some of them (NULL) when it has the optional entries of the
+// second group in their place, which the block then calls instead (block_attention_forward, ...).
+// Backward layers add into their gradients, except where a field says it writes them.
+OVER_FLOATX struct LayersOf {
+    // out (B,T,C) = wte[inp] + wpe[t]
+    void (*encoder_fwd)(floatX* out, const int* inp, const float* wte, const float* wpe, int B, int T, int C);
+    void (*encoder_bwd)(float* dwte, float* dwpe, const floatX* dout, const int* inp, int B, int T, int C);
+    // out = (inp - mean) * rstd * weight + bias, over rows of C; mean and rstd (B,T) kept
+    void (*layernorm_fwd)(floatX* out, float* mean, float* rstd, const floatX* inp, const float* weight,
+                          const float* bias, int B, int T, int C);
+    void (*layernorm_bwd)(floatX* dinp, float* dweight, float* dbias, const floatX* dout, const floatX* inp,
+                          const float* weight, const float* mean, const float* rstd, int B, int T, int C);
+    // out (B,T,OC) = inp (B,T,C) weight (OC,C)^T + bias (or NULL); the backward's dinp is written
+    // where the device zeroes nothing first (the bf16 path)
+    void (*matmul_fwd)(floatX* out, const floatX* inp, const floatX* weight, const float* bias,
+                       int B, int T, int C, int OC);
+    void (*matmul_bwd)(floatX* dinp, float* dweight, float* dbias, const floatX* dout, const floatX* inp,
+                       const floatX* weight, int B, int T, int C, int OC);
+    // causal self-attention of inp = qkv (B,T,3C) into out (B,T,C), keeping the scores (preatt)
+    // and their softmax (att), (B,NH,T,T)
+    void (*attention_fwd)(floatX* out, float* preatt, float* att, const floatX* inp, int B, int T, int C, int NH);
+    void (*attention_bwd)(floatX* dinp, float* dpreatt, float* datt, const floatX* dout, const floatX* inp,
+                          const float* att, int B, int T, int C, int NH);
+    // GELU (tanh approximation) on N values
+    void (*gelu_fwd)(floatX* out, const floatX* inp, int N);
+    void (*gelu_bwd)(floatX* dinp, const floatX* inp, const floatX* dout, int N);
+    // out = inp1 + inp2 on N values
+    void (*residual_fwd)(floatX* out, const floatX* inp1, const floatX* inp2, int N);
+    void (*residual_bwd)(floatX* dinp1, floatX* dinp2, const floatX* dout, int N);
+
+    // Optional (NULL: the block uses the plain layers above).
+    // out = residual + inp weight^T + bias: the product with the residual add in its epilogue.
+    // A device with it keeps the residual stream's gradient in one buffer (its activation
+    // gradients residual2, residual3, attproj and fcproj are the same memory), so the add's
+    // backward, which passes the gradient through unchanged, has nothing to do.
+    void (*matmul_residual_fwd)(floatX* out, const floatX* inp, const floatX* weight, const float* bias,
+                                const floatX* residual, int B, int T, int C, int OC);
+    // out = gelu(pre), pre = inp weight^T + bias, both kept: the MLP's first product with its GELU
+    void (*matmul_gelu_fwd)(floatX* out, floatX* pre, const floatX* inp, const floatX* weight, const float* bias,
+                            int B, int T, int C, int OC);
+    // the backward of gelu then a product: dinp (written) = (dout weight) * gelu'(pre), with the
+    // product's dweight and dbias; inp = gelu(pre)
+    void (*gelu_matmul_bwd)(floatX* dinp, float* dweight, float* dbias, const floatX* dout, const floatX* inp,
+                            const floatX* weight, const floatX* pre, int B, int T, int C, int OC);
+    // attention that keeps one log-sum-exp per row (lse, (B,NH,T)) instead of the scores; its
+    // backward writes dqkv
+    void (*flash_attention_fwd)(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH);
+    void (*flash_attention_bwd)(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
+                                const float* lse, int B, int T, int C, int NH);
+    // attention of T new tokens at positions pos.. against the cache, whose keys and values they join
+    void (*attention_cached_fwd)(floatX* out, floatX* key, floatX* value, const floatX* qkv, int pos, int T,
+                                 int C, int NH, int maxT);
+};
+FLOAT32_INSTANCE(Layers);
+
+// ---------- the transformer block, written once ----------
+// Every path runs these: the CPU, infer.c, the GPU in float32 and in bf16. Where a device has an
+// optional layer, the block_..._forward helpers call it in place of the plain ones.
+
+// Attention with what the device keeps: against the key-value cache when there is one
+// (generation), flash attention's log-sum-exp, or the scores and their softmax.
+OVER_FLOATX static inline void block_attention_forward(const OF(Layers)* f, OF(ActivationTensors) a,
+                                                       const OF(LayerCache)* cache, int B, int T, int C, int NH) {
+    if (cache != NULL) {
+        f->attention_cached_fwd(a.atty, cache->key, cache->value, a.qkv, cache->pos, T, C, NH, cache->max_seq_len);
+    } else if (f->flash_attention_fwd != NULL) {
+        f->flash_attention_fwd(a.atty, a.att_lse, a.qkv, B, T, C, NH);
+    } else {
+        f->attention_fwd(a.atty, a.preatt, a.att, a.qkv, B, T, C, NH);
+    }
+}
+
+// out = residual + (inp weight^T + bias): the projection that ends each half of the block, with
+// the residual add fused into it where the device has that, else into proj and then the add.
+OVER_FLOATX static inline void block_matmul_residual_forward(const OF(Layers)* f, floatX* out, floatX* proj,
+                                                             const floatX* inp, const floatX* weight, const float* bias,
+                                                             const floatX* residual, int B, int T, int C, int OC) {
+    if (f->matmul_residual_fwd != NULL) {
+        f->matmul_residual_fwd(out, inp, weight, bias, residual, B, T, C, OC);
+        return;
+    }
+    f->matmul_fwd(proj, inp, weight, bias, B, T, C, OC);
+    f->residual_fwd(out, residual, proj, (int)((size_t)B * T * OC));
+}
+
+// out = gelu(pre), pre = inp weight^T + bias: fused where the device has it.
+OVER_FLOATX static inline void block_matmul_gelu_forward(const OF(Layers)* f, floatX* out, floatX* pre,
+                                                         const floatX* inp, const floatX* weight, const float* bias,
+                                                         int B, int T, int C, int OC) {
+    if (f->matmul_gelu_fwd != NULL) {
+        f->matmul_gelu_fwd(out, pre, inp, weight, bias, B, T, C, OC);
+        return;
+    }
+    f->matmul_fwd(pre, inp, weight, bias, B, T, C, OC);
+    f->gelu_fwd(out, pre, (int)((size_t)B * T * OC));
+}
 
 // One transformer block, pre-norm: x (B,T,C) is the residual stream entering it, w and a its
-// layer's parameters and activations; a.residual3 is the stream leaving it.
-static inline void block_forward(const Layers* f, ParameterTensors w, ActivationTensors a,
-                                 const float* x, int B, int T, int C, int NH) {
-    int BTC = (int)((size_t)B * T * C);
-    // attention: x + attproj(attention(qkv(layernorm1(x))))
-    f->layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1w, w.ln1b, B, T, C);
-    f->matmul_forward(a.qkv, a.ln1, w.qkvw, w.qkvb, B, T, C, 3 * C);
-    f->attention_forward(a.atty, a.preatt, a.att, a.qkv, B, T, C, NH);
-    f->matmul_forward(a.attproj, a.atty, w.attprojw, w.attprojb, B, T, C, C);
-    f->residual_forward(a.residual2, x, a.attproj, BTC);
-    // MLP: residual2 + fcproj(gelu(fc(layernorm2(residual2))))
-    f->layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w.ln2w, w.ln2b, B, T, C);
-    f->matmul_forward(a.fch, a.ln2, w.fcw, w.fcb, B, T, C, 4 * C);
-    f->gelu_forward(a.fch_gelu, a.fch, 4 * BTC);
-    f->matmul_forward(a.fcproj, a.fch_gelu, w.fcprojw, w.fcprojb, B, T, 4 * C, C);
-    f->residual_forward(a.residual3, a.residual2, a.fcproj, BTC);
+// layer's parameters and activations; a.residual3 is the stream leaving it. cache: this layer's
+// key-value cache in generation, NULL in training.
+OVER_FLOATX static inline void block_forward(const OF(Layers)* f, OF(ParameterTensors) w, OF(ActivationTensors) a,
+                                             const floatX* x, const OF(LayerCache)* cache, int B, int T, int C,
+                                             int NH) {
+    // attention: residual2 = x + attproj(attention(qkv(layernorm1(x))))
+    f->layernorm_fwd(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1w, w.ln1b, B, T, C);
+    f->matmul_fwd(a.qkv, a.ln1, w.qkvw, w.qkvb, B, T, C, 3 * C);
+    block_attention_forward(f, a, cache, B, T, C, NH);
+    block_matmul_residual_forward(f, a.residual2, a.attproj, a.atty, w.attprojw, w.attprojb, x, B, T, C, C);
+    // MLP: residual3 = residual2 + fcproj(gelu(fc(layernorm2(residual2))))
+    f->layernorm_fwd(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w.ln2w, w.ln2b, B, T, C);
+    block_matmul_gelu_forward(f, a.fch_gelu, a.fch, a.ln2, w.fcw, w.fcb, B, T, C, 4 * C);
+    block_matmul_residual_forward(f, a.residual3, a.fcproj, a.fch_gelu, w.fcprojw, w.fcprojb, a.residual2,
+                                  B, T, 4 * C, C);
+}
+
+// The backward of out = residual + proj: the gradient reaches both unchanged. A device whose
+// products add the residual (matmul_residual_fwd) keeps dout, dresidual and dproj in one buffer,
+// which already holds it.
+OVER_FLOATX static inline void block_residual_backward(const OF(Layers)* f, floatX* dresidual, floatX* dproj,
+                                                       const floatX* dout, int N) {
+    if (f->matmul_residual_fwd == NULL) f->residual_bwd(dresidual, dproj, dout, N);
+}
+
+// The backward of fcproj(gelu(fch)): dfch from dout, with fcproj's parameter gradients; fused
+// where the device has it, else through dfch_gelu.
+OVER_FLOATX static inline void block_gelu_matmul_backward(const OF(Layers)* f, floatX* dpre, floatX* dout_gelu,
+                                                          float* dweight, float* dbias, const floatX* dout,
+                                                          const floatX* out_gelu, const floatX* weight,
+                                                          const floatX* pre, int B, int T, int C, int OC) {
+    if (f->gelu_matmul_bwd != NULL) {
+        f->gelu_matmul_bwd(dpre, dweight, dbias, dout, out_gelu, weight, pre, B, T, C, OC);
+        return;
+    }
+    f->matmul_bwd(dout_gelu, dweight, dbias, dout, out_gelu, weight, B, T, C, OC);
+    f->gelu_bwd(dpre, pre, dout_gelu, (int)((size_t)B * T * C));
+}
+
+OVER_FLOATX static inline void block_attention_backward(const OF(Layers)* f, OF(ActivationTensors) a,
+                                                        OF(ActivationTensors) da, int B, int T, int C, int NH) {
+    if (f->flash_attention_bwd != NULL) {
+        f->flash_attention_bwd(da.qkv, da.atty, a.qkv, a.atty, a.att_lse, B, T, C, NH);
+    } else {
+        f->attention_bwd(da.qkv, da.preatt, da.att, da.atty, a.qkv, a.att, B, T, C, NH);
+    }
 }
 
 // The block in reverse: from the gradient of its output (da.residual3) to the gradients of its
-// parameters (dw) and of its input (dx), all accumulated (+=).
-static inline void block_backward(const Layers* f, ParameterTensors w, ParameterTensors dw,
-                                  ActivationTensors a, ActivationTensors da, const float* x, float* dx,
-                                  int B, int T, int C, int NH) {
+// parameters (dw, float32 on every path) and of its input (dx), accumulated (+=).
+OVER_FLOATX static inline void block_backward(const OF(Layers)* f, OF(ParameterTensors) w, ParameterTensors dw,
+                                              OF(ActivationTensors) a, OF(ActivationTensors) da, const floatX* x,
+                                              floatX* dx, int B, int T, int C, int NH) {
     int BTC = (int)((size_t)B * T * C);
-    f->residual_backward(da.residual2, da.fcproj, da.residual3, BTC);
-    f->matmul_backward(da.fch_gelu, dw.fcprojw, dw.fcprojb, da.fcproj, a.fch_gelu, w.fcprojw, B, T, 4 * C, C);
-    f->gelu_backward(da.fch, a.fch, da.fch_gelu, 4 * BTC);
-    f->matmul_backward(da.ln2, dw.fcw, dw.fcb, da.fch, a.ln2, w.fcw, B, T, C, 4 * C);
-    f->layernorm_backward(da.residual2, dw.ln2w, dw.ln2b, da.ln2, a.residual2, w.ln2w, a.ln2_mean,
-                          a.ln2_rstd, B, T, C);
-    f->residual_backward(dx, da.attproj, da.residual2, BTC);
-    f->matmul_backward(da.atty, dw.attprojw, dw.attprojb, da.attproj, a.atty, w.attprojw, B, T, C, C);
-    f->attention_backward(da.qkv, da.preatt, da.att, da.atty, a.qkv, a.att, B, T, C, NH);
-    f->matmul_backward(da.ln1, dw.qkvw, dw.qkvb, da.qkv, a.ln1, w.qkvw, B, T, C, 3 * C);
-    f->layernorm_backward(dx, dw.ln1w, dw.ln1b, da.ln1, x, w.ln1w, a.ln1_mean, a.ln1_rstd, B, T, C);
+    // MLP: residual3 = residual2 + fcproj(gelu(fc(layernorm2(residual2))))
+    block_residual_backward(f, da.residual2, da.fcproj, da.residual3, BTC);
+    block_gelu_matmul_backward(f, da.fch, da.fch_gelu, dw.fcprojw, dw.fcprojb, da.fcproj, a.fch_gelu, w.fcprojw,
+                               a.fch, B, T, 4 * C, C);
+    f->matmul_bwd(da.ln2, dw.fcw, dw.fcb, da.fch, a.ln2, w.fcw, B, T, C, 4 * C);
+    f->layernorm_bwd(da.residual2, dw.ln2w, dw.ln2b, da.ln2, a.residual2, w.ln2w, a.ln2_mean, a.ln2_rstd,
+                     B, T, C);
+    // attention: residual2 = x + attproj(attention(qkv(layernorm1(x))))
+    block_residual_backward(f, dx, da.attproj, da.residual2, BTC);
+    f->matmul_bwd(da.atty, dw.attprojw, dw.attprojb, da.attproj, a.atty, w.attprojw, B, T, C, C);
+    block_attention_backward(f, a, da, B, T, C, NH);
+    f->matmul_bwd(da.ln1, dw.qkvw, dw.qkvb, da.qkv, a.ln1, w.qkvw, B, T, C, 3 * C);
+    f->layernorm_bwd(dx, dw.ln1w, dw.ln1b, da.ln1, x, w.ln1w, a.ln1_mean, a.ln1_rstd, B, T, C);
 }
 
-// The forward pass from model->inputs to acts.logits, for the B and T the activations are laid
-// out for (model->B, model->T). The loss is the device's to compute.
+// ---------- the forward and backward pass of the float32 paths ----------
+
+// The forward pass from model->inputs to acts.logits, for the batch the activations are laid out
+// for (model->last_B x last_T). The loss is the device's to compute.
 static inline void gpt2_forward_layers(const Layers* f, GPT2* model) {
     GPT2Config c = model->config;
-    int B = model->B, T = model->T, C = c.channels;
+    int B = model->last_B, T = model->last_T, C = c.channels;
     ParameterTensors p = model->params;
     ActivationTensors a = model->acts;
-    f->encoder_forward(a.encoded, model->inputs, p.wte, p.wpe, B, T, C);
+    f->encoder_fwd(a.encoded, model->inputs, p.wte, p.wpe, B, T, C);
     const float* x = a.encoded;  // the residual stream entering block l
     for (int l = 0; l < c.num_layers; l++) {
         ActivationTensors al = activations_of_layer(a, c, B, T, l);
-        block_forward(f, parameters_of_layer(p, c, l), al, x, B, T, C, c.num_heads);
+        block_forward(f, parameters_of_layer(p, c, l), al, x, (const LayerCache*)NULL, B, T, C, c.num_heads);
         x = al.residual3;
     }
-    f->layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, x, p.lnfw, p.lnfb, B, T, C);
-    f->matmul_forward(a.logits, a.lnf, p.wte, NULL, B, T, C, c.padded_vocab_size);  // tied to wte
+    f->layernorm_fwd(a.lnf, a.lnf_mean, a.lnf_rstd, x, p.lnfw, p.lnfb, B, T, C);
+    f->matmul_fwd(a.logits, a.lnf, p.wte, NULL, B, T, C, c.padded_vocab_size);  // tied to wte
 }
 
 // The backward pass, from the gradient of the loss with respect to the logits (grads_acts.logits,
 // which the device computes) to every parameter's gradient, accumulated into model->grads.
 static inline void gpt2_backward_layers(const Layers* f, GPT2* model) {
     GPT2Config c = model->config;
-    int B = model->B, T = model->T, C = c.channels, L = c.num_layers;
+    int B = model->last_B, T = model->last_T, C = c.channels, L = c.num_layers;
     ParameterTensors p = model->params, g = model->grads;
     ActivationTensors a = model->acts, da = model->grads_acts;
-    f->matmul_backward(da.lnf, g.wte, NULL, da.logits, a.lnf, p.wte, B, T, C, c.padded_vocab_size);
+    f->matmul_bwd(da.lnf, g.wte, NULL, da.logits, a.lnf, p.wte, B, T, C, c.padded_vocab_size);
     ActivationTensors last = activations_of_layer(a, c, B, T, L - 1);
     ActivationTensors dlast = activations_of_layer(da, c, B, T, L - 1);
-    f->layernorm_backward(dlast.residual3, g.lnfw, g.lnfb, da.lnf, last.residual3, p.lnfw, a.lnf_mean,
-                          a.lnf_rstd, B, T, C);
+    f->layernorm_bwd(dlast.residual3, g.lnfw, g.lnfb, da.lnf, last.residual3, p.lnfw, a.lnf_mean, a.lnf_rstd,
+                     B, T, C);
     for (int l = L - 1; l >= 0; l--) {
         // the block's input: the embeddings for block 0, else the previous block's output
         const float* x = l == 0 ? a.encoded : activations_of_layer(a, c, B, T, l - 1).residual3;
@@ -455,7 +610,7 @@ static inline void gpt2_backward_layers(const Layers* f, GPT2* model) {
                        activations_of_layer(a, c, B, T, l), activations_of_layer(da, c, B, T, l), x, dx,
                        B, T, C, c.num_heads);
     }
-    f->encoder_backward(g.wte, g.wpe, da.encoded, model->inputs, B, T, C);
+    f->encoder_bwd(g.wte, g.wpe, da.encoded, model->inputs, B, T, C);
 }
 
 #endif // GPT2_MODEL_H

@@ -26,7 +26,7 @@
 #include "dataloader.h"
 #include "tokenizer.h"
 #include "parallel.h"
-#include "cpu_layers.h"  // softmax_forward for the samples, num_threads
+#include "cpu_layers.h"  // softmax_forward for the samples, num_threads; gpt2/arithmetic.h
 
 // ---------- the command line ----------
 
@@ -36,7 +36,7 @@ typedef struct {
     const char* init;             // -e: checkpoint file, or dN for a fresh model of depth N
     const char* output_dir;       // -o
     const char* tokenizer_file;   // -k
-    int B;                        // -b: rows of one forward pass, per process
+    int micro_batch;              // -b: rows of one forward pass, per process (B of the layers)
     int T;                        // -t
     int total_batch;              // -d: tokens per optimizer step, all processes and micro-steps;
                                   //     0: B x T x processes (no accumulation), or a resumed run's
@@ -68,7 +68,7 @@ static inline TrainConfig train_config_defaults(int on_gpu) {
     c.init = on_gpu ? "d12" : "d4";
     c.output_dir = NULL;
     c.tokenizer_file = "data/gpt2_tokenizer.bin";
-    c.B = 8;
+    c.micro_batch = 8;
     c.T = on_gpu ? 1024 : 64;
     c.total_batch = 0;
     c.max_steps = on_gpu ? 100 : 500;
@@ -116,7 +116,7 @@ static inline void print_usage(const char* prog, TrainConfig d) {
             "  -p P      arithmetic: fp32, or bf16 (train_gpu only: mixed precision on tensor cores; its default\n"
             "            on GPUs of compute capability 8.0 and newer)\n"
             "  -h        this help\n",
-            prog, d.train_file, d.val_file, d.init, d.tokenizer_file, d.B, d.T, d.max_steps,
+            prog, d.train_file, d.val_file, d.init, d.tokenizer_file, d.micro_batch, d.T, d.max_steps,
             d.learning_rate, d.warmup_steps, d.final_lr_frac, d.weight_decay, d.val_every,
             d.val_batches, d.sample_every, d.gen_tokens, d.checkpoint_every, d.resume,
             (unsigned long long)d.seed, d.shuffle);
@@ -138,7 +138,7 @@ static inline TrainConfig train_config_parse(int argc, char** argv, TrainConfig 
             case 'e': c.init = val; break;
             case 'o': c.output_dir = val; break;
             case 'k': c.tokenizer_file = val; break;
-            case 'b': c.B = parse_int_arg(flag, val, 1); break;
+            case 'b': c.micro_batch = parse_int_arg(flag, val, 1); break;
             case 't': c.T = parse_int_arg(flag, val, 1); break;
             case 'd': c.total_batch = parse_int_arg(flag, val, 1); break;
             case 'x': c.max_steps = parse_int_arg(flag, val, 0); break;
@@ -167,7 +167,7 @@ static inline TrainConfig train_config_parse(int argc, char** argv, TrainConfig 
 // are left out: on several machines, each may keep its copy of the data at another path.
 static inline void train_config_key(const TrainConfig* c, char* key, size_t n) {
     snprintf(key, n, "-e %s -b %d -t %d -d %d -x %d -l %g -u %d -q %g -c %g -v %d -m %d -s %d -g %d -n %d -y %d -S %llu -R %d -p %s",
-             c->init, c->B, c->T, c->total_batch, c->max_steps, c->learning_rate, c->warmup_steps, c->final_lr_frac,
+             c->init, c->micro_batch, c->T, c->total_batch, c->max_steps, c->learning_rate, c->warmup_steps, c->final_lr_frac,
              c->weight_decay, c->val_every, c->val_batches, c->sample_every, c->gen_tokens, c->checkpoint_every,
              c->resume, (unsigned long long)c->seed, c->shuffle, c->precision != NULL ? c->precision : "default");
 }
@@ -184,20 +184,6 @@ static inline float learning_rate_at(const TrainConfig* c, int step) {
     float coeff = 0.5f * (1.0f + cosf(3.14159265f * progress));
     float min_lr = lr * c->final_lr_frac;
     return min_lr + coeff * (lr - min_lr);
-}
-
-// AdamW's step size and bias correction at step t (from 1), the same for every parameter:
-// the moments start at zero, so early on they are too small by (1 - beta^t), which this undoes.
-typedef struct {
-    float step_size;              // lr / (1 - beta1^t)
-    float bias_correction2_sqrt;  // sqrt(1 - beta2^t)
-} AdamWScalars;
-
-static inline AdamWScalars adamw_scalars(float lr, float beta1, float beta2, int t) {
-    AdamWScalars s;
-    s.step_size = lr / (1.0f - powf(beta1, (float)t));
-    s.bias_correction2_sqrt = sqrtf(1.0f - powf(beta2, (float)t));
-    return s;
 }
 
 // Stops the run when training has diverged: a loss or gradient norm that is not finite would
@@ -277,12 +263,12 @@ static TrainState run_resume(Run* run) {
     TrainState state;
     snprintf(run->path, sizeof(run->path), "%s/state_%08d.bin", c->output_dir, step);
     read_state(run->path, &state, m->m_memory, m->v_memory, m->num_parameters);
-    // the batch per step (state.B rows of T, over all processes and micro-steps) must be the same;
-    // how it is split (-b, processes, micro-steps) may change
-    long long tokens = (long long)state.B * state.T;
+    // the batch per step (state.global_batch rows of T, over all processes and micro-steps) must be
+    // the same; how it is split (-b, processes, micro-steps) may change
+    long long tokens = (long long)state.global_batch * state.T;
     if (state.T != c->T || state.step != step || (c->total_batch > 0 && c->total_batch != tokens)) {
         fail("%s was written by a run with batches of %d x T=%d tokens (-d %lld) at step %d; resume with the "
-             "same -t and -d", run->path, state.B, state.T, tokens, state.step);
+             "same -t and -d", run->path, state.global_batch, state.T, tokens, state.step);
     }
     run->start_step = step;
     run->sample_rng = state.rng;
@@ -293,14 +279,14 @@ static TrainState run_resume(Run* run) {
 // takes, one clear error when -d is not a whole number of passes of B x T on every process.
 static inline void run_split_batch(Run* run, long long resumed_tokens) {
     const TrainConfig* c = &run->cfg;
-    long long pass = (long long)c->B * c->T * procs.size;  // tokens of one pass of every process
+    long long pass = (long long)c->micro_batch * c->T * procs.size;  // tokens of one pass of every process
     long long total = c->total_batch > 0 ? c->total_batch : resumed_tokens > 0 ? resumed_tokens : pass;
     if (total % pass != 0) {
         char what[64];
         if (c->total_batch > 0) snprintf(what, sizeof(what), "-d %lld", total);
         else snprintf(what, sizeof(what), "the resumed run's batch of %lld tokens (-d)", total);
         fail("%s is not a multiple of B x T x processes = %d x %d x %d = %lld tokens: each step is a whole "
-             "number of micro-steps of B x T on every process", what, c->B, c->T, procs.size, pass);
+             "number of micro-steps of B x T on every process", what, c->micro_batch, c->T, procs.size, pass);
     }
     run->step_tokens = total;
     run->micro_steps = (int)(total / pass);
@@ -317,15 +303,15 @@ static inline void run_open_inputs(Run* run, TrainConfig cfg, void (*check_model
     memset(&state, 0, sizeof(state));
     if (cfg.resume) state = run_resume(run);
     else gpt2_build(&run->model, cfg.init, cfg.seed);
-    run_split_batch(run, cfg.resume ? (long long)state.B * state.T : 0);
+    run_split_batch(run, cfg.resume ? (long long)state.global_batch * state.T : 0);
     GPT2Config mc = run->model.config;
     if (cfg.T > mc.max_seq_len) fail("-t %d is longer than the model's context maxT=%d", cfg.T, mc.max_seq_len);
     if (check_model != NULL) check_model(mc);
-    dataloader_init(&run->train, cfg.train_file, cfg.B, cfg.T, procs.rank, procs.size, run->micro_steps,
+    dataloader_init(&run->train, cfg.train_file, cfg.micro_batch, cfg.T, procs.rank, procs.size, run->micro_steps,
                     mc.vocab_size, cfg.shuffle, cfg.seed);
     if (cfg.resume) dataloader_seek(&run->train, state.epoch, (size_t)state.batch_index);
     if (cfg.val_every > 0) {
-        dataloader_init(&run->val, cfg.val_file, cfg.B, cfg.T, procs.rank, procs.size, run->micro_steps,
+        dataloader_init(&run->val, cfg.val_file, cfg.micro_batch, cfg.T, procs.rank, procs.size, run->micro_steps,
                         mc.vocab_size, 0, 0);
     }
     // the tokenizer only prints samples: without one, samples print as token ids
@@ -413,13 +399,13 @@ static inline void run_print_summary(const Run* run, const GPT2* model) {
            model->num_parameters, model->num_parameters * 4.0 / 1e6);
     if (model->device_bytes > 0) {
         printf("GPU memory: %.2f GiB for parameters, gradients, AdamW m, v, activations and their gradients (B=%d, T=%d)\n",
-               model->device_bytes / 1073741824.0, c->B, c->T);
+               model->device_bytes / 1073741824.0, c->micro_batch, c->T);
     } else {
         printf("memory: parameters + gradients + AdamW m, v %.1f MB, activations + their gradients %.1f MB (B=%d, T=%d)\n",
-               model->num_parameters * 16.0 / 1e6, model->num_activations * 8.0 / 1e6, c->B, c->T);
+               model->num_parameters * 16.0 / 1e6, model->num_activations * 8.0 / 1e6, c->micro_batch, c->T);
     }
     printf("batch: %lld tokens per step = B=%d x T=%d x %d micro-step%s x %d process%s\n", run->step_tokens,
-           c->B, c->T, run->micro_steps, run->micro_steps > 1 ? "s" : "", procs.size, procs.size > 1 ? "es" : "");
+           c->micro_batch, c->T, run->micro_steps, run->micro_steps > 1 ? "s" : "", procs.size, procs.size > 1 ? "es" : "");
     printf("train: %s (%zu tokens, %zu batches)%s, val: %s\n", c->train_file, run->train.num_tokens,
            run->train.num_batches, c->shuffle ? " shuffled" : "", c->val_every > 0 ? c->val_file : "off");
     printf("steps %d, lr %g (warmup %d, final fraction %g), weight decay %g, seed %llu, threads %d\n",
@@ -490,7 +476,7 @@ static inline void run_save(Run* run, const Trainer* dev, GPT2* model, int step)
     write_checkpoint(run->path, host->config, host->params_memory, host->num_parameters);
     TrainState state;
     state.step = step;
-    state.B = (int)(run->step_tokens / run->cfg.T);  // rows per step, over all processes and micro-steps
+    state.global_batch = (int)(run->step_tokens / run->cfg.T);
     state.T = run->cfg.T;
     state.epoch = run->train.epoch;
     state.batch_index = run->train.batch_index;
@@ -550,7 +536,7 @@ static inline float run_step(Run* run, const Trainer* dev, GPT2* model, int step
     double loss_sum = 0.0;
     for (int micro = 0; micro < run->micro_steps; micro++) {
         dataloader_next_batch(&run->train);
-        dev->forward(model, run->train.inputs, run->train.targets, c->B, c->T);
+        dev->forward(model, run->train.inputs, run->train.targets, c->micro_batch, c->T);
         dev->backward(model);
         loss_sum += model->mean_loss;
     }
@@ -566,7 +552,7 @@ static inline float run_step(Run* run, const Trainer* dev, GPT2* model, int step
     run->loss = (float)(loss_sum / parts);
     float norm = dev->clip_gradients(model, 1.0f / (float)parts, 1.0f);
     check_step_finite(step, run->loss, norm);
-    dev->update(model, lr, 0.9f, 0.95f, 1e-8f, c->weight_decay, step);  // AdamW; t counts from 1
+    dev->update(model, lr, ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, c->weight_decay, step);  // t counts from 1
     if (dev->synchronize != NULL) dev->synchronize();  // the work is queued: wait, then time it
     return norm;
 }

@@ -61,10 +61,10 @@ echo "--- a kernel that faults"
 expect fault "an illegal memory access was encountered" CUDA_EMU_FAULT=layernorm_forward_kernel
 grep -q "GPU_DEBUG=1" "$dir/fault.err" || { echo "FAIL fault: the line should say that GPU_DEBUG=1 names the kernel"; status=1; }
 grep -q "layernorm_forward_kernel" "$dir/fault.err" && { echo "FAIL fault: without GPU_DEBUG the fault cannot be placed yet, but the line names a kernel"; status=1; }
-expect fault-debug "kernel layernorm_forward_kernel (train_gpu.cu:" CUDA_EMU_FAULT=layernorm_forward_kernel GPU_DEBUG=1
-expect fault-debug-adamw "kernel adamw_kernel (train_gpu.cu:" CUDA_EMU_FAULT=adamw_kernel GPU_DEBUG=1
-expect fault-debug-mma "kernel matmul_mma_kernel (train_gpu.cu:" CUDA_EMU_FAULT=matmul_mma_kernel GPU_DEBUG=1
-expect fault-debug-flash "kernel flash_attention_backward_dq_kernel (train_gpu.cu:" CUDA_EMU_FAULT=flash_attention_backward_dq_kernel GPU_DEBUG=1
+expect fault-debug "kernel layernorm_forward_kernel (gpt2/gpu/layernorm.cuh:" CUDA_EMU_FAULT=layernorm_forward_kernel GPU_DEBUG=1
+expect fault-debug-adamw "kernel adamw_kernel (gpt2/gpu/optimizer.cuh:" CUDA_EMU_FAULT=adamw_kernel GPU_DEBUG=1
+expect fault-debug-mma "kernel gemm_bf16_kernel (gpt2/gpu/matmul_bf16.cuh:" CUDA_EMU_FAULT=gemm_bf16_kernel GPU_DEBUG=1
+expect fault-debug-flash "kernel flash_attention_backward_dq_kernel (gpt2/gpu/flash_attention.cuh:" CUDA_EMU_FAULT=flash_attention_backward_dq_kernel GPU_DEBUG=1
 
 echo "--- precision"
 tiny=(-e d1 -b 1 -t 8 -x 1 -v 0 -s 0)

@@ -6,7 +6,8 @@
 
 Four rewrites, each keeping line numbers (so errors and __LINE__ point into the original file):
   kernel<<<grid, block>>>(args);   ->  emu_launch("kernel", grid, block, [=] { kernel(args); });
-  #include "other.cu"              ->  that file, rewritten the same way, inlined behind #line
+  #include "other.cu" or ".cuh"    ->  that file, rewritten the same way, inlined behind #line (a
+                                       header once: the GPU headers of gpt2/gpu/ have include guards)
   #include "other.h"               ->  the same file by its path from the repository root (the
                                        output lives elsewhere; compile with -I. from the root)
   #include <cuda_runtime.h>, <cuda_bf16.h>, <nccl.h> -> nothing (the emulator header is force-included instead)
@@ -86,15 +87,18 @@ def rewrite_launches(s):
         pos = q + 1
 
 
-def transform(path):
+def transform(path, inlined=None):
+    inlined = set() if inlined is None else inlined
     text = open(path).read()
     lines = text.split("\n")
     result = ['#line 1 "%s"' % path]
     for n, line in enumerate(lines, 1):
-        m = re.match(r'\s*#\s*include\s+"([^"]+\.cu)"', line)
+        m = re.match(r'\s*#\s*include\s+"([^"]+\.cuh?)"', line)
         if m:
             inc = os.path.normpath(os.path.join(os.path.dirname(path), m.group(1)))
-            result.append(transform(inc))
+            if not (inc.endswith(".cuh") and inc in inlined):
+                inlined.add(inc)
+                result.append(transform(inc, inlined))
             result.append('#line %d "%s"' % (n + 1, path))
             continue
         if re.match(r"\s*#\s*include\s+<(cuda_runtime|cuda_bf16|cublas_v2|nccl)\.h>", line):

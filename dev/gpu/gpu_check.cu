@@ -6,7 +6,7 @@
 //   build/gpu_check matmul attention            only these; names: copy (the device's copy
 //                                               bandwidth, timing only) encoder layernorm matmul
 //                                               attention gelu residual classifier clip adamw model
-//                                               matmul_bf16 attention_bf16 model_bf16 (the bf16 path)
+//                                               matmul_bf16 attention_bf16 adamw_bf16 model_bf16 (the bf16 path)
 //                                               memory (d12's bytes and largest batch, per precision)
 //   build/gpu_check_cublas matmul               the matmuls timed with cuBLAS (USE_CUBLAS), to
 //                                               compare with ours on the same shapes
@@ -27,7 +27,7 @@
 // Timing: 3 warm-up runs, then 20 runs each timed with CUDA events, the median; the CPU function
 // is timed the same way (one warm-up, 3 runs, median) for the speedup. Memory-bound kernels report
 // GB/s (the bytes they must move at least) and % of the peak bandwidth; matmuls and attention
-// TFLOP/s and % of the float32 peak (train_gpu.cu: gpu_init).
+// TFLOP/s and % of the float32 peak (train_gpu.cu: cuda_device_init).
 //
 // The whole model: the same initial weights and batch on the CPU and the GPU; logits, loss, all
 // 16 parameter gradients, then the losses and gradient norms of 10 AdamW steps must agree.
@@ -130,7 +130,7 @@ static double median(double* x, int n) {
 
 // Median milliseconds of f() on the GPU: 3 warm-up runs, then 20 runs timed with CUDA events.
 template <typename F>
-static double gpu_ms(F f) {
+static double median_ms_gpu(F f) {
     const int warmup = 3, runs = 20;
     cudaEvent_t start, stop;
     cuda_check(cudaEventCreate(&start));
@@ -154,7 +154,7 @@ static double gpu_ms(F f) {
 
 // Median milliseconds of f() on the CPU: one warm-up run, then 3 timed runs.
 template <typename F>
-static double cpu_ms(F f) {
+static double median_ms_cpu(F f) {
     const int runs = 3;
     f();
     double ms[runs];
@@ -167,23 +167,23 @@ static double cpu_ms(F f) {
 }
 
 // One timing line: flops > 0 reports TFLOP/s, else bytes reports GB/s.
-static void report(const char* what, double gpu_time, double cpu_time, double flops, double bytes) {
+static void report(const char* what, double ms_gpu, double ms_cpu, double flops, double bytes) {
     if (flops > 0) {
         printf("  time %-26s GPU %8.3f ms %7.2f TFLOP/s (%4.1f%% of peak) | CPU %9.1f ms | speedup %6.0fx\n",
-               what, gpu_time, flops / gpu_time / 1e9, 100.0 * flops / (gpu_time * 1e-3) / gpu_info.peak_flops,
-               cpu_time, cpu_time / gpu_time);
+               what, ms_gpu, flops / ms_gpu / 1e9, 100.0 * flops / (ms_gpu * 1e-3) / cuda_device.peak_flops,
+               ms_cpu, ms_cpu / ms_gpu);
     } else {
         printf("  time %-26s GPU %8.3f ms %7.1f GB/s    (%4.1f%% of peak) | CPU %9.1f ms | speedup %6.0fx\n",
-               what, gpu_time, bytes / gpu_time / 1e6, 100.0 * bytes / (gpu_time * 1e-3) / gpu_info.peak_bandwidth,
-               cpu_time, cpu_time / gpu_time);
+               what, ms_gpu, bytes / ms_gpu / 1e6, 100.0 * bytes / (ms_gpu * 1e-3) / cuda_device.peak_bandwidth,
+               ms_cpu, ms_cpu / ms_gpu);
     }
 }
 
 // Times the GPU and the CPU version of one operation and prints their line (report).
 template <typename G, typename F>
 static void time_both(const char* what, G gpu, F cpu, double flops, double bytes) {
-    double g = gpu_ms(gpu);
-    report(what, g, cpu_ms(cpu), flops, bytes);
+    double g = median_ms_gpu(gpu);
+    report(what, g, median_ms_cpu(cpu), flops, bytes);
 }
 
 // ---------- layers ----------
@@ -341,10 +341,10 @@ static void time_copy(void) {
     size_t n = (size_t)1 << 28;  // floats: 1 GiB
     float* a = device_poisoned(n);
     float* b = device_poisoned(n);
-    double ms = gpu_ms([&] { cuda_check(cudaMemcpy(b, a, n * sizeof(float), cudaMemcpyDeviceToDevice)); });
+    double ms = median_ms_gpu([&] { cuda_check(cudaMemcpy(b, a, n * sizeof(float), cudaMemcpyDeviceToDevice)); });
     double bytes = 2.0 * n * sizeof(float);
     printf("  time %-26s GPU %8.3f ms %7.1f GB/s    (%4.1f%% of peak) | the measured bandwidth limit\n",
-           "device copy 1 GiB", ms, bytes / ms / 1e6, 100.0 * bytes / (ms * 1e-3) / gpu_info.peak_bandwidth);
+           "device copy 1 GiB", ms, bytes / ms / 1e6, 100.0 * bytes / (ms * 1e-3) / cuda_device.peak_bandwidth);
     cuda_check(cudaFree(a));
     cuda_check(cudaFree(b));
 }
@@ -455,20 +455,31 @@ static GPT2Config tiny_config(void) {
     return gpt2_config(128, 1000, 2, 2, 64, 1024);  // maxT V L NH C Vp
 }
 
+// The start of an AdamW check: a fresh model on the CPU with random gradients and moments (v
+// positive), whose parameters the caller copies to a GPU model; then those gradients and moments
+// into the GPU model.
+static void adamw_case(GPT2* cpu, GPT2Config config, const char* what) {
+    printf("%s L=%d C=%d V=%d\n", what, config.num_layers, config.channels, config.vocab_size);
+    gpt2_build_fresh(cpu, config, 7);
+    size_t n = cpu->num_parameters;
+    cpu->grads_memory = host_random(n, -0.1f, 0.1f);
+    cpu->m_memory = host_random(n, -0.01f, 0.01f);
+    cpu->v_memory = host_random(n, 0.0f, 1e-4f);
+}
+static void adamw_state_to_gpu(GPT2* gpu, const GPT2* cpu) {
+    size_t bytes = cpu->num_parameters * sizeof(float);
+    cuda_check(cudaMemcpy(gpu->grads_memory, cpu->grads_memory, bytes, cudaMemcpyHostToDevice));
+    cuda_check(cudaMemcpy(gpu->m_memory, cpu->m_memory, bytes, cudaMemcpyHostToDevice));
+    cuda_check(cudaMemcpy(gpu->v_memory, cpu->v_memory, bytes, cudaMemcpyHostToDevice));
+}
+
 // AdamW against gpt2_update, with weight decay, so that the decay grouping is checked too.
 static void check_adamw(GPT2Config config, int bench) {
-    printf("adamw L=%d C=%d V=%d\n", config.num_layers, config.channels, config.vocab_size);
-    GPT2 cpu;
-    gpt2_build_fresh(&cpu, config, 7);
+    GPT2 cpu, gpu;
+    adamw_case(&cpu, config, "adamw");
     size_t n = cpu.num_parameters;
-    cpu.grads_memory = host_random(n, -0.1f, 0.1f);
-    cpu.m_memory = host_random(n, -0.01f, 0.01f);
-    cpu.v_memory = host_random(n, 0.0f, 1e-4f);
-    GPT2 gpu;
     gpt2_build_gpu(&gpu, &cpu, 1, 1);
-    cuda_check(cudaMemcpy(gpu.grads_memory, cpu.grads_memory, n * sizeof(float), cudaMemcpyHostToDevice));
-    cuda_check(cudaMemcpy(gpu.m_memory, cpu.m_memory, n * sizeof(float), cudaMemcpyHostToDevice));
-    cuda_check(cudaMemcpy(gpu.v_memory, cpu.v_memory, n * sizeof(float), cudaMemcpyHostToDevice));
+    adamw_state_to_gpu(&gpu, &cpu);
     gpt2_update(&cpu, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3);
     gpt2_update_gpu(&gpu, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3);
     compare("adamw params", gpu.params_memory, cpu.params_memory, n, 1e-7f, 1e-6f);
@@ -501,6 +512,14 @@ static void compare_grads(GPT2* gpu, GPT2* cpu, float rel_atol, float rtol) {
     free(g);
 }
 
+// The start of a whole-model check: a fresh model on the CPU, whose weights the caller copies to
+// the GPU, and a random batch of B x T inputs and targets.
+static void model_case(GPT2* cpu, GPT2Config config, int B, int T, int** inputs, int** targets) {
+    gpt2_build_fresh(cpu, config, 42);
+    *inputs = host_tokens((size_t)B * T, config.vocab_size);
+    *targets = host_tokens((size_t)B * T, config.vocab_size);
+}
+
 // The same weights and batch on both: logits, loss, every gradient, then 10 AdamW steps whose
 // losses and gradient norms must agree. Tolerances (float32 through a whole network, sums in a
 // different order at every layer): logits 1e-4 + 1e-4 |x|; loss 1e-5 relative; gradients
@@ -509,13 +528,11 @@ static void compare_grads(GPT2* gpu, GPT2* cpu, float rel_atol, float rtol) {
 static void check_model(GPT2Config config, int B, int T, int steps) {
     printf("model L=%d NH=%d C=%d V=%d Vp=%d, B=%d T=%d, %d AdamW steps\n", config.num_layers,
            config.num_heads, config.channels, config.vocab_size, config.padded_vocab_size, B, T, steps);
-    GPT2 cpu;
-    gpt2_build_fresh(&cpu, config, 42);
-    GPT2 gpu;
+    GPT2 cpu, gpu;
+    int *inputs, *targets;
+    model_case(&cpu, config, B, T, &inputs, &targets);
     gpt2_build_gpu(&gpu, &cpu, B, T);
     size_t BT = (size_t)B * T;
-    int* inputs = host_tokens(BT, config.vocab_size);
-    int* targets = host_tokens(BT, config.vocab_size);
 
     gpt2_forward(&cpu, inputs, targets, B, T);
     gpt2_forward_gpu(&gpu, inputs, targets, B, T);
@@ -609,9 +626,9 @@ static double gelu_grad_ref(double x) {
 enum { MMA_PLAIN, MMA_BIAS_RESIDUAL, MMA_GELU, MMA_GELU_BACKWARD, MMA_F32_ACCUMULATE, MMA_VARIANTS };
 static const char* MMA_VARIANT_NAMES[MMA_VARIANTS] = {"plain", "bias+residual", "gelu", "gelu backward", "f32 +="};
 
-// One product C (M, N) = op(A) op(B) through matmul_mma, with the given layouts and epilogue,
+// One product C (M, N) = op(A) op(B) through gemm_bf16, with the given layouts and epilogue,
 // against a double-precision reference on the same bf16 inputs.
-static void check_matmul_mma(int M, int N, int K, bool ta, bool tb, int variant) {
+static void check_gemm_bf16(int M, int N, int K, bool ta, bool tb, int variant) {
     char what[96];
     snprintf(what, sizeof(what), "mma %dx%dx%d %s%s %s", M, N, K, ta ? "T" : "N", tb ? "T" : "N",
              MMA_VARIANT_NAMES[variant]);
@@ -641,13 +658,13 @@ static void check_matmul_mma(int M, int N, int K, bool ta, bool tb, int variant)
     float* extra = host_random(MN, -2, 2);  // residual, GELU's input, or the old C
     float* d_bias = to_device(bias, N);
     bf16* d_extra16 = to_device_bf16(extra, MN);
-    MmaArgs g = mma_args(d_a, lda, d_b, ldb, NULL, N, M, N, K);
+    GemmBf16Args g = gemm_bf16_args(d_a, lda, d_b, ldb, NULL, N, M, N, K);
     float* got = NULL;
     if (variant == MMA_F32_ACCUMULATE) {
         float* d_c = to_device(extra, MN);  // the bf16-rounded values, as float32
         g.C = d_c;
         g.accumulate = 1;
-        matmul_mma(g, ta, tb, true);
+        gemm_bf16(g, ta, tb, true);
         for (size_t i = 0; i < MN; i++) expect[i] = (float)(extra[i] + ref[i]);
         got = to_host(d_c, MN);
         compare_host(what, got, expect, MN, atol, 1e-6f, NULL);
@@ -659,7 +676,7 @@ static void check_matmul_mma(int M, int N, int K, bool ta, bool tb, int variant)
         if (variant == MMA_BIAS_RESIDUAL) { g.bias = d_bias; g.residual = d_extra16; }
         if (variant == MMA_GELU) { g.bias = d_bias; g.aux = d_aux; g.epilogue = EPI_GELU; }
         if (variant == MMA_GELU_BACKWARD) { g.aux = d_extra16; g.epilogue = EPI_GELU_BACKWARD; }
-        matmul_mma(g, ta, tb, false);
+        gemm_bf16(g, ta, tb, false);
         got = to_host_bf16(d_c, MN);
         float* pre = NULL;
         if (variant == MMA_GELU) {
@@ -689,8 +706,8 @@ static void check_matmul_mma(int M, int N, int K, bool ta, bool tb, int variant)
 }
 
 // Every layout and epilogue at sizes that exercise the edges, in both tile sizes (as for the SGEMM).
-static void check_matmul_mma_small(void) {
-    int num_sms = gpu_num_sms;
+static void check_gemm_bf16_small(void) {
+    int num_sms = cuda_num_sms;
     const int shapes[][3] = {
         {37, 67, 45},     // nothing a multiple of 8: rows not 16-byte aligned, element-wise loads
         {64, 128, 64},    // aligned and whole tiles: cp.async everywhere
@@ -698,24 +715,24 @@ static void check_matmul_mma_small(void) {
         {5, 8, 1},        // tiny: one k
     };
     for (int pass = 0; pass < 2; pass++) {
-        gpu_num_sms = pass == 0 ? num_sms : 1;
+        cuda_num_sms = pass == 0 ? num_sms : 1;
         printf("(%s tiles)\n", pass == 0 ? "64x64" : "128x128");
         for (int s = 0; s < 4; s++)
             for (int layout = 0; layout < 4; layout++) {
-                check_matmul_mma(shapes[s][0], shapes[s][1], shapes[s][2], layout & 1, layout & 2, MMA_PLAIN);
+                check_gemm_bf16(shapes[s][0], shapes[s][1], shapes[s][2], layout & 1, layout & 2, MMA_PLAIN);
             }
         for (int variant = MMA_BIAS_RESIDUAL; variant < MMA_VARIANTS; variant++) {
-            check_matmul_mma(200, 136, 328, variant == MMA_F32_ACCUMULATE, false, variant);
-            check_matmul_mma(37, 67, 45, false, true, variant);
+            check_gemm_bf16(200, 136, 328, variant == MMA_F32_ACCUMULATE, false, variant);
+            check_gemm_bf16(37, 67, 45, false, true, variant);
         }
     }
-    gpu_num_sms = num_sms;
+    cuda_num_sms = num_sms;
 }
 
 // One timing line of the bf16 path: TFLOP/s and % of the bf16 tensor-core peak.
 static void report_bf16(const char* what, double ms, double flops) {
     printf("  time %-34s GPU %8.3f ms %7.2f TFLOP/s (%4.1f%% of bf16 peak)\n", what, ms, flops / ms / 1e9,
-           100.0 * flops / (ms * 1e-3) / gpu_peak_flops_bf16());
+           100.0 * flops / (ms * 1e-3) / peak_flops_bf16());
 }
 
 // The bf16 linear layers of GPT-2 124M, timed as the model calls them (forward, then backward's
@@ -729,20 +746,20 @@ static void time_matmul_bf16(const char* name, int N, int C, int OC) {
     double flops = 2.0 * N * C * OC;
     char what[96];
     snprintf(what, sizeof(what), "mma %s forward", name);
-    report_bf16(what, gpu_ms([&] { matmul_forward_bf16(d_out, d_inp, d_w, NULL, NULL, N, C, OC); }), flops);
+    report_bf16(what, median_ms_gpu([&] { matmul_forward_bf16(d_out, d_inp, d_w, NULL, 1, N, C, OC); }), flops);
     snprintf(what, sizeof(what), "mma %s backward", name);
-    report_bf16(what, gpu_ms([&] { matmul_backward_bf16(d_dinp, d_dw, NULL, d_dout, d_inp, d_w, NULL, N, C, OC); }), 2 * flops);
+    report_bf16(what, median_ms_gpu([&] { matmul_backward_bf16(d_dinp, d_dw, NULL, d_dout, d_inp, d_w, 1, N, C, OC); }), 2 * flops);
 #ifdef USE_CUBLAS
-    // row-major C = A B^T is column-major C^T = B A^T: cuBLAS's (OC x C)^T-free form, as gemm_gpu does
+    // row-major C = A B^T is column-major C^T = B A^T: cuBLAS's (OC x C)^T-free form, as gemm_fp32 does
     float one = 1.0f, zero = 0.0f;
     snprintf(what, sizeof(what), "cublas bf16 %s forward", name);
-    report_bf16(what, gpu_ms([&] {
+    report_bf16(what, median_ms_gpu([&] {
         cublas_check(cublasGemmEx(cublas_handle, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, &one, d_w, CUDA_R_16BF, C,
                                   d_inp, CUDA_R_16BF, C, &zero, d_out, CUDA_R_16BF, OC, CUBLAS_COMPUTE_32F,
                                   CUBLAS_GEMM_DEFAULT));
     }), flops);
     snprintf(what, sizeof(what), "cublas bf16 %s backward", name);
-    report_bf16(what, gpu_ms([&] {
+    report_bf16(what, median_ms_gpu([&] {
         cublas_check(cublasGemmEx(cublas_handle, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, &one, d_w, CUDA_R_16BF, C,
                                   d_dout, CUDA_R_16BF, OC, &zero, d_dinp, CUDA_R_16BF, C, CUBLAS_COMPUTE_32F,
                                   CUBLAS_GEMM_DEFAULT));
@@ -788,7 +805,7 @@ static void check_attention_bf16(int B, int T, int C, int NH, int bench) {
     }
     bf16* d_out = device_poisoned_bf16(n_out);
     float* d_lse = device_poisoned(n_lse);
-    flash_attention_forward(d_out, d_lse, d_qkv, B, T, C, NH);
+    flash_attention_forward_bf16(d_out, d_lse, d_qkv, B, T, C, NH);
     float* out_gpu = to_host_bf16(d_out, n_out);
     compare_host("flash forward out", out_gpu, out, n_out, max_abs(out, n_out) / 8192, BF16_RTOL, NULL);
     compare("flash forward lse", d_lse, lse, n_lse, max_abs(lse, n_lse) / 65536, 0.0f);
@@ -816,8 +833,8 @@ static void check_attention_bf16(int B, int T, int C, int NH, int bench) {
                 }
             }
     bf16 *d_dqkv = device_poisoned_bf16(n_qkv), *d_dqkv2 = device_poisoned_bf16(n_qkv);
-    flash_attention_backward(d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, C, NH);
-    flash_attention_backward(d_dqkv2, d_dout, d_qkv, d_out, d_lse, B, T, C, NH);
+    flash_attention_backward_bf16(d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, C, NH);
+    flash_attention_backward_bf16(d_dqkv2, d_dout, d_qkv, d_out, d_lse, B, T, C, NH);
     float *dqkv_gpu = to_host_bf16(d_dqkv, n_qkv), *dqkv_gpu2 = to_host_bf16(d_dqkv2, n_qkv);
     // atol from the largest of all three gradients: dq and dk may be all zero up to float32 noise
     // (at T = 1 the softmax has one entry, whose gradient vanishes), dv = P^T dO never is
@@ -835,9 +852,9 @@ static void check_attention_bf16(int B, int T, int C, int NH, int bench) {
         // useful flops of causal attention: half of the 2 T^2 hs of each of the forward's two products
         // per head, and of the backward's five (S again, dP, dV, dK, dQ)
         double fwd = 2.0 * B * NH * (double)T * T * hs, bwd = 2.5 * fwd;
-        report_bf16("flash attention forward", gpu_ms([&] { flash_attention_forward(d_out, d_lse, d_qkv, B, T, C, NH); }), fwd);
-        report_bf16("flash attention backward", gpu_ms([&] {
-            flash_attention_backward(d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, C, NH);
+        report_bf16("flash attention forward", median_ms_gpu([&] { flash_attention_forward_bf16(d_out, d_lse, d_qkv, B, T, C, NH); }), fwd);
+        report_bf16("flash attention backward", median_ms_gpu([&] {
+            flash_attention_backward_bf16(d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, C, NH);
         }), bwd);
     }
     free(qkv); free(out); free(preatt); free(att); free(lse); free(out_gpu); free(dout); free(dqkv);
@@ -857,12 +874,10 @@ static void check_model_bf16(GPT2Config config, int B, int T) {
     printf("model bf16 L=%d NH=%d C=%d V=%d Vp=%d, B=%d T=%d\n", config.num_layers, config.num_heads,
            config.channels, config.vocab_size, config.padded_vocab_size, B, T);
     GPT2 cpu;
-    gpt2_build_fresh(&cpu, config, 42);
     GPT2BF16 gpu;
+    int *inputs, *targets;
+    model_case(&cpu, config, B, T, &inputs, &targets);
     gpt2_build_bf16(&gpu, &cpu, B, T);
-    size_t BT = (size_t)B * T;
-    int* inputs = host_tokens(BT, config.vocab_size);
-    int* targets = host_tokens(BT, config.vocab_size);
     gpt2_forward(&cpu, inputs, targets, B, T);
     gpt2_forward_bf16(&gpu.base, inputs, targets, B, T);
     compare_scalar("model bf16 loss", gpu.base.mean_loss, cpu.mean_loss, 0.0, 1e-3);
@@ -893,31 +908,57 @@ static void check_model_bf16(GPT2Config config, int B, int T) {
     gpt2_free(&cpu);
 }
 
+// AdamW of the bf16 path (gpt2_update_bf16) against gpt2_update: the float32 master parameters,
+// and the bf16 copy that the next forward and backward read, which must hold each parameter's
+// new value rounded to bf16: exactly the rounding of the GPU's new master value (a copy written
+// from the old one, or not at all, differs by the update or is the NaN it starts as here).
+static void check_adamw_bf16(GPT2Config config) {
+    GPT2 cpu;
+    GPT2BF16 gpu;
+    adamw_case(&cpu, config, "adamw bf16");
+    size_t n = cpu.num_parameters;
+    gpt2_build_bf16(&gpu, &cpu, 1, 1);
+    GPT2* base = &gpu.base;
+    adamw_state_to_gpu(base, &cpu);
+    cuda_check(cudaMemset(gpu.params16, 0xff, n * sizeof(bf16)));  // NaN
+    gpt2_update(&cpu, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3);
+    gpt2_update_bf16(base, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3);
+    compare("adamw bf16 params", base->params_memory, cpu.params_memory, n, 1e-7f, 1e-6f);
+    float* master = to_host(base->params_memory, n);
+    float* copy = to_host_bf16(gpu.params16, n);
+    for (size_t i = 0; i < n; i++) master[i] = __bfloat162float(__float2bfloat16(master[i]));
+    compare_host("adamw bf16 copy = bf16(params)", copy, master, n, 0.0f, 0.0f, NULL);
+    free(master);
+    free(copy);
+    gpt2_free_bf16(&gpu);
+    gpt2_free(&cpu);
+}
+
 // ---------- main ----------
 
-// gemm_gpu picks 128x128 tiles when there are enough of them for the SMs: pretending the GPU has
+// gemm_fp32 picks 128x128 tiles when there are enough of them for the SMs: pretending the GPU has
 // one SM makes the small checks run the 128x128 kernels too. So each runs in both tile sizes.
 static void check_matmul_small(void) {
-    int num_sms = gpu_num_sms;
+    int num_sms = cuda_num_sms;
     for (int pass = 0; pass < 2; pass++) {
-        gpu_num_sms = pass == 0 ? num_sms : 1;
+        cuda_num_sms = pass == 0 ? num_sms : 1;
         printf("(%s tiles)\n", pass == 0 ? "64x64" : "128x128");
         check_matmul(3, 37, 67, 131, 1, 0);   // nothing a multiple of 4: the scalar paths
         check_matmul(2, 64, 64, 192, 0, 0);   // aligned: the float4 paths
         check_matmul(1, 300, 260, 520, 1, 0); // partial edge tiles
     }
-    gpu_num_sms = num_sms;
+    cuda_num_sms = num_sms;
 }
 
 static void check_attention_small(void) {
-    int num_sms = gpu_num_sms;
+    int num_sms = cuda_num_sms;
     for (int pass = 0; pass < 2; pass++) {
-        gpu_num_sms = pass == 0 ? num_sms : 1;
+        cuda_num_sms = pass == 0 ? num_sms : 1;
         printf("(%s tiles)\n", pass == 0 ? "64x64" : "128x128");
         check_attention(2, 37, 24, 3, 0);     // hs = 8, T not a multiple of anything
         check_attention(1, 300, 128, 2, 0);   // hs = 64, T over two tiles: skipped causal tiles
     }
-    gpu_num_sms = num_sms;
+    cuda_num_sms = num_sms;
 }
 
 static int wanted(int argc, char** argv, const char* name) {
@@ -934,7 +975,7 @@ static int wanted(int argc, char** argv, const char* name) {
 static void check_bf16_path(int argc, char** argv, int bench) {
     const int B = 4, T = 1024, C = 768, NH = 12, Vp = 50304;
     if (wanted(argc, argv, "matmul_bf16")) {
-        check_matmul_mma_small();
+        check_gemm_bf16_small();
         if (!quick) {
             const int N = B * T;
             time_matmul_bf16("qkv", N, C, 3 * C);
@@ -960,7 +1001,7 @@ static void check_bf16_path(int argc, char** argv, int bench) {
         size_t n = 0, sizes[NUM_PARAMETER_TENSORS], layer[NUM_PARAMETER_TENSORS];
         parameter_sizes(sizes, layer, d12);
         n = sum_sizes(sizes, NUM_PARAMETER_TENSORS);
-        size_t total = gpu_info.prop.totalGlobalMem, usable = total - ((size_t)1 << 30);  // 1 GiB: CUDA's own
+        size_t total = cuda_device.prop.totalGlobalMem, usable = total - ((size_t)1 << 30);  // 1 GiB: CUDA's own
         printf("memory of d12 at T=1024, of %.1f GiB less 1 GiB for CUDA itself\n", total / 1073741824.0);
         printf("  fp32: %.2f GiB + %.3f GiB per sequence: largest B = %d\n",
                gpt2_fp32_bytes(d12, n, 0, 1024) / 1073741824.0,
@@ -971,6 +1012,7 @@ static void check_bf16_path(int argc, char** argv, int bench) {
                (gpt2_bf16_bytes(d12, n, 2, 1024) - gpt2_bf16_bytes(d12, n, 1, 1024)) / 1073741824.0,
                largest_batch(gpt2_bf16_bytes, d12, n, 1024, usable));
     }
+    if (wanted(argc, argv, "adamw_bf16")) check_adamw_bf16(tiny_config());
     if (wanted(argc, argv, "model_bf16")) {
         check_model_bf16(tiny_config(), 3, 61);
         if (!quick) check_model_bf16(gpt2_config_for_depth(12), 2, 64);
@@ -985,12 +1027,12 @@ int main(int argc, char** argv) {
         else if (strcmp(argv[i], "--device") == 0) device_only = 1;
         else if (argv[i][0] == '-') {
             fprintf(stderr, "usage: %s [--quick | --device] [copy encoder layernorm matmul attention gelu residual "
-                    "classifier clip adamw model matmul_bf16 attention_bf16 model_bf16 memory]\n", argv[0]);
+                    "classifier clip adamw model matmul_bf16 attention_bf16 adamw_bf16 model_bf16 memory]\n", argv[0]);
             return 1;
         }
     }
-    gpu_init();  // no device: one line, exit 1
-    gpu_print_info(0);
+    cuda_device_init();  // no device: one line, exit 1
+    cuda_device_print(0);
     if (device_only) return 0;
     int bench = !quick;
     // GPT-2 124M's shapes, with a batch that the CPU reference finishes in seconds

@@ -1,6 +1,6 @@
-// dev/gpu/instruction_check.cu: the instructions that train_gpu.cu's bf16 matrix products are built
-// from (its section "tensor-core instructions"), each against a scalar definition written here
-// from the PTX ISA:
+// dev/gpu/instruction_check.cu: the instructions that the bf16 matrix products are built from
+// (gpt2/gpu/matmul_bf16.cuh, section "tensor-core instructions"), each against a scalar definition
+// written here from the PTX ISA:
 //   bf16       float -> bf16 -> float: round to nearest, ties to even, overflow to infinity
 //   mma        mma.sync m16n8k16, bf16 inputs, float32 accumulation: every lane's fragments
 //   ldmatrix   ldmatrix x4 and x4.trans: every lane's four registers
@@ -16,8 +16,8 @@
 //
 // Prints one line per instruction, "ok" or its first mismatches; exit status 1 on any mismatch.
 
-#define TRAIN_GPU_NO_MAIN
-#include "../../train_gpu.cu"  // the wrappers, bf16, gpu_init, cuda_check, launch_check
+#include "../../gpt2/random.h"
+#include "../../gpt2/gpu/matmul_bf16.cuh"  // the wrappers; with cuda_utils.cuh: bf16, cuda_device_init, cuda_check
 #include <float.h>
 
 // ---------- helpers ----------
@@ -395,8 +395,8 @@ static int check_cp_async(void) {
 // ---------- main ----------
 
 int main(void) {
-    gpu_init();  // no device: one line, exit 1
-    printf("instructions: on %s\n", gpu_info.prop.name);
+    cuda_device_init();  // no device: one line, exit 1
+    printf("instructions: on %s\n", cuda_device.prop.name);
     int failed = (check_bf16_conversion() > 0) + (check_mma() > 0) + (check_ldmatrix() > 0) + (check_cp_async() > 0);
     printf("instructions: %d failed\n", failed);
     return failed > 0 ? 1 : 0;

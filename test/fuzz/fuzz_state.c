@@ -16,8 +16,8 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         TrainState s;
         float m[FUZZ_PARAMS], v[FUZZ_PARAMS];
         read_state(FUZZ_INPUT, &s, m, v, FUZZ_PARAMS);
-        FUZZ_CHECK(s.step >= 0 && s.B >= 1 && s.T >= 1 && s.rng != 0, "accepted step %d, B %d, T %d, rng %llu",
-                   s.step, s.B, s.T, (unsigned long long)s.rng);
+        FUZZ_CHECK(s.step >= 0 && s.global_batch >= 1 && s.T >= 1 && s.rng != 0, "accepted step %d, batch %d, T %d, rng %llu",
+                   s.step, s.global_batch, s.T, (unsigned long long)s.rng);
         size_t header = HEADER_INTS * sizeof(int32_t);
         FUZZ_CHECK(size == header + 8 * FUZZ_PARAMS && memcmp(m, data + header, sizeof(m)) == 0 &&
                    memcmp(v, data + header + sizeof(m), sizeof(v)) == 0, "m and v are not the file's");

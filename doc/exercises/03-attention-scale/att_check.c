@@ -51,18 +51,12 @@ static double loss_reference(const double* inp, const double* w, double* out, in
 static int check_shape(int B, int T, int C, int NH, uint64_t seed) {
     int hs = C / NH;
     size_t n_in = (size_t)B * T * 3 * C, n_out = (size_t)B * T * C, n_att = (size_t)B * NH * T * T;
-    float* inp = calloc(n_in, sizeof(float));
-    float* dinp = calloc(n_in, sizeof(float));
-    float* out = calloc(n_out, sizeof(float));
-    float* dout = calloc(n_out, sizeof(float));
-    float* preatt = calloc(n_att, sizeof(float));
-    float* att = calloc(n_att, sizeof(float));
-    float* dpreatt = calloc(n_att, sizeof(float));
-    float* datt = calloc(n_att, sizeof(float));
-    double* x = calloc(n_in, sizeof(double));
-    double* w = calloc(n_out, sizeof(double));
-    double* ref = calloc(n_out, sizeof(double));
-    double* scratch = calloc(n_out, sizeof(double));
+    // the layers' float tensors in one allocation, the reference's doubles in another
+    float* floats = calloc(2 * n_in + 2 * n_out + 4 * n_att, sizeof(float));
+    float *inp = floats, *dinp = inp + n_in, *out = dinp + n_in, *dout = out + n_out;
+    float *preatt = dout + n_out, *att = preatt + n_att, *dpreatt = att + n_att, *datt = dpreatt + n_att;
+    double* doubles = calloc(n_in + 3 * n_out, sizeof(double));
+    double *x = doubles, *w = x + n_in, *ref = w + n_out, *scratch = ref + n_out;
     // entries of about unit size, so that q.k grows with hs as in the README's question
     for (size_t i = 0; i < n_in; i++) inp[i] = (float)(1.7 * rand_uniform(&seed)), x[i] = inp[i];
     for (size_t i = 0; i < n_out; i++) dout[i] = (float)rand_uniform(&seed), w[i] = dout[i];
@@ -119,8 +113,9 @@ static int check_shape(int B, int T, int C, int NH, uint64_t seed) {
                    "forward's scale?\n", part[p], dot / fd2);
         }
     }
-    free(inp); free(dinp); free(out); free(dout); free(preatt); free(att); free(dpreatt); free(datt);
-    free(x); free(w); free(ref); free(scratch); free(fd);
+    free(floats);
+    free(doubles);
+    free(fd);
     return ok;
 }
 

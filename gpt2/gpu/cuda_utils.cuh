@@ -1,0 +1,254 @@
+// gpt2/gpu/cuda_utils.cuh: what every GPU kernel and launcher of the project needs: the checked
+// CUDA calls and launches, warp and block reductions, scratch memory for two-stage sums, the
+// element types (bf16 beside float), and the device itself: which GPU a process takes, what it
+// can do (its peak throughput, the reference of MFU), how much memory is free.
+
+#ifndef GPT2_GPU_CUDA_UTILS_CUH
+#define GPT2_GPU_CUDA_UTILS_CUH
+
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include "../io.h"
+#include "../parallel.h"  // procs.local_rank: which GPU a process takes
+
+// ---------- checked calls and launches ----------
+
+// Every CUDA call goes through cuda_check, which names the failed call, file and line and stops.
+// Kernels run asynchronously: a launch returns at once, and a kernel that faults (an illegal
+// address, say) is reported by whichever later call waits for the GPU, which is then the one
+// named. Each launch is followed by launch_check(kernel), which reports a launch the GPU refused
+// (a bad configuration) at once and, with GPU_DEBUG=1 in the environment, also waits for the
+// kernel to finish, so that a fault is reported with the kernel's name. That costs speed: a
+// switch for finding a fault, not for training.
+static int cuda_debug = 0;  // GPU_DEBUG=1 in the environment, read by cuda_device_init
+
+// The errors a kernel's fault leaves behind (the GPU context is lost; every later call fails).
+static int is_kernel_fault(cudaError_t err) {
+    return err == cudaErrorIllegalAddress || err == cudaErrorLaunchFailure;
+}
+
+static void cuda_check_(cudaError_t err, const char* call, const char* file, int line) {
+    if (err == cudaSuccess) return;
+    fail("CUDA call %s failed: %s (%s:%d)%s", call, cudaGetErrorString(err), file, line,
+         is_kernel_fault(err) && !cuda_debug ? "; an earlier kernel faulted: run with GPU_DEBUG=1 to name it" : "");
+}
+#define cuda_check(call) cuda_check_((call), #call, __FILE__, __LINE__)
+
+static void launch_check_(const char* kernel, const char* file, int line) {
+    cudaError_t err = cudaGetLastError();
+    if (err == cudaSuccess && cuda_debug) err = cudaDeviceSynchronize();
+    if (err != cudaSuccess) fail("kernel %s (%s:%d) failed: %s", kernel, file, line, cudaGetErrorString(err));
+}
+#define launch_check(kernel) launch_check_(#kernel, __FILE__, __LINE__)
+
+static int ceil_div(size_t n, int d) { return (int)((n + d - 1) / d); }
+
+static int aligned16(const void* p) { return ((uintptr_t)p % 16) == 0; }
+
+// ---------- reductions ----------
+
+// Sums over the 32 lanes of a warp; every lane gets the result (butterfly, fixed order).
+template <typename F>
+__device__ __forceinline__ F warp_sum(F v) {
+    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+    for (int offset = 16; offset > 0; offset >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    return v;
+}
+
+// The two warp reductions, as types, so that block_reduce can take either.
+struct WarpSum {
+    template <typename F>
+    __device__ F operator()(F v) const { return warp_sum(v); }
+};
+struct WarpMax {
+    __device__ float operator()(float v) const { return warp_max(v); }
+};
+
+// Reduces v over the whole block (blockDim.x a multiple of 32): each warp reduces its 32 values,
+// then every warp reduces the warps' results, so every thread gets the block's result. identity
+// fills the lanes past the last warp. The first __syncthreads keeps a second call from
+// overwriting `partial` while a slow warp still reads the first call's values.
+template <typename F, typename WarpOp>
+__device__ F block_reduce(F v, F identity) {
+    __shared__ F partial[32];
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+    v = WarpOp()(v);
+    __syncthreads();
+    if (lane == 0) partial[warp] = v;
+    __syncthreads();
+    return WarpOp()(lane < nwarps ? partial[lane] : identity);
+}
+template <typename F>
+__device__ F block_sum(F v) { return block_reduce<F, WarpSum>(v, (F)0); }
+__device__ float block_max(float v) { return block_reduce<float, WarpMax>(v, -INFINITY); }
+
+// ---------- deterministic sums in two stages ----------
+
+// Scratch memory for the partial sums of two-stage reductions, grown on demand. The kernels of
+// one stream run in order, so one buffer serves every reduction.
+static float* scratch_memory = NULL;
+static size_t scratch_capacity = 0;  // floats
+static float* scratch_floats(size_t n) {
+    if (n > scratch_capacity) {
+        if (scratch_memory != NULL) cuda_check(cudaFree(scratch_memory));  // synchronises: no kernel still uses it
+        cuda_check(cudaMalloc((void**)&scratch_memory, n * sizeof(float)));
+        scratch_capacity = n;
+    }
+    return scratch_memory;
+}
+
+// Stage 2 of the deterministic column sums: out[i] += sum over chunks c (in order) of
+// partial[c * stride + i], for i < n.
+__global__ void sum_partials_kernel(float* out, const float* partial, int chunks, int stride, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float sum = 0.0f;
+    for (int c = 0; c < chunks; c++) sum += partial[(size_t)c * stride + i];
+    out[i] += sum;
+}
+
+// Column sums over many rows are split into chunks of rows (one block per 32 columns and chunk,
+// stage 1) whose partial sums a second kernel adds in order (stage 2): enough blocks to fill the
+// GPU, and the same result on every run, which atomicAdd would not give.
+#define COLSUM_ROWS_PER_CHUNK 128
+
+// ---------- element types ----------
+
+// bf16: 8 exponent bits as float32, 8 significant bits; the bf16 path's activations and weight
+// matrices (gpt2/gpu/matmul_bf16.cuh says why).
+typedef __nv_bfloat16 bf16;
+
+// The kernels that serve both paths take their activations as floatX (gpt2/model.h), float or
+// bf16, and do their arithmetic in float32 either way: to_float on every load, from_float on
+// every store.
+__device__ __forceinline__ float to_float(float x) { return x; }
+__device__ __forceinline__ float to_float(bf16 x) { return __bfloat162float(x); }
+template <typename floatX> __device__ __forceinline__ floatX from_float(float x);
+template <> __device__ __forceinline__ float from_float<float>(float x) { return x; }
+template <> __device__ __forceinline__ bf16 from_float<bf16>(float x) { return __float2bfloat16(x); }
+
+// ---------- the device ----------
+
+// Peak float32 throughput without tensor cores: SMs x clock x FP32 lanes per SM x 2 (an FMA is
+// two flops). Lanes per SM by compute capability: 64 on Volta/Turing (7.x) and A100 (8.0), 128
+// on 8.6+ and Hopper (9.0). H100 SXM: 132 x 1.98 GHz x 128 x 2 = 66.9 TFLOP/s.
+typedef struct {
+    cudaDeviceProp prop;
+    double clock_ghz;
+    int lanes_per_sm;
+    double peak_flops;      // float32 FLOP/s
+    double peak_bandwidth;  // bytes/s: 2 transfers per memory clock (DDR) x bus width
+} CudaDevice;
+
+static CudaDevice cuda_device;
+static int cuda_num_sms = 132;  // the device's, set by cuda_device_init; picks the matmul tile sizes
+
+#ifndef CUDA_ARCHS
+#define CUDA_ARCHS "unknown"  // the compute capabilities built for: the Makefile says (GPU_ARCH)
+#endif
+
+// Picks this process's GPU and reads what it can do. "No CUDA device" only when there is none:
+// no NVIDIA driver (its version reads 0), or a driver that sees no GPU; one line, exit 1, as for
+// every error. Anything else is a GPU that is there but unusable, and the error is named: a
+// driver older than the CUDA runtime this program was built with (the runtime refuses it), or
+// whatever else CUDA reports.
+static void cuda_device_init(void) {
+    const char* debug = getenv("GPU_DEBUG");
+    cuda_debug = debug != NULL && strcmp(debug, "") != 0 && strcmp(debug, "0") != 0;
+    int driver = 0, runtime = 0, count = 0;
+    cuda_check(cudaDriverGetVersion(&driver));
+    cuda_check(cudaRuntimeGetVersion(&runtime));
+    if (driver == 0) fail("no CUDA device found (no NVIDIA driver is installed); use ./train_cpu instead");
+    cudaError_t err = cudaGetDeviceCount(&count);
+    if (err == cudaErrorNoDevice || (err == cudaSuccess && count == 0)) {
+        fail("no CUDA device found (the NVIDIA driver sees no GPU); use ./train_cpu instead");
+    }
+    if (err == cudaErrorInsufficientDriver && driver < runtime) {
+        fail("the NVIDIA driver supports CUDA up to %d.%d, but train_gpu was built with CUDA %d.%d: update "
+             "the driver, or build with a CUDA toolkit no newer than %d.%d", driver / 1000, driver % 1000 / 10,
+             runtime / 1000, runtime % 1000 / 10, driver / 1000, driver % 1000 / 10);
+    }
+    if (err != cudaSuccess) {
+        fail("CUDA cannot use the GPU: %s (%s)", cudaGetErrorString(err), cudaGetErrorName(err));
+    }
+    // one GPU per process: a data-parallel run's processes on one machine take one each
+    int device = procs.local_rank;
+    if (device >= count) {
+        fail("this process is number %d of those started on this machine, which has %d GPU%s: start at most one "
+             "process per GPU", device + 1, count, count > 1 ? "s" : "");
+    }
+    cuda_check(cudaSetDevice(device));
+    cuda_check(cudaGetDeviceProperties(&cuda_device.prop, device));
+    // A binary holds machine code for some GPU generations and PTX that the driver can compile for
+    // newer ones (Makefile: GPU_ARCH); an older GPU than all of them finds nothing to run.
+    cudaFuncAttributes attr;
+    err = cudaFuncGetAttributes(&attr, sum_partials_kernel);
+    if (err == cudaErrorNoKernelImageForDevice) {
+        fail("train_gpu was built for compute capability %s, which this GPU (%s, %d.%d) cannot run: "
+             "rebuild with make clean && make train_gpu, which targets this machine's GPU", CUDA_ARCHS,
+             cuda_device.prop.name, cuda_device.prop.major, cuda_device.prop.minor);
+    }
+    cuda_check(err);
+    int clock_khz = 0;
+    cuda_check(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, device));
+    cuda_device.clock_ghz = clock_khz / 1e6;
+    int major = cuda_device.prop.major, minor = cuda_device.prop.minor;
+    cuda_device.lanes_per_sm = (major == 7 || (major == 8 && minor == 0)) ? 64 : 128;
+    cuda_device.peak_flops = cuda_device.prop.multiProcessorCount * cuda_device.clock_ghz * 1e9 * cuda_device.lanes_per_sm * 2.0;
+    int mem_clock_khz = 0, bus_bits = 0;
+    cuda_check(cudaDeviceGetAttribute(&mem_clock_khz, cudaDevAttrMemoryClockRate, device));
+    cuda_check(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device));
+    cuda_device.peak_bandwidth = 2.0 * mem_clock_khz * 1e3 * bus_bits / 8.0;
+    cuda_num_sms = cuda_device.prop.multiProcessorCount;
+}
+
+// Peak bf16 tensor-core throughput, dense, float32 accumulation: SMs x clock x flops per SM per
+// clock, which is 2048 on A100 (8.0), 1024 on the 8.6 / 8.9 data-centre parts (A10, L4, L40;
+// GeForce cards do half that with float32 accumulation) and 4096 on H100 (9.0, counted for its
+// wgmma instructions; mma.sync, which these kernels use, reaches only part of it).
+static double peak_flops_bf16(void) {
+    int major = cuda_device.prop.major, minor = cuda_device.prop.minor;
+    double per_clock = major >= 9 ? 4096 : (major == 8 && minor == 0) ? 2048 : 1024;
+    return cuda_device.prop.multiProcessorCount * cuda_device.clock_ghz * 1e9 * per_clock;
+}
+
+static void cuda_device_print(int bf16) {
+    printf("device: %s, compute capability %d.%d, %d SMs at %.2f GHz, %.1f GiB\n", cuda_device.prop.name,
+           cuda_device.prop.major, cuda_device.prop.minor, cuda_device.prop.multiProcessorCount, cuda_device.clock_ghz,
+           cuda_device.prop.totalGlobalMem / 1073741824.0);
+    if (bf16) {
+        printf("precision bf16 (float32 master weights): tensor-core matmuls, flash attention; peak bf16 %.1f "
+               "TFLOP/s, the MFU reference\n", peak_flops_bf16() / 1e12);
+        return;
+    }
+    printf("precision fp32: peak float32 (no tensor cores) %.1f TFLOP/s = %d SMs x %.2f GHz x %d lanes x 2, the MFU reference%s\n",
+           cuda_device.peak_flops / 1e12, cuda_device.prop.multiProcessorCount, cuda_device.clock_ghz,
+           cuda_device.lanes_per_sm,
+#ifdef USE_CUBLAS
+           " (USE_CUBLAS build: matmuls by cuBLAS)"
+#else
+           ""
+#endif
+    );
+}
+
+
+// Stops with one line when `need` bytes of GPU memory, for a model trained on batches of B x T,
+// are not free: before anything is allocated.
+static void require_free_memory(size_t need, int B, int T) {
+    size_t free_bytes, total_bytes;
+    cuda_check(cudaMemGetInfo(&free_bytes, &total_bytes));
+    if (need > free_bytes) {
+        fail("the model needs %.1f GiB of GPU memory (parameters, gradients, AdamW moments, activations "
+             "for B=%d T=%d) but %.1f GiB are free: use a smaller -b or -t", need / 1073741824.0, B, T,
+             free_bytes / 1073741824.0);
+    }
+}
+
+static double peak_flops_gpu(void) { return cuda_device.peak_flops; }
+static void synchronize_gpu(void) { cuda_check(cudaDeviceSynchronize()); }
+
+#endif // GPT2_GPU_CUDA_UTILS_CUH

@@ -1,0 +1,90 @@
+// gpt2/gpu/optimizer.cuh: the end of a training step on the GPU: the gradients' global norm (a
+// deterministic two-stage sum in double), their scaling and clipping, and AdamW, with the bf16
+// copy of the parameters written as they are updated.
+
+#ifndef GPT2_GPU_OPTIMIZER_CUH
+#define GPT2_GPU_OPTIMIZER_CUH
+
+#include "../arithmetic.h"  // clip_factor, adamw_step, adamw_update
+#include "../model.h"       // GPT2, PARAMETERS
+#include "cuda_utils.cuh"
+
+#define NORM_BLOCKS 512  // fixed, not per device: the summation order, hence the bits, never change
+
+// Stage 1: block b sums x[i]^2 over its grid-strided elements into partial[b]. In double, as
+// the CPU does: 124M squares summed in float would lose digits.
+__global__ void norm_squared_kernel(double* partial, const float* x, size_t n) {
+    double sum = 0.0;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        sum += (double)x[i] * x[i];
+    }
+    sum = block_sum(sum);
+    if (threadIdx.x == 0) partial[blockIdx.x] = sum;
+}
+
+// Stage 2: one block adds the NORM_BLOCKS partial sums into partial[NORM_BLOCKS].
+__global__ void norm_finish_kernel(double* partial, int n) {
+    double sum = 0.0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) sum += partial[i];
+    sum = block_sum(sum);
+    if (threadIdx.x == 0) partial[n] = sum;
+}
+
+__global__ void scale_kernel(float* x, float s, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] *= s;
+}
+
+// The n gradients scaled by grad_scale and clipped to a global L2 norm of max_norm
+// (gpt2/arithmetic.h: clip_factor), as the CPU's gpt2_clip_gradients does; returns the norm after
+// the scale, before the clip.
+static float clip_gradients_gpu(float* grads, size_t n, float grad_scale, float max_norm) {
+    double* partial = (double*)scratch_floats(2 * (NORM_BLOCKS + 1));
+    norm_squared_kernel<<<NORM_BLOCKS, 256>>>(partial, grads, n);
+    launch_check(norm_squared_kernel);
+    norm_finish_kernel<<<1, 256>>>(partial, NORM_BLOCKS);
+    launch_check(norm_finish_kernel);
+    double sum;
+    cuda_check(cudaMemcpy(&sum, partial + NORM_BLOCKS, sizeof(double), cudaMemcpyDeviceToHost));
+    float norm = (float)(grad_scale * sqrt(sum));
+    float factor = clip_factor(norm, grad_scale, max_norm);
+    if (factor != 1.0f) {
+        scale_kernel<<<ceil_div(n, 256), 256>>>(grads, factor, n);
+        launch_check(scale_kernel);
+    }
+    return norm;
+}
+
+// One AdamW step on n parameters: adamw_update (gpt2/arithmetic.h), the very formula of the CPU's
+// gpt2_update, one thread per parameter. The bf16 path keeps these float32 parameters as its
+// master copy and passes params16, which receives each new value rounded to the nearest bf16:
+// the forward and backward read that copy.
+__global__ void adamw_kernel(float* params, bf16* params16, const float* grads, float* m, float* v, size_t n,
+                             AdamWStep s, float decay) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float p = adamw_update(params[i], grads[i], &m[i], &v[i], s, decay);
+    params[i] = p;
+    if (params16 != NULL) params16[i] = __float2bfloat16(p);
+}
+
+// One AdamW step (t from 1) of a model's parameters on the GPU, as the CPU's gpt2_update: one
+// launch per tensor, weight decay on the matrices only (PARAMETERS[k].decay). params16, if not
+// NULL, receives the new parameters in bf16.
+static void adamw_update_gpu(GPT2* model, bf16* params16, float lr, float beta1, float beta2, float eps,
+                             float weight_decay, int t) {
+    AdamWStep s = adamw_step(lr, beta1, beta2, eps, t);
+    size_t offset = 0;
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        float decay = PARAMETERS[k].decay ? 1.0f - lr * weight_decay : 1.0f;
+        size_t n = model->param_sizes[k];
+        adamw_kernel<<<ceil_div(n, 256), 256>>>(model->params_memory + offset,
+                                                params16 != NULL ? params16 + offset : NULL,
+                                                model->grads_memory + offset, model->m_memory + offset,
+                                                model->v_memory + offset, n, s, decay);
+        launch_check(adamw_kernel);
+        offset += n;
+    }
+}
+
+#endif // GPT2_GPU_OPTIMIZER_CUH
