@@ -11,11 +11,20 @@
 #      one line per step (only rank 0 prints), which name the micro-steps and processes;
 #   2. the same three splits against PyTorch's undivided run (dev/reference/gpt2_ref.py train, B=4; test/
 #      compare_run.py, the tolerances of test_vs_pytorch);
-#   3. resume: a 2-process run cut after its checkpoint at step 3 and resumed by 2 processes ends
+#   3. under the clip: the runs of 1 clip every step (norms above 1), and a clipped step's update
+#      does not depend on the scale of the summed gradients, so that there a wrong divisor shows
+#      only in the printed norm. A smaller model (C=8) on 128 tokens per step (B=8 x T=16, not
+#      shuffled), whose norm stays below 1 on every step (checked), alone and split over 2
+#      processes x 4 micro-steps (mpirun -np 2 -b 1 -d 128: the gradients of 8 parts summed).
+#      Unclipped, AdamW's m and v scale with the gradients: the split run against the undivided
+#      one as in 1, and the moments of both after step 1 against PyTorch's gradient of that step
+#      (test/compare_moments.py: m = 0.1 g, v = 0.05 g^2), so that a sum divided by another count
+#      than the run's parts (the micro-steps alone, the processes alone, twice the parts) fails;
+#   4. resume: a 2-process run cut after its checkpoint at step 3 and resumed by 2 processes ends
 #      byte-identical to the uninterrupted one; the undivided run's checkpoint resumed by 2
 #      processes, and a 2-process run's by one process with 2 micro-steps (-d taken from the
 #      state), follow the undivided run;
-#   4. errors, each one line (from one process) and a non-zero exit, within a time limit (never
+#   5. errors, each one line (from one process) and a non-zero exit, within a time limit (never
 #      a hang), with no -o folder left behind where the run could not start: -d that does not
 #      divide (alone and under mpirun), a resume with another -d, ranks given different options,
 #      a rank whose training file is missing, a rank killed during training, and a build without
@@ -47,10 +56,11 @@ run() {
   launch "$np" "${cmd[@]}" >"$dir/$name.out" 2>"$dir/$name.err" ||
     { bad "$name: ${cmd[*]} (processes: $np) exited with $?:"; tail -5 "$dir/$name.err"; return 1; }
 }
-compare() {  # NAME against the undivided run
-  echo "-- $1 against the undivided run"
-  $PY test/compare_gpu_run.py --precision fp32 "$dir/one" "$dir/one.out" "$dir/$1" "$dir/$1.out" $STEPS ||
-    bad "$1 does not follow the undivided run"
+compare() {  # NAME [UNDIVIDED]: run NAME against the undivided run UNDIVIDED (default: one)
+  local one=${2:-one}
+  echo "-- $1 against the undivided run $one"
+  $PY test/compare_gpu_run.py --precision fp32 "$dir/$one" "$dir/$one.out" "$dir/$1" "$dir/$1.out" $STEPS ||
+    bad "$1 does not follow the undivided run $one"
 }
 
 echo "--- 1. splits of the batch against the undivided run (B=4 x T=16 per step)"
@@ -83,7 +93,30 @@ for split in "0 -b 2 -d 64" "2 -b 2" "2 -b 1 -d 64"; do
     bad "processes $np, $rest does not follow PyTorch"
 done
 
-echo "--- 3. resume with 2 processes, and with another split than the run had"
+echo "--- 3. under the clip (every norm below 1): 2 processes x 4 micro-steps against the undivided run, both against PyTorch's gradient"
+$PY dev/reference/gpt2_ref.py make-model --model "$dir/small.bin" --tokens "$dir/small_train.bin" --V 97 --maxT 32 \
+  --L 2 --NH 2 --C 8 --ntokens 700 --seed 11 >/dev/null || exit 1
+small=(-e "$dir/small.bin" -i "$dir/small_train.bin" -R 0 -n 1)
+run small_one 0 "${small[@]}" -b 8
+run small_both 2 "${small[@]}" -b 1 -d 128
+grep -q "| 128 tok/step, 4 micro-steps x 2 processes, all-reduce [0-9.]* ms$" "$dir/small_both.out" ||
+  bad "small_both's progress line does not say its 4 micro-steps and 2 processes"
+# the norms before clipping, printed with 4 decimals: below the clip of 1 is "0.", and a step at
+# or above it would take the clipped branch, where the divisor no longer shows
+norms=$(sed -nE 's/^step +[0-9]+\/[0-9]+ \| loss [^ ]+ \| norm ([^ ]+) .*/\1/p' "$dir/small_one.out")
+if [ "$(grep -c '^0\.' <<<"$norms")" != $STEPS ]; then
+  bad "small_one: not all of its $STEPS steps have a gradient norm below the clip of 1 (norms: $(echo $norms)); make its model or batch smaller"
+fi
+compare small_both small_one
+# the first step reads the first 128 tokens of small_train.bin (-R 0), as gpt2_ref.py reference does
+$PY dev/reference/gpt2_ref.py reference --model "$dir/small.bin" --tokens "$dir/small_train.bin" --B 8 --T 16 \
+  --steps 0 --out "$dir/small_ref.dump" >/dev/null || exit 1
+for name in small_one small_both; do
+  echo "-- $name: AdamW's m and v after step 1 against PyTorch's gradient"
+  $PY test/compare_moments.py "$dir/small_ref.dump" "$dir/$name" || bad "$name's AdamW moments after step 1 are not PyTorch's gradient's"
+done
+
+echo "--- 4. resume with 2 processes, and with another split than the run had"
 last=$(printf %08d $STEPS)
 cut_run "$dir/ranks" "$dir/ranks_resumed" 3
 run ranks_resumed 2 -b 2 -y 1
@@ -107,7 +140,7 @@ for name in one_by_two two_by_one; do
     bad "$name does not follow the undivided run"
 done
 
-echo "--- 4. errors: one line, a non-zero exit, no hang, nothing left behind"
+echo "--- 5. errors: one line, a non-zero exit, no hang, nothing left behind"
 # expect_error NAME TEXT NPROCS ARGS...: fails within 120 s with exactly one error line, which
 # contains TEXT; NPROCS 0 runs ARGS without mpirun (ARGS may hold "-np N PROGRAM ..." after a
 # ":", mpirun's way of giving ranks different command lines)
