@@ -21,7 +21,15 @@
 #      same printed lines (one rank's all-reduce changes no bit). The split runs add the same
 #      gradients in another order, which in bf16 moves a weight's rounding now and then, so they
 #      drift from the undivided run as bf16 runs drift from train_cpu. The runs under mpirun are
-#      skipped, saying so, where mpirun is missing or BINARY was built without MPI and NCCL.
+#      skipped, saying so, where mpirun is missing or BINARY was built without MPI and NCCL;
+#   4. fp32 only (the gradients are summed, scaled and clipped by the same code in both
+#      precisions): the runs of 1 and 3 clip every step (norms above 1), and a clipped step's
+#      update does not depend on the scale of the summed gradients, so that there a sum divided by
+#      the wrong count shows only in the printed norm. A smaller model (C=8) on 128 tokens per
+#      step (B=8 x T=16), whose norm stays below 1 on every step (checked), where AdamW's m and v
+#      scale with the gradients: BINARY -b 1 -d 128 under mpirun as in 3 (on the emulator 2
+#      processes x 4 micro-steps; without mpirun, 8 micro-steps) against train_cpu -b 8 with 1's
+#      tolerances (test_train_dp holds train_cpu's moments to PyTorch's gradient).
 set -u
 . "$(dirname "$0")/lib.sh"
 BIN=${1:?usage: test/train_gpu_checks.sh TRAIN_GPU_BINARY fp32|bf16}
@@ -73,10 +81,12 @@ $PY test/compare_gpu_run.py --precision $PREC "$dir/whole" "$dir/whole.stdout" "
 if [[ "$BIN" == *emu* ]]; then np=2; export CUDA_EMU_DEVICES=2
 else np=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU'); [ "$np" -gt 2 ] && np=2
 fi
-if ! command -v mpirun >/dev/null; then
-  echo "skipped: the runs under mpirun (no mpirun here; bash test/setup.sh installs openmpi-bin)"
-elif ! ldd "$BIN" 2>/dev/null | grep -q libmpi; then
-  echo "skipped: the runs under mpirun ($BIN was built without MPI and NCCL)"
+no_mpi=""  # why BINARY cannot run under mpirun here
+if ! command -v mpirun >/dev/null; then no_mpi="no mpirun here; bash test/setup.sh installs openmpi-bin"
+elif ! ldd "$BIN" 2>/dev/null | grep -q libmpi; then no_mpi="$BIN was built without MPI and NCCL"
+fi
+if [ -n "$no_mpi" ]; then
+  echo "skipped: the runs under mpirun ($no_mpi)"
 else
   for n in $np 1; do
     name=ranks$n
@@ -89,6 +99,31 @@ else
   if ! diff <(printed_after 0 "$dir/alone.stdout") <(printed_after 0 "$dir/ranks1.stdout"); then
     echo "FAIL: one process under mpirun (NCCL) printed other steps than the same run without mpirun"; status=1
   fi
+fi
+
+if [ "$PREC" = fp32 ]; then
+  echo "--- 4. $BIN -p fp32 under the clip (every norm below 1), the batch split, against train_cpu's undivided run"
+  $PY dev/reference/gpt2_ref.py make-model --model "$dir/small.bin" --tokens "$dir/small_train.bin" --V 97 --maxT 32 \
+    --L 2 --NH 2 --C 8 --ntokens 700 --seed 11 >/dev/null || exit 1
+  small=(-e "$dir/small.bin" -i "$dir/small_train.bin" -t 16 -x $STEPS)
+  run "$dir/train_cpu" "$dir/small_cpu" "$dir/small_cpu.stdout" "${small[@]}" -b 8
+  # the norms before clipping, printed with 4 decimals: below the clip of 1 is "0.", and a step at
+  # or above it would take the clipped branch, where the divisor no longer shows
+  norms=$(sed -nE 's/^step +[0-9]+\/[0-9]+ \| loss [^ ]+ \| norm ([^ ]+) .*/\1/p' "$dir/small_cpu.stdout")
+  if [ "$(grep -c '^0\.' <<<"$norms")" != $STEPS ]; then
+    echo "FAIL: train_cpu -b 8: not all of its $STEPS steps have a gradient norm below the clip of 1 (norms: $(echo $norms)); make its model or batch smaller"
+    status=1
+  fi
+  if [ -n "$no_mpi" ]; then
+    echo "(without mpirun: $no_mpi)"
+    run "$BIN" "$dir/small_split" "$dir/small_split.stdout" "${small[@]}" -p fp32 -b 1 -d 128
+  else
+    mpi_run $np "$BIN" "${common[@]}" -o "$dir/small_split" "${small[@]}" -p fp32 -b 1 -d 128 >"$dir/small_split.stdout" 2>&1 ||
+      { echo "FAIL: mpirun -np $np $BIN -b 1 -d 128 on the C=8 model exited with $?:"; tail -5 "$dir/small_split.stdout"; status=1; }
+  fi
+  grep -E '^batch:' "$dir/small_split.stdout"
+  $PY test/compare_gpu_run.py --precision fp32 "$dir/small_cpu" "$dir/small_cpu.stdout" "$dir/small_split" \
+    "$dir/small_split.stdout" $STEPS || status=1
 fi
 
 [ $status -eq 0 ] && echo "ok: $BIN -p $PREC follows train_cpu, resumes bit for bit, and splits its batch"
