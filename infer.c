@@ -22,10 +22,11 @@
 //            dev/bench/bench_infer.sh measures how close we get (doc/infer.md).
 //
 // Everything else comes from the shared headers: the layers (gpt2/cpu_layers.h: encoder,
-// layernorm, gelu, residual, softmax, matmul), the model and its loading (gpt2/model.h,
-// gpt2/checkpoint.h), the tokenizer (gpt2/tokenizer.h), the random numbers. New here is only what
-// the cache needs: the cache itself, attention against it, the matrix-vector product, and the
-// sampler with its top-k / top-p filter.
+// layernorm, gelu, residual, softmax, matmul), the model, its transformer block (block_forward,
+// the one training runs, gpt2/model.h) and its loading (gpt2/checkpoint.h), the tokenizer
+// (gpt2/tokenizer.h), the random numbers. New here is only what the cache needs: the cache
+// itself, attention against it, the matrix-vector product, and the sampler with its top-k /
+// top-p filter.
 
 #include "gpt2/cli.h"
 #include "gpt2/cpu_layers.h"

@@ -69,15 +69,15 @@ static inline HOST_DEVICE float clip_factor(float norm, float grad_scale, float 
     return coef < 1.0f ? grad_scale * coef : grad_scale;
 }
 
-// What one AdamW step (t counts from 1) shares across every parameter: the moments start at
-// zero, so early on they are too small by (1 - beta^t), which the step size and the second
-// moment's correction undo.
+// What one AdamW step shares across every parameter.
 typedef struct {
     float beta1, beta2, eps;
     float step_size;              // lr / (1 - beta1^t)
     float bias_correction2_sqrt;  // sqrt(1 - beta2^t)
 } AdamWStep;
 
+// The AdamW step t (counting from 1): the moments start at zero, so early on they are too small
+// by (1 - beta^t), which the step size and the second moment's correction undo.
 static inline AdamWStep adamw_step(float lr, float beta1, float beta2, float eps, int t) {
     AdamWStep s;
     s.beta1 = beta1;
