@@ -175,10 +175,7 @@ def main():
             compare_tensors("m    ", model_header, gs[1][:n], cs[1][:n], TOL["moments"])
             compare_tensors("v    ", model_header, gs[1][n:], cs[1][n:], TOL["moments"])
     compare_logs(os.path.join(cpu_dir, "main.log"), os.path.join(gpu_dir, "main.log"))
-    if compare_run.failures:
-        print(f"FAIL: {compare_run.failures} checks failed")
-        sys.exit(1)
-    print("all checks passed")
+    compare_run.finish()
 
 
 if __name__ == "__main__":

@@ -56,6 +56,14 @@ def report(ok, text):
     print(f"{'ok  ' if ok else 'FAIL'} {text}")
 
 
+def finish():
+    """The verdict of every report so far: exit 1 when any check failed."""
+    if failures:
+        print(f"FAIL: {failures} checks failed")
+        sys.exit(1)
+    print("all checks passed")
+
+
 def within(err, tol):
     return err <= tol      # False for NaN
 
@@ -219,10 +227,7 @@ def main():
     else:
         print(f"     {text}")
 
-    if failures:
-        print(f"FAIL: {failures} checks failed")
-        sys.exit(1)
-    print("all checks passed")
+    finish()
 
 
 if __name__ == "__main__":

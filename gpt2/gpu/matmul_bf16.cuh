@@ -277,12 +277,8 @@ static void gemm_bf16_launch(const GemmBf16Args& g) {
 // A product with the operands given; the epilogue's extras are set by the caller.
 static GemmBf16Args gemm_bf16_args(const bf16* A, long long lda, const bf16* B, long long ldb, void* C,
                                    long long ldc, int M, int N, int K) {
-    GemmBf16Args g;
-    memset(&g, 0, sizeof(g));
-    g.A = A; g.B = B; g.C = C;
-    g.lda = lda; g.ldb = ldb; g.ldc = ldc;
-    g.M = M; g.N = N; g.K = K;
-    g.epilogue = EPI_NONE;
+    GemmBf16Args g = {.A = A, .B = B, .C = C, .M = M, .N = N, .K = K, .lda = lda, .ldb = ldb, .ldc = ldc,
+                      .epilogue = EPI_NONE};  // the rest 0: no bias, residual or aux, C =
     return g;
 }
 

@@ -253,14 +253,8 @@ static void gemm_fp32(GemmFp32Args g, bool ta, bool tb, int batch) {
 // A plain (unbatched) product with the given operands; the caller sets the rest.
 static GemmFp32Args gemm_fp32_args(const float* A, long long lda, const float* B, long long ldb, float* C,
                                    long long ldc, int M, int N, int K) {
-    GemmFp32Args g;
-    memset(&g, 0, sizeof(g));
-    g.A = A; g.B = B; g.C = C;
-    g.lda = lda; g.ldb = ldb; g.ldc = ldc;
-    g.M = M; g.N = N; g.K = K;
-    g.inner = 1;
-    g.alpha = 1.0f;
-    g.causal = CAUSAL_NONE;
+    GemmFp32Args g = {.A = A, .B = B, .C = C, .M = M, .N = N, .K = K, .lda = lda, .ldb = ldb, .ldc = ldc,
+                      .inner = 1, .alpha = 1.0f, .causal = CAUSAL_NONE};  // the rest 0: no bias, no batch, C =
     return g;
 }
 

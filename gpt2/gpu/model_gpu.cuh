@@ -23,7 +23,6 @@ static void activation_sizes_gpu(size_t* sizes, GPT2Config config, int B, int T)
 // The parameters, their gradients and the AdamW moments of a host model on the GPU, in float32,
 // with room for inputs and targets of capacity_B x capacity_T: what both precisions keep. The
 // gradients start at zero, and so do the moments of a fresh run (a resumed one brings its own).
-// Files are read and written on the host (gpt2/checkpoint.h).
 static void gpt2_build_parameters_gpu(GPT2* model, const GPT2* host, int capacity_B, int capacity_T) {
     memset(model, 0, sizeof(*model));
     model->config = host->config;
