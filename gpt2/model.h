@@ -405,7 +405,11 @@ FLOAT32_INSTANCE(LayerCache);
 // the same arguments. The first group is the plain layers, every one of which gpt2/cpu_layers.h
 // defines; a device may leave out some of them (NULL) when it has the optional entries of the
 // second group in their place, which the block then calls instead (block_attention_forward, ...).
-// Backward layers add into their gradients, except where a field says it writes them.
+// Backward layers add into the gradients of their parameters (+=). Into the gradients of their
+// inputs the float32 paths' add too, over activation gradients that start at zero; the bf16
+// path's products and flash attention write them (=), into scratch buffers that each block
+// reuses (gpt2/gpu/model_gpu.cuh: activation_grads_bf16): the same, as each such gradient has
+// one producer.
 OVER_FLOATX struct LayersOf {
     // out (B,T,C) = wte[inp] + wpe[t]
     void (*encoder_fwd)(floatX* out, const int* inp, const float* wte, const float* wpe, int B, int T, int C);
@@ -415,8 +419,7 @@ OVER_FLOATX struct LayersOf {
                           const float* bias, int B, int T, int C);
     void (*layernorm_bwd)(floatX* dinp, float* dweight, float* dbias, const floatX* dout, const floatX* inp,
                           const float* weight, const float* mean, const float* rstd, int B, int T, int C);
-    // out (B,T,OC) = inp (B,T,C) weight (OC,C)^T + bias (or NULL); the backward's dinp is written
-    // where the device zeroes nothing first (the bf16 path)
+    // out (B,T,OC) = inp (B,T,C) weight (OC,C)^T + bias (or NULL)
     void (*matmul_fwd)(floatX* out, const floatX* inp, const floatX* weight, const float* bias,
                        int B, int T, int C, int OC);
     void (*matmul_bwd)(floatX* dinp, float* dweight, float* dbias, const floatX* dout, const floatX* inp,
