@@ -13,6 +13,7 @@
 
 #include <unistd.h>
 #include "gpt2/io.h"
+#include "gpt2/json.h"
 #include "gpt2/tokenizer.h"
 
 #define VAL_TOKENS 32768  // llm.c's split: the first 32,768 tokens are the validation set
@@ -43,13 +44,6 @@ static unsigned char* read_path_check(const char* path, size_t* len) {
     return buf;
 }
 
-// Line number (from 1) of byte pos of s, for error messages.
-static int line_of(const unsigned char* s, size_t pos) {
-    int line = 1;
-    for (size_t i = 0; i < pos; i++) line += s[i] == '\n';
-    return line;
-}
-
 // ---------- GPT-2's byte mapping ----------
 
 // GPT-2 stores tokens as printable text: each byte stands for one character (bytes_to_unicode in
@@ -75,118 +69,8 @@ static int token_text_to_bytes(const int u2b[512], const uint32_t* cps, int n, u
 }
 
 // ---------- encoder.json: a JSON object {"token": id, ...} ----------
-
-typedef struct {
-    const unsigned char* s;
-    size_t n, pos;
-    const char* path;
-} JsonReader;
-
-static void json_fail(const JsonReader* r, const char* msg) GPT2_NORETURN;
-static void json_fail(const JsonReader* r, const char* msg) {
-    fail("%s: %s at byte %zu (line %d)", r->path, msg, r->pos, line_of(r->s, r->pos));
-}
-
-static void json_skip_space(JsonReader* r) {
-    while (r->pos < r->n && (r->s[r->pos] == ' ' || r->s[r->pos] == '\n' || r->s[r->pos] == '\r' ||
-                             r->s[r->pos] == '\t')) {
-        r->pos++;
-    }
-}
-
-static int json_hex4(JsonReader* r) {
-    if (r->pos + 4 > r->n) json_fail(r, "truncated \\u escape");
-    int v = 0;
-    for (int i = 0; i < 4; i++) {
-        int c = r->s[r->pos++], d = 0;
-        if (c >= '0' && c <= '9') d = c - '0';
-        else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
-        else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
-        else json_fail(r, "bad hex digit in \\u escape");
-        v = v * 16 + d;
-    }
-    return v;
-}
-
-// The code point of the escape after a backslash (r->pos just past the backslash).
-static uint32_t json_escape(JsonReader* r) {
-    if (r->pos >= r->n) json_fail(r, "unterminated string");
-    switch (r->s[r->pos++]) {
-        case '"': return '"';
-        case '\\': return '\\';
-        case '/': return '/';
-        case 'b': return '\b';
-        case 'f': return '\f';
-        case 'n': return '\n';
-        case 'r': return '\r';
-        case 't': return '\t';
-        case 'u': break;
-        default: json_fail(r, "unknown escape");
-    }
-    uint32_t cp = (uint32_t)json_hex4(r);
-    if (cp >= 0xD800 && cp <= 0xDBFF) {  // a surrogate pair: \uD83D\uDE00
-        if (r->pos + 2 > r->n || r->s[r->pos] != '\\' || r->s[r->pos + 1] != 'u') {
-            json_fail(r, "lone surrogate in \\u escape");
-        }
-        r->pos += 2;
-        uint32_t low = (uint32_t)json_hex4(r);
-        if (low < 0xDC00 || low > 0xDFFF) json_fail(r, "bad surrogate pair in \\u escape");
-        cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
-    }
-    return cp;
-}
-
-// Reads a JSON string into code points; returns how many (at most max).
-static int json_string(JsonReader* r, uint32_t* cps, int max) {
-    json_skip_space(r);
-    if (r->pos >= r->n || r->s[r->pos] != '"') json_fail(r, "expected a string");
-    r->pos++;
-    int n = 0;
-    for (;;) {
-        if (r->pos >= r->n) json_fail(r, "unterminated string");
-        unsigned char c = r->s[r->pos];
-        uint32_t cp;
-        if (c == '"') {
-            r->pos++;
-            return n;
-        }
-        if (c == '\\') {
-            r->pos++;
-            cp = json_escape(r);
-        } else if (c < 0x20) {
-            json_fail(r, "control character in string");
-        } else {
-            int len = utf8_decode(r->s + r->pos, r->n - r->pos, &cp);
-            if (len == 0) json_fail(r, "invalid UTF-8 in string");
-            r->pos += (size_t)len;
-        }
-        if (n == max) json_fail(r, "string too long for a token (more than 255 characters)");
-        cps[n++] = cp;
-    }
-}
-
-// A token id: a non-negative integer below TOKENIZER_MAX_VOCAB.
-static long json_int(JsonReader* r) {
-    json_skip_space(r);
-    size_t start = r->pos;
-    long v = 0;
-    while (r->pos < r->n && r->s[r->pos] >= '0' && r->s[r->pos] <= '9') {
-        v = v * 10 + (r->s[r->pos++] - '0');
-        if (v >= TOKENIZER_MAX_VOCAB) json_fail(r, "token id too large");
-    }
-    if (r->pos == start) json_fail(r, "expected a non-negative integer token id");
-    return v;
-}
-
-static void json_expect(JsonReader* r, char c) {
-    json_skip_space(r);
-    if (r->pos >= r->n || r->s[r->pos] != (unsigned char)c) {
-        char msg[32];
-        snprintf(msg, sizeof(msg), "expected '%c'", c);
-        json_fail(r, msg);
-    }
-    r->pos++;
-}
+// The JSON is read by gpt2/json.h; what encoder.json asks on top of it is checked here: a token
+// is at most 255 characters of GPT-2's byte mapping, and the ids are 0..n-1, each given once.
 
 // The tokens of encoder.json, as read: the bytes of token id are pool[at[id] .. at[id] + len[id]).
 typedef struct {
@@ -201,12 +85,17 @@ typedef struct {
 
 // One "token": id entry (r at its key) into e.
 static void read_encoder_entry(JsonReader* r, const int u2b[512], EncoderTokens* e) {
-    uint32_t cps[256];
+    uint32_t cps[256], cp;
     unsigned char tok[256];
     size_t key_pos = r->pos;
-    int ncp = json_string(r, cps, 255);
+    int ncp = 0;
+    json_string_begin(r);
+    while (json_string_char(r, &cp)) {
+        if (ncp == 255) json_fail(r, "string too long for a token (more than 255 characters)");
+        cps[ncp++] = cp;
+    }
     json_expect(r, ':');
-    long id = json_int(r);
+    long id = (long)json_int(r, TOKENIZER_MAX_VOCAB - 1, "token id");
     // ids must be 0..n-1, and each of n entries takes more than 4 bytes ("x":0,): an id beyond
     // that cannot be right, and the tables are never made larger than the file can fill
     if ((size_t)id >= r->n / 4) {
@@ -251,7 +140,7 @@ static void read_encoder_json(Tokenizer* t, const char* json_path) {
     gpt2_unicode_to_byte(u2b);
     size_t json_len;
     unsigned char* json = read_path_check(json_path, &json_len);
-    JsonReader r = {json, json_len, 0, json_path};
+    JsonReader r = json_reader(json, json_len, json_path, NULL);
     EncoderTokens e;
     e.pool_cap = 1 << 16;  // doubled as needed
     e.pool_n = 0;
@@ -262,17 +151,9 @@ static void read_encoder_json(Tokenizer* t, const char* json_path) {
     e.count = 0;
     e.eot = -1;
     json_expect(&r, '{');
-    json_skip_space(&r);
-    if (r.pos < r.n && r.s[r.pos] == '}') json_fail(&r, "empty encoder");
-    for (;;) {
-        read_encoder_entry(&r, u2b, &e);
-        json_skip_space(&r);
-        if (r.pos >= r.n || r.s[r.pos] != ',') break;
-        r.pos++;
-    }
-    json_expect(&r, '}');
-    json_skip_space(&r);
-    if (r.pos != r.n) json_fail(&r, "unexpected text after the closing '}'");
+    while (json_next(&r, '}', e.count)) read_encoder_entry(&r, u2b, &e);
+    if (e.count == 0) json_fail(&r, "empty encoder");
+    json_end(&r);
     free(json);
 
     size_t n = e.count;

@@ -72,6 +72,13 @@ static void fail(const char* fmt, ...) {
     exit(1);
 }
 
+// Line number (from 1) of byte pos of s, for error messages about text files.
+static inline int line_of(const unsigned char* s, size_t pos) {
+    int line = 1;
+    for (size_t i = 0; i < pos; i++) line += s[i] == '\n';
+    return line;
+}
+
 // ---------- checked I/O and allocation ----------
 // On failure these name the call's place in the source (file:line of the caller) after the
 // message, so that a report points at the code that failed.

@@ -1,16 +1,16 @@
 // gpt2/safetensors.h: a reader for Hugging Face's safetensors files (doc/formats.md): a u64
-// header length N, N bytes of JSON, then the raw little-endian tensors. The JSON is one flat
-// object: "__metadata__" (ignored) and, per tensor, "name": {"dtype": "F32", "shape": [768,
-// 2304], "data_offsets": [begin, end]}, the offsets counted from the end of the header. It is
-// small (about 15 KB for GPT-2), so a minimal reader does: strings, integers, arrays and objects,
-// other values skipped. Every tensor's byte range is checked against its dtype, its shape and the
-// file's size before anything is read. What the tensors mean is the caller's business
-// (gpt2/checkpoint.h maps GPT-2's names onto the model).
+// header length N, N bytes of JSON, then the raw little-endian tensors. The JSON (about 15 KB for
+// GPT-2, read with gpt2/json.h) is one flat object: "__metadata__" (skipped) and, per tensor,
+// "name": {"dtype": "F32", "shape": [768, 2304], "data_offsets": [begin, end]}, the offsets
+// counted from the end of the header. Every tensor's byte range is checked against its dtype, its
+// shape and the file's size before anything is read. What the tensors mean is the caller's
+// business (gpt2/checkpoint.h maps GPT-2's names onto the model).
 
 #ifndef GPT2_SAFETENSORS_H
 #define GPT2_SAFETENSORS_H
 
 #include "io.h"
+#include "json.h"
 
 #define SAFETENSORS_MAX_HEADER (100 << 20)  // the format's own limit on the JSON header
 #define SAFETENSORS_MAX_DIMS 8
@@ -25,155 +25,58 @@ typedef struct {
     int used;              // loaded into the model (or a buffer we skip)
 } SafetensorsEntry;
 
-typedef struct {
-    const char* s;   // the JSON header
-    size_t n, pos;
-    const char* path;
-} SafetensorsJson;
+// The safetensors header's integers (shapes, byte offsets) are below 2^50, a petabyte: a
+// bound far above any file, which keeps their products and sums far from overflow.
+#define SAFETENSORS_MAX_INT (1LL << 50)
 
-static void st_json_fail(const SafetensorsJson* r, const char* what) GPT2_NORETURN;
-static void st_json_fail(const SafetensorsJson* r, const char* what) {
-    fail("%s: malformed safetensors header: %s at byte %zu of the JSON", r->path, what, r->pos);
-}
-
-static void st_json_space(SafetensorsJson* r) {
-    while (r->pos < r->n && (r->s[r->pos] == ' ' || r->s[r->pos] == '\n' ||
-                             r->s[r->pos] == '\r' || r->s[r->pos] == '\t')) r->pos++;
-}
-
-// Consumes c (after whitespace) if it is next; returns whether it was.
-static int st_json_accept(SafetensorsJson* r, char c) {
-    st_json_space(r);
-    if (r->pos < r->n && r->s[r->pos] == c) {
-        r->pos++;
-        return 1;
-    }
-    return 0;
-}
-
-static void st_json_expect(SafetensorsJson* r, char c) {
-    if (!st_json_accept(r, c)) {
-        char what[32];
-        snprintf(what, sizeof(what), "expected '%c'", c);
-        st_json_fail(r, what);
-    }
-}
-
-// A string into out (cap bytes with the NUL). Tensor names and dtypes are ASCII: the escapes
-// \" \\ \/ and \u00XX are decoded, anything beyond ASCII is refused.
-static void st_json_string(SafetensorsJson* r, char* out, size_t cap) {
-    st_json_expect(r, '"');
-    size_t len = 0;
-    for (;;) {
-        if (r->pos >= r->n) st_json_fail(r, "unterminated string");
-        char c = r->s[r->pos++];
-        if (c == '"') break;
-        if (c == '\\') {
-            if (r->pos >= r->n) st_json_fail(r, "unterminated string");
-            c = r->s[r->pos++];
-            if (c == 'u') {
-                unsigned v = 0;
-                for (int i = 0; i < 4; i++) {
-                    char h = r->pos < r->n ? r->s[r->pos++] : 'x';
-                    int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10
-                          : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
-                    if (d < 0) st_json_fail(r, "bad \\u escape");
-                    v = v * 16 + (unsigned)d;
-                }
-                if (v == 0 || v >= 0x80) st_json_fail(r, "non-ASCII character in a name");
-                c = (char)v;
-            } else if (c != '"' && c != '\\' && c != '/') {
-                st_json_fail(r, "unsupported escape in a name");
-            }
-        } else if ((unsigned char)c < 0x20 || (unsigned char)c >= 0x80) {
-            st_json_fail(r, "control or non-ASCII character in a string");
+// A tensor's name, a dtype or a key into out (cap bytes with the NUL). The format's names are
+// ASCII; a NUL (\u0000) would end the C string early.
+static void st_json_name(JsonReader* r, char* out, size_t cap) {
+    json_skip_space(r);
+    size_t start = r->pos, len = json_string(r, out, cap);
+    for (size_t i = 0; i < len; i++) {
+        if (out[i] == '\0' || (unsigned char)out[i] >= 0x80) {
+            r->pos = start;
+            json_fail(r, "a name with a NUL or non-ASCII character");
         }
-        if (len + 1 >= cap) st_json_fail(r, "string too long for a tensor name");
-        out[len++] = c;
     }
-    out[len] = '\0';
 }
 
-static long long st_json_int(SafetensorsJson* r) {
-    st_json_space(r);
-    size_t start = r->pos;
-    long long v = 0;
-    while (r->pos < r->n && r->s[r->pos] >= '0' && r->s[r->pos] <= '9') {
-        if (v > (1LL << 50)) st_json_fail(r, "integer too large");
-        v = v * 10 + (r->s[r->pos++] - '0');
-    }
-    if (r->pos == start) st_json_fail(r, "expected a non-negative integer");
-    return v;
-}
-
-// [int, int, ...] into out (at most max of them); returns how many.
-static int st_json_int_array(SafetensorsJson* r, long long* out, int max) {
-    st_json_expect(r, '[');
+// [int, int, ...] into out (at most max of them); returns how many. what names them in errors.
+static int st_json_int_array(JsonReader* r, long long* out, int max, const char* what) {
+    json_expect(r, '[');
     int n = 0;
-    if (st_json_accept(r, ']')) return 0;
-    do {
-        if (n == max) st_json_fail(r, "array too long");
-        out[n++] = st_json_int(r);
-    } while (st_json_accept(r, ','));
-    st_json_expect(r, ']');
+    while (json_next(r, ']', (size_t)n)) {
+        if (n == max) json_fail(r, "array too long");
+        out[n++] = json_int(r, SAFETENSORS_MAX_INT, what);
+    }
     return n;
 }
 
-// Skips any JSON value (the metadata, unknown fields).
-static void st_json_skip(SafetensorsJson* r, int depth) {
-    if (depth > 16) st_json_fail(r, "nested too deeply");
-    st_json_space(r);
-    if (r->pos >= r->n) st_json_fail(r, "unexpected end");
-    char c = r->s[r->pos];
-    if (c == '"') {
-        r->pos++;
-        while (r->pos < r->n && r->s[r->pos] != '"') r->pos += r->s[r->pos] == '\\' ? 2 : 1;
-        if (r->pos >= r->n) st_json_fail(r, "unterminated string");
-        r->pos++;
-    } else if (c == '{' || c == '[') {
-        char close = c == '{' ? '}' : ']';
-        r->pos++;
-        if (st_json_accept(r, close)) return;
-        do {
-            if (c == '{') {
-                st_json_skip(r, depth + 1);  // the key
-                st_json_expect(r, ':');
-            }
-            st_json_skip(r, depth + 1);
-        } while (st_json_accept(r, ','));
-        st_json_expect(r, close);
-    } else {  // a number, true, false or null
-        size_t start = r->pos;
-        while (r->pos < r->n && strchr(",}] \n\r\t", r->s[r->pos]) == NULL) r->pos++;
-        if (r->pos == start) st_json_fail(r, "expected a value");
-    }
-}
-
 // One tensor's {"dtype": ..., "shape": [...], "data_offsets": [begin, end]}.
-static void st_json_tensor(SafetensorsJson* r, SafetensorsEntry* e) {
+static void st_json_tensor(JsonReader* r, SafetensorsEntry* e) {
     int have_dtype = 0, have_shape = 0, have_offsets = 0;
     char key[32];
-    st_json_expect(r, '{');
-    do {
-        st_json_string(r, key, sizeof(key));
-        st_json_expect(r, ':');
+    json_expect(r, '{');
+    for (size_t i = 0; json_next(r, '}', i); i++) {
+        st_json_name(r, key, sizeof(key));
+        json_expect(r, ':');
         if (strcmp(key, "dtype") == 0) {
-            st_json_string(r, e->dtype, sizeof(e->dtype));
+            st_json_name(r, e->dtype, sizeof(e->dtype));
             have_dtype = 1;
         } else if (strcmp(key, "shape") == 0) {
-            e->ndim = st_json_int_array(r, e->shape, SAFETENSORS_MAX_DIMS);
+            e->ndim = st_json_int_array(r, e->shape, SAFETENSORS_MAX_DIMS, "dimension");
             have_shape = 1;
         } else if (strcmp(key, "data_offsets") == 0) {
             long long off[2];
-            if (st_json_int_array(r, off, 2) != 2) st_json_fail(r, "data_offsets needs 2 integers");
+            if (st_json_int_array(r, off, 2, "offset") != 2) json_fail(r, "data_offsets needs 2 integers");
             e->begin = off[0];
             e->end = off[1];
             have_offsets = 1;
         } else {
-            st_json_skip(r, 1);
+            json_skip_value(r);
         }
-    } while (st_json_accept(r, ','));
-    st_json_expect(r, '}');
+    }
     if (!have_dtype || !have_shape || !have_offsets) {
         fail("%s: tensor %s lacks dtype, shape or data_offsets", r->path, e->name);
     }
@@ -205,16 +108,15 @@ static inline SafetensorsEntry* safetensors_find(const Safetensors* st, const ch
 }
 
 // The JSON header's tensors into st->entries.
-static void safetensors_parse_header(Safetensors* st, SafetensorsJson* r) {
-    st_json_expect(r, '{');
+static void safetensors_parse_header(Safetensors* st, JsonReader* r) {
+    json_expect(r, '{');
     int cap = 0;
-    if (st_json_accept(r, '}')) return;
-    do {
+    for (size_t i = 0; json_next(r, '}', i); i++) {
         char name[SAFETENSORS_MAX_NAME];
-        st_json_string(r, name, sizeof(name));
-        st_json_expect(r, ':');
+        st_json_name(r, name, sizeof(name));
+        json_expect(r, ':');
         if (strcmp(name, "__metadata__") == 0) {
-            st_json_skip(r, 1);
+            json_skip_value(r);
             continue;
         }
         if (safetensors_find(st, name) != NULL) fail("%s: tensor %s appears twice", st->path, name);
@@ -226,10 +128,8 @@ static void safetensors_parse_header(Safetensors* st, SafetensorsJson* r) {
         memset(e, 0, sizeof(*e));
         memcpy(e->name, name, sizeof(name));
         st_json_tensor(r, e);
-    } while (st_json_accept(r, ','));
-    st_json_expect(r, '}');
-    st_json_space(r);
-    if (r->pos != r->n) st_json_fail(r, "text after the header object");
+    }
+    json_end(r);
 }
 
 static int st_compare_ranges(const void* a, const void* b) {  // (begin, end, index) by begin
@@ -303,13 +203,8 @@ static inline int safetensors_open(Safetensors* st, const char* path, char* why,
     char* json = (char*)malloc_check((size_t)header_len);
     fread_check(json, 1, (size_t)header_len, st->f, path);
     st->data_start = 8 + (long long)header_len;
-    SafetensorsJson r;
-    r.s = json;
-    r.n = (size_t)header_len;
-    r.pos = 0;
-    r.path = path;
-    st_json_space(&r);
-    if (r.pos >= r.n || r.s[r.pos] != '{') {
+    JsonReader r = json_reader(json, (size_t)header_len, path, "safetensors header");
+    if (json_peek(&r) != '{') {
         snprintf(why, why_len, "no JSON header after the first 8 bytes");
         free(json);
         fclose(st->f);

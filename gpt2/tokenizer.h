@@ -6,8 +6,8 @@
 // GPT-2's tokenizer in three steps (doc/tokenizer.md has the full story):
 //   1. pre-tokenize: split the text into pieces with GPT-2's regex
 //        's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-//      written out by hand as a small state machine over UTF-8 characters and their class
-//      (letter, number, whitespace, other) from the generated table gpt2/unicode.h;
+//      written out by hand as a small state machine over UTF-8 characters (gpt2/utf8.h) and
+//      their class (letter, number, whitespace, other) from the generated table gpt2/unicode.h;
 //   2. a piece that is itself a token becomes that token, as in tiktoken (for GPT-2 a shortcut:
 //      merging a token's bytes always gives back that token);
 //   3. otherwise byte-pair merging: start from one token per byte and repeatedly merge the
@@ -21,6 +21,7 @@
 
 #include "io.h"
 #include "unicode.h"
+#include "utf8.h"
 
 #define TOKENIZER_MAX_VOCAB (1 << 20)  // sanity bound on the token count read from a file
 #define EOT_TEXT "<|endoftext|>"
@@ -225,28 +226,6 @@ const unsigned char* tokenizer_decode(const Tokenizer* t, uint32_t id, size_t* l
 }
 
 // ---------- pre-tokenizer ----------
-
-// Decodes the UTF-8 character at s[0] (n >= 1 bytes available) into *cp and returns its length
-// 1..4, or 0 if s[0] does not start a well-formed sequence (RFC 3629: no overlong forms, no
-// surrogates, nothing past U+10FFFF, no missing continuation byte).
-static inline int utf8_decode(const unsigned char* s, size_t n, uint32_t* cp) {
-    unsigned c = s[0];
-    if (c < 0x80) { *cp = c; return 1; }
-    int len;
-    uint32_t v, min;
-    if (c >= 0xC2 && c <= 0xDF) { len = 2; v = c & 0x1F; min = 0x80; }
-    else if (c >= 0xE0 && c <= 0xEF) { len = 3; v = c & 0x0F; min = 0x800; }
-    else if (c >= 0xF0 && c <= 0xF4) { len = 4; v = c & 0x07; min = 0x10000; }
-    else return 0;
-    if ((size_t)len > n) return 0;
-    for (int i = 1; i < len; i++) {
-        if ((s[i] & 0xC0) != 0x80) return 0;
-        v = (v << 6) | (s[i] & 0x3F);
-    }
-    if (v < min || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) return 0;
-    *cp = v;
-    return len;
-}
 
 // Length and class (UCLASS_*) of the character at s[0]. A byte that does not start a
 // well-formed UTF-8 sequence is a character of its own, of class "other": so any byte string

@@ -16,21 +16,26 @@ llvmcov=$(command -v llvm-cov || command -v llvm-cov-14)
 # the reader each target tests: FILE:FUNCTION ...
 functions() {
   local tok="tokenizer_encode encode_ordinary bpe_piece push_candidate heap_push heap_pop scratch_reserve
-             pretoken_length run_end utf8_char utf8_decode tokenizer_lookup tokenizer_pair idlist_push"
+             pretoken_length run_end utf8_char tokenizer_lookup tokenizer_pair idlist_push"
+  # the JSON reader's functions that both of its file formats call (gpt2/json.h)
+  local json="json_reader json_fail json_byte json_skip_space json_peek json_accept json_expect json_next
+              json_end json_hex4 json_escape json_string_begin json_string_char json_digits json_number_text
+              json_int"
+  local json_any="json_string json_skip_string json_skip_nested json_skip_value json_number json_accept_word
+                  json_bool json_accept_null"
   case $1 in
-    encode) echo "gpt2/tokenizer.h: $tok" ;;
+    encode) echo "gpt2/tokenizer.h: $tok gpt2/utf8.h: utf8_decode" ;;
     decode) echo "tokenizer.c: decode_ids_check gpt2/tokenizer.h: tokenizer_decode" ;;
     tokenizer_file) echo "gpt2/tokenizer.h: tokenizer_init tokenizer_build_tables pair_insert table_size_for
                           gpt2/io.h: read_header_check" ;;
-    vocab) echo "tokenizer.c: read_encoder_json read_encoder_entry json_string json_escape json_hex4 json_int
-                 json_expect json_skip_space json_fail token_text_to_bytes check_merges check_merge_line
-                 read_all_check read_path_check gpt2/tokenizer.h: tokenizer_build_tables" ;;
+    vocab) echo "tokenizer.c: read_encoder_json read_encoder_entry token_text_to_bytes check_merges check_merge_line
+                 read_all_check read_path_check gpt2/tokenizer.h: tokenizer_build_tables gpt2/json.h: $json" ;;
     checkpoint) echo "gpt2/checkpoint.h: gpt2_build_from_file gpt2_read_llmc gpt2/model.h: gpt2_check_config" ;;
-    safetensors) echo "gpt2/safetensors.h: st_json_fail st_json_space st_json_accept st_json_expect st_json_string
-                       st_json_int st_json_int_array st_json_skip st_json_tensor st_dtype_size safetensors_find
+    safetensors) echo "gpt2/safetensors.h: st_json_name st_json_int_array st_json_tensor st_dtype_size safetensors_find
                        safetensors_parse_header st_compare_ranges safetensors_check_entries safetensors_open
                        safetensors_read safetensors_close gpt2/checkpoint.h: hf_load hf_layer_of hf_config
-                       hf_check_rest hf_tensors gpt2_read_safetensors gpt2_build_from_file" ;;
+                       hf_check_rest hf_tensors gpt2_read_safetensors gpt2_build_from_file
+                       gpt2/json.h: $json $json_any" ;;
     tokens) echo "gpt2/dataloader.h: dataloader_init dataloader_make_order dataloader_seek dataloader_next_batch
                   gpt2/io.h: read_header_check" ;;
     state) echo "gpt2/checkpoint.h: read_state gpt2/io.h: read_header_check" ;;

@@ -1,0 +1,44 @@
+// gpt2/utf8.h: UTF-8 (RFC 3629), one character at a time: decoding the character at a byte, and
+// encoding a code point. The tokenizer's pre-tokenizer (gpt2/tokenizer.h) classifies text by
+// the characters it decodes here; the JSON reader (gpt2/json.h) checks and decodes its strings.
+
+#ifndef GPT2_UTF8_H
+#define GPT2_UTF8_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+// Decodes the UTF-8 character at s[0] (n >= 1 bytes available) into *cp and returns its length
+// 1..4, or 0 if s[0] does not start a well-formed sequence (RFC 3629: no overlong forms, no
+// surrogates, nothing past U+10FFFF, no missing continuation byte).
+static inline int utf8_decode(const unsigned char* s, size_t n, uint32_t* cp) {
+    unsigned c = s[0];
+    if (c < 0x80) { *cp = c; return 1; }
+    int len;
+    uint32_t v, min;
+    if (c >= 0xC2 && c <= 0xDF) { len = 2; v = c & 0x1F; min = 0x80; }
+    else if (c >= 0xE0 && c <= 0xEF) { len = 3; v = c & 0x0F; min = 0x800; }
+    else if (c >= 0xF0 && c <= 0xF4) { len = 4; v = c & 0x07; min = 0x10000; }
+    else return 0;
+    if ((size_t)len > n) return 0;
+    for (int i = 1; i < len; i++) {
+        if ((s[i] & 0xC0) != 0x80) return 0;
+        v = (v << 6) | (s[i] & 0x3F);
+    }
+    if (v < min || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) return 0;
+    *cp = v;
+    return len;
+}
+
+// Writes code point cp (at most U+10FFFF and not a surrogate: what utf8_decode gives) as UTF-8
+// into out and returns its length 1..4: the lead byte says the length, each continuation byte
+// (10xxxxxx) carries 6 more bits.
+static inline int utf8_encode(uint32_t cp, unsigned char out[4]) {
+    static const unsigned char lead[5] = {0, 0x00, 0xC0, 0xE0, 0xF0};
+    int len = cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
+    for (int i = len - 1; i > 0; i--, cp >>= 6) out[i] = (unsigned char)(0x80 | (cp & 0x3F));
+    out[0] = (unsigned char)(lead[len] | cp);
+    return len;
+}
+
+#endif // GPT2_UTF8_H
