@@ -39,6 +39,7 @@ functions() {
     tokens) echo "gpt2/dataloader.h: dataloader_init dataloader_make_order dataloader_seek dataloader_next_batch
                   gpt2/io.h: read_header_check" ;;
     state) echo "gpt2/checkpoint.h: read_state gpt2/io.h: read_header_check" ;;
+    json) echo "gpt2/json.h: $json $json_any gpt2/utf8.h: utf8_decode utf8_encode" ;;
   esac
 }
 

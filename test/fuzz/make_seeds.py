@@ -202,6 +202,24 @@ def main():
     write("safetensors", "gpt2_wrong_shape", safetensors(wrong))
     write("safetensors", "gpt2_c32", safetensors(gpt2_tensors("", C=32)))
 
+    # json: JSON texts for the reader alone (gpt2/json.h), valid ones and a few edge cases: a
+    # request line of the kind text generation will read, every kind of value, every escape,
+    # numbers at the edges of the grammar and of the doubles, nesting at the depth limit
+    texts = {
+        "request": b'{"prompt": "Once upon a time", "max_tokens": 64, "temperature": 0.8, "top_k": 40, '
+                   b'"top_p": 0.95, "seed": 7, "stop": null, "echo": false}\n',
+        "values": b' [0, -1, 0.8, 1e-3, 2E+5, -0.0e0, 123456789012345, true, false, null, "", {}, []] ',
+        "escapes": b'{"a\\"\\\\\\/\\b\\f\\n\\r\\t": "\\u00e9\\u4E2D\\ud83d\\ude00", "raw": "caf\xc3\xa9 \xf0\x9f\x98\x80"}',
+        "numbers_edges": b"[1.7976931348623157e308, 5e-324, 1e-400, -9007199254740993, 0.000001]",
+        "out_of_range": b"[1, 2e308]",
+        "leading_zero": b"[01]",
+        "lone_surrogate": b'["\\ud800x"]',
+        "nested_16": b"[" * 15 + b'{"a": 1}' + b"]" * 15,
+        "nested_17": b"[" * 17 + b"]" * 17,
+    }
+    for name, text in texts.items():
+        write("json", name, text)
+
 
 if __name__ == "__main__":
     main()
