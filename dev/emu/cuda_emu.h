@@ -17,9 +17,9 @@
 // fault on a GPU), cp.async copies a thread never waits for, and, built with -fsanitize=address,
 // undefined as the Makefile does: out-of-bounds "device" memory accesses (cudaMalloc is malloc)
 // and misaligned float4 accesses (float4 is 16-byte aligned here as on a GPU).
-// Tensor-core instructions: train_gpu.cu wraps each PTX instruction its bf16 matmul needs in a
-// function, and this header defines the same functions from the PTX ISA's definitions, so that the
-// kernels that use them run here too (dev/gpu/instruction_check.cu checks each against a scalar
+// Tensor-core instructions: gpt2/gpu/matmul_bf16.cuh wraps each PTX instruction its bf16 GEMM needs
+// in a function, and this header defines the same functions from the PTX ISA's definitions, so that
+// the kernels that use them run here too (dev/gpu/instruction_check.cu checks each against a scalar
 // definition):
 //   mma_bf16_16816            a warp barrier, like a shuffle: the lanes leave their fragments in
 //                             slots, then each lane computes its four outputs from the warp's A and
@@ -364,8 +364,8 @@ static inline V __shfl_sync(unsigned mask, V v, int src, int width = 32) {
 static inline void __syncwarp(unsigned mask = 0xffffffffu) { emu_shuffle(mask, 0, 0); }
 
 // ---------- tensor-core instructions ----------
-// The functions train_gpu.cu defines with PTX (section "tensor-core instructions"), from the PTX
-// ISA's definitions; train_gpu.cu's comments give the fragment layouts.
+// The functions gpt2/gpu/matmul_bf16.cuh defines with PTX (section "tensor-core instructions"),
+// from the PTX ISA's definitions; its comments give the fragment layouts.
 
 // One bf16 half of a 32-bit register as a float: the lower-numbered element is the low half.
 static inline float emu_bf16_half(uint32_t reg, int high) {

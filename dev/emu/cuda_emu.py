@@ -13,8 +13,8 @@ Four rewrites, each keeping line numbers (so errors and __LINE__ point into the 
   #include <cuda_runtime.h>, <cuda_bf16.h>, <nccl.h> -> nothing (the emulator header is force-included instead)
 
 and one check: every launch must be followed by launch_check(kernel), with the kernel's name,
-before the next launch_check (train_gpu.cu: it reports a failed launch, and with GPU_DEBUG=1
-names the kernel that faulted). A launch without it stops the build.
+before the next launch_check (gpt2/gpu/cuda_utils.cuh: it reports a failed launch, and with
+GPU_DEBUG=1 names the kernel that faulted). A launch without it stops the build.
 """
 import os
 import re

@@ -1,4 +1,4 @@
-// dev/gpu/gpu_check.cu: every kernel of train_gpu.cu against its CPU reference (gpt2/cpu_layers.h),
+// dev/gpu/gpu_check.cu: every GPU kernel (gpt2/gpu/) against its CPU reference (gpt2/cpu_layers.h),
 // the whole GPU model against train_cpu.c's, and the kernels' speed.
 //
 //   make gpu-checks && build/gpu_check          all checks, then timings at GPT-2 124M sizes
@@ -27,7 +27,7 @@
 // Timing: 3 warm-up runs, then 20 runs each timed with CUDA events, the median; the CPU function
 // is timed the same way (one warm-up, 3 runs, median) for the speedup. Memory-bound kernels report
 // GB/s (the bytes they must move at least) and % of the peak bandwidth; matmuls and attention
-// TFLOP/s and % of the float32 peak (train_gpu.cu: cuda_device_init).
+// TFLOP/s and % of the float32 peak (gpt2/gpu/cuda_utils.cuh: cuda_device_init).
 //
 // The whole model: the same initial weights and batch on the CPU and the GPU; logits, loss, all
 // 16 parameter gradients, then the losses and gradient norms of 10 AdamW steps must agree.
