@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Exercise 8 (README.md beside this file): softmax_forward_gpu and its kernel in train_gpu.cu,
-# checked on the CPU emulator of CUDA: softmax_check.cu (beside this file) includes train_gpu.cu
-# the way dev/gpu/gpu_check.cu does, dev/emu/cuda_emu.py translates it, and g++ builds it with
-# AddressSanitizer and UBSan (out-of-bounds reads and writes, misaligned float4s and missing
+# Exercise 8 (README.md beside this file): softmax_forward_gpu and its kernel in
+# gpt2/gpu/classifier.cuh, checked on the CPU emulator of CUDA: softmax_check.cu (beside this file)
+# includes that header and gpt2/cpu_layers.h, dev/emu/cuda_emu.py translates it, and g++ builds it
+# with AddressSanitizer and UBSan (out-of-bounds reads and writes, misaligned float4s and missing
 # barriers stop it). Needs neither nvcc nor a GPU. Run from the root of the tree.
 set -uo pipefail
 here=doc/exercises/08-gpu-kernel
@@ -11,15 +11,15 @@ mkdir -p "$out"
 py=${PYTHON:-/usr/bin/python3}
 cxx=${CXX:-g++}
 
-if ! grep -q 'softmax_forward_gpu *(' train_gpu.cu; then
-    echo "softmax_forward_gpu not found in train_gpu.cu (see $here/README.md)"
+if ! grep -q 'softmax_forward_gpu *(' gpt2/gpu/classifier.cuh; then
+    echo "softmax_forward_gpu not found in gpt2/gpu/classifier.cuh (see $here/README.md)"
     exit 1
 fi
 "$py" dev/emu/cuda_emu.py "$here/softmax_check.cu" "$out/softmax_check.cpp" >"$out/translate.log" 2>&1 || {
     echo "dev/emu/cuda_emu.py could not translate the check ($out/translate.log):"; tail -n 3 "$out/translate.log"; exit 1; }
 "$cxx" -std=c++17 -O1 -g -fopenmp -fsanitize=address,undefined -fno-sanitize-recover=undefined \
     -include dev/emu/cuda_emu.h -I. "$out/softmax_check.cpp" -o "$out/softmax_check" >"$out/compile.log" 2>&1 || {
-    echo "the check does not compile with your train_gpu.cu ($out/compile.log); is the launcher"
+    echo "the check does not compile with your gpt2/gpu/classifier.cuh ($out/compile.log); is the launcher"
     echo "  static void softmax_forward_gpu(float* probs, const float* logits, int B, int T, int V, int Vp)?"
     grep -m 3 "error" "$out/compile.log"; exit 1; }
 if ! "$out/softmax_check" >"$out/check.txt" 2>&1; then

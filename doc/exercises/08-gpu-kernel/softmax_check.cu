@@ -1,14 +1,13 @@
-// Exercise 8: softmax_forward_gpu (train_gpu.cu) against the CPU's softmax_forward
+// Exercise 8: softmax_forward_gpu (gpt2/gpu/classifier.cuh) against the CPU's softmax_forward
 // (gpt2/cpu_layers.h), on the CPU emulator of CUDA (dev/emu/cuda_emu.h), as dev/gpu/gpu_check.cu checks
 // every kernel: random logits from a fixed seed, the output on the GPU first poisoned with NaN,
 // every element compared with |gpu - cpu| <= atol + rtol * |cpu| (NaN never passes). Shapes with
 // one row, rows that are no multiple of a block, V of 1, of a few, of one block and one more, and
 // GPT-2's 50,257 of 50,304; logits near 0 and logits in the hundreds (where exp without the
 // row's maximum subtracted overflows). Exit status 0 when everything agrees.
-#define TRAIN_CPU_NO_MAIN
-#include "../../../train_cpu.c"
-#define TRAIN_GPU_NO_MAIN
-#include "../../../train_gpu.cu"
+#include "../../../gpt2/random.h"              // random_f32
+#include "../../../gpt2/cpu_layers.h"          // softmax_forward
+#include "../../../gpt2/gpu/classifier.cuh"    // softmax_forward_gpu; cuda_check, malloc_check
 
 static uint64_t check_rng = 42;
 
