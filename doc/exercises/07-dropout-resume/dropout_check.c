@@ -56,7 +56,7 @@ int main(void) {
     double fd = (up - down) / (2 * h), rel = fabs(fd - norm) / norm;
     printf("dropout 0.5: directional derivative along the gradient: finite difference %.5f, backward %.5f "
            "(relative difference %.1e)\n", fd, norm, rel);
-    if (!(rel < 1e-3)) {  // float32 rounding leaves ~1e-5; a wrong mask leaves ~1e-2
+    if (!(rel < 1e-3)) {  // float32 rounding leaves ~1e-4; a wrong mask leaves ~1e-2
         printf("the backward pass is not the derivative of the forward with dropout: does it apply the same mask, "
                "scaled by 1/(1-p), to the gradient of each dropped branch?\n");
         fails++;
