@@ -16,7 +16,7 @@
 // row stride 3C. Each product below is one batched SGEMM over z = b*NH + h.
 
 // att[b,h,t,:] = causal softmax of preatt[b,h,t,0..t]; zeros after t (the att V product reads
-// whole rows of the diagonal tiles). One warp per row; preatt is already scaled by 1/sqrt(hs).
+// whole rows of the diagonal tiles). One warp per row; preatt is already scaled (attention_scale).
 __global__ void attention_softmax_kernel(float* att, const float* preatt, int rows, int T) {
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
