@@ -167,8 +167,8 @@ static inline TrainConfig train_config_parse(int argc, char** argv, TrainConfig 
 // are left out: on several machines, each may keep its copy of the data at another path.
 static inline void train_config_key(const TrainConfig* c, char* key, size_t n) {
     snprintf(key, n, "-e %s -b %d -t %d -d %d -x %d -l %g -u %d -q %g -c %g -v %d -m %d -s %d -g %d -n %d -y %d -S %llu -R %d -p %s",
-             c->init, c->micro_batch, c->T, c->total_batch, c->max_steps, c->learning_rate, c->warmup_steps, c->final_lr_frac,
-             c->weight_decay, c->val_every, c->val_batches, c->sample_every, c->gen_tokens, c->checkpoint_every,
+             c->init, c->micro_batch, c->T, c->total_batch, c->max_steps, c->learning_rate, c->warmup_steps,
+             c->final_lr_frac, c->weight_decay, c->val_every, c->val_batches, c->sample_every, c->gen_tokens, c->checkpoint_every,
              c->resume, (unsigned long long)c->seed, c->shuffle, c->precision != NULL ? c->precision : "default");
 }
 
@@ -405,7 +405,8 @@ static inline void run_print_summary(const Run* run, const GPT2* model) {
                model->num_parameters * 16.0 / 1e6, model->num_activations * 8.0 / 1e6, c->micro_batch, c->T);
     }
     printf("batch: %lld tokens per step = B=%d x T=%d x %d micro-step%s x %d process%s\n", run->step_tokens,
-           c->micro_batch, c->T, run->micro_steps, run->micro_steps > 1 ? "s" : "", procs.size, procs.size > 1 ? "es" : "");
+           c->micro_batch, c->T, run->micro_steps, run->micro_steps > 1 ? "s" : "", procs.size,
+           procs.size > 1 ? "es" : "");
     printf("train: %s (%zu tokens, %zu batches)%s, val: %s\n", c->train_file, run->train.num_tokens,
            run->train.num_batches, c->shuffle ? " shuffled" : "", c->val_every > 0 ? c->val_file : "off");
     printf("steps %d, lr %g (warmup %d, final fraction %g), weight decay %g, seed %llu, threads %d\n",

@@ -748,7 +748,8 @@ static void time_matmul_bf16(const char* name, int N, int C, int OC) {
     snprintf(what, sizeof(what), "mma %s forward", name);
     report_bf16(what, median_ms_gpu([&] { matmul_forward_bf16(d_out, d_inp, d_w, NULL, 1, N, C, OC); }), flops);
     snprintf(what, sizeof(what), "mma %s backward", name);
-    report_bf16(what, median_ms_gpu([&] { matmul_backward_bf16(d_dinp, d_dw, NULL, d_dout, d_inp, d_w, 1, N, C, OC); }), 2 * flops);
+    report_bf16(what, median_ms_gpu([&] { matmul_backward_bf16(d_dinp, d_dw, NULL, d_dout, d_inp, d_w, 1, N, C, OC); }),
+                2 * flops);
 #ifdef USE_CUBLAS
     // row-major C = A B^T is column-major C^T = B A^T: cuBLAS's (OC x C)^T-free form, as gemm_fp32 does
     float one = 1.0f, zero = 0.0f;
@@ -852,7 +853,8 @@ static void check_attention_bf16(int B, int T, int C, int NH, int bench) {
         // useful flops of causal attention: half of the 2 T^2 hs of each of the forward's two products
         // per head, and of the backward's five (S again, dP, dV, dK, dQ)
         double fwd = 2.0 * B * NH * (double)T * T * hs, bwd = 2.5 * fwd;
-        report_bf16("flash attention forward", median_ms_gpu([&] { flash_attention_forward_bf16(d_out, d_lse, d_qkv, B, T, C, NH); }), fwd);
+        report_bf16("flash attention forward",
+                    median_ms_gpu([&] { flash_attention_forward_bf16(d_out, d_lse, d_qkv, B, T, C, NH); }), fwd);
         report_bf16("flash attention backward", median_ms_gpu([&] {
             flash_attention_backward_bf16(d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, C, NH);
         }), bwd);

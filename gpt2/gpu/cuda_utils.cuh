@@ -197,7 +197,8 @@ static void cuda_device_init(void) {
     cuda_device.clock_ghz = clock_khz / 1e6;
     int major = cuda_device.prop.major, minor = cuda_device.prop.minor;
     cuda_device.lanes_per_sm = (major == 7 || (major == 8 && minor == 0)) ? 64 : 128;
-    cuda_device.peak_flops = cuda_device.prop.multiProcessorCount * cuda_device.clock_ghz * 1e9 * cuda_device.lanes_per_sm * 2.0;
+    cuda_device.peak_flops =
+        cuda_device.prop.multiProcessorCount * cuda_device.clock_ghz * 1e9 * cuda_device.lanes_per_sm * 2.0;
     int mem_clock_khz = 0, bus_bits = 0;
     cuda_check(cudaDeviceGetAttribute(&mem_clock_khz, cudaDevAttrMemoryClockRate, device));
     cuda_check(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device));
@@ -224,7 +225,8 @@ static void cuda_device_print(int bf16) {
                "TFLOP/s, the MFU reference\n", peak_flops_bf16() / 1e12);
         return;
     }
-    printf("precision fp32: peak float32 (no tensor cores) %.1f TFLOP/s = %d SMs x %.2f GHz x %d lanes x 2, the MFU reference%s\n",
+    printf("precision fp32: peak float32 (no tensor cores) %.1f TFLOP/s = %d SMs x %.2f GHz x %d lanes x 2, "
+           "the MFU reference%s\n",
            cuda_device.peak_flops / 1e12, cuda_device.prop.multiProcessorCount, cuda_device.clock_ghz,
            cuda_device.lanes_per_sm,
 #ifdef USE_CUBLAS

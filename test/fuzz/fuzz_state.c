@@ -16,7 +16,8 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         TrainState s;
         float m[FUZZ_PARAMS], v[FUZZ_PARAMS];
         read_state(FUZZ_INPUT, &s, m, v, FUZZ_PARAMS);
-        FUZZ_CHECK(s.step >= 0 && s.global_batch >= 1 && s.T >= 1 && s.rng != 0, "accepted step %d, batch %d, T %d, rng %llu",
+        FUZZ_CHECK(s.step >= 0 && s.global_batch >= 1 && s.T >= 1 && s.rng != 0,
+                   "accepted step %d, batch %d, T %d, rng %llu",
                    s.step, s.global_batch, s.T, (unsigned long long)s.rng);
         size_t header = HEADER_INTS * sizeof(int32_t);
         FUZZ_CHECK(size == header + 8 * FUZZ_PARAMS && memcmp(m, data + header, sizeof(m)) == 0 &&
