@@ -168,8 +168,9 @@ static inline TrainConfig train_config_parse(int argc, char** argv, TrainConfig 
 static inline void train_config_key(const TrainConfig* c, char* key, size_t n) {
     snprintf(key, n, "-e %s -b %d -t %d -d %d -x %d -l %g -u %d -q %g -c %g -v %d -m %d -s %d -g %d -n %d -y %d -S %llu -R %d -p %s",
              c->init, c->micro_batch, c->T, c->total_batch, c->max_steps, c->learning_rate, c->warmup_steps,
-             c->final_lr_frac, c->weight_decay, c->val_every, c->val_batches, c->sample_every, c->gen_tokens, c->checkpoint_every,
-             c->resume, (unsigned long long)c->seed, c->shuffle, c->precision != NULL ? c->precision : "default");
+             c->final_lr_frac, c->weight_decay, c->val_every, c->val_batches, c->sample_every, c->gen_tokens,
+             c->checkpoint_every, c->resume, (unsigned long long)c->seed, c->shuffle,
+             c->precision != NULL ? c->precision : "default");
 }
 
 // ---------- the schedule and the divergence stop ----------
