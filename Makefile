@@ -21,6 +21,7 @@
 #        USE_CUBLAS=0, DATA_DIR (local folder holding the source files).
 #
 #   make train_gpu_emu   the whole train_gpu on the CPU emulator of CUDA: build/emu/train_gpu
+#   make race-emu        the kernel checks under the emulator's shared-memory race detector
 
 CC       ?= gcc
 OMP      ?= 1
@@ -136,7 +137,7 @@ else
   ALL_TARGETS := $(CPU_PROGRAMS)
 endif
 
-.PHONY: all data test plot lessons fuzz fuzz-targets fuzz-coverage bench bench-tokenizer bench-cpu bench-infer bench-dp clean gpu-status gpu-checks gpu-emu bench-gpu train_gpu_emu
+.PHONY: all data test plot lessons fuzz fuzz-targets fuzz-coverage bench bench-tokenizer bench-cpu bench-infer bench-dp clean gpu-status gpu-checks gpu-emu race-emu bench-gpu train_gpu_emu
 
 all: $(ALL_TARGETS) gpu-status
 	@echo "built: $(ALL_TARGETS) ($(OMP_STATUS), $(MPI_STATUS))"
@@ -197,26 +198,49 @@ endif
 # The CUDA emulator (dev/emu/cuda_emu.h, no GPU or nvcc needed): the kernels run on the CPU, each
 # block's threads as fibers, under AddressSanitizer and UBSan, which check indexing, bounds,
 # barriers and float4 alignment, not speed. build/emu/gpu_check runs the kernel checks that way,
-# build/emu/train_gpu the whole training program, with train_gpu's command line.
+# build/emu/train_gpu the whole training program, with train_gpu's command line. dev/emu/cuda_emu.py
+# first turns each .cu file into C++ for it (build/emu/NAME.cpp).
 EMU_CXXFLAGS := -std=c++17 -g $(filter -fopenmp,$(CFLAGS)) -fsanitize=address,undefined -fno-sanitize-recover=undefined \
                 -include dev/emu/cuda_emu.h -I.
+# The race detector's builds (build/emu/*_race, build/emu/race_check): GCC's ThreadSanitizer
+# instrumentation puts a call before every load and store, and the emulator (-DCUDA_EMU_RACE)
+# answers them: compiled with -fsanitize=thread, linked without it, so that no ThreadSanitizer
+# runtime is involved. AddressSanitizer cannot be combined with it: the detector checks the
+# bounds of shared memory itself.
+EMU_RACE_CXXFLAGS := -std=c++17 -g $(filter -fopenmp,$(CFLAGS)) -DCUDA_EMU_RACE -fsanitize=thread \
+                     --param=tsan-instrument-func-entry-exit=0 -include dev/emu/cuda_emu.h -I.
+emu_race_build = $(CXX) -O1 $(EMU_RACE_CXXFLAGS) $(1) -c $< -o $@.o && $(CXX) $(filter -fopenmp,$(CFLAGS)) $@.o -o $@ $(2) && rm $@.o
 gpu-emu: build/emu/gpu_check build/emu/instruction_check
+race-emu: build/emu/gpu_check_race build/emu/race_check build/emu/race_check_asan
 train_gpu_emu: build/emu/train_gpu
 
-build/emu/gpu_check: dev/gpu/gpu_check.cu train_gpu.cu train_cpu.c $(GPU_HEADERS) dev/emu/cuda_emu.h dev/emu/cuda_emu.py
+build/emu/gpu_check.cpp: dev/gpu/gpu_check.cu train_gpu.cu train_cpu.c $(GPU_HEADERS) dev/emu/cuda_emu.py
 	@mkdir -p build/emu
-	$(PYTHON) dev/emu/cuda_emu.py dev/gpu/gpu_check.cu build/emu/gpu_check.cpp
-	$(CXX) -O1 $(EMU_CXXFLAGS) build/emu/gpu_check.cpp -o $@
+	$(PYTHON) dev/emu/cuda_emu.py $< $@
+build/emu/instruction_check.cpp: dev/gpu/instruction_check.cu $(GPU_HEADERS) dev/emu/cuda_emu.py
+	@mkdir -p build/emu
+	$(PYTHON) dev/emu/cuda_emu.py $< $@
+build/emu/race_check.cpp: dev/emu/race_check.cu $(GPU_HEADERS) dev/emu/cuda_emu.py
+	@mkdir -p build/emu
+	$(PYTHON) dev/emu/cuda_emu.py $< $@
+build/emu/train_gpu.cpp: train_gpu.cu $(GPU_HEADERS) dev/emu/cuda_emu.py
+	@mkdir -p build/emu
+	$(PYTHON) dev/emu/cuda_emu.py $< $@
 
-build/emu/instruction_check: dev/gpu/instruction_check.cu $(GPU_HEADERS) dev/emu/cuda_emu.h dev/emu/cuda_emu.py
-	@mkdir -p build/emu
-	$(PYTHON) dev/emu/cuda_emu.py dev/gpu/instruction_check.cu build/emu/instruction_check.cpp
-	$(CXX) -O1 $(EMU_CXXFLAGS) build/emu/instruction_check.cpp -o $@
-
-build/emu/train_gpu: train_gpu.cu $(GPU_HEADERS) dev/emu/cuda_emu.h dev/emu/cuda_emu.py build/flags | data
-	@mkdir -p build/emu
-	$(PYTHON) dev/emu/cuda_emu.py train_gpu.cu build/emu/train_gpu.cpp
-	$(CXX) -O2 $(EMU_CXXFLAGS) $(MPI_FLAGS) build/emu/train_gpu.cpp -o $@ $(MPI_LIBS)
+build/emu/gpu_check: build/emu/gpu_check.cpp dev/emu/cuda_emu.h
+	$(CXX) -O1 $(EMU_CXXFLAGS) $< -o $@
+build/emu/instruction_check: build/emu/instruction_check.cpp dev/emu/cuda_emu.h
+	$(CXX) -O1 $(EMU_CXXFLAGS) $< -o $@
+build/emu/race_check_asan: build/emu/race_check.cpp dev/emu/cuda_emu.h
+	$(CXX) -O1 $(EMU_CXXFLAGS) $< -o $@
+build/emu/train_gpu: build/emu/train_gpu.cpp dev/emu/cuda_emu.h build/flags | data
+	$(CXX) -O2 $(EMU_CXXFLAGS) $(MPI_FLAGS) $< -o $@ $(MPI_LIBS)
+build/emu/gpu_check_race: build/emu/gpu_check.cpp dev/emu/cuda_emu.h
+	$(call emu_race_build)
+build/emu/race_check: build/emu/race_check.cpp dev/emu/cuda_emu.h
+	$(call emu_race_build)
+build/emu/train_gpu_race: build/emu/train_gpu.cpp dev/emu/cuda_emu.h build/flags | data
+	$(call emu_race_build,$(MPI_FLAGS),$(MPI_LIBS))
 
 # ---------- data ----------
 

@@ -1,22 +1,40 @@
-// dev/emu/cuda_emu.h: runs our CUDA kernels on the CPU, so that their indexing, bounds and barrier
-// logic can be tested on a machine without a GPU (this one). It is a test tool, not a GPU: it says
-// nothing about speed, and a kernel that passes here still has to be checked on a real device
+// dev/emu/cuda_emu.h: runs our CUDA kernels on the CPU, so that their indexing, bounds, barriers and
+// pipelines can be tested on a machine without a GPU (this one). It is a test tool, not a GPU: it
+// says nothing about speed, and a kernel that passes here still has to be checked on a real device
 // (doc/gpu.md lists what it cannot see, and what covers that on a GPU).
 //
 // How: dev/emu/cuda_emu.py rewrites every launch `kernel<<<grid, block>>>(args)` into
-// `emu_launch("kernel", grid, block, [=]{ kernel(args); })`, and this header (force-included)
-// maps the CUDA runtime onto host memory. Each block runs on one OS thread, its threads as
-// cooperative fibers: a thread runs until it reaches a barrier (__syncthreads, or a warp shuffle,
-// which is a barrier of its warp), then the next thread runs. That is the least synchronised
-// schedule a GPU could choose, so a missing __syncthreads usually shows up as a wrong result here.
-// `__shared__` is `static`, which is shared memory exactly, because blocks run one after another.
+// `emu_launch("kernel", grid, block, [=]{ kernel(args); })` and every `__shared__` array into a
+// piece of one arena (emu_shared_alloc), and this header (force-included) maps the CUDA runtime
+// onto host memory. Each block runs on one OS thread, its threads as cooperative fibers: a thread
+// runs until it reaches a barrier (__syncthreads, or a warp instruction: a shuffle, mma or
+// ldmatrix, which is a barrier of its warp), then another runs. Which warp runs next is the
+// schedule, chosen at run time (CUDA_EMU_SCHEDULE below). A GPU may interleave its warps in any
+// order between two __syncthreads, so a correct kernel gives the same result under every schedule,
+// and one that depends on the order (a missing or misplaced barrier) fails under some of them.
+// Blocks run one after another, so the arena is shared memory exactly.
 // Checked: launch limits (1024 threads, grid y/z <= 65535, 48 KiB static shared memory is up to
 // the compiler), __syncthreads or warp instructions that not every thread of the block/warp
 // reaches, or that the lanes of a warp reach at different instructions (undefined behaviour on a
 // GPU: reported and aborted), ldmatrix and cp.async addresses that are not 16-byte aligned (a
 // fault on a GPU), cp.async copies a thread never waits for, and, built with -fsanitize=address,
-// undefined as the Makefile does: out-of-bounds "device" memory accesses (cudaMalloc is malloc)
-// and misaligned float4 accesses (float4 is 16-byte aligned here as on a GPU).
+// undefined as the Makefile does: out-of-bounds "device" memory accesses (cudaMalloc is malloc),
+// out-of-bounds shared-memory accesses (each array of the arena is followed by a poisoned gap) and
+// misaligned float4 accesses (float4 is 16-byte aligned here as on a GPU).
+//
+// The race detector, built with -DCUDA_EMU_RACE and GCC's -fsanitize=thread instrumentation (whose
+// call before every load and store this header answers itself, without ThreadSanitizer's
+// runtime), in the spirit of compute-sanitizer's racecheck: every byte of the arena has a shadow
+// that remembers its last write and its readers, each with its thread, its source line and the
+// barrier interval (the epoch: __syncthreads to __syncthreads) it happened in. Two accesses to one
+// byte from different warps in the same interval, at least one a write, are a race whatever order
+// they ran in here: the run stops, naming the kernel, both source lines and the shared array. A
+// cp.async copy is a write from its issue until the wait that retires it, and any access to its
+// bytes in between, by any thread, is a race. It also stops at a read of a byte that the block
+// never wrote (what an earlier block left, undefined on a GPU) and at an access past an array's
+// end. Not checked: lanes of one warp against each other (they run together unless the code
+// diverges), global memory, atomics.
+//
 // Tensor-core instructions: gpt2/gpu/matmul_bf16.cuh wraps each PTX instruction its bf16 GEMM needs
 // in a function, and this header defines the same functions from the PTX ISA's definitions, so that
 // the kernels that use them run here too (dev/gpu/instruction_check.cu checks each against a scalar
@@ -28,12 +46,22 @@
 //                             lane to arrive reads the four matrices for the whole warp at once, as
 //                             the single instruction does;
 //   cp_async16, cp_async_commit, cp_async_wait<N>
-//                             each thread queues its copies and performs them only when a wait
-//                             retires their group: a kernel that reads shared memory before the
-//                             wait (and the __syncthreads after it) reads stale data here, as it may
-//                             on a GPU, where the copy lands at some unknown time in between.
+//                             each thread queues its copies; a copy lands (reads global memory and
+//                             writes shared memory) at the latest at the wait that retires its
+//                             group, and earlier if CUDA_EMU_ASYNC says so: a kernel that reads a
+//                             tile before the wait (and the __syncthreads after it) reads stale
+//                             data, as it may on a GPU, where the copy lands at some unknown time.
 // Environment:
-//   CUDA_EMU_REVERSE=1                         each block's threads in reverse order (a second schedule)
+//   CUDA_EMU_SCHEDULE=roundrobin     (the default) every warp in turn runs one step, to its next
+//                                    barrier or warp instruction; warps and lanes in order
+//   CUDA_EMU_SCHEDULE=reverse        the same, warps and lanes in reverse order
+//   CUDA_EMU_SCHEDULE=ahead          one warp at a time runs as far as it can (to a __syncthreads or
+//                                    its end) before the next starts; after every __syncthreads a
+//                                    different warp goes first
+//   CUDA_EMU_SCHEDULE=random[:SEED]  a random warp runs one step at a time, its lanes in random order
+//   CUDA_EMU_ASYNC=wait              (the default) a cp.async copy lands at the wait that retires it
+//   CUDA_EMU_ASYNC=issue             when it is issued
+//   CUDA_EMU_ASYNC=random[:SEED]     at a random point between the two
 //   CUDA_EMU_DRIVER=none|nodevice|old|broken   the driver and GPU that start-up finds (cudaGetDeviceCount)
 //   CUDA_EMU_DEVICES=N                         the number of GPUs it finds (default 1)
 //   CUDA_EMU_FAULT=NAME                        kernel NAME faults as an out-of-bounds access does on a GPU
@@ -43,6 +71,9 @@
 
 #include <ucontext.h>
 #include <sys/mman.h>
+#include <dlfcn.h>
+#include <elf.h>
+#include <unistd.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,10 +90,22 @@ using std::max;
 #define __device__
 #define __host__
 #define __forceinline__ inline
-#define __shared__ static
 #define __launch_bounds__(...)
 #define __align__(n) __attribute__((aligned(n)))
 #define __restrict__ __restrict
+// (__shared__ is not defined: dev/emu/cuda_emu.py turns each declaration into a piece of the arena)
+
+// The emulator's own functions are not instrumented in the race detector's build: they move data
+// for the kernels (an ldmatrix's read, a cp.async copy landing) and tell the detector themselves,
+// as the thread and the source line the kernel's instruction has. EMU_INSTRUCTION: a function
+// that stands for an instruction, never inlined, so that its return address is the kernel's line.
+#ifdef CUDA_EMU_RACE
+#define EMU_INTERNAL __attribute__((no_sanitize_thread))
+#define EMU_INSTRUCTION __attribute__((no_sanitize_thread, noinline))
+#else
+#define EMU_INTERNAL
+#define EMU_INSTRUCTION
+#endif
 
 // ---------- vector types ----------
 struct dim3 {
@@ -115,6 +158,56 @@ template <typename T> static inline T __ldg(const T* p) { return *p; }
 static inline float atomicAdd(float* p, float v) { float old = *p; *p += v; return old; }
 static inline int atomicAdd(int* p, int v) { int old = *p; *p += v; return old; }
 
+// ---------- the configuration: schedule and cp.async landing ----------
+enum { EMU_ROUND_ROBIN, EMU_REVERSE, EMU_AHEAD, EMU_RANDOM };  // CUDA_EMU_SCHEDULE
+enum { EMU_AT_WAIT, EMU_AT_ISSUE, EMU_AT_RANDOM };            // CUDA_EMU_ASYNC
+struct EmuConfig {
+    bool read;
+    int schedule, async;
+    unsigned long long schedule_rng, async_rng;  // the random choices' states, from their seeds
+};
+static EmuConfig emu_cfg;
+
+// The environment variable `var` as the index of one of names[n] (0 when unset). The last name
+// may take a seed, NAME:SEED, returned in *seed (1 when not given). Anything else stops the run.
+static int emu_env_choice(const char* var, const char* const* names, int n, unsigned long long* seed) {
+    const char* v = getenv(var);
+    *seed = 1;
+    if (v == NULL || v[0] == '\0') return 0;
+    for (int i = 0; i < n; i++) {
+        size_t len = strlen(names[i]);
+        if (strncmp(v, names[i], len) != 0) continue;
+        if (v[len] == '\0') return i;
+        if (v[len] == ':' && i == n - 1 && v[len + 1] >= '0' && v[len + 1] <= '9') {
+            char* end;
+            *seed = strtoull(v + len + 1, &end, 10);
+            if (*end == '\0') return i;
+        }
+    }
+    fprintf(stderr, "cuda_emu: %s=%s: expected ", var, v);
+    for (int i = 0; i < n; i++) fprintf(stderr, "%s%s", names[i], i + 2 < n ? ", " : i + 1 < n ? " or " : "");
+    fprintf(stderr, "[:SEED]\n");
+    exit(2);
+}
+
+static void emu_read_config(void) {
+    if (emu_cfg.read) return;
+    static const char* const schedules[] = {"roundrobin", "reverse", "ahead", "random"};
+    static const char* const landings[] = {"wait", "issue", "random"};
+    emu_cfg.schedule = emu_env_choice("CUDA_EMU_SCHEDULE", schedules, 4, &emu_cfg.schedule_rng);
+    emu_cfg.async = emu_env_choice("CUDA_EMU_ASYNC", landings, 3, &emu_cfg.async_rng);
+    emu_cfg.read = true;
+}
+
+// A number in [0, n) from *state (splitmix64: every seed, 0 included, gives a good sequence).
+static inline unsigned emu_random(unsigned long long* state, unsigned n) {
+    unsigned long long z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return (unsigned)(z % n);
+}
+
 // ---------- the scheduler ----------
 // Each thread of a block is a fiber: a stack of its own and a saved stack pointer. Fibers are
 // made once and reused by every block of every launch: a fiber runs the kernel body, marks
@@ -129,6 +222,8 @@ struct EmuCopy {
     const void* src;
     int zero;                       // src_bytes 0: 16 zero bytes, src not read
     int group;                      // its commit group: the cp_async_commit calls before it
+    int landed;                     // already in shared memory (CUDA_EMU_ASYNC=issue or random)
+    const void* pc;                 // where the kernel issued it, for the race detector
 };
 enum { EMU_MAX_COPIES = 64 };       // in flight per thread; a multi-stage tile loader needs a few
 struct EmuThread {
@@ -204,6 +299,258 @@ static void emu_fatal(const char* what) {
 #define EMU_ASAN_FINISH(save, bottom, size) ((void)0)
 #endif
 
+// ---------- shared memory: one arena ----------
+// Every __shared__ array of every kernel (each template instance has its own) is a piece of one
+// arena, given out once, when a thread first reaches the declaration (cuda_emu.py makes each a
+// static reference). Pieces are 128-byte aligned, which covers any __align__, and each is followed
+// by a gap that no array owns: AddressSanitizer is told the gaps are poisoned, and the race
+// detector stops at an access to them, so an index past an array's end is caught as it is on a
+// static array. A new piece holds 0xff bytes (NaN floats), not zeros: a GPU's shared memory starts
+// with whatever was there.
+enum { EMU_ARENA_BYTES = 8 << 20, EMU_ARENA_GAP = 256 };
+struct EmuSharedArray {
+    size_t offset, size;
+    const char* name;
+    const char* kernel;             // the kernel that first declared it
+};
+static char* emu_arena;
+static size_t emu_arena_used;
+static EmuSharedArray emu_arrays[4096];
+static int emu_narrays;
+#ifdef EMU_ASAN
+#include <sanitizer/asan_interface.h>
+#endif
+static void emu_shared_created(size_t offset, size_t size);  // the race detector's shadow, below
+
+static void* emu_shared_alloc(size_t size, const char* name) {
+    if (emu_arena == NULL) {
+        void* a = mmap(NULL, EMU_ARENA_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                       -1, 0);
+        if (a == MAP_FAILED) { fprintf(stderr, "cuda_emu: out of memory for shared memory\n"); exit(1); }
+        emu_arena = (char*)a;
+#ifdef EMU_ASAN
+        ASAN_POISON_MEMORY_REGION(emu_arena, EMU_ARENA_BYTES);
+#endif
+    }
+    size_t offset = (emu_arena_used + 127) / 128 * 128;
+    if (offset + size + EMU_ARENA_GAP > EMU_ARENA_BYTES || emu_narrays == (int)(sizeof(emu_arrays) / sizeof(emu_arrays[0]))) {
+        fprintf(stderr, "cuda_emu: the kernels' __shared__ arrays outgrow the arena (EMU_ARENA_BYTES)\n");
+        exit(1);
+    }
+    emu_arena_used = offset + size + EMU_ARENA_GAP;
+    EmuSharedArray a = {offset, size, name, emu.kernel ? emu.kernel : "?"};
+    emu_arrays[emu_narrays++] = a;
+#ifdef EMU_ASAN
+    ASAN_UNPOISON_MEMORY_REGION(emu_arena + offset, size);
+#endif
+    memset(emu_arena + offset, 0xff, size);
+    emu_shared_created(offset, size);
+    return emu_arena + offset;
+}
+
+EMU_INTERNAL static inline bool emu_in_arena(const void* p) { return (uintptr_t)p - (uintptr_t)emu_arena < emu_arena_used; }
+
+// "name+offset" of the array an arena address falls in, or "the gap after name".
+static void emu_describe_shared(const void* p, char* out, size_t n) {
+    size_t off = (size_t)((const char*)p - emu_arena);
+    const EmuSharedArray* best = NULL;
+    for (int i = 0; i < emu_narrays; i++)
+        if (emu_arrays[i].offset <= off && (best == NULL || emu_arrays[i].offset > best->offset)) best = &emu_arrays[i];
+    if (best == NULL) snprintf(out, n, "arena+%zu", off);
+    else if (off < best->offset + best->size) snprintf(out, n, "%s+%zu (%s)", best->name, off - best->offset, best->kernel);
+    else snprintf(out, n, "%zu bytes past the end of %s (%s, %zu bytes)", off - best->offset - best->size, best->name,
+                  best->kernel, best->size);
+}
+
+// ---------- the race detector (CUDA_EMU_RACE) ----------
+// One shadow per arena byte: its last write, and up to two of its readers since, from different
+// warps (a write races with a reader of another warp; of two readers from different warps, at
+// least one is not the writer's). Each access holds its barrier interval: the epoch, which every
+// __syncthreads and every block start moves on, so accesses of earlier intervals or earlier blocks
+// never compare equal to the current one. A read of a byte whose last write is older than the
+// block (emu_block_epoch) reads what an earlier block left, or the arena's fill: shared memory the
+// block never wrote, which is undefined on a GPU.
+static uint64_t emu_epoch = 1, emu_block_epoch = 1;
+enum { EMU_PENDING = 1, EMU_ASYNC = 2, EMU_LDMATRIX = 4 };
+struct EmuAccess {
+    uint64_t epoch;                 // 0: none
+    uint16_t thread;                // the thread's linear index in its block
+    uint8_t kind;                   // EMU_ASYNC (a cp.async copy; EMU_PENDING until its wait), EMU_LDMATRIX
+    const void* pc;                 // the kernel's instruction, for the report
+};
+struct EmuShadow {
+    EmuAccess write, read, read2;
+    bool owned;                     // inside an array (not in a gap)
+};
+
+#ifndef CUDA_EMU_RACE
+static void emu_shared_created(size_t offset, size_t size) {}
+static inline void emu_race_interval_end(void) {}
+static inline void emu_race_access(const void* p, size_t n, bool write, const void* pc, int kind) {}
+static inline void emu_race_retire(const void* p, size_t n) {}
+#else
+static EmuShadow* emu_shadow;
+
+static void emu_shared_created(size_t offset, size_t size) {
+    if (emu_shadow == NULL) {
+        void* s = mmap(NULL, EMU_ARENA_BYTES * sizeof(EmuShadow), PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (s == MAP_FAILED) { fprintf(stderr, "cuda_emu: out of memory for the race detector's shadow\n"); exit(1); }
+        emu_shadow = (EmuShadow*)s;
+    }
+    for (size_t i = 0; i < size; i++) emu_shadow[offset + i].owned = true;
+}
+
+// "file:line (function)" of a kernel instruction, with the calls it was inlined into after "<-",
+// from the program's debug information (addr2line, from binutils, which GCC needs anyway).
+EMU_INTERNAL static void emu_print_site(const void* pc) {
+    Dl_info info;
+    uintptr_t addr = (uintptr_t)pc - 1;  // pc is a return address: the call is just before it
+    if (dladdr(pc, &info) && info.dli_fbase != NULL && ((const Elf64_Ehdr*)info.dli_fbase)->e_type == ET_DYN)
+        addr -= (uintptr_t)info.dli_fbase;  // a position-independent program: addresses from its start
+    char cmd[256], fn[512], where[512];
+    snprintf(cmd, sizeof cmd, "addr2line -C -f -i -e /proc/%d/exe 0x%llx 2>/dev/null", (int)getpid(),
+             (unsigned long long)addr);
+    FILE* f = popen(cmd, "r");
+    int n = 0;
+    while (f != NULL && fgets(fn, sizeof fn, f) && fgets(where, sizeof where, f)) {
+        fn[strcspn(fn, "\n")] = where[strcspn(where, "\n")] = '\0';
+        fn[strcspn(fn, "(")] = '\0';  // the name with its template arguments, not its parameters
+        if (strstr(where, " (discriminator")) *strstr(where, " (discriminator") = '\0';
+        const char* file = strstr(where, "gpt2/") ? strstr(where, "gpt2/") : strstr(where, "dev/") ? strstr(where, "dev/") : where;
+        fprintf(stderr, "%s%s (%s)", n++ ? " <- " : "", file, fn);
+    }
+    if (f != NULL) pclose(f);
+    if (n == 0) fprintf(stderr, "%p (no line information: build with -g)", pc);
+}
+
+EMU_INTERNAL static void emu_print_access(const char* label, const EmuAccess* a, bool write) {
+    fprintf(stderr, "  %s %s by thread %d (warp %d) at ", label,
+            a->kind & EMU_ASYNC ? (a->kind & EMU_PENDING ? "cp.async copy, in flight (its thread has not waited for it)"
+                                                         : "cp.async copy")
+            : a->kind & EMU_LDMATRIX ? "ldmatrix read" : write ? "write" : "read",
+            a->thread, a->thread / 32);
+    emu_print_site(a->pc);
+    fprintf(stderr, "\n");
+}
+
+EMU_INTERNAL static void emu_race(const void* p, const EmuAccess* first, bool first_write, const EmuAccess* second,
+                                  bool second_write) {
+    char where[256];
+    emu_describe_shared(p, where, sizeof where);
+    fprintf(stderr, "cuda_emu: race on shared memory in kernel %s, block (%u,%u,%u), at %s:\n", emu.kernel,
+            emu.block_idx.x, emu.block_idx.y, emu.block_idx.z, where);
+    emu_print_access("earlier:", first, first_write);
+    emu_print_access("now:    ", second, second_write);
+    if (first->kind & EMU_PENDING)
+        fprintf(stderr, "  before the copy's cp_async_wait (and, for another thread, a __syncthreads after it)\n");
+    else
+        fprintf(stderr, "  with no __syncthreads between them\n");
+    abort();
+}
+
+// The first read in this interval of a byte the block never wrote: reported when the interval
+// ends (emu_race_interval_end), so that a race in the interval, which may be the cause (another
+// warp's write that should have come first), is reported instead.
+static struct { const void* at; EmuAccess read; } emu_unwritten;
+
+// The running thread reads or writes [p, p + n) of the arena at the kernel's instruction pc.
+EMU_INTERNAL static void emu_race_access(const void* p, size_t n, bool write, const void* pc, int kind) {
+    EmuThread* t = emu.cur;
+    if (t == NULL) return;  // the host: not a kernel's access
+    EmuAccess now = {emu_epoch, (uint16_t)t->linear, (uint8_t)kind, pc};
+    int warp = t->linear / 32;
+    size_t off = (size_t)((const char*)p - emu_arena);
+    for (size_t i = 0; i < n; i++) {
+        EmuShadow* s = &emu_shadow[off + i];
+        if (!s->owned) {
+            char where[256];
+            emu_describe_shared((const char*)p + i, where, sizeof where);
+            fprintf(stderr, "cuda_emu: shared-memory %s out of bounds in kernel %s, block (%u,%u,%u), thread %d: %s, at ",
+                    write ? "write" : "read", emu.kernel, emu.block_idx.x, emu.block_idx.y, emu.block_idx.z, t->linear,
+                    where);
+            emu_print_site(pc);
+            fprintf(stderr, "\n");
+            abort();
+        }
+        if (s->write.kind & EMU_PENDING) emu_race((const char*)p + i, &s->write, true, &now, write);
+        if (!write && s->write.epoch < emu_block_epoch && emu_unwritten.at == NULL) {
+            emu_unwritten.at = (const char*)p + i;  // reported at the interval's end, unless a race is first
+            emu_unwritten.read = now;
+        }
+        if (s->write.epoch == emu_epoch && s->write.thread / 32 != warp) emu_race((const char*)p + i, &s->write, true, &now, write);
+        if (write) {
+            if (s->read.epoch == emu_epoch && s->read.thread / 32 != warp) emu_race((const char*)p + i, &s->read, false, &now, true);
+            if (s->read2.epoch == emu_epoch && s->read2.thread / 32 != warp) emu_race((const char*)p + i, &s->read2, false, &now, true);
+            s->write = now;
+        } else if (s->read.epoch != emu_epoch) {
+            s->read = now;
+            s->read2.epoch = 0;
+        } else if (s->read.thread / 32 != warp && s->read2.epoch != emu_epoch) {
+            s->read2 = now;
+        }
+    }
+}
+
+// A __syncthreads or the block's end: the interval's read of unwritten memory, if any, stops the run.
+EMU_INTERNAL static void emu_race_interval_end(void) {
+    if (emu_unwritten.at == NULL) return;
+    char where[256];
+    emu_describe_shared(emu_unwritten.at, where, sizeof where);
+    fprintf(stderr, "cuda_emu: read of shared memory that no thread of this block has written, in kernel %s, "
+            "block (%u,%u,%u), thread %d: %s, at ", emu.kernel, emu.block_idx.x, emu.block_idx.y, emu.block_idx.z,
+            emu_unwritten.read.thread, where);
+    emu_print_site(emu_unwritten.read.pc);
+    fprintf(stderr, "\n");
+    abort();
+}
+
+// A cp.async copy's wait has retired it: from now on its bytes are a plain write of this thread,
+// in this interval, which the other warps may read after the next __syncthreads.
+EMU_INTERNAL static void emu_race_retire(const void* p, size_t n) {
+    size_t off = (size_t)((const char*)p - emu_arena);
+    for (size_t i = 0; i < n; i++) {
+        EmuAccess* w = &emu_shadow[off + i].write;
+        w->kind &= ~EMU_PENDING;
+        w->epoch = emu_epoch;
+    }
+}
+
+// GCC's -fsanitize=thread calls these before every load and store of the instrumented code (the
+// whole program: kernels and host). Only the arena's bytes matter; the rest returns at once.
+#define EMU_TSAN_HOOKS(n)                                                                                          \
+    extern "C" EMU_INTERNAL void __tsan_read##n(void* p) {                                                         \
+        if (emu_in_arena(p)) emu_race_access(p, n, false, __builtin_return_address(0), 0);                        \
+    }                                                                                                              \
+    extern "C" EMU_INTERNAL void __tsan_write##n(void* p) {                                                        \
+        if (emu_in_arena(p)) emu_race_access(p, n, true, __builtin_return_address(0), 0);                         \
+    }                                                                                                              \
+    extern "C" EMU_INTERNAL void __tsan_unaligned_read##n(void* p) {                                               \
+        if (emu_in_arena(p)) emu_race_access(p, n, false, __builtin_return_address(0), 0);                        \
+    }                                                                                                              \
+    extern "C" EMU_INTERNAL void __tsan_unaligned_write##n(void* p) {                                              \
+        if (emu_in_arena(p)) emu_race_access(p, n, true, __builtin_return_address(0), 0);                         \
+    }
+EMU_TSAN_HOOKS(1)
+EMU_TSAN_HOOKS(2)
+EMU_TSAN_HOOKS(4)
+EMU_TSAN_HOOKS(8)
+EMU_TSAN_HOOKS(16)
+extern "C" EMU_INTERNAL void __tsan_read_range(void* p, unsigned long n) {
+    if (emu_in_arena(p)) emu_race_access(p, n, false, __builtin_return_address(0), 0);
+}
+extern "C" EMU_INTERNAL void __tsan_write_range(void* p, unsigned long n) {
+    if (emu_in_arena(p)) emu_race_access(p, n, true, __builtin_return_address(0), 0);
+}
+// Atomic loads: the guards of the static references to the arena (one thread runs at a time).
+extern "C" EMU_INTERNAL unsigned char __tsan_atomic8_load(const volatile void* p, int order) {
+    return __atomic_load_n((const volatile unsigned char*)p, __ATOMIC_ACQUIRE);
+}
+extern "C" EMU_INTERNAL void __tsan_init(void) {}
+extern "C" EMU_INTERNAL void __tsan_func_entry(void* pc) {}
+extern "C" EMU_INTERNAL void __tsan_func_exit(void* pc) {}
+#endif
+
 static void emu_thread_main(void);
 
 #if defined(__x86_64__)
@@ -260,9 +607,21 @@ static void emu_resume(EmuThread* t) {
     EMU_ASAN_FINISH(emu.sched_fake_stack, NULL, NULL);
 }
 
+// Copy c lands: its global bytes (or zeros) into shared memory, once.
+EMU_INTERNAL static void emu_land(EmuCopy* c) {
+    if (c->landed) return;
+    if (c->zero) memset(c->dst, 0, 16);
+    else memcpy(c->dst, c->src, 16);
+    c->landed = 1;
+}
+
 // The running thread -> scheduler, in the given state; returns when the scheduler resumes it.
-static void emu_yield(int state) {
+// With CUDA_EMU_ASYNC=random each of its copies in flight may land now, between its instructions.
+EMU_INTERNAL static void emu_yield(int state) {
     EmuThread* me = emu.cur;
+    if (emu_cfg.async == EMU_AT_RANDOM)
+        for (int i = 0; i < me->ncopies; i++)
+            if (emu_random(&emu_cfg.async_rng, 2) == 0) emu_land(&me->copies[i]);
     me->state = state;
     EMU_ASAN_START(&me->fake_stack, emu.sched_stack_bottom, emu.sched_stack_size);
     emu_switch_out(me);
@@ -329,7 +688,7 @@ static void emu_check_warp_op(int w) {
 }
 // Every lane of the warp writes its value, waits for the others, reads its source lane's value.
 template <typename V>
-static inline V emu_shuffle(unsigned mask, V v, int src) {
+EMU_INTERNAL static V emu_shuffle(unsigned mask, V v, int src) {
     static_assert(sizeof(V) <= 8, "shuffle of a type wider than 8 bytes");
     if (mask != 0xffffffffu) emu_fatal("shuffle with a partial mask is not emulated");
     int w = emu_warp(), lane = emu_lane(), parity = emu_warp_enter("shuffle");
@@ -384,7 +743,7 @@ static inline float emu_mma_b(const uint32_t (*slot)[6], int k, int n) {
 // B. Every lane leaves its a[4], b[2] in the slots; after the barrier it rebuilds the rows of A and
 // columns of B its four outputs need. The products of two bf16 are exact in float32; the sum's
 // order and rounding on a tensor core are unspecified, here it is d, then k = 0..15, in float32.
-static inline void mma_bf16_16816(float* d, const uint32_t* a, const uint32_t* b) {
+EMU_INTERNAL static void mma_bf16_16816(float* d, const uint32_t* a, const uint32_t* b) {
     int w = emu_warp(), lane = emu_lane(), parity = emu_warp_enter("mma_bf16_16816");
     uint32_t* mine = emu.mma_slot[w][parity][lane];
     for (int i = 0; i < 4; i++) mine[i] = a[i];
@@ -410,7 +769,7 @@ static inline bool emu_last_to_arrive(int w) {
 // ldmatrix.sync.aligned.m8n8.x4{.trans}.shared.b16 for the whole warp, from the row addresses in
 // the slots (lanes 8i..8i+7: rows 0..7 of matrix i). Lane l receives in r[i] row l/4, columns
 // 2(l%4) and 2(l%4)+1 of matrix i; with .trans, column l/4 of rows 2(l%4) (low half) and 2(l%4)+1.
-static void emu_ldmatrix_warp(int w, int parity, bool trans) {
+EMU_INTERNAL static void emu_ldmatrix_warp(int w, int parity, bool trans) {
     const unsigned long long* rows = emu.warp_slot[w][parity];
     for (int l = 0; l < 32; l++)
         for (int i = 0; i < 4; i++) {
@@ -427,10 +786,13 @@ static void emu_ldmatrix_warp(int w, int parity, bool trans) {
         }
 }
 // The last lane to arrive reads the memory for all: the instruction loads once for the warp, and a
-// lane released early must not change (by a store to the tile) what the others receive.
-static inline void emu_ldmatrix(uint32_t* r, const void* row, bool trans) {
+// lane released early must not change (by a store to the tile) what the others receive. For the
+// race detector each lane reads its own row, at the kernel's instruction `pc`.
+EMU_INTERNAL static void emu_ldmatrix(uint32_t* r, const void* row, bool trans, const void* pc) {
     if ((uintptr_t)row % 16 != 0) emu_fatal("ldmatrix row address not 16-byte aligned");
+    if (!emu_in_arena(row)) emu_fatal("ldmatrix row address outside shared memory");
     int w = emu_warp(), lane = emu_lane(), parity = emu_warp_enter(trans ? "ldmatrix_x4_trans" : "ldmatrix_x4");
+    emu_race_access(row, 16, false, pc, EMU_LDMATRIX);
     emu.warp_slot[w][parity][lane] = (uintptr_t)row;
     if (emu_last_to_arrive(w)) {
         emu_check_warp_op(w);  // before reading addresses that another instruction's lanes left
@@ -439,17 +801,26 @@ static inline void emu_ldmatrix(uint32_t* r, const void* row, bool trans) {
     emu_yield(EMU_WARP_WAIT);
     memcpy(r, emu.ldmatrix_slot[w][parity][lane], 4 * sizeof(uint32_t));
 }
-static inline void ldmatrix_x4(uint32_t* r, const void* row) { emu_ldmatrix(r, row, false); }
-static inline void ldmatrix_x4_trans(uint32_t* r, const void* row) { emu_ldmatrix(r, row, true); }
+EMU_INSTRUCTION static void ldmatrix_x4(uint32_t* r, const void* row) {
+    emu_ldmatrix(r, row, false, __builtin_return_address(0));
+}
+EMU_INSTRUCTION static void ldmatrix_x4_trans(uint32_t* r, const void* row) {
+    emu_ldmatrix(r, row, true, __builtin_return_address(0));
+}
 
-// cp.async.cg.shared.global [smem], [gmem], 16, src_bytes: queued, performed by the wait that
-// retires its group. The global memory is read then too, the latest moment a GPU may read it.
-static inline void cp_async16(void* smem, const void* gmem, int src_bytes) {
+// cp.async.cg.shared.global [smem], [gmem], 16, src_bytes: queued, and landed (global memory read,
+// shared memory written) at the latest by the wait that retires it (CUDA_EMU_ASYNC: sooner).
+EMU_INSTRUCTION static void cp_async16(void* smem, const void* gmem, int src_bytes) {
     EmuThread* t = emu.cur;
     if ((uintptr_t)smem % 16 != 0 || (uintptr_t)gmem % 16 != 0) emu_fatal("cp.async address not 16-byte aligned");
+    if (!emu_in_arena(smem)) emu_fatal("cp.async destination outside shared memory");
     if (src_bytes != 0 && src_bytes != 16) emu_fatal("cp.async with src_bytes other than 0 or 16 is not emulated");
     if (t->ncopies == EMU_MAX_COPIES) emu_fatal("more cp.async copies in flight than the emulator holds (EMU_MAX_COPIES)");
-    EmuCopy c = {smem, gmem, src_bytes == 0, t->groups_committed};
+    const void* pc = __builtin_return_address(0);
+    emu_race_access(smem, 16, true, pc, EMU_ASYNC | EMU_PENDING);
+    EmuCopy c = {smem, gmem, src_bytes == 0, t->groups_committed, 0, pc};
+    if (emu_cfg.async == EMU_AT_ISSUE || (emu_cfg.async == EMU_AT_RANDOM && emu_random(&emu_cfg.async_rng, 4) == 0))
+        emu_land(&c);
     t->copies[t->ncopies++] = c;
 }
 // cp.async.commit_group: the copies issued since the last commit form the next group.
@@ -457,15 +828,15 @@ static inline void cp_async_commit(void) { emu.cur->groups_committed++; }
 // cp.async.wait_group N: every committed group but the N newest is complete. Copies not yet
 // committed belong to no group, and no wait_group waits for them.
 template <int N>
-static inline void cp_async_wait(void) {
+EMU_INTERNAL static void cp_async_wait(void) {
     static_assert(N >= 0, "cp.async.wait_group N needs N >= 0");
     EmuThread* t = emu.cur;
     int kept = 0;
     for (int i = 0; i < t->ncopies; i++) {  // in issue order, keeping the rest in order
         EmuCopy c = t->copies[i];
         if (c.group < t->groups_committed - N) {
-            if (c.zero) memset(c.dst, 0, 16);
-            else memcpy(c.dst, c.src, 16);
+            emu_land(&c);
+            emu_race_retire(c.dst, 16);
         } else {
             t->copies[kept++] = c;
         }
@@ -473,10 +844,38 @@ static inline void cp_async_wait(void) {
     t->ncopies = kept;
 }
 
-static bool emu_reverse;  // CUDA_EMU_REVERSE=1
+// Runs one step of warp w: each of its lanes that can run, until it waits at a barrier or ends.
+// When they all wait at one warp instruction, it completes, and they run on from it next step.
+EMU_INTERNAL static void emu_step_warp(int w) {
+    int size = emu_warp_size(w), order[32];
+    for (int l = 0; l < size; l++) order[l] = emu_cfg.schedule == EMU_REVERSE ? size - 1 - l : l;
+    if (emu_cfg.schedule == EMU_RANDOM)
+        for (int l = size - 1; l > 0; l--) std::swap(order[l], order[emu_random(&emu_cfg.schedule_rng, l + 1)]);
+    for (int k = 0; k < size; k++) {
+        EmuThread* t = &emu.threads[w * 32 + order[k]];
+        if (t->state == EMU_RUNNABLE) emu_resume(t);
+    }
+    emu.cur = NULL;
+    int waiting = 0;
+    for (int l = 0; l < size; l++) waiting += emu.threads[w * 32 + l].state == EMU_WARP_WAIT;
+    if (waiting == size) {
+        emu_check_warp_op(w);
+        for (int l = 0; l < size; l++) emu.threads[w * 32 + l].state = EMU_RUNNABLE;
+        emu.warp_gen[w]++;
+    }
+}
+// Whether a step of warp w would run anything: after a step, its lanes run on only when released.
+static inline bool emu_warp_ready(int w) {
+    for (int l = 0; l < emu_warp_size(w); l++)
+        if (emu.threads[w * 32 + l].state == EMU_RUNNABLE) return true;
+    return false;
+}
 
-static void emu_run_block(void) {
-    int n = emu.nthreads;
+// Runs the block's warps by the schedule until every warp waits at __syncthreads, which then
+// releases them all, or has ended. A block where no warp can run and neither holds is stuck: a
+// barrier that some threads never reach, or threads waiting at different barriers.
+EMU_INTERNAL static void emu_run_block(void) {
+    int n = emu.nthreads, nwarps = (n + 31) / 32;
     for (int i = 0; i < n; i++) {
         EmuThread* t = &emu.threads[i];
         t->linear = i;
@@ -490,15 +889,27 @@ static void emu_run_block(void) {
     emu.block_gen = 0;
     emu.block_acc[0] = emu.block_acc[1] = 0;
     for (int w = 0; w < 32; w++) emu.warp_gen[w] = 0;
+    emu_block_epoch = ++emu_epoch;  // a new block: nothing an earlier block did races with it
     for (;;) {
-        for (int k = 0; k < n; k++) {
-            int i = emu_reverse ? n - 1 - k : k;
-            if (emu.threads[i].state == EMU_RUNNABLE) emu_resume(&emu.threads[i]);
+        bool ran = false;
+        if (emu_cfg.schedule == EMU_AHEAD) {
+            // the first warp that can run, counting from one that moves on at every __syncthreads
+            for (int k = 0; k < nwarps && !ran; k++) {
+                int w = (int)((k + emu.block_gen) % nwarps);
+                while (emu_warp_ready(w)) { emu_step_warp(w); ran = true; }
+            }
+        } else if (emu_cfg.schedule == EMU_RANDOM) {
+            int ready[32], nready = 0;
+            for (int w = 0; w < nwarps; w++)
+                if (emu_warp_ready(w)) ready[nready++] = w;
+            if (nready > 0) { emu_step_warp(ready[emu_random(&emu_cfg.schedule_rng, nready)]); ran = true; }
+        } else {
+            for (int k = 0; k < nwarps; k++) {
+                int w = emu_cfg.schedule == EMU_REVERSE ? nwarps - 1 - k : k;
+                if (emu_warp_ready(w)) { emu_step_warp(w); ran = true; }
+            }
         }
-        emu.cur = NULL;
-        // Release warps whose lanes all wait at a shuffle.
-        bool released = false;
-        int nwarps = (n + 31) / 32;
+        if (ran) continue;
         for (int w = 0; w < nwarps; w++) {
             int waiting = 0, done = 0, size = emu_warp_size(w);
             for (int l = 0; l < size; l++) {
@@ -506,27 +917,23 @@ static void emu_run_block(void) {
                 waiting += s == EMU_WARP_WAIT;
                 done += s == EMU_DONE;
             }
-            if (waiting == size) {
-                emu_check_warp_op(w);
-                for (int l = 0; l < size; l++) emu.threads[w * 32 + l].state = EMU_RUNNABLE;
-                emu.warp_gen[w]++;
-                released = true;
-            } else if (waiting > 0 && waiting + done == size) {
+            if (waiting > 0 && waiting + done == size) {
                 emu.cur = &emu.threads[w * 32];
                 emu_fatal("a warp instruction (shuffle, mma, ldmatrix) that some lanes of the warp never reach (they exited)");
             }
         }
-        if (released) continue;
         int block_wait = 0, done = 0;
         for (int i = 0; i < n; i++) {
             block_wait += emu.threads[i].state == EMU_BLOCK_WAIT;
             done += emu.threads[i].state == EMU_DONE;
         }
-        if (done == n) break;
+        if (done == n) { emu_race_interval_end(); break; }
         if (block_wait == n) {
+            emu_race_interval_end();
             for (int i = 0; i < n; i++) emu.threads[i].state = EMU_RUNNABLE;
             emu.block_gen++;
             emu.block_acc[emu.block_gen & 1] = 0;
+            emu_epoch++;
             continue;
         }
         emu_fatal(block_wait + done == n
@@ -534,7 +941,6 @@ static void emu_run_block(void) {
                       : "deadlock: threads wait at different barriers (divergent __syncthreads/shuffle)");
     }
 }
-
 // The CUDA runtime's error codes that these programs can meet (the same numbers as CUDA's).
 typedef int cudaError_t;
 enum {
@@ -560,6 +966,7 @@ static void emu_launch(const char* name, dim3 grid, dim3 block, size_t smem, std
         emu.cuda_error = cudaErrorInvalidConfiguration;
         return;
     }
+    emu_read_config();
     for (; emu.capacity < (int)nt; emu.capacity++) {  // fibers are made once, when first needed
         EmuThread* t = &emu.threads[emu.capacity];
         void* s = mmap(NULL, EMU_STACK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -567,8 +974,6 @@ static void emu_launch(const char* name, dim3 grid, dim3 block, size_t smem, std
         t->stack = (char*)s;
         emu_fiber_init(t);
     }
-    const char* rev = getenv("CUDA_EMU_REVERSE");
-    emu_reverse = rev != NULL && rev[0] == '1';
     emu.nthreads = (int)nt;
     emu.block_dim = block;
     emu.grid_dim = grid;

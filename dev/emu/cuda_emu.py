@@ -4,8 +4,11 @@
     python3 dev/emu/cuda_emu.py dev/gpu/gpu_check.cu build/emu/gpu_check.cpp
     g++ -O1 -g -fopenmp -include dev/emu/cuda_emu.h -I. build/emu/gpu_check.cpp -o build/emu/gpu_check
 
-Four rewrites, each keeping line numbers (so errors and __LINE__ point into the original file):
+Five rewrites, each keeping line numbers (so errors and __LINE__ point into the original file):
   kernel<<<grid, block>>>(args);   ->  emu_launch("kernel", grid, block, [=] { kernel(args); });
+  __shared__ T a[N], b[M];         ->  a reference to each array in the emulator's shared-memory
+                                       arena, made once (emu_shared_alloc): where the race detector
+                                       can watch it and each array has a guard gap after it
   #include "other.cu" or ".cuh"    ->  that file, rewritten the same way, inlined behind #line (a
                                        header once: the GPU headers of gpt2/gpu/ have include guards)
   #include "other.h"               ->  the same file by its path from the repository root (the
@@ -87,6 +90,46 @@ def rewrite_launches(s):
         pos = q + 1
 
 
+def split_top(s, sep):
+    """s split at the occurrences of sep outside brackets."""
+    parts, depth, start = [], 0, 0
+    for i, c in enumerate(s):
+        depth += c in "([{<"
+        depth -= c in ")]}>"
+        if c == sep and depth == 0:
+            parts.append(s[start:i])
+            start = i + 1
+    parts.append(s[start:])
+    return parts
+
+
+def rewrite_shared(line, where):
+    """`__shared__ [__align__(n)] T a[dims], b[dims];` on one line -> for each array, a typedef
+    of its type and a static reference to a block of the emulator's arena (the arena aligns every
+    array to 128 bytes, which covers any __align__)."""
+    m = re.match(r"(\s*)__shared__\s+(?:__align__\(\s*\d+\s*\)\s+)?([^;]*);\s*(//.*)?$", line)
+    if m is None:
+        raise SystemExit("cuda_emu.py: %s: a __shared__ declaration it cannot read (write it as "
+                         "`__shared__ [__align__(N)] TYPE name[dims], ...;` on one line): %s" % (where, line.strip()))
+    indent, decl = m.group(1), m.group(2)
+    first = re.match(r"(.*?)\b(\w+)\s*((?:\[[^\]]*\]\s*)*)$", split_top(decl, ",")[0].strip())
+    if first is None or not first.group(1).strip():
+        raise SystemExit("cuda_emu.py: %s: cannot find the type of: %s" % (where, line.strip()))
+    base = first.group(1).strip()
+    declarators = [(first.group(2), first.group(3))]
+    for part in split_top(decl, ",")[1:]:
+        d = re.match(r"\s*(\w+)\s*((?:\[[^\]]*\]\s*)*)$", part)
+        if d is None:
+            raise SystemExit("cuda_emu.py: %s: cannot read the declarator %r in: %s" % (where, part, line.strip()))
+        declarators.append((d.group(1), d.group(2)))
+    out = []
+    for name, dims in declarators:
+        t = "emu_shared_%s_t" % name
+        out.append('typedef %s %s%s; static %s& %s = *(%s*)emu_shared_alloc(sizeof(%s), "%s");'
+                   % (base, t, dims.strip(), t, name, t, t, name))
+    return indent + " ".join(out)
+
+
 def transform(path, inlined=None):
     inlined = set() if inlined is None else inlined
     text = open(path).read()
@@ -104,6 +147,9 @@ def transform(path, inlined=None):
         if re.match(r"\s*#\s*include\s+<(cuda_runtime|cuda_bf16|cublas_v2|nccl)\.h>", line):
             result.append("")
             continue
+        code = line.split("//")[0]
+        if re.search(r"\b__shared__\b", code):
+            line = rewrite_shared(line, "%s:%d" % (path, n))
         m = re.match(r'(\s*#\s*include\s+)"([^"]+)"(.*)', line)
         if m:
             inc = os.path.normpath(os.path.join(os.path.dirname(path), m.group(2)))

@@ -1,0 +1,155 @@
+// dev/emu/race_check.cu: the emulator's race detector (dev/emu/cuda_emu.h, built with
+// -DCUDA_EMU_RACE) against kernels with a known shared-memory race each, and one without. Each racy
+// kernel marks its two racing lines with a comment "race: NAME"; test/test_gpu_emu.sh runs
+// every kernel and requires the clean one to pass (in every schedule) and each racy one to stop
+// with a report naming the kernel and exactly those two lines. Two more faults ride along: an
+// index one past a __shared__ array's end (reported by the race detector's build and by
+// AddressSanitizer's, through the arena's gap after each array), and a read of shared memory that
+// the block never wrote, which holds what an earlier block left (reported by the race detector).
+//
+//   build/emu/race_check NAME     NAME: clean, missing_barrier, reuse_before_barrier,
+//                                 refill_before_barrier, read_before_wait, past_the_end, unwritten
+//
+// Every kernel runs blocks of 64 threads, two warps, on 1024 floats; exit 0 when it ran and its
+// result is right, 1 when the result is wrong (a race the schedule happened to expose).
+
+#include "../../gpt2/gpu/matmul_bf16.cuh"  // cp_async16, cp_async_commit, cp_async_wait; cuda_check
+
+enum { THREADS = 64, TILE = 4 * THREADS, TILES = 4 };  // a tile: 16 bytes (4 floats) per thread
+
+// The right kernel: a two-stage cp.async pipeline over 4 tiles, each thread summing a value that
+// another warp's copy brought in. The refill of a buffer waits for the barrier after its last read.
+__global__ void clean_kernel(float* out, const float* in) {
+    __shared__ __align__(16) float tile[2][TILE];
+    int tid = threadIdx.x, other = (4 * tid + TILE / 2 + 1) % TILE;  // in the other warp's half
+    cp_async16(&tile[0][4 * tid], in + 4 * tid, 16);
+    cp_async_commit();
+    float sum = 0.0f;
+    for (int t = 0; t < TILES; t++) {
+        if (t + 1 < TILES) cp_async16(&tile[(t + 1) % 2][4 * tid], in + (t + 1) * TILE + 4 * tid, 16);
+        cp_async_commit();
+        cp_async_wait<1>();  // tile t has landed (the newest group, t + 1, may be in flight)
+        __syncthreads();     // ... for every thread's copy
+        sum += tile[t % 2][other];
+        __syncthreads();     // every warp is done with buffer t % 2 before iteration t + 1 refills it
+    }
+    cp_async_wait<0>();
+    out[tid] = sum;
+}
+
+// Warp 1 reads what warp 0 writes, with no barrier between.
+__global__ void missing_barrier_kernel(float* out, const float* in) {
+    __shared__ float buf[THREADS];
+    int tid = threadIdx.x;
+    buf[tid] = in[tid];                   // race: missing_barrier
+    out[tid] = buf[THREADS - 1 - tid];    // race: missing_barrier
+}
+
+// A buffer overwritten while another warp may still read it: the write needs a barrier before it.
+__global__ void reuse_before_barrier_kernel(float* out, const float* in) {
+    __shared__ float buf[THREADS];
+    int tid = threadIdx.x;
+    buf[tid] = in[tid];
+    __syncthreads();
+    float x = buf[THREADS - 1 - tid];     // race: reuse_before_barrier
+    buf[tid] = 2.0f * x;                  // race: reuse_before_barrier
+    __syncthreads();
+    out[tid] = buf[THREADS - 1 - tid];
+}
+
+// clean_kernel without the barrier after the read: iteration t + 1 refills buffer t % 2 while
+// the other warp may still be reading it in iteration t.
+__global__ void refill_before_barrier_kernel(float* out, const float* in) {
+    __shared__ __align__(16) float tile[2][TILE];
+    int tid = threadIdx.x, other = (4 * tid + TILE / 2 + 1) % TILE;
+    cp_async16(&tile[0][4 * tid], in + 4 * tid, 16);
+    cp_async_commit();
+    float sum = 0.0f;
+    for (int t = 0; t < TILES; t++) {
+        if (t + 1 < TILES) cp_async16(&tile[(t + 1) % 2][4 * tid], in + (t + 1) * TILE + 4 * tid, 16);  // race: refill_before_barrier
+        cp_async_commit();
+        cp_async_wait<1>();
+        __syncthreads();
+        sum += tile[t % 2][other];        // race: refill_before_barrier
+    }
+    cp_async_wait<0>();
+    out[tid] = sum;
+}
+
+// A thread reads its own copy's destination before waiting for the copy.
+__global__ void read_before_wait_kernel(float* out, const float* in) {
+    __shared__ __align__(16) float tile[TILE];
+    int tid = threadIdx.x;
+    cp_async16(&tile[4 * tid], in + 4 * tid, 16);  // race: read_before_wait
+    cp_async_commit();
+    float x = tile[4 * tid];                        // race: read_before_wait
+    cp_async_wait<0>();
+    __syncthreads();
+    out[tid] = x + tile[4 * tid + 1];
+}
+
+// One element past the end of a shared array.
+__global__ void past_the_end_kernel(float* out, const float* in) {
+    __shared__ float buf[THREADS];
+    int tid = threadIdx.x;
+    buf[tid + 1] = in[tid];               // past_the_end: thread 63 writes buf[64]
+    __syncthreads();
+    out[tid] = buf[tid];
+}
+
+// Block 1 reads buf[0], which only block 0 wrote: on a GPU another block's shared memory, or
+// whatever was left there; here the value block 0 left, the right one by luck.
+__global__ void unwritten_kernel(float* out, const float* in) {
+    __shared__ float buf[THREADS];
+    int tid = threadIdx.x;
+    if (blockIdx.x == 0 || tid > 0) buf[tid] = in[tid];
+    __syncthreads();
+    if (blockIdx.x == 1) out[tid] = buf[tid];  // unwritten: thread 0 of block 1
+}
+
+int main(int argc, char** argv) {
+    const char* names[] = {"clean", "missing_barrier", "reuse_before_barrier", "refill_before_barrier",
+                           "read_before_wait", "past_the_end", "unwritten"};
+    int which = -1;
+    for (int i = 0; i < 7 && argc == 2; i++)
+        if (strcmp(argv[1], names[i]) == 0) which = i;
+    if (which < 0) {
+        fprintf(stderr, "usage: race_check clean|missing_barrier|reuse_before_barrier|refill_before_barrier|"
+                        "read_before_wait|past_the_end|unwritten\n");
+        return 2;
+    }
+    cuda_device_init();
+    float h_in[TILES * TILE], h_out[THREADS], want[THREADS];
+    for (int i = 0; i < TILES * TILE; i++) h_in[i] = (float)(i % 97) - 40.0f;
+    float *in, *out;
+    cuda_check(cudaMalloc(&in, sizeof(h_in)));
+    cuda_check(cudaMalloc(&out, sizeof(h_out)));
+    cuda_check(cudaMemcpy(in, h_in, sizeof(h_in), cudaMemcpyHostToDevice));
+    for (int tid = 0; tid < THREADS; tid++) {  // what each kernel computes when no race spoils it
+        int other = (4 * tid + TILE / 2 + 1) % TILE;
+        float sum = 0.0f;
+        for (int t = 0; t < TILES; t++) sum += h_in[t * TILE + other];
+        want[tid] = which == 0 || which == 3 ? sum
+                    : which == 1           ? h_in[THREADS - 1 - tid]
+                    : which == 2           ? 2.0f * h_in[tid]
+                    : which == 4           ? h_in[4 * tid] + h_in[4 * tid + 1]
+                    : which == 5           ? (tid == 0 ? NAN : h_in[tid - 1])
+                                           : h_in[tid];
+    }
+    switch (which) {
+    case 0: clean_kernel<<<1, THREADS>>>(out, in); launch_check(clean_kernel); break;
+    case 1: missing_barrier_kernel<<<1, THREADS>>>(out, in); launch_check(missing_barrier_kernel); break;
+    case 2: reuse_before_barrier_kernel<<<1, THREADS>>>(out, in); launch_check(reuse_before_barrier_kernel); break;
+    case 3: refill_before_barrier_kernel<<<1, THREADS>>>(out, in); launch_check(refill_before_barrier_kernel); break;
+    case 4: read_before_wait_kernel<<<1, THREADS>>>(out, in); launch_check(read_before_wait_kernel); break;
+    case 5: past_the_end_kernel<<<1, THREADS>>>(out, in); launch_check(past_the_end_kernel); break;
+    case 6: unwritten_kernel<<<2, THREADS>>>(out, in); launch_check(unwritten_kernel); break;
+    }
+    cuda_check(cudaMemcpy(h_out, out, sizeof(h_out), cudaMemcpyDeviceToHost));
+    int bad = 0;
+    for (int tid = (which == 5); tid < THREADS; tid++) bad += h_out[tid] != want[tid];  // buf[0] is never written
+    printf("race_check %s: %s\n", names[which], bad ? "wrong result" : "right result");
+    cuda_check(cudaFree(in));
+    cuda_check(cudaFree(out));
+    return bad ? 1 : 0;
+}
