@@ -1,22 +1,95 @@
 #!/usr/bin/env bash
 # The GPU kernels without a GPU: dev/gpu/gpu_check.cu built for the CPU emulator (dev/emu/cuda_emu.h),
 # which runs every kernel's threads on the CPU, under AddressSanitizer and UBSan. It checks
-# indexing, bounds, barriers and float4 alignment against the CPU reference at small sizes (the kernels
-# in two thread schedules); it says nothing about speed or about what only a real GPU does. First,
-# dev/gpu/instruction_check.cu: the emulated bf16 conversion, mma.sync, ldmatrix and cp.async against
-# their definitions, which the bf16 kernels' checks rely on.
+# indexing, bounds, barriers and float4 alignment against the CPU reference at small sizes; it
+# says nothing about speed or about what only a real GPU does.
+#   1. dev/gpu/instruction_check.cu: the emulated bf16 conversion, mma.sync, ldmatrix and cp.async
+#      against their definitions, which the bf16 kernels' checks rely on.
+#   2. every kernel check in the default schedule, then again with the warps interleaved otherwise
+#      (CUDA_EMU_SCHEDULE: reverse, ahead, random) and the cp.async copies landing at other times
+#      (CUDA_EMU_ASYNC: at issue, at random): a kernel whose result depends on the order of its
+#      warps between two barriers fails in some of them.
+#   3. the race detector (build/emu/*_race): first against dev/emu/race_check.cu's kernels, one
+#      without a race (it must pass in every mode) and one per kind of race (each must be reported
+#      with the kernel and the two lines marked in the source), an index past a __shared__
+#      array's end (reported by both builds) and a read of shared memory the block never wrote;
+#      then every kernel check under it.
 set -u
 cd "$(dirname "$0")/.."
 if ! command -v "${CXX:-g++}" >/dev/null; then echo "skipped: no C++ compiler (${CXX:-g++})"; exit 77; fi
-make -s gpu-emu || { echo "FAIL: build/emu/gpu_check or build/emu/instruction_check does not build"; exit 1; }
+make -s gpu-emu race-emu || { echo "FAIL: the emulator's builds of gpu_check, instruction_check or race_check do not build"; exit 1; }
 export ASAN_OPTIONS=detect_leaks=0
-echo "--- the emulated tensor-core instructions against their definitions ---"
-build/emu/instruction_check 2>&1 | grep -v "ASan doesn't fully support makecontext"
-[ "${PIPESTATUS[0]}" -eq 0 ] || { echo "FAIL: an emulated instruction disagrees with its definition"; exit 1; }
-build/emu/gpu_check --quick 2>&1 | grep -v "ASan doesn't fully support makecontext"
-[ "${PIPESTATUS[0]}" -eq 0 ] || { echo "FAIL: emulated GPU kernels disagree with the CPU"; exit 1; }
-echo "--- the kernels again, the threads of each block in reverse order ---"
-CUDA_EMU_REVERSE=1 build/emu/gpu_check --quick encoder layernorm matmul attention gelu residual classifier clip adamw \
-  matmul_bf16 attention_bf16 adamw_bf16 2>&1 | grep -v "ASan doesn't fully support makecontext"
-[ "${PIPESTATUS[0]}" -eq 0 ] || { echo "FAIL: emulated GPU kernels disagree with the CPU (reverse schedule)"; exit 1; }
-echo "ok: every kernel and the model agree with the CPU under emulation"
+status=0
+# quiet RUN...: runs it, without ASan's note about fibers
+quiet() { "$@" 2>&1 | grep -v "ASan doesn't fully support makecontext"; return "${PIPESTATUS[0]}"; }
+
+echo "--- 1. the emulated tensor-core instructions against their definitions ---"
+for async in wait issue random:7; do
+  quiet env CUDA_EMU_ASYNC=$async build/emu/instruction_check ||
+    { echo "FAIL: an emulated instruction disagrees with its definition (CUDA_EMU_ASYNC=$async)"; status=1; }
+done
+
+echo "--- 2. every kernel against the CPU, in several schedules ---"
+quiet build/emu/gpu_check --quick || { echo "FAIL: emulated GPU kernels disagree with the CPU"; status=1; }
+kernels=(encoder layernorm matmul attention gelu residual classifier clip adamw matmul_bf16 attention_bf16 adamw_bf16)
+for mode in "CUDA_EMU_SCHEDULE=reverse" "CUDA_EMU_SCHEDULE=ahead CUDA_EMU_ASYNC=issue" \
+            "CUDA_EMU_SCHEDULE=random:11 CUDA_EMU_ASYNC=random:12"; do
+  echo "--- the kernels again, $mode ---"
+  quiet env $mode build/emu/gpu_check --quick "${kernels[@]}" >build/emu/schedule.log ||
+    { cat build/emu/schedule.log; echo "FAIL: emulated GPU kernels disagree with the CPU under $mode"; status=1; }
+  grep -c "^  ok" build/emu/schedule.log | sed 's/$/ checks ok/'
+done
+
+echo "--- 3. the race detector on kernels with planted races ---"
+for mode in "" "CUDA_EMU_SCHEDULE=reverse" "CUDA_EMU_SCHEDULE=ahead CUDA_EMU_ASYNC=issue" \
+            "CUDA_EMU_SCHEDULE=random:5 CUDA_EMU_ASYNC=random:6"; do
+  env $mode build/emu/race_check clean >build/emu/race.log 2>&1 ||
+    { cat build/emu/race.log; echo "FAIL: the race-free kernel fails under ${mode:-the default schedule}"; status=1; }
+done
+echo "ok   clean: no race reported, right result, in 4 modes"
+for race in missing_barrier reuse_before_barrier refill_before_barrier read_before_wait; do
+  lines=$(grep -n "// race: $race\$" dev/emu/race_check.cu | cut -d: -f1)
+  ( build/emu/race_check $race ) >build/emu/race.log 2>&1  # (in a subshell: its abort message goes to the log)
+  rc=$?
+  ok=1
+  [ $rc -ne 0 ] && grep -q "race on shared memory in kernel ${race}_kernel" build/emu/race.log || ok=0
+  for l in $lines; do grep -q "dev/emu/race_check.cu:$l " build/emu/race.log || ok=0; done
+  if [ $ok = 1 ] && [ "$(echo $lines | wc -w)" = 2 ]; then
+    echo "ok   $race: reported at lines $(echo $lines)"
+  else
+    echo "FAIL $race: expected a race report naming ${race}_kernel and lines $(echo $lines) (exit $rc):"
+    cat build/emu/race.log; status=1
+  fi
+done
+line=$(grep -n "// past_the_end" dev/emu/race_check.cu | head -1 | cut -d: -f1)
+( build/emu/race_check past_the_end ) >build/emu/race.log 2>&1
+if [ $? -ne 0 ] && grep -q "shared-memory write out of bounds in kernel past_the_end_kernel.*past the end of buf.*race_check.cu:$line " build/emu/race.log; then
+  echo "ok   past_the_end: reported by the race detector at line $line"
+else
+  echo "FAIL past_the_end: the race detector's build should report the write past buf's end at line $line:"
+  cat build/emu/race.log; status=1
+fi
+( build/emu/race_check_asan past_the_end ) >build/emu/race.log 2>&1
+if [ $? -ne 0 ] && grep -q "race_check.cu:$line" build/emu/race.log; then
+  echo "ok   past_the_end: reported by the AddressSanitizer/UBSan build at line $line"
+else
+  echo "FAIL past_the_end: the AddressSanitizer/UBSan build should report the write past buf's end at line $line:"
+  head -5 build/emu/race.log; status=1
+fi
+
+line=$(grep -n "// unwritten: " dev/emu/race_check.cu | cut -d: -f1)
+( build/emu/race_check unwritten ) >build/emu/race.log 2>&1
+if [ $? -ne 0 ] && grep -q "read of shared memory that no thread of this block has written, in kernel unwritten_kernel, block (1,0,0), thread 0: buf+0 .*race_check.cu:$line " build/emu/race.log; then
+  echo "ok   unwritten: block 1's read of what only block 0 wrote, reported at line $line"
+else
+  echo "FAIL unwritten: the race detector should report block 1's read of buf[0] at line $line:"
+  cat build/emu/race.log; status=1
+fi
+
+echo "--- every kernel check under the race detector ---"
+build/emu/gpu_check_race --quick >build/emu/race.log 2>&1 ||
+  { tail -20 build/emu/race.log; echo "FAIL: a kernel races on shared memory, or disagrees with the CPU"; status=1; }
+grep -c "^  ok" build/emu/race.log | sed 's/$/ checks ok, no race/'
+
+[ $status -eq 0 ] && echo "ok: every kernel agrees with the CPU under emulation, in every schedule, with no shared-memory race"
+exit $status

@@ -11,12 +11,16 @@
 #      asynchronously, as a GPU does): the run stops with one line naming the CUDA error and the
 #      call that saw it; with GPU_DEBUG=1 the line names the kernel;
 #   4. precision: bf16 by default on the emulated H100; a bad -p, -p bf16 given to train_cpu, and
-#      a head size flash attention is not built for are one-line errors (-p fp32 trains that model).
+#      a head size flash attention is not built for are one-line errors (-p fp32 trains that model);
+#   5. schedules and races: a short run with validation and a sample, in fp32 and bf16, with the
+#      warps interleaved and the cp.async copies landing in other ways (CUDA_EMU_SCHEDULE,
+#      CUDA_EMU_ASYNC), and under the shared-memory race detector (build/emu/train_gpu_race): every
+#      run must write the same bytes, since no kernel's result may depend on the order of its warps.
 set -u
 . "$(dirname "$0")/lib.sh"
 if ! command -v "${CXX:-g++}" >/dev/null; then echo "skipped: no C++ compiler (${CXX:-g++})"; exit 77; fi
 need_python numpy
-make -s train_gpu_emu || { echo "FAIL: build/emu/train_gpu does not build"; exit 1; }
+make -s train_gpu_emu build/emu/train_gpu_race || { echo "FAIL: build/emu/train_gpu or build/emu/train_gpu_race does not build"; exit 1; }
 export ASAN_OPTIONS=detect_leaks=0
 status=0
 
@@ -90,5 +94,31 @@ else
   echo "FAIL: the default run on the emulated H100 should say precision bf16:"; head -3 "$dir/default.out"; status=1
 fi
 
-[ $status -eq 0 ] && echo "ok: the emulated train_gpu follows train_cpu in fp32 and bf16, resumes exactly, and reports start-up, precision and kernel failures"
+echo "--- 5. the same run in several schedules, and under the race detector"
+$PY dev/reference/gpt2_ref.py make-model --model "$dir/sched.bin" --tokens "$dir/sched_tokens.bin" --V 97 --maxT 32 \
+  --L 2 --NH 2 --C 32 --ntokens 2000 --seed 5 >/dev/null || exit 1
+sched=(-e "$dir/sched.bin" -i "$dir/sched_tokens.bin" -j "$dir/sched_tokens.bin" -b 2 -t 32 -x 3 -v 3 -s 3 -g 8)
+for prec in fp32 bf16; do
+  n=0
+  for mode in "" "CUDA_EMU_SCHEDULE=reverse" "CUDA_EMU_SCHEDULE=ahead CUDA_EMU_ASYNC=issue" \
+              "CUDA_EMU_SCHEDULE=random:3 CUDA_EMU_ASYNC=random:4" race; do
+    n=$((n + 1)); out="$dir/sched_${prec}_$n"
+    bin=build/emu/train_gpu; [ "$mode" = race ] && bin=build/emu/train_gpu_race && mode=""
+    what="${mode:-the default schedule}"; [ "$bin" = build/emu/train_gpu_race ] && what="the race detector"
+    if ! env $mode $bin "${sched[@]}" -p $prec -o "$out" >"$out.stdout" 2>&1; then
+      echo "FAIL: -p $prec under $what:"; tail -8 "$out.stdout"; status=1; continue
+    fi
+    if [ $n -gt 1 ]; then
+      for f in model_00000003.bin state_00000003.bin; do
+        cmp -s "$dir/sched_${prec}_1/$f" "$out/$f" ||
+          { echo "FAIL: -p $prec under $what wrote another $f than in the default schedule"; status=1; }
+      done
+      diff <(grep -v "ms\|wrote" "$dir/sched_${prec}_1.stdout") <(grep -v "ms\|wrote" "$out.stdout") >/dev/null ||
+        { echo "FAIL: -p $prec under $what printed other losses or samples than in the default schedule"; status=1; }
+    fi
+    echo "ok   -p $prec under $what: $(grep '^step    3/3' "$out.stdout" | cut -d'|' -f1-2)"
+  done
+done
+
+[ $status -eq 0 ] && echo "ok: the emulated train_gpu follows train_cpu in fp32 and bf16, resumes exactly, gives the same bytes in every schedule with no shared-memory race, and reports start-up, precision and kernel failures"
 exit $status
