@@ -88,6 +88,21 @@ static inline double parallel_sum(double x) {
     return x;
 }
 
+// The lowest rank for which `yes` holds, or -1 when it holds on none; every rank must call it.
+// A check that every rank makes finds its error on one rank, or on several: the first of them
+// then reports it, once, and the others wait in parallel_await_stop for it to stop the run.
+static inline int parallel_first_rank(int yes) {
+    int first = yes ? procs.rank : procs.size;
+    if (procs.mpi) MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    return first == procs.size ? -1 : first;
+}
+
+// Waits while another rank reports an error: its fail() ends every rank (MPI_Abort).
+static inline void parallel_await_stop(void) {
+    MPI_Barrier(MPI_COMM_WORLD);  // never completes: the reporting rank is not coming
+    exit(1);
+}
+
 // Every rank must have been given the same `key` (its options, as text): one line from rank 0
 // when they differ, naming the first rank that differs.
 static inline void parallel_check_same(const char* what, const char* key) {
@@ -95,12 +110,37 @@ static inline void parallel_check_same(const char* what, const char* key) {
     char first[1024];
     snprintf(first, sizeof(first), "%s", key);
     MPI_Bcast(first, sizeof(first), MPI_CHAR, 0, MPI_COMM_WORLD);
-    int differs = strncmp(first, key, sizeof(first) - 1) != 0 ? procs.rank : procs.size;
-    MPI_Allreduce(MPI_IN_PLACE, &differs, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    if (differs == procs.size) return;
+    int differs = parallel_first_rank(strncmp(first, key, sizeof(first) - 1) != 0);
+    if (differs < 0) return;
     if (procs.rank == 0) fail("rank %d was started with other %s than rank 0: give every rank the same", differs, what);
-    MPI_Barrier(MPI_COMM_WORLD);  // rank 0 stops the run
-    exit(1);
+    parallel_await_stop();
+}
+
+// The lowest rank, other than this one, that runs on this machine and passed the same `text`
+// (its first 127 characters); -1 when none did. Every rank must call it: the processes of each
+// machine (those that share its memory, as parallel_init counts them) compare their texts, so
+// that two processes given one thing that only one should have (a GPU) can find each other.
+static inline int parallel_local_same(const char* text) {
+    if (!procs.mpi) return -1;
+    enum { LEN = 128 };
+    MPI_Comm local;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, procs.rank, MPI_INFO_NULL, &local);
+    int n = 0;
+    MPI_Comm_size(local, &n);
+    char mine[LEN];
+    snprintf(mine, sizeof(mine), "%s", text);
+    char* texts = (char*)malloc_check((size_t)n * LEN);
+    int* ranks = (int*)malloc_check((size_t)n * sizeof(int));
+    MPI_Allgather(mine, LEN, MPI_CHAR, texts, LEN, MPI_CHAR, local);
+    MPI_Allgather(&procs.rank, 1, MPI_INT, ranks, 1, MPI_INT, local);
+    int same = -1;  // the texts come in rank order (the split's key), so the first match is the lowest
+    for (int i = 0; i < n && same < 0; i++) {
+        if (ranks[i] != procs.rank && strcmp(texts + (size_t)i * LEN, mine) == 0) same = ranks[i];
+    }
+    free(texts);
+    free(ranks);
+    MPI_Comm_free(&local);
+    return same;
 }
 
 #else  // built without MPI: always the only process
@@ -117,7 +157,10 @@ static inline void parallel_finalize(void) {}
 static inline void parallel_barrier(void) {}
 static inline void parallel_sum_floats(float* x, size_t n) {}
 static inline double parallel_sum(double x) { return x; }
+static inline int parallel_first_rank(int yes) { return yes ? 0 : -1; }
+static inline void parallel_await_stop(void) { exit(1); }
 static inline void parallel_check_same(const char* what, const char* key) {}
+static inline int parallel_local_same(const char* text) { return -1; }
 
 #endif
 
