@@ -1004,6 +1004,7 @@ struct cudaDeviceProp {
     char name[256];
     size_t totalGlobalMem, sharedMemPerBlock;
     int multiProcessorCount, major, minor, maxThreadsPerBlock;
+    int pciDomainID, pciBusID, pciDeviceID;
 };
 
 // Each error's name and CUDA's own wording of it.
@@ -1064,28 +1065,67 @@ static cudaError_t cudaDriverGetVersion(int* v) {
     return cudaSuccess;
 }
 static cudaError_t cudaRuntimeGetVersion(int* v) { *v = 13000; return cudaSuccess; }
+// The machine has CUDA_EMU_DEVICES GPUs (default 1), its physical devices 0..N-1, and the process
+// sees those that CUDA_VISIBLE_DEVICES lists, as with the real runtime, by which a scheduler gives
+// each process its GPUs: a comma-separated list of physical indices, read up to the first entry
+// that is not one (the rest is ignored); unset, every GPU. Device d of the process, as cudaSetDevice
+// numbers it, is physical device emu_visible[d]. (The runtime also takes GPU UUIDs there; the
+// emulator, indices only.)
+#define EMU_MAX_DEVICES 64
+static int emu_visible[EMU_MAX_DEVICES];
+static int emu_visible_devices(void) {  // fills emu_visible, returns how many
+    const char* devices = getenv("CUDA_EMU_DEVICES");
+    int physical = devices != NULL ? atoi(devices) : 1;
+    physical = physical < 0 ? 0 : physical > EMU_MAX_DEVICES ? EMU_MAX_DEVICES : physical;
+    const char* list = getenv("CUDA_VISIBLE_DEVICES");
+    if (list == NULL) {
+        for (int i = 0; i < physical; i++) emu_visible[i] = i;
+        return physical;
+    }
+    int n = 0;
+    for (const char* p = list; n < EMU_MAX_DEVICES;) {
+        char* end;
+        long i = strtol(p, &end, 10);
+        if (end == p || (*end != ',' && *end != '\0') || i < 0 || i >= physical) break;
+        emu_visible[n++] = (int)i;
+        if (*end == '\0') break;
+        p = end + 1;
+    }
+    return n;
+}
 static cudaError_t cudaGetDeviceCount(int* n) {
     const char* d = emu_driver();
     *n = 0;
     if (strcmp(d, "none") == 0 || strcmp(d, "old") == 0) return cudaErrorInsufficientDriver;
     if (strcmp(d, "nodevice") == 0) return cudaErrorNoDevice;
     if (strcmp(d, "broken") == 0) return cudaErrorSystemDriverMismatch;
-    const char* devices = getenv("CUDA_EMU_DEVICES");
-    *n = devices != NULL ? atoi(devices) : 1;
-    return cudaSuccess;
+    *n = emu_visible_devices();
+    return *n == 0 ? cudaErrorNoDevice : cudaSuccess;
 }
 static int emu_device = 0;
-static cudaError_t cudaSetDevice(int d) {
+static int emu_valid_device(int d) {
     int n;
-    cudaGetDeviceCount(&n);
-    if (d < 0 || d >= n) return cudaErrorInvalidValue;
+    return cudaGetDeviceCount(&n) == cudaSuccess && d >= 0 && d < n;
+}
+static cudaError_t cudaSetDevice(int d) {
+    if (!emu_valid_device(d)) return cudaErrorInvalidValue;
     emu_device = d;
     return cudaSuccess;
 }
 static cudaError_t cudaGetDevice(int* d) { *d = emu_device; return cudaSuccess; }
+// Each physical GPU sits on its own PCI bus (physical device i on bus i + 1), so that processes
+// can tell whether they were given the same GPU, whatever numbers their CUDA_VISIBLE_DEVICES
+// gives it. The id reads as the runtime writes it: domain:bus:device.function, in hex.
+static cudaError_t cudaDeviceGetPCIBusId(char* id, int len, int d) {
+    if (!emu_valid_device(d) || len <= 0) return cudaErrorInvalidValue;
+    snprintf(id, (size_t)len, "0000:%02x:00.0", emu_visible[d] + 1);
+    return cudaSuccess;
+}
 // The emulated device pretends to be an H100 SXM, so that table lookups have something to find.
 static cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d) {
+    if (!emu_valid_device(d)) return cudaErrorInvalidValue;
     memset(p, 0, sizeof(*p));
+    p->pciBusID = emu_visible[d] + 1;
     strcpy(p->name, "cuda_emu (CPU emulation of an H100 SXM)");
     p->totalGlobalMem = 80ull << 30;
     p->sharedMemPerBlock = 48 << 10;
@@ -1182,6 +1222,18 @@ static ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId 
     ncclUniqueId first = id;
     MPI_Bcast(&first, sizeof(first), MPI_BYTE, 0, MPI_COMM_WORLD);
     if (memcmp(&first, &id, sizeof(id)) != 0) return ncclInvalidArgument;
+    // NCCL refuses two ranks of one machine on the same GPU (it compares their PCI bus ids): so
+    // does this, comparing the physical devices the ranks took
+    MPI_Comm local;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, mpi_rank, MPI_INFO_NULL, &local);
+    int local_size = 0, mine = emu_visible[emu_device], shared = 0;
+    MPI_Comm_size(local, &local_size);
+    int* devices = (int*)malloc(local_size * sizeof(int));
+    MPI_Allgather(&mine, 1, MPI_INT, devices, 1, MPI_INT, local);
+    for (int i = 0; i < local_size; i++) shared += devices[i] == mine;
+    free(devices);
+    MPI_Comm_free(&local);
+    if (shared > 1) return ncclInvalidUsage;
     emu_nccl_comm* c = new emu_nccl_comm;
     MPI_Comm_dup(MPI_COMM_WORLD, &c->comm);
     c->rank = rank;
