@@ -219,6 +219,7 @@ int main(int argc, char** argv) {
     cuda_device_init();  // no device: one line, exit 1
     int bf16 = choose_bf16(cfg.precision);
     rank0_first_end();
+    cuda_device_check_own();  // under mpirun, every rank: two processes on one GPU stop the run
     char key[1024];
     train_config_key(&cfg, key, sizeof(key));
     parallel_check_same("options", key);

@@ -4,9 +4,13 @@
 # AddressSanitizer and UBSan. It is checked as a user runs it:
 #   1. against train_cpu with the same flags, and resumed against uninterrupted, in fp32 and in
 #      bf16 (test/train_gpu_checks.sh, which test/test_gpu.sh runs on a real GPU too);
-#   2. start-up: "no CUDA device" only when there is none; a driver older than the runtime, or
-#      another CUDA error, is a failure that names it (the emulator plays each case:
-#      CUDA_EMU_DRIVER=none|nodevice|old|broken). One line on stderr, exit 1, nothing on stdout;
+#   2. start-up: "no CUDA device" only when there is none (or CUDA_VISIBLE_DEVICES hides every
+#      GPU); a driver older than the runtime, or another CUDA error, is a failure that names it
+#      (the emulator plays each case: CUDA_EMU_DRIVER=none|nodevice|old|broken). One line on
+#      stderr, exit 1, nothing on stdout. Under mpirun, with 2 emulated GPUs (CUDA_EMU_DEVICES):
+#      2 ranks each given its own GPU by CUDA_VISIBLE_DEVICES, as a scheduler does, train; 2 ranks
+#      given the same GPU, 2 ranks on a machine of one GPU, and 3 ranks on 2 GPUs stop with one
+#      error line, a non-zero exit, and no hang;
 #   3. a kernel that faults (CUDA_EMU_FAULT=NAME makes the emulator report an illegal address
 #      asynchronously, as a GPU does): the run stops with one line naming the CUDA error and the
 #      call that saw it; with GPU_DEBUG=1 the line names the kernel;
@@ -22,6 +26,9 @@ if ! command -v "${CXX:-g++}" >/dev/null; then echo "skipped: no C++ compiler ($
 need_python numpy
 make -s train_gpu_emu build/emu/train_gpu_race || { echo "FAIL: build/emu/train_gpu or build/emu/train_gpu_race does not build"; exit 1; }
 export ASAN_OPTIONS=detect_leaks=0
+# the emulator honours CUDA_VISIBLE_DEVICES as CUDA does: a GPU machine's setting (a scheduler's)
+# must not hide its emulated GPUs
+unset CUDA_VISIBLE_DEVICES
 status=0
 
 bash test/train_gpu_checks.sh build/emu/train_gpu fp32 || status=1
@@ -54,12 +61,56 @@ expect_quiet_stdout() {  # start-up failures come before anything is printed
 echo "--- start-up"
 expect no-driver "no CUDA device found (no NVIDIA driver is installed); use ./train_cpu instead" CUDA_EMU_DRIVER=none
 expect no-gpu "no CUDA device found (the NVIDIA driver sees no GPU); use ./train_cpu instead" CUDA_EMU_DRIVER=nodevice
+expect hidden-gpus 'no CUDA device found (the NVIDIA driver sees no GPU, or none that CUDA_VISIBLE_DEVICES="2" names)' \
+  CUDA_EMU_DEVICES=2 CUDA_VISIBLE_DEVICES=2
 expect old-driver "the NVIDIA driver supports CUDA up to 12.4, but train_gpu was built with CUDA 13.0" CUDA_EMU_DRIVER=old
 expect broken-driver "CUDA cannot use the GPU: system has unsupported display driver / cuda driver combination (cudaErrorSystemDriverMismatch)" CUDA_EMU_DRIVER=broken
-for name in no-driver no-gpu old-driver broken-driver; do expect_quiet_stdout $name; done
+for name in no-driver no-gpu hidden-gpus old-driver broken-driver; do expect_quiet_stdout $name; done
 for name in old-driver broken-driver; do
   grep -q "no CUDA device" "$dir/$name.err" && { echo "FAIL $name: a GPU that is there but unusable reported as no device"; status=1; }
 done
+
+echo "--- one GPU per process, under mpirun"
+if ! command -v mpirun >/dev/null || ! ldd build/emu/train_gpu 2>/dev/null | grep -q libmpi; then
+  echo "skipped: the runs under mpirun (no mpirun here, or build/emu/train_gpu was built without MPI)"
+else
+  $PY dev/reference/gpt2_ref.py make-model --model "$dir/gpus.bin" --tokens "$dir/gpus_tokens.bin" --V 97 --maxT 16 \
+    --L 1 --NH 2 --C 32 --ntokens 100 --seed 5 >/dev/null || exit 1
+  small=(build/emu/train_gpu -e "$dir/gpus.bin" -i "$dir/gpus_tokens.bin" -b 1 -t 8 -x 1 -v 0 -s 0)
+  # each rank given its own GPU, as a scheduler does (mpirun's "-np 1 A : -np 1 B" starts rank 0
+  # as A, rank 1 as B): each sees one GPU and takes it
+  CUDA_EMU_DEVICES=2 MPI_TIMEOUT=60 mpi_run 1 env CUDA_VISIBLE_DEVICES=0 "${small[@]}" : \
+    -np 1 env CUDA_VISIBLE_DEVICES=1 "${small[@]}" >"$dir/own-gpus.out" 2>&1
+  rc=$?
+  if [ $rc -eq 0 ] && grep -q "^step    1/1 | loss .* x 2 processes" "$dir/own-gpus.out"; then
+    echo "ok   own-gpus: 2 ranks, CUDA_VISIBLE_DEVICES=0 and 1, train"
+  else
+    echo "FAIL own-gpus: 2 ranks given CUDA_VISIBLE_DEVICES=0 and 1 should train; exit $rc:"; tail -5 "$dir/own-gpus.out"
+    status=1
+  fi
+  # expect_mpi NAME TEXT ARGS...: mpirun ARGS (test/lib.sh: mpi_run) stops within 60 s with a
+  # non-zero exit and exactly one error line, which contains TEXT (mpirun adds its own notice)
+  expect_mpi() {
+    local name=$1 text=$2 start=$SECONDS; shift 2
+    MPI_TIMEOUT=60 mpi_run "$@" >"$dir/$name.out" 2>"$dir/$name.err"
+    local rc=$? lines; lines=$(grep -c '^error: ' "$dir/$name.err")
+    if [ $rc -eq 124 ]; then
+      echo "FAIL $name: still running after 60 s (a hang)"; status=1
+    elif [ $rc -ne 0 ] && [ "$lines" -eq 1 ] && grep '^error: ' "$dir/$name.err" | grep -qF -- "$text"; then
+      echo "ok   $name: exit $rc in $((SECONDS - start)) s: $(grep '^error: ' "$dir/$name.err")"
+    else
+      echo "FAIL $name: expected a non-zero exit and one error line with \"$text\"; got exit $rc, $lines error lines:"
+      cat "$dir/$name.err"; status=1
+    fi
+  }
+  same_gpu="rank 1 of 2: ranks 0 and 1, on one machine, both use its GPU at PCI bus id 0000:01:00.0: give each process its own GPU"
+  CUDA_EMU_DEVICES=2 expect_mpi same-visible-gpu "$same_gpu" 1 env CUDA_VISIBLE_DEVICES=0 "${small[@]}" : \
+    -np 1 env CUDA_VISIBLE_DEVICES=0 "${small[@]}"
+  CUDA_EMU_DEVICES=1 expect_mpi one-gpu-two-ranks "$same_gpu" 2 "${small[@]}"
+  CUDA_EMU_DEVICES=2 expect_mpi three-ranks-two-gpus \
+    "rank 2 of 3: this process is number 3 of those started on this machine, and sees 2 GPUs: start at most one process per GPU" \
+    3 "${small[@]}"
+fi
 
 echo "--- a kernel that faults"
 expect fault "an illegal memory access was encountered" CUDA_EMU_FAULT=layernorm_forward_kernel

@@ -136,6 +136,7 @@ template <> __device__ __forceinline__ bf16 from_float<bf16>(float x) { return _
 // two flops). Lanes per SM by compute capability: 64 on Volta/Turing (7.x) and A100 (8.0), 128
 // on 8.6+ and Hopper (9.0). H100 SXM: 132 x 1.98 GHz x 128 x 2 = 66.9 TFLOP/s.
 typedef struct {
+    int index;              // this process's GPU among those it sees (cudaSetDevice's number)
     cudaDeviceProp prop;
     double clock_ghz;
     int lanes_per_sm;
@@ -150,11 +151,12 @@ static int cuda_num_sms = 132;  // the device's, set by cuda_device_init; picks 
 #define CUDA_ARCHS "unknown"  // the compute capabilities built for: the Makefile says (GPU_ARCH)
 #endif
 
-// Picks this process's GPU and reads what it can do. "No CUDA device" only when there is none:
-// no NVIDIA driver (its version reads 0), or a driver that sees no GPU; one line, exit 1, as for
-// every error. Anything else is a GPU that is there but unusable, and the error is named: a
-// driver older than the CUDA runtime this program was built with (the runtime refuses it), or
-// whatever else CUDA reports.
+// Picks this process's GPU (the one it sees, or the one its rank on the machine numbers) and reads
+// what it can do. "No CUDA device" only when there is none: no NVIDIA driver (its version reads
+// 0), or a driver that sees no GPU (or none that CUDA_VISIBLE_DEVICES leaves visible); one line,
+// exit 1, as for every error. Anything else is a GPU that is there but unusable, and the error is
+// named: a driver older than the CUDA runtime this program was built with (the runtime refuses
+// it), or whatever else CUDA reports.
 static void cuda_device_init(void) {
     const char* debug = getenv("GPU_DEBUG");
     cuda_debug = debug != NULL && strcmp(debug, "") != 0 && strcmp(debug, "0") != 0;
@@ -164,6 +166,11 @@ static void cuda_device_init(void) {
     if (driver == 0) fail("no CUDA device found (no NVIDIA driver is installed); use ./train_cpu instead");
     cudaError_t err = cudaGetDeviceCount(&count);
     if (err == cudaErrorNoDevice || (err == cudaSuccess && count == 0)) {
+        const char* visible = getenv("CUDA_VISIBLE_DEVICES");  // it can hide every GPU
+        if (visible != NULL) {
+            fail("no CUDA device found (the NVIDIA driver sees no GPU, or none that CUDA_VISIBLE_DEVICES=\"%s\" "
+                 "names); use ./train_cpu instead", visible);
+        }
         fail("no CUDA device found (the NVIDIA driver sees no GPU); use ./train_cpu instead");
     }
     if (err == cudaErrorInsufficientDriver && driver < runtime) {
@@ -174,13 +181,17 @@ static void cuda_device_init(void) {
     if (err != cudaSuccess) {
         fail("CUDA cannot use the GPU: %s (%s)", cudaGetErrorString(err), cudaGetErrorName(err));
     }
-    // one GPU per process: a data-parallel run's processes on one machine take one each
-    int device = procs.local_rank;
+    // One GPU per process. Where a scheduler (Slurm, say) gives each process its own GPU through
+    // CUDA_VISIBLE_DEVICES, the process sees just that one and takes it; where the processes of a
+    // machine all see its GPUs, each takes the one its rank on the machine numbers. Two processes
+    // that end up on one GPU anyway are found once all have started (cuda_device_check_own).
+    int device = count == 1 ? 0 : procs.local_rank;
     if (device >= count) {
-        fail("this process is number %d of those started on this machine, which has %d GPU%s: start at most one "
-             "process per GPU", device + 1, count, count > 1 ? "s" : "");
+        fail("this process is number %d of those started on this machine, and sees %d GPUs: start at most one "
+             "process per GPU", device + 1, count);
     }
     cuda_check(cudaSetDevice(device));
+    cuda_device.index = device;
     cuda_check(cudaGetDeviceProperties(&cuda_device.prop, device));
     // A binary holds machine code for some GPU generations and PTX that the driver can compile for
     // newer ones (Makefile: GPU_ARCH); an older GPU than all of them finds nothing to run.
@@ -204,6 +215,26 @@ static void cuda_device_init(void) {
     cuda_check(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device));
     cuda_device.peak_bandwidth = 2.0 * mem_clock_khz * 1e3 * bus_bits / 8.0;
     cuda_num_sms = cuda_device.prop.multiProcessorCount;
+}
+
+// Under mpirun, two processes of one machine on the same GPU stop the run, in one line: NCCL
+// refuses to run two ranks on one GPU, with an error that does not say so. A GPU is known by its
+// PCI bus id (what NCCL compares), which is the same in every process, however each one's
+// CUDA_VISIBLE_DEVICES numbers the GPUs. Every rank calls it, after cuda_device_init; the later
+// rank of the first pair found reports it.
+static void cuda_device_check_own(void) {
+    if (procs.size == 1) return;
+    char bus_id[64];
+    cuda_check(cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), cuda_device.index));
+    int other = parallel_local_same(bus_id);  // the first other rank on this GPU, or -1
+    int reporter = parallel_first_rank(other >= 0 && other < procs.rank);
+    if (reporter < 0) return;
+    if (reporter == procs.rank) {
+        fail("ranks %d and %d, on one machine, both use its GPU at PCI bus id %s: give each process its own GPU "
+             "(start at most one process per GPU, and give each rank another CUDA_VISIBLE_DEVICES, or none)",
+             other, procs.rank, bus_id);
+    }
+    parallel_await_stop();
 }
 
 // Peak bf16 tensor-core throughput, dense, float32 accumulation: SMs x clock x flops per SM per
