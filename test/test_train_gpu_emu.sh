@@ -63,7 +63,7 @@ expect no-driver "no CUDA device found (no NVIDIA driver is installed); use ./tr
 expect no-gpu "no CUDA device found (the NVIDIA driver sees no GPU); use ./train_cpu instead" CUDA_EMU_DRIVER=nodevice
 expect hidden-gpus 'no CUDA device found (the NVIDIA driver sees no GPU, or none that CUDA_VISIBLE_DEVICES="2" names)' \
   CUDA_EMU_DEVICES=2 CUDA_VISIBLE_DEVICES=2
-expect old-driver "the NVIDIA driver supports CUDA up to 12.4, but train_gpu was built with CUDA 13.0" CUDA_EMU_DRIVER=old
+expect old-driver "the NVIDIA driver supports CUDA up to 12.4, but train_gpu was built with CUDA 13.0: update the driver (CUDA 13 needs the 580 series or newer), or rebuild with a CUDA toolkit no newer than 12.4: NVCC=/path/to/nvcc make train_gpu (e.g. NVCC=/usr/local/cuda-12.4/bin/nvcc)" CUDA_EMU_DRIVER=old
 expect broken-driver "CUDA cannot use the GPU: system has unsupported display driver / cuda driver combination (cudaErrorSystemDriverMismatch)" CUDA_EMU_DRIVER=broken
 for name in no-driver no-gpu hidden-gpus old-driver broken-driver; do expect_quiet_stdout $name; done
 for name in old-driver broken-driver; do

@@ -1033,6 +1033,11 @@ int main(int argc, char** argv) {
             return 1;
         }
     }
+#ifdef USE_CUBLAS
+    cuda_make_target = "build/gpu_check_cublas";  // named by the errors that say to rebuild
+#else
+    cuda_make_target = "build/gpu_check";
+#endif
     cuda_device_init();  // no device: one line, exit 1
     cuda_device_print(0);
     if (device_only) return 0;

@@ -397,6 +397,7 @@ static int check_cp_async(void) {
 // ---------- main ----------
 
 int main(void) {
+    cuda_make_target = "build/instruction_check";  // named by the errors that say to rebuild
     cuda_device_init();  // no device: one line, exit 1
     printf("instructions: on %s\n", cuda_device.prop.name);
     int failed = (check_bf16_conversion() > 0) + (check_mma() > 0) + (check_ldmatrix() > 0) + (check_cp_async() > 0);

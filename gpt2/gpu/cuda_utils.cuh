@@ -151,6 +151,15 @@ static int cuda_num_sms = 132;  // the device's, set by cuda_device_init; picks 
 #define CUDA_ARCHS "unknown"  // the compute capabilities built for: the Makefile says (GPU_ARCH)
 #endif
 
+// The make target that builds this program, which the errors that say to rebuild it name (and
+// the program by its last part); dev/gpu's programs set their own before cuda_device_init.
+static const char* cuda_make_target = "train_gpu";
+
+static const char* cuda_program_name(void) {
+    const char* slash = strrchr(cuda_make_target, '/');
+    return slash != NULL ? slash + 1 : cuda_make_target;
+}
+
 // Picks this process's GPU (the one it sees, or the one its rank on the machine numbers) and reads
 // what it can do. "No CUDA device" only when there is none: no NVIDIA driver (its version reads
 // 0), or a driver that sees no GPU (or none that CUDA_VISIBLE_DEVICES leaves visible); one line,
@@ -174,9 +183,16 @@ static void cuda_device_init(void) {
         fail("no CUDA device found (the NVIDIA driver sees no GPU); use ./train_cpu instead");
     }
     if (err == cudaErrorInsufficientDriver && driver < runtime) {
-        fail("the NVIDIA driver supports CUDA up to %d.%d, but train_gpu was built with CUDA %d.%d: update "
-             "the driver, or build with a CUDA toolkit no newer than %d.%d", driver / 1000, driver % 1000 / 10,
-             runtime / 1000, runtime % 1000 / 10, driver / 1000, driver % 1000 / 10);
+        int has_major = driver / 1000, has_minor = driver % 1000 / 10;
+        int built_major = runtime / 1000, built_minor = runtime % 1000 / 10;
+        // the oldest driver series of the CUDA release it was built with (NVIDIA's compatibility table)
+        int series = built_major == 11 ? 450 : built_major == 12 ? 525 : built_major == 13 ? 580 : 0;
+        char needs[64] = "";
+        if (series > 0) snprintf(needs, sizeof(needs), " (CUDA %d needs the %d series or newer)", built_major, series);
+        fail("the NVIDIA driver supports CUDA up to %d.%d, but %s was built with CUDA %d.%d: update the driver%s, "
+             "or rebuild with a CUDA toolkit no newer than %d.%d: NVCC=/path/to/nvcc make %s (e.g. "
+             "NVCC=/usr/local/cuda-%d.%d/bin/nvcc)", has_major, has_minor, cuda_program_name(), built_major,
+             built_minor, needs, has_major, has_minor, cuda_make_target, has_major, has_minor);
     }
     if (err != cudaSuccess) {
         fail("CUDA cannot use the GPU: %s (%s)", cudaGetErrorString(err), cudaGetErrorName(err));
@@ -198,9 +214,9 @@ static void cuda_device_init(void) {
     cudaFuncAttributes attr;
     err = cudaFuncGetAttributes(&attr, sum_partials_kernel);
     if (err == cudaErrorNoKernelImageForDevice) {
-        fail("train_gpu was built for compute capability %s, which this GPU (%s, %d.%d) cannot run: "
-             "rebuild with make clean && make train_gpu, which targets this machine's GPU", CUDA_ARCHS,
-             cuda_device.prop.name, cuda_device.prop.major, cuda_device.prop.minor);
+        fail("%s was built for compute capability %s, which this GPU (%s, %d.%d) cannot run: "
+             "rebuild with make clean && make %s, which targets this machine's GPU", cuda_program_name(), CUDA_ARCHS,
+             cuda_device.prop.name, cuda_device.prop.major, cuda_device.prop.minor, cuda_make_target);
     }
     cuda_check(err);
     int clock_khz = 0;
