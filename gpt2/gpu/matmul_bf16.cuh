@@ -18,6 +18,13 @@
 #ifndef CUDA_EMU
 // mma.sync on bf16 and cp.async exist from compute capability 8.0 on. A build for an older GPU
 // (GPU_ARCH=75) compiles them as a trap: train_gpu runs only -p fp32 there (choose_bf16).
+//
+// The compiler does not read the PTX inside asm: what it knows of an instruction's effect is its
+// operands. Those that touch memory it cannot see in them carry a "memory" clobber: ldmatrix reads
+// shared memory through a 32-bit address; cp.async writes it in the background, in groups that
+// commit_group closes and wait_group waits for. So the kernels' own loads and stores of shared
+// memory are neither moved across these instructions nor, after a wait, served from registers
+// loaded before it.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
 #define TENSOR_CORE_PTX(...) __trap()
 #else
@@ -31,6 +38,8 @@
 //   a[0] = A[g][2q, 2q+1]    a[1] = A[g+8][2q, 2q+1]   a[2] = A[g][2q+8, +9]   a[3] = A[g+8][2q+8, +9]
 //   b[0] = B[2q, 2q+1][g]    b[1] = B[2q+8, 2q+9][g]
 //   d[0], d[1] = D[g][2q, 2q+1]                        d[2], d[3] = D[g+8][2q, 2q+1]
+// Registers in, registers out, no memory: no "memory" clobber, which would only keep the compiler
+// from reordering the loads and stores around it.
 __device__ __forceinline__ void mma_bf16_16816(float* d, const uint32_t* a, const uint32_t* b) {
     TENSOR_CORE_PTX("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
                  "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
@@ -45,12 +54,12 @@ __device__ __forceinline__ void mma_bf16_16816(float* d, const uint32_t* a, cons
 __device__ __forceinline__ void ldmatrix_x4(uint32_t* r, const void* row) {
     uint32_t addr = (uint32_t)__cvta_generic_to_shared(row);
     TENSOR_CORE_PTX("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
 }
 __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t* r, const void* row) {
     uint32_t addr = (uint32_t)__cvta_generic_to_shared(row);
     TENSOR_CORE_PTX("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
 }
 
 // 16 bytes from global to shared memory without passing through registers: the copy runs in the
@@ -60,11 +69,14 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t* r, const void* row) 
 // after that wait and a __syncthreads.
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src_bytes) {
     uint32_t addr = (uint32_t)__cvta_generic_to_shared(smem);
-    TENSOR_CORE_PTX("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(addr), "l"(gmem), "r"(src_bytes));
+    TENSOR_CORE_PTX("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                 :: "r"(addr), "l"(gmem), "r"(src_bytes) : "memory");
 }
-__device__ __forceinline__ void cp_async_commit(void) { TENSOR_CORE_PTX("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_commit(void) { TENSOR_CORE_PTX("cp.async.commit_group;\n" ::: "memory"); }
 template <int N>
-__device__ __forceinline__ void cp_async_wait(void) { TENSOR_CORE_PTX("cp.async.wait_group %0;\n" :: "n"(N)); }
+__device__ __forceinline__ void cp_async_wait(void) {
+    TENSOR_CORE_PTX("cp.async.wait_group %0;\n" :: "n"(N) : "memory");
+}
 #endif
 
 // ---------- the bf16 GEMM on the tensor cores ----------
