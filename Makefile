@@ -16,7 +16,8 @@
 #        MPI=1 (0 turns off data parallelism: train_cpu and train_gpu under mpirun need Open MPI's
 #        mpicc, and train_gpu NCCL from the CUDA toolkit, found when present),
 #        MATMUL=fast (naive: every matrix product of train_cpu and infer on the plain loops that
-#        define it, gpt2/cpu_layers.h), NVCC, GPU_ARCH (compute capabilities to build for, e.g.
+#        define it, gpt2/cpu_layers.h), NVCC (CUDA 11.8 or newer for the default GPU_ARCH, 11.0
+#        for GPU_ARCH=80: doc/gpu.md), GPU_ARCH (compute capabilities to build for, e.g.
 #        GPU_ARCH=90 or GPU_ARCH="80 90"; default: this machine's GPU, or without one 80 86 89 90),
 #        USE_CUBLAS=0, DATA_DIR (local folder holding the source files).
 #
@@ -113,7 +114,27 @@ GPU_ARCH_PTX := $(shell echo $(GPU_ARCH) | tr ' ' '\n' | sort -n | tail -n 1)
 GENCODE := $(foreach a,$(GPU_ARCH),-gencode arch=compute_$(a),code=sm_$(a)) \
            -gencode arch=compute_$(GPU_ARCH_PTX),code=compute_$(GPU_ARCH_PTX)
 
+# The oldest CUDA toolkit that builds the GPU code for GPU_ARCH (doc/gpu.md). The code needs 11.0:
+# bf16 (cuda_bf16.h), the tensor-core matmul's PTX ISA 7.0 instructions (mma.sync on bf16,
+# cp.async) and __cvta_generic_to_shared. A compute capability needs the toolkit that first knew
+# it: 8.6 came with 11.1, 8.9 and 9.0 with 11.8 (so the default fat binary needs 11.8), 10.0 and
+# 12.0 with 12.8. An older nvcc (its release read from `nvcc --version`: "release 11.4,") stops
+# each GPU target in one line; `make` alone skips them, saying why.
+CUDA_FIRST_86 := 11.1
+CUDA_FIRST_89 := 11.8
+CUDA_FIRST_90 := 11.8
+CUDA_FIRST_100 := 12.8
+CUDA_FIRST_120 := 12.8
+comma := ,
+
 ifneq ($(NVCC),)
+  NVCC_FLOOR := $(lastword $(shell printf '%s\n' 11.0 $(foreach a,$(GPU_ARCH),$(CUDA_FIRST_$(a))) | sort -V))
+  NVCC_RELEASE := $(shell $(NVCC) --version 2>/dev/null | sed -n 's/.*release \([0-9]*\.[0-9]*\),.*/\1/p')
+  # the release when it comes before the floor in version order; empty when new enough (or unread)
+  NVCC_TOO_OLD := $(if $(NVCC_RELEASE),$(filter-out $(NVCC_FLOOR),$(firstword $(shell printf '%s\n' $(NVCC_RELEASE) $(NVCC_FLOOR) | sort -V))))
+  NVCC_TOO_OLD_WHY := $(NVCC) is CUDA $(NVCC_RELEASE), older than the $(NVCC_FLOOR) that the GPU code needs for compute \
+    capability $(GPU_ARCH) (doc/gpu.md): give a newer toolkit's nvcc as NVCC=/path/to/nvcc$(if \
+    $(filter-out 11.0,$(NVCC_FLOOR)),$(comma) or build for fewer GPUs (GPU_ARCH=80 needs 11.0))
   NVCC_FLAGS := -O3 -lineinfo $(GENCODE) -DCUDA_ARCHS='"$(GPU_ARCH)"' -Xcompiler -fopenmp -Wno-deprecated-gpu-targets
   ifeq ($(USE_CUBLAS),1)
     NVCC_FLAGS += -DUSE_CUBLAS
@@ -129,7 +150,7 @@ ifneq ($(NVCC),)
   else
     GPU_MPI_STATUS := one GPU only ($(if $(MPI_FLAGS),NCCL not found,$(MPI_STATUS)))
   endif
-  ALL_TARGETS := $(CPU_PROGRAMS) $(GPU_PROGRAMS)
+  ALL_TARGETS := $(CPU_PROGRAMS) $(if $(NVCC_TOO_OLD),,$(GPU_PROGRAMS))
   # the GPU programs are rebuilt when nvcc or its flags change (GPU_ARCH), as build/flags does
   NVCC_STAMP := build/nvcc_flags
   $(shell echo '$(NVCC) $(NVCC_FLAGS) $(GPU_MPI_FLAGS)' | cmp -s - $(NVCC_STAMP) || echo '$(NVCC) $(NVCC_FLAGS) $(GPU_MPI_FLAGS)' > $(NVCC_STAMP))
@@ -145,7 +166,12 @@ all: $(ALL_TARGETS) gpu-status
 gpu-status:
 ifeq ($(NVCC),)
 	@echo "skipped: $(GPU_PROGRAMS) (nvcc not found; install the CUDA toolkit or set NVCC=)"
+else ifneq ($(NVCC_TOO_OLD),)
+	@echo "skipped: $(GPU_PROGRAMS) ($(NVCC_TOO_OLD_WHY))"
 endif
+
+# The first line of each GPU target's recipe: stops make there, in one line, when nvcc is too old.
+nvcc_new_enough = $(if $(NVCC_TOO_OLD),$(error $(NVCC_TOO_OLD_WHY)))
 
 # ---------- programs ----------
 
@@ -163,6 +189,7 @@ train_gpu: train_gpu.cu $(GPU_HEADERS) $(NVCC_STAMP) | data
 ifeq ($(NVCC),)
 	@echo "skipped: train_gpu (nvcc not found)"; exit 1
 else
+	$(nvcc_new_enough)
 	@echo "train_gpu: compute capability $(GPU_ARCH) ($(GPU_ARCH_WHY)) + PTX $(GPU_ARCH_PTX); $(GPU_MPI_STATUS)"
 	$(NVCC) $(NVCC_FLAGS) $(GPU_MPI_FLAGS) -o $@ train_gpu.cu $(NVCC_LIBS) $(GPU_MPI_LIBS)
 endif
@@ -178,6 +205,7 @@ build/instruction_check: dev/gpu/instruction_check.cu $(GPU_HEADERS) $(NVCC_STAM
 ifeq ($(NVCC),)
 	@echo "skipped: build/instruction_check (nvcc not found)"; exit 1
 else
+	$(nvcc_new_enough)
 	$(NVCC) $(NVCC_FLAGS) -o $@ dev/gpu/instruction_check.cu
 endif
 
@@ -185,6 +213,7 @@ build/gpu_check: dev/gpu/gpu_check.cu train_gpu.cu train_cpu.c $(GPU_HEADERS) $(
 ifeq ($(NVCC),)
 	@echo "skipped: build/gpu_check (nvcc not found)"; exit 1
 else
+	$(nvcc_new_enough)
 	$(NVCC) $(NVCC_FLAGS) -o $@ dev/gpu/gpu_check.cu $(NVCC_LIBS)
 endif
 
@@ -192,6 +221,7 @@ build/gpu_check_cublas: dev/gpu/gpu_check.cu train_gpu.cu train_cpu.c $(GPU_HEAD
 ifeq ($(NVCC),)
 	@echo "skipped: build/gpu_check_cublas (nvcc not found)"; exit 1
 else
+	$(nvcc_new_enough)
 	$(NVCC) $(filter-out -DUSE_CUBLAS,$(NVCC_FLAGS)) -DUSE_CUBLAS -o $@ dev/gpu/gpu_check.cu -lcublas
 endif
 
