@@ -103,7 +103,7 @@ else
       cat "$dir/$name.err"; status=1
     fi
   }
-  same_gpu="rank 1 of 2: ranks 0 and 1, on one machine, both use its GPU at PCI bus id 0000:01:00.0: give each process its own GPU"
+  same_gpu="rank 1 of 2: ranks 0 and 1 both use the GPU at PCI bus id 0000:01:00.0 of their machine: give each process its own GPU"
   CUDA_EMU_DEVICES=2 expect_mpi same-visible-gpu "$same_gpu" 1 env CUDA_VISIBLE_DEVICES=0 "${small[@]}" : \
     -np 1 env CUDA_VISIBLE_DEVICES=0 "${small[@]}"
   CUDA_EMU_DEVICES=1 expect_mpi one-gpu-two-ranks "$same_gpu" 2 "${small[@]}"

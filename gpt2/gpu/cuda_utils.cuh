@@ -246,8 +246,8 @@ static void cuda_device_check_own(void) {
     int reporter = parallel_first_rank(other >= 0 && other < procs.rank);
     if (reporter < 0) return;
     if (reporter == procs.rank) {
-        fail("ranks %d and %d, on one machine, both use its GPU at PCI bus id %s: give each process its own GPU "
-             "(start at most one process per GPU, and give each rank another CUDA_VISIBLE_DEVICES, or none)",
+        fail("ranks %d and %d both use the GPU at PCI bus id %s of their machine: give each process its own GPU "
+             "(start at most one process per GPU; where CUDA_VISIBLE_DEVICES is set, give each rank a different one)",
              other, procs.rank, bus_id);
     }
     parallel_await_stop();
