@@ -19,6 +19,7 @@ cd "$(dirname "$0")/.."
 if ! command -v "${CXX:-g++}" >/dev/null; then echo "skipped: no C++ compiler (${CXX:-g++})"; exit 77; fi
 make -s gpu-emu race-emu || { echo "FAIL: the emulator's builds of gpu_check, instruction_check or race_check do not build"; exit 1; }
 export ASAN_OPTIONS=detect_leaks=0
+unset CUDA_VISIBLE_DEVICES  # the emulator honours it as CUDA does: a GPU machine's setting must not hide its GPU
 status=0
 # quiet RUN...: runs it, without ASan's note about fibers
 quiet() { "$@" 2>&1 | grep -v "ASan doesn't fully support makecontext"; return "${PIPESTATUS[0]}"; }
