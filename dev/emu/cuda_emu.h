@@ -63,7 +63,9 @@
 //   CUDA_EMU_ASYNC=issue             when it is issued
 //   CUDA_EMU_ASYNC=random[:SEED]     at a random point between the two
 //   CUDA_EMU_DRIVER=none|nodevice|old|broken   the driver and GPU that start-up finds (cudaGetDeviceCount)
-//   CUDA_EMU_DEVICES=N                         the number of GPUs it finds (default 1)
+//   CUDA_EMU_DEVICES=N                         the machine's GPUs (default 1), each on its own PCI bus
+//   CUDA_VISIBLE_DEVICES=I,J,...               those the process sees, as CUDA reads it: indices, cut at
+//                                              the first invalid one (none left: cudaErrorNoDevice)
 //   CUDA_EMU_FAULT=NAME                        kernel NAME faults as an out-of-bounds access does on a GPU
 
 #ifndef CUDA_EMU_H
