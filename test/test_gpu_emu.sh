@@ -62,30 +62,25 @@ for race in missing_barrier reuse_before_barrier refill_before_barrier read_befo
     cat build/emu/race.log; status=1
   fi
 done
+# expect_report BINARY KERNEL PATTERN WHAT: BINARY KERNEL must fail with a line matching PATTERN
+expect_report() {
+  ( "$1" "$2" ) >build/emu/race.log 2>&1
+  if [ $? -ne 0 ] && grep -q "$3" build/emu/race.log; then
+    echo "ok   $2: $4"
+  else
+    echo "FAIL $2: expected $4, got:"; head -5 build/emu/race.log; status=1
+  fi
+}
 line=$(grep -n "// past_the_end" dev/emu/race_check.cu | head -1 | cut -d: -f1)
-( build/emu/race_check past_the_end ) >build/emu/race.log 2>&1
-if [ $? -ne 0 ] && grep -q "shared-memory write out of bounds in kernel past_the_end_kernel.*past the end of buf.*race_check.cu:$line " build/emu/race.log; then
-  echo "ok   past_the_end: reported by the race detector at line $line"
-else
-  echo "FAIL past_the_end: the race detector's build should report the write past buf's end at line $line:"
-  cat build/emu/race.log; status=1
-fi
-( build/emu/race_check_asan past_the_end ) >build/emu/race.log 2>&1
-if [ $? -ne 0 ] && grep -q "race_check.cu:$line" build/emu/race.log; then
-  echo "ok   past_the_end: reported by the AddressSanitizer/UBSan build at line $line"
-else
-  echo "FAIL past_the_end: the AddressSanitizer/UBSan build should report the write past buf's end at line $line:"
-  head -5 build/emu/race.log; status=1
-fi
-
+expect_report build/emu/race_check past_the_end \
+  "shared-memory write out of bounds in kernel past_the_end_kernel.*past the end of buf.*race_check.cu:$line " \
+  "the write past buf's end reported by the race detector at line $line"
+expect_report build/emu/race_check_asan past_the_end "race_check.cu:$line" \
+  "the write past buf's end reported by the AddressSanitizer/UBSan build at line $line"
 line=$(grep -n "// unwritten: " dev/emu/race_check.cu | cut -d: -f1)
-( build/emu/race_check unwritten ) >build/emu/race.log 2>&1
-if [ $? -ne 0 ] && grep -q "read of shared memory that no thread of this block has written, in kernel unwritten_kernel, block (1,0,0), thread 0: buf+0 .*race_check.cu:$line " build/emu/race.log; then
-  echo "ok   unwritten: block 1's read of what only block 0 wrote, reported at line $line"
-else
-  echo "FAIL unwritten: the race detector should report block 1's read of buf[0] at line $line:"
-  cat build/emu/race.log; status=1
-fi
+expect_report build/emu/race_check unwritten \
+  "read of shared memory that no thread of this block has written, in kernel unwritten_kernel, block (1,0,0), thread 0: buf+0 .*race_check.cu:$line " \
+  "block 1's read of what only block 0 wrote, reported at line $line"
 
 echo "--- every kernel check under the race detector ---"
 build/emu/gpu_check_race --quick >build/emu/race.log 2>&1 ||

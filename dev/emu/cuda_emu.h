@@ -418,9 +418,13 @@ EMU_INTERNAL static void emu_print_site(const void* pc) {
     while (f != NULL && fgets(fn, sizeof fn, f) && fgets(where, sizeof where, f)) {
         fn[strcspn(fn, "\n")] = where[strcspn(where, "\n")] = '\0';
         fn[strcspn(fn, "(")] = '\0';  // the name with its template arguments, not its parameters
+        size_t lt = strcspn(fn, "<");  // nor its return type, which a template's name starts with
+        const char* name = fn;
+        for (size_t k = 0; k < lt; k++)
+            if (fn[k] == ' ') name = fn + k + 1;
         if (strstr(where, " (discriminator")) *strstr(where, " (discriminator") = '\0';
         const char* file = strstr(where, "gpt2/") ? strstr(where, "gpt2/") : strstr(where, "dev/") ? strstr(where, "dev/") : where;
-        fprintf(stderr, "%s%s (%s)", n++ ? " <- " : "", file, fn);
+        fprintf(stderr, "%s%s (%s)", n++ ? " <- " : "", file, name);
     }
     if (f != NULL) pclose(f);
     if (n == 0) fprintf(stderr, "%p (no line information: build with -g)", pc);
