@@ -50,23 +50,25 @@ static inline int launched_size(const char** rank) {
 
 static void parallel_abort(void) { MPI_Abort(MPI_COMM_WORLD, 1); }
 
+static MPI_Comm parallel_local_comm;  // the ranks that share this machine's memory (parallel_init)
+
 static inline void parallel_init(int* argc, char*** argv) {
     const char* rank = NULL;
     if (launched_size(&rank) == 0) return;
     MPI_Init(argc, argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &procs.rank);
     MPI_Comm_size(MPI_COMM_WORLD, &procs.size);
-    MPI_Comm local;  // the ranks that share this machine's memory
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, procs.rank, MPI_INFO_NULL, &local);
-    MPI_Comm_rank(local, &procs.local_rank);
-    MPI_Comm_free(&local);
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, procs.rank, MPI_INFO_NULL, &parallel_local_comm);
+    MPI_Comm_rank(parallel_local_comm, &procs.local_rank);
     procs.mpi = 1;
     if (procs.size > 1) snprintf(fail_who, sizeof(fail_who), "rank %d of %d: ", procs.rank, procs.size);
     fail_stop = parallel_abort;  // MPI_Abort: mpirun stops every rank
 }
 
 static inline void parallel_finalize(void) {
-    if (procs.mpi) MPI_Finalize();
+    if (!procs.mpi) return;
+    MPI_Comm_free(&parallel_local_comm);
+    MPI_Finalize();
 }
 
 static inline void parallel_barrier(void) {
@@ -118,28 +120,25 @@ static inline void parallel_check_same(const char* what, const char* key) {
 
 // The lowest rank, other than this one, that runs on this machine and passed the same `text`
 // (its first 127 characters); -1 when none did. Every rank must call it: the processes of each
-// machine (those that share its memory, as parallel_init counts them) compare their texts, so
-// that two processes given one thing that only one should have (a GPU) can find each other.
+// machine (parallel_local_comm) compare their texts, so that two processes given one thing that
+// only one should have (a GPU) can find each other.
 static inline int parallel_local_same(const char* text) {
     if (!procs.mpi) return -1;
     enum { LEN = 128 };
-    MPI_Comm local;
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, procs.rank, MPI_INFO_NULL, &local);
     int n = 0;
-    MPI_Comm_size(local, &n);
+    MPI_Comm_size(parallel_local_comm, &n);
     char mine[LEN];
     snprintf(mine, sizeof(mine), "%s", text);
     char* texts = (char*)malloc_check((size_t)n * LEN);
     int* ranks = (int*)malloc_check((size_t)n * sizeof(int));
-    MPI_Allgather(mine, LEN, MPI_CHAR, texts, LEN, MPI_CHAR, local);
-    MPI_Allgather(&procs.rank, 1, MPI_INT, ranks, 1, MPI_INT, local);
+    MPI_Allgather(mine, LEN, MPI_CHAR, texts, LEN, MPI_CHAR, parallel_local_comm);
+    MPI_Allgather(&procs.rank, 1, MPI_INT, ranks, 1, MPI_INT, parallel_local_comm);
     int same = -1;  // the texts come in rank order (the split's key), so the first match is the lowest
     for (int i = 0; i < n && same < 0; i++) {
         if (ranks[i] != procs.rank && strcmp(texts + (size_t)i * LEN, mine) == 0) same = ranks[i];
     }
     free(texts);
     free(ranks);
-    MPI_Comm_free(&local);
     return same;
 }
 

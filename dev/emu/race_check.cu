@@ -16,12 +16,19 @@
 #include "../../gpt2/gpu/matmul_bf16.cuh"  // cp_async16, cp_async_commit, cp_async_wait; cuda_check
 
 enum { THREADS = 64, TILE = 4 * THREADS, TILES = 4 };  // a tile: 16 bytes (4 floats) per thread
+enum { CLEAN, MISSING_BARRIER, REUSE_BEFORE_BARRIER, REFILL_BEFORE_BARRIER, READ_BEFORE_WAIT, PAST_THE_END, UNWRITTEN,
+       KERNELS };
+static const char* const names[KERNELS] = {"clean", "missing_barrier", "reuse_before_barrier", "refill_before_barrier",
+                                           "read_before_wait", "past_the_end", "unwritten"};
+
+// The element of a tile that thread tid sums in the pipelines: in the other warp's half.
+__host__ __device__ int other_element(int tid) { return (4 * tid + TILE / 2 + 1) % TILE; }
 
 // The right kernel: a two-stage cp.async pipeline over 4 tiles, each thread summing a value that
 // another warp's copy brought in. The refill of a buffer waits for the barrier after its last read.
 __global__ void clean_kernel(float* out, const float* in) {
     __shared__ __align__(16) float tile[2][TILE];
-    int tid = threadIdx.x, other = (4 * tid + TILE / 2 + 1) % TILE;  // in the other warp's half
+    int tid = threadIdx.x, other = other_element(tid);
     cp_async16(&tile[0][4 * tid], in + 4 * tid, 16);
     cp_async_commit();
     float sum = 0.0f;
@@ -61,7 +68,7 @@ __global__ void reuse_before_barrier_kernel(float* out, const float* in) {
 // the other warp may still be reading it in iteration t.
 __global__ void refill_before_barrier_kernel(float* out, const float* in) {
     __shared__ __align__(16) float tile[2][TILE];
-    int tid = threadIdx.x, other = (4 * tid + TILE / 2 + 1) % TILE;
+    int tid = threadIdx.x, other = other_element(tid);
     cp_async16(&tile[0][4 * tid], in + 4 * tid, 16);
     cp_async_commit();
     float sum = 0.0f;
@@ -107,11 +114,26 @@ __global__ void unwritten_kernel(float* out, const float* in) {
     if (blockIdx.x == 1) out[tid] = buf[tid];  // unwritten: thread 0 of block 1
 }
 
+// What thread tid's output is when no race spoils it.
+static float expected(int which, int tid, const float* in) {
+    switch (which) {
+    case CLEAN:
+    case REFILL_BEFORE_BARRIER: {
+        float sum = 0.0f;
+        for (int t = 0; t < TILES; t++) sum += in[t * TILE + other_element(tid)];
+        return sum;
+    }
+    case MISSING_BARRIER: return in[THREADS - 1 - tid];
+    case REUSE_BEFORE_BARRIER: return 2.0f * in[tid];
+    case READ_BEFORE_WAIT: return in[4 * tid] + in[4 * tid + 1];
+    case PAST_THE_END: return tid == 0 ? NAN : in[tid - 1];  // buf[0] is never written
+    default: return in[tid];  // UNWRITTEN
+    }
+}
+
 int main(int argc, char** argv) {
-    const char* names[] = {"clean", "missing_barrier", "reuse_before_barrier", "refill_before_barrier",
-                           "read_before_wait", "past_the_end", "unwritten"};
     int which = -1;
-    for (int i = 0; i < 7 && argc == 2; i++)
+    for (int i = 0; i < KERNELS && argc == 2; i++)
         if (strcmp(argv[1], names[i]) == 0) which = i;
     if (which < 0) {
         fprintf(stderr, "usage: race_check clean|missing_barrier|reuse_before_barrier|refill_before_barrier|"
@@ -119,35 +141,24 @@ int main(int argc, char** argv) {
         return 2;
     }
     cuda_device_init();
-    float h_in[TILES * TILE], h_out[THREADS], want[THREADS];
+    float h_in[TILES * TILE], h_out[THREADS];
     for (int i = 0; i < TILES * TILE; i++) h_in[i] = (float)(i % 97) - 40.0f;
     float *in, *out;
     cuda_check(cudaMalloc(&in, sizeof(h_in)));
     cuda_check(cudaMalloc(&out, sizeof(h_out)));
     cuda_check(cudaMemcpy(in, h_in, sizeof(h_in), cudaMemcpyHostToDevice));
-    for (int tid = 0; tid < THREADS; tid++) {  // what each kernel computes when no race spoils it
-        int other = (4 * tid + TILE / 2 + 1) % TILE;
-        float sum = 0.0f;
-        for (int t = 0; t < TILES; t++) sum += h_in[t * TILE + other];
-        want[tid] = which == 0 || which == 3 ? sum
-                    : which == 1           ? h_in[THREADS - 1 - tid]
-                    : which == 2           ? 2.0f * h_in[tid]
-                    : which == 4           ? h_in[4 * tid] + h_in[4 * tid + 1]
-                    : which == 5           ? (tid == 0 ? NAN : h_in[tid - 1])
-                                           : h_in[tid];
-    }
     switch (which) {
-    case 0: clean_kernel<<<1, THREADS>>>(out, in); launch_check(clean_kernel); break;
-    case 1: missing_barrier_kernel<<<1, THREADS>>>(out, in); launch_check(missing_barrier_kernel); break;
-    case 2: reuse_before_barrier_kernel<<<1, THREADS>>>(out, in); launch_check(reuse_before_barrier_kernel); break;
-    case 3: refill_before_barrier_kernel<<<1, THREADS>>>(out, in); launch_check(refill_before_barrier_kernel); break;
-    case 4: read_before_wait_kernel<<<1, THREADS>>>(out, in); launch_check(read_before_wait_kernel); break;
-    case 5: past_the_end_kernel<<<1, THREADS>>>(out, in); launch_check(past_the_end_kernel); break;
-    case 6: unwritten_kernel<<<2, THREADS>>>(out, in); launch_check(unwritten_kernel); break;
+    case CLEAN: clean_kernel<<<1, THREADS>>>(out, in); launch_check(clean_kernel); break;
+    case MISSING_BARRIER: missing_barrier_kernel<<<1, THREADS>>>(out, in); launch_check(missing_barrier_kernel); break;
+    case REUSE_BEFORE_BARRIER: reuse_before_barrier_kernel<<<1, THREADS>>>(out, in); launch_check(reuse_before_barrier_kernel); break;
+    case REFILL_BEFORE_BARRIER: refill_before_barrier_kernel<<<1, THREADS>>>(out, in); launch_check(refill_before_barrier_kernel); break;
+    case READ_BEFORE_WAIT: read_before_wait_kernel<<<1, THREADS>>>(out, in); launch_check(read_before_wait_kernel); break;
+    case PAST_THE_END: past_the_end_kernel<<<1, THREADS>>>(out, in); launch_check(past_the_end_kernel); break;
+    case UNWRITTEN: unwritten_kernel<<<2, THREADS>>>(out, in); launch_check(unwritten_kernel); break;
     }
     cuda_check(cudaMemcpy(h_out, out, sizeof(h_out), cudaMemcpyDeviceToHost));
     int bad = 0;
-    for (int tid = (which == 5); tid < THREADS; tid++) bad += h_out[tid] != want[tid];  // buf[0] is never written
+    for (int tid = which == PAST_THE_END; tid < THREADS; tid++) bad += h_out[tid] != expected(which, tid, h_in);
     printf("race_check %s: %s\n", names[which], bad ? "wrong result" : "right result");
     cuda_check(cudaFree(in));
     cuda_check(cudaFree(out));
