@@ -386,13 +386,24 @@ static inline void gpt2_free(GPT2* model) {
 
 // ---------- the layers of a device ----------
 
-// The key-value cache of one layer, for generation (infer.c): the keys and values of positions
-// 0..pos-1 are in it, and the T tokens a forward pass runs go to positions pos..pos+T-1.
+// The key-value cache of one layer, for generation (infer.c, infer_gpu.cu), paged: every
+// sequence keeps its keys and values in pages of KV_PAGE positions taken from one pool as it
+// grows (gpt2/kv_pages.h), so the memory follows the tokens held, not sequences x maxT. A pass
+// runs T tokens of each of B sequences; sequence b held pos[b] positions before it, and its T
+// tokens go to positions pos[b]..pos[b]+T-1. Position t of sequence b lies in page
+// pages[b * max_pages + t / KV_PAGE], at row t % KV_PAGE of each head's block of that page.
+#define KV_PAGE 16
 OVER_FLOATX struct LayerCacheOf {
-    floatX* key;      // (NH, maxT, hs)
-    floatX* value;    // (NH, maxT, hs)
-    int pos;
-    int max_seq_len;  // maxT
+    floatX* key;          // this layer's pool: (num_pages, NH, KV_PAGE, hs)
+    floatX* value;        // (num_pages, NH, KV_PAGE, hs)
+    const int* pages;     // (B, max_pages) each sequence's pages, in order of position
+    const int* pos;       // (B) positions each sequence held before this pass
+    int max_pages;        // the row stride of pages
+    int max_len;          // the largest pos[b] + T: how far the longest sequence reaches
+    int prefill;          // 1 when every pos[b] is 0: whole prompts, which a device may run
+                          // through its attention without a cache (flash attention), then store
+    float* scratch;       // the device attention's scratch (the GPU's partial softmax sums of a
+    size_t scratch_size;  // sequence split in parts), and its size in floats; NULL, 0 on the CPU
 };
 FLOAT32_INSTANCE(LayerCache);
 
@@ -455,9 +466,10 @@ OVER_FLOATX struct LayersOf {
     void (*flash_attention_fwd)(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH);
     void (*flash_attention_bwd)(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
                                 const float* lse, int B, int T, int C, int NH);
-    // attention of T new tokens at positions pos.. against the cache, whose keys and values they join
-    void (*attention_cached_fwd)(floatX* out, floatX* key, floatX* value, const floatX* qkv, int pos, int T,
-                                 int C, int NH, int maxT);
+    // attention of T new tokens of each of B sequences (qkv (B,T,3C)) against their paged caches,
+    // whose keys and values they join first
+    void (*attention_cached_fwd)(floatX* out, const OF(LayerCache)* cache, const floatX* qkv, int B, int T,
+                                 int C, int NH);
 };
 FLOAT32_INSTANCE(Layers);
 
@@ -470,7 +482,7 @@ FLOAT32_INSTANCE(Layers);
 OVER_FLOATX static inline void block_attention_forward(const OF(Layers)* f, OF(ActivationTensors) a,
                                                        const OF(LayerCache)* cache, int B, int T, int C, int NH) {
     if (cache != NULL) {
-        f->attention_cached_fwd(a.atty, cache->key, cache->value, a.qkv, cache->pos, T, C, NH, cache->max_seq_len);
+        f->attention_cached_fwd(a.atty, cache, a.qkv, B, T, C, NH);
     } else if (f->flash_attention_fwd != NULL) {
         f->flash_attention_fwd(a.atty, a.att_lse, a.qkv, B, T, C, NH);
     } else {
