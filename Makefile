@@ -22,6 +22,7 @@
 #        USE_CUBLAS=0, DATA_DIR (local folder holding the source files).
 #
 #   make train_gpu_emu   the whole train_gpu on the CPU emulator of CUDA: build/emu/train_gpu
+#   make infer_gpu_emu   the whole infer_gpu on the emulator: build/emu/infer_gpu
 #   make race-emu        the kernel checks under the emulator's shared-memory race detector
 
 CC       ?= gcc
@@ -94,7 +95,7 @@ BUILD_FLAGS := $(CC) $(CFLAGS) $(MATMUL_FLAGS) $(MPI_FLAGS)
 $(shell mkdir -p build && echo '$(BUILD_FLAGS)' | cmp -s - build/flags || echo '$(BUILD_FLAGS)' > build/flags)
 
 CPU_PROGRAMS := tokenizer train_cpu infer
-GPU_PROGRAMS := train_gpu
+GPU_PROGRAMS := train_gpu infer_gpu
 
 # GPU code is built for the GPUs this machine has (nvidia-smi says which), or, without one, as a
 # fat binary: machine code for A100 (8.0), RTX 30xx/A10 (8.6), RTX 40xx/L4 (8.9) and H100/H200
@@ -158,7 +159,7 @@ else
   ALL_TARGETS := $(CPU_PROGRAMS)
 endif
 
-.PHONY: all data test plot lessons fuzz fuzz-targets fuzz-coverage bench bench-tokenizer bench-cpu bench-infer bench-dp clean gpu-status gpu-checks gpu-emu race-emu bench-gpu train_gpu_emu
+.PHONY: all data test plot lessons fuzz fuzz-targets fuzz-coverage bench bench-tokenizer bench-cpu bench-infer bench-dp clean gpu-status gpu-checks gpu-emu race-emu bench-gpu train_gpu_emu infer_gpu_emu
 
 all: $(ALL_TARGETS) gpu-status
 	@echo "built: $(ALL_TARGETS) ($(OMP_STATUS), $(MPI_STATUS))"
@@ -192,6 +193,15 @@ else
 	$(nvcc_new_enough)
 	@echo "train_gpu: compute capability $(GPU_ARCH) ($(GPU_ARCH_WHY)) + PTX $(GPU_ARCH_PTX); $(GPU_MPI_STATUS)"
 	$(NVCC) $(NVCC_FLAGS) $(GPU_MPI_FLAGS) -o $@ train_gpu.cu $(NVCC_LIBS) $(GPU_MPI_LIBS)
+endif
+
+infer_gpu: infer_gpu.cu $(GPU_HEADERS) $(NVCC_STAMP) | data
+ifeq ($(NVCC),)
+	@echo "skipped: infer_gpu (nvcc not found)"; exit 1
+else
+	$(nvcc_new_enough)
+	@echo "infer_gpu: compute capability $(GPU_ARCH) ($(GPU_ARCH_WHY)) + PTX $(GPU_ARCH_PTX)"
+	$(NVCC) $(NVCC_FLAGS) -o $@ infer_gpu.cu $(NVCC_LIBS)
 endif
 
 # GPU checks (dev/gpu/gpu_check.cu): every kernel and the whole model against the CPU, then timings;
@@ -243,6 +253,7 @@ emu_race_build = $(CXX) -O1 $(EMU_RACE_CXXFLAGS) $(1) -c $< -o $@.o && $(CXX) $(
 gpu-emu: build/emu/gpu_check build/emu/instruction_check
 race-emu: build/emu/gpu_check_race build/emu/race_check build/emu/race_check_asan
 train_gpu_emu: build/emu/train_gpu
+infer_gpu_emu: build/emu/infer_gpu
 
 build/emu/gpu_check.cpp: dev/gpu/gpu_check.cu train_gpu.cu train_cpu.c $(GPU_HEADERS) dev/emu/cuda_emu.py
 	@mkdir -p build/emu
@@ -256,6 +267,9 @@ build/emu/race_check.cpp: dev/emu/race_check.cu $(GPU_HEADERS) dev/emu/cuda_emu.
 build/emu/train_gpu.cpp: train_gpu.cu $(GPU_HEADERS) dev/emu/cuda_emu.py
 	@mkdir -p build/emu
 	$(PYTHON) dev/emu/cuda_emu.py $< $@
+build/emu/infer_gpu.cpp: infer_gpu.cu $(GPU_HEADERS) dev/emu/cuda_emu.py
+	@mkdir -p build/emu
+	$(PYTHON) dev/emu/cuda_emu.py $< $@
 
 build/emu/gpu_check: build/emu/gpu_check.cpp dev/emu/cuda_emu.h
 	$(CXX) -O1 $(EMU_CXXFLAGS) $< -o $@
@@ -265,6 +279,10 @@ build/emu/race_check_asan: build/emu/race_check.cpp dev/emu/cuda_emu.h
 	$(CXX) -O1 $(EMU_CXXFLAGS) $< -o $@
 build/emu/train_gpu: build/emu/train_gpu.cpp dev/emu/cuda_emu.h build/flags | data
 	$(CXX) -O2 $(EMU_CXXFLAGS) $(MPI_FLAGS) $< -o $@ $(MPI_LIBS)
+build/emu/infer_gpu: build/emu/infer_gpu.cpp dev/emu/cuda_emu.h build/flags | data
+	$(CXX) -O2 $(EMU_CXXFLAGS) $< -o $@
+build/emu/infer_gpu_race: build/emu/infer_gpu.cpp dev/emu/cuda_emu.h build/flags | data
+	$(call emu_race_build)
 build/emu/gpu_check_race: build/emu/gpu_check.cpp dev/emu/cuda_emu.h
 	$(call emu_race_build)
 build/emu/race_check: build/emu/race_check.cpp dev/emu/cuda_emu.h

@@ -27,6 +27,7 @@
 #include "tokenizer.h"
 #include "parallel.h"
 #include "cpu_layers.h"  // softmax_forward for the samples, num_threads; gpt2/arithmetic.h
+#include "engine.h"      // EngineDevice: the samples through a device's generation code
 
 // ---------- the command line ----------
 
@@ -375,6 +376,10 @@ typedef struct {
     void (*to_host)(const GPT2* model, GPT2* host);
     void (*synchronize)(void);   // waits for the device's queued work; NULL when nothing is queued
     double (*peak_flops)(void);  // FLOP/s that MFU is counted against; NULL: no MFU
+    // Optional: generation over the model's current weights with a key-value cache of `pages`
+    // pages (infer's engine device), for the samples; NULL: the samples rerun the whole sequence.
+    void (*generator_build)(GPT2* model, int pages, EngineDevice* device);
+    void (*generator_free)(EngineDevice* device);
 } Trainer;
 
 // Training FLOPs per token, as PaLM (appendix B) and llm.c count them: 6 per parameter (forward
@@ -443,9 +448,10 @@ static inline void run_validate(Run* run, const Trainer* dev, GPT2* model, int s
     run_log(run, step, "tel", loss);
 }
 
-// Prints -g tokens of text that the model writes after an end-of-text token: one forward pass
-// over the whole sequence per token (the plain way; infer.c keeps a cache instead), each token
-// drawn from the softmax of the last position's logits.
+// Prints -g tokens of text that the model writes after an end-of-text token, each token drawn
+// from the softmax of the last position's logits. With the device's generator (train_gpu), each
+// token is one pass of its own against a key-value cache, as infer does; without one (train_cpu),
+// one forward pass over the whole sequence per token, the plain way.
 static inline void run_sample(Run* run, const Trainer* dev, GPT2* model, int step) {
     int V = model->config.vocab_size, Vp = model->config.padded_vocab_size;
     int n = run->cfg.gen_tokens < run->cfg.T - 1 ? run->cfg.gen_tokens : run->cfg.T - 1;
@@ -454,17 +460,38 @@ static inline void run_sample(Run* run, const Trainer* dev, GPT2* model, int ste
     int* tokens = (int*)malloc_check((size_t)(n + 1) * sizeof(int));
     float* logits = (float*)malloc_check((size_t)Vp * sizeof(float));
     float* probs = (float*)malloc_check((size_t)Vp * sizeof(float));
+    EngineDevice gen;
+    int pages = kv_pages_for(n + 1);
+    int* table = (int*)malloc_check((size_t)pages * sizeof(int));
+    for (int i = 0; i < pages; i++) table[i] = i;  // one sequence: the pool's pages in order
+    if (dev->generator_build != NULL) dev->generator_build(model, pages, &gen);
     tokens[0] = eot;
     printf("--- sample at step %d ---\n", step);
     for (int t = 1; t <= n; t++) {
-        dev->forward(model, tokens, NULL, 1, t);
-        dev->logits_to_host(model, t - 1, logits);
+        if (dev->generator_build != NULL) {
+            EnginePass pass;  // token t-1 at position t-1
+            int pos = t - 1;
+            pass.B = 1;
+            pass.T = 1;
+            pass.tokens = tokens + t - 1;
+            pass.pos = &pos;
+            pass.pages = table;
+            pass.max_pages = pages;
+            pass.max_len = t;
+            pass.prefill = t == 1;
+            gen.forward(gen.ctx, &pass, logits);
+        } else {
+            dev->forward(model, tokens, NULL, 1, t);
+            dev->logits_to_host(model, t - 1, logits);
+        }
         softmax_forward(probs, logits, 1, 1, V, Vp);
         tokens[t] = sample_mult(probs, V, random_f32(&run->sample_rng));
         print_token(run->tok, tokens[t]);
         fflush(stdout);
     }
     printf("\n---\n");
+    if (dev->generator_build != NULL) dev->generator_free(&gen);
+    free(table);
     free(tokens);
     free(logits);
     free(probs);

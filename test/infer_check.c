@@ -10,7 +10,7 @@
 // Exits non-zero on the first failed check, naming it.
 
 #define INFER_NO_MAIN
-#include "../infer.c"        // the KV cache, the sampler
+#include "../infer.c"        // the generator over a paged cache, the sampler
 #define TRAIN_CPU_NO_MAIN
 #include "../train_cpu.c"    // the full forward pass the cache must agree with
 
@@ -45,6 +45,58 @@ static void build_random_model(GPT2* model, uint64_t seed) {
     // wte's padding rows stay zero, as in every real checkpoint
     memset(model->params.wte + (size_t)c.vocab_size * c.channels, 0,
            (size_t)(c.padded_vocab_size - c.vocab_size) * c.channels * sizeof(float));
+}
+
+// One sequence in a generator of its own, through the pass the engine hands a device: its page
+// table is a shuffled set of the pool's pages, so that positions that follow one another are
+// never in pages that do.
+typedef struct {
+    Generator g;
+    int pages[64];
+    int pos;
+    float* logits;  // (Vp)
+} KVCache;
+
+static void kvcache_build(KVCache* cache, const GPT2* model) {
+    GPT2Config c = model->config;
+    int n = kv_pages_for(c.max_seq_len);
+    if (n > 64) fail("kvcache_build: a test model of at most 64 pages");
+    generator_build(&cache->g, model, 1, n + 3);
+    uint64_t rng = 99;
+    for (int i = 0; i < n; i++) cache->pages[i] = n + 2 - i;
+    for (int i = n - 1; i > 0; i--) {
+        int j = (int)(random_u32(&rng) % (uint32_t)(i + 1)), tmp = cache->pages[i];
+        cache->pages[i] = cache->pages[j];
+        cache->pages[j] = tmp;
+    }
+    cache->pos = 0;
+    cache->logits = (float*)malloc_check((size_t)c.padded_vocab_size * sizeof(float));
+}
+
+static void kvcache_reset(KVCache* cache) {
+    cache->pos = 0;
+}
+
+static void kvcache_free(KVCache* cache) {
+    generator_free(&cache->g);
+    free(cache->logits);
+}
+
+// Runs tokens[0..T-1] at positions pos..pos+T-1; the logits of the last, and of all of them in
+// all_logits (T, Vp) when not NULL.
+static const float* kvcache_forward(KVCache* cache, const int* tokens, int T, float* all_logits) {
+    EnginePass pass;
+    pass.B = 1;
+    pass.T = T;
+    pass.tokens = tokens;
+    pass.pos = &cache->pos;
+    pass.pages = cache->pages;
+    pass.max_pages = 64;
+    pass.max_len = cache->pos + T;
+    pass.prefill = cache->pos == 0;
+    generator_forward(&cache->g, &pass, cache->logits, all_logits);
+    cache->pos += T;
+    return cache->logits;
 }
 
 // Generates tokens[P..T-1] after the prompt tokens[0..P-1] with the cache (reset first) and a

@@ -10,6 +10,11 @@ test/ref_check.c runs train_cpu.c's functions on the same files and compares aga
                 with random ids < V (doc/formats.md), so tests need nothing from data/.
     make-tokens, make-tokenizer   a token file of random ids; a tokenizer file of the 256 bytes
                 (to print samples). These three need NumPy only.
+    greedy      loads a checkpoint and prompts (one per line of a text file, token ids separated by
+                spaces) and writes, one line per prompt, the token ids that greedy generation
+                (argmax of the last position's logits, in float64, the whole sequence rerun for
+                each token) appends: up to --n of them, ending early at end-of-text (--eot), which
+                is not written. test/test_infer_batch.sh compares ./infer -f with it.
     reference   loads a checkpoint and a token file, takes the first batch (B*T+1 tokens: inputs
                 are the first B*T, targets the same shifted by one), and writes a dump (below)
                 holding, for a float32 run and a float64 run of the same computation: the logits
@@ -332,6 +337,28 @@ def reference(args):
     print(f"wrote {args.out}")
 
 
+def greedy(args):
+    need_torch("greedy")
+    config, params_np = read_checkpoint(args.model)
+    maxT, V = config[0], config[1]
+    p = {n: torch.tensor(params_np[n], dtype=torch.float64) for n in NAMES}
+    with open(args.prompts) as f:
+        prompts = [[int(x) for x in line.split()] for line in f if line.strip()]
+    with open(args.out, "w") as out:
+        for ids in prompts:
+            seq, new = list(ids), []
+            with torch.no_grad():
+                while len(new) < args.n and len(seq) < maxT:
+                    inputs = torch.tensor([seq], dtype=torch.long)
+                    logits, _ = forward(p, config, inputs, torch.zeros_like(inputs))
+                    nxt = int(torch.argmax(logits[0, -1, :V]))
+                    if nxt == args.eot:
+                        break
+                    seq.append(nxt)
+                    new.append(nxt)
+            out.write(" ".join(str(t) for t in new) + "\n")
+
+
 def learning_rate(step, lr, warmup, steps, final_frac):
     """The learning rate of step `step` (counted from 1): a linear warmup, lr*step/warmup over
     steps 1..warmup, then a cosine from lr at step `warmup` down to lr*final_frac at step `steps`,
@@ -455,6 +482,12 @@ def main():
     t.add_argument("--seed", type=int, default=1)
     k = sub.add_parser("make-tokenizer", help="tokenizer file of the 256 single bytes")
     k.add_argument("--out", required=True)
+    g = sub.add_parser("greedy", help="greedy continuations of prompts given as token ids")
+    g.add_argument("--model", required=True)
+    g.add_argument("--prompts", required=True, help="text file: one prompt per line, token ids")
+    g.add_argument("--out", required=True, help="text file: the new token ids, one line per prompt")
+    g.add_argument("--n", type=int, required=True, help="new tokens at most")
+    g.add_argument("--eot", type=int, default=50256, help="end-of-text token: generation stops there")
     r = sub.add_parser("reference", help="logits, loss, grads and AdamW steps, as a dump")
     r.add_argument("--model", required=True)
     r.add_argument("--tokens", required=True)
@@ -481,7 +514,7 @@ def main():
         tr.add_argument(flag, type=kind, required=True, metavar=metavar, help=what)
     args = ap.parse_args()
     commands = {"make-model": make_model, "make-tokens": make_tokens,
-                "make-tokenizer": make_tokenizer, "reference": reference, "train": train}
+                "make-tokenizer": make_tokenizer, "greedy": greedy, "reference": reference, "train": train}
     commands[args.cmd](args)
 
 

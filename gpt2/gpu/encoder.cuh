@@ -25,6 +25,26 @@ static void encoder_forward_gpu(floatX* out, const int* inp, const float* wte, c
     launch_check(encoder_forward_kernel);
 }
 
+// Generation's embeddings: the T tokens of sequence b sit at positions pos[b]..pos[b]+T-1 of
+// their own sequences, so out[b,t,:] = wte[inp[b,t],:] + wpe[pos[b]+t,:]; pos is on the GPU.
+template <typename floatX>
+__global__ void encoder_forward_at_kernel(floatX* out, const int* inp, const int* pos, const float* wte,
+                                          const float* wpe, int B, int T, int C) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)B * T * C) return;
+    int c = (int)(idx % C);
+    size_t bt = idx / C;
+    int b = (int)(bt / T), t = (int)(bt % T);
+    out[idx] = from_float<floatX>(wte[(size_t)inp[bt] * C + c] + wpe[(size_t)(pos[b] + t) * C + c]);
+}
+
+template <typename floatX>
+static void encoder_forward_at_gpu(floatX* out, const int* inp, const int* pos, const float* wte, const float* wpe,
+                                   int B, int T, int C) {
+    encoder_forward_at_kernel<floatX><<<ceil_div((size_t)B * T * C, 256), 256>>>(out, inp, pos, wte, wpe, B, T, C);
+    launch_check(encoder_forward_at_kernel);
+}
+
 // dwpe[t,c] += sum over b of dout[b,t,c]: one thread per (t, c), b in order.
 template <typename floatX>
 __global__ void encoder_backward_wpe_kernel(float* dwpe, const floatX* dout, int B, int T, int C) {

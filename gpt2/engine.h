@@ -1,0 +1,458 @@
+// gpt2/engine.h: generation for many requests at once, the same on every device (infer.c on the
+// CPU, infer_gpu.cu on the GPU): the scheduler that batches sequences, continuous batching, the
+// page tables of the paged key-value cache, sampling, and the results in the order asked.
+//
+// Why batch. A decode step of one sequence multiplies one vector by every weight matrix: each
+// weight read from memory serves one multiply-add, and memory bandwidth sets the pace. The same
+// step for n sequences multiplies an (n, C) block by each matrix: each weight read serves n
+// multiply-adds, so up to the point where the arithmetic units are the limit, n sequences cost
+// about what one does. (doc/infer.md measures it.)
+//
+// Continuous batching (Yu et al. 2022, "Orca"). Sequences end at different times. A static batch
+// would run until its longest sequence ends, its finished slots idle. Here every step first
+// admits waiting requests into free slots (their prompts are prefilled then), then runs one
+// decode step for every active sequence; a sequence that ends frees its slot and its pages for
+// the next step.
+//
+// A step, as the device sees it (EnginePass): prefill runs one request's whole prompt, T = P
+// tokens of B = 1 sequence from position 0, its products matrix-matrix; decode runs the last
+// token of each of the B active sequences, T = 1, each at its own position, against its own
+// pages, as one batched product per weight matrix. The device returns each sequence's last
+// logits; the engine samples from them on the host, each sequence with its own sampler and seed.
+//
+// Batch invariance: a request's tokens never depend on what else runs. Its prompt is prefilled
+// alone, the same way whatever the batch; in a decode step every row of every product, and its
+// attention, is computed in an order that depends only on that row (the CPU promises this bit
+// for bit, gpt2/cpu_math.h); and its sampler is its own.
+
+#ifndef GPT2_ENGINE_H
+#define GPT2_ENGINE_H
+
+#include "io.h"
+#include "model.h"
+#include "kv_pages.h"
+#include "requests.h"
+#include "sampler.h"
+#include "tokenizer.h"
+
+// What the device runs: T tokens of each of B sequences (see the header comment).
+typedef struct {
+    int B, T;
+    const int* tokens;   // (B, T)
+    const int* pos;      // (B) positions each sequence holds before this pass
+    const int* pages;    // (B, max_pages) their page tables
+    int max_pages;
+    int max_len;         // the largest pos[b] + T
+    int prefill;         // 1: B = 1 and pos = 0, a whole prompt
+} EnginePass;
+
+// A device: its forward pass over the pages it holds, writing each sequence's last logits,
+// (B, Vp) floats, to logits in host memory.
+typedef struct {
+    void* ctx;
+    void (*forward)(void* ctx, const EnginePass* pass, float* logits);
+} EngineDevice;
+
+// A request in a slot, from admission to its end.
+typedef struct {
+    Request req;
+    Sampler sampler;
+    int P;               // prompt tokens
+    int max_new;         // tokens it may generate
+    int len;             // positions in its cache
+    int* pages;          // (max_pages) its page table: kv_pages_for(len) of them taken
+    int promised;        // pages promised and not yet taken
+    int next;            // the token sampled last, not yet run through the model
+    int generated;
+    unsigned char* text; // its completion so far, the bytes of its tokens
+    size_t text_len, text_cap;
+    double first_token;  // seconds since the start, when its first token was sampled
+} Sequence;
+
+// A request's answer, kept until every request before it has been answered.
+typedef struct {
+    int done;
+    int failed;
+    Request req;         // the error record's line and message when failed
+    unsigned char* text;
+    size_t text_len;
+    int prompt_tokens, completion_tokens;
+    const char* finish_reason;  // "stop" (end-of-text) or "length" (max_tokens or the context)
+    double ttft_ms, total_ms;
+} EngineResult;
+
+// Called with every token a sequence generates, as it is generated (the single-prompt mode
+// prints them), and with every answer, in the order of the requests; NULL: none.
+typedef void (*EngineTokenFn)(void* user, const Request* req, int token);
+typedef void (*EngineResultFn)(void* user, const EngineResult* result);
+
+typedef struct {
+    const GPT2Config* config;
+    const Tokenizer* tok;
+    EngineDevice device;
+    int slots;               // sequences decoded together at most (-b)
+    int max_pages;           // pages of one whole context
+    int stop_at_eot;         // -E
+    PagePool pool;
+    Sequence* seq;           // (slots); seq[i].req.prompt == NULL: the slot is free
+    int active;
+    // the pass handed to the device, and the logits it returns
+    int* pass_tokens;        // (max(slots, maxT))
+    int* pass_pos;           // (slots)
+    int* pass_pages;         // (slots, max_pages)
+    int* pass_slot;          // (slots) the slot of each sequence in the pass
+    float* logits;           // (slots, Vp)
+    // answers in input order
+    EngineResult* results;   // results[id - first_pending] for the requests read, not yet written
+    int first_pending, num_pending, results_cap;
+    EngineTokenFn on_token;
+    EngineResultFn on_result;
+    void* user;
+    double start;
+    // counts for the report
+    int requests, failed, prompt_tokens, completion_tokens, decode_steps, prefills;
+    double prefill_seconds, decode_seconds;
+    int peak_batch;
+} Engine;
+
+// The pool's default size: every slot can hold a whole context, unless that is more than
+// ENGINE_DEFAULT_POOL_BYTES of keys and values; but always at least one whole context, so that
+// any request that fits the model fits the pool.
+#define ENGINE_DEFAULT_POOL_BYTES ((size_t)2 << 30)
+
+static inline size_t engine_page_bytes(GPT2Config c, size_t value_bytes) {
+    return 2 * (size_t)c.num_layers * KV_PAGE * c.channels * value_bytes;  // keys and values
+}
+
+static inline int engine_default_pages(GPT2Config c, int slots, size_t value_bytes) {
+    int context = kv_pages_for(c.max_seq_len);
+    size_t fit = ENGINE_DEFAULT_POOL_BYTES / engine_page_bytes(c, value_bytes);
+    size_t want = (size_t)slots * context;
+    if (want > fit) want = fit;
+    if (want < (size_t)context) want = context;
+    return (int)want;
+}
+
+static void engine_build(Engine* e, const GPT2Config* config, const Tokenizer* tok, EngineDevice device,
+                         int slots, int num_pages, int stop_at_eot) {
+    memset(e, 0, sizeof(*e));
+    e->config = config;
+    e->tok = tok;
+    e->device = device;
+    e->slots = slots;
+    e->max_pages = kv_pages_for(config->max_seq_len);
+    e->stop_at_eot = stop_at_eot;
+    page_pool_build(&e->pool, num_pages);
+    e->seq = (Sequence*)calloc_check((size_t)slots, sizeof(Sequence));
+    for (int i = 0; i < slots; i++) {
+        e->seq[i].pages = (int*)malloc_check((size_t)e->max_pages * sizeof(int));
+    }
+    int rows = slots > config->max_seq_len ? slots : config->max_seq_len;
+    e->pass_tokens = (int*)malloc_check((size_t)rows * sizeof(int));
+    e->pass_pos = (int*)malloc_check((size_t)slots * sizeof(int));
+    e->pass_pages = (int*)malloc_check((size_t)slots * e->max_pages * sizeof(int));
+    e->pass_slot = (int*)malloc_check((size_t)slots * sizeof(int));
+    e->logits = (float*)malloc_check((size_t)slots * config->padded_vocab_size * sizeof(float));
+    e->start = now_seconds();
+}
+
+static void engine_free(Engine* e) {
+    for (int i = 0; i < e->slots; i++) {
+        free(e->seq[i].pages);
+        free(e->seq[i].text);
+        if (e->seq[i].req.prompt != NULL) {
+            request_free(&e->seq[i].req);
+            sampler_free(&e->seq[i].sampler);
+        }
+    }
+    for (int i = 0; i < e->num_pending; i++) {
+        request_free(&e->results[i].req);
+        free(e->results[i].text);
+    }
+    free(e->seq);
+    free(e->pass_tokens);
+    free(e->pass_pos);
+    free(e->pass_pages);
+    free(e->pass_slot);
+    free(e->logits);
+    free(e->results);
+    page_pool_free(&e->pool);
+    memset(e, 0, sizeof(*e));
+}
+
+// ---------- answers, in the order asked ----------
+
+static EngineResult* engine_result(Engine* e, int id) {
+    return &e->results[id - e->first_pending];
+}
+
+// A place for the answer of request id (ids come in order).
+static void engine_expect(Engine* e, int id) {
+    if (id != e->first_pending + e->num_pending) fail("engine: request %d out of order (a bug)", id);
+    if (e->num_pending == e->results_cap) {
+        e->results_cap = e->results_cap == 0 ? 16 : 2 * e->results_cap;
+        e->results = (EngineResult*)realloc_check(e->results, (size_t)e->results_cap * sizeof(EngineResult));
+    }
+    memset(&e->results[e->num_pending++], 0, sizeof(EngineResult));
+}
+
+// Hands on the answers that are complete and have no unanswered request before them.
+static void engine_flush(Engine* e) {
+    int n = 0;
+    while (n < e->num_pending && e->results[n].done) {
+        EngineResult* r = &e->results[n];
+        if (e->on_result != NULL) e->on_result(e->user, r);
+        request_free(&r->req);
+        free(r->text);
+        n++;
+    }
+    memmove(e->results, e->results + n, (size_t)(e->num_pending - n) * sizeof(EngineResult));
+    e->num_pending -= n;
+    e->first_pending += n;
+}
+
+// A request that cannot run: its error record, in its turn. Takes over req.
+static void engine_reject(Engine* e, Request* req) {
+    engine_expect(e, req->id);
+    EngineResult* r = engine_result(e, req->id);
+    r->done = 1;
+    r->failed = 1;
+    r->req = *req;
+    memset(req, 0, sizeof(*req));
+    e->requests++;
+    e->failed++;
+    engine_flush(e);
+}
+
+// ---------- sequences ----------
+
+static void sequence_append_text(Sequence* s, const Tokenizer* tok, int token) {
+    size_t n;
+    const unsigned char* bytes = tokenizer_decode(tok, (uint32_t)token, &n);
+    if (s->text_len + n > s->text_cap) {
+        s->text_cap = 2 * (s->text_len + n) + 64;
+        s->text = (unsigned char*)realloc_check(s->text, s->text_cap);
+    }
+    memcpy(s->text + s->text_len, bytes, n);
+    s->text_len += n;
+}
+
+// Positions len..len+T-1 are about to be filled: take the pages they cross into.
+static void sequence_grow(Engine* e, Sequence* s, int T) {
+    int have = kv_pages_for(s->len), need = kv_pages_for(s->len + T);
+    for (int i = have; i < need; i++) {
+        s->pages[i] = page_pool_take(&e->pool);
+        s->promised--;
+    }
+}
+
+// The sequence in slot i has ended: its answer is complete, its pages go back to the pool.
+static void engine_finish(Engine* e, int i, const char* finish_reason) {
+    Sequence* s = &e->seq[i];
+    EngineResult* r = engine_result(e, s->req.id);
+    double now = now_seconds() - e->start;
+    r->done = 1;
+    r->req = s->req;
+    r->text = s->text;
+    r->text_len = s->text_len;
+    r->prompt_tokens = s->P;
+    r->completion_tokens = s->generated;
+    r->finish_reason = finish_reason;
+    r->ttft_ms = 1000.0 * s->first_token;
+    r->total_ms = 1000.0 * now;
+    e->completion_tokens += s->generated;
+    page_pool_release(&e->pool, s->pages, kv_pages_for(s->len), s->promised);
+    sampler_free(&s->sampler);
+    s->text = NULL;
+    s->text_len = s->text_cap = 0;
+    memset(&s->req, 0, sizeof(s->req));
+    e->active--;
+    engine_flush(e);
+}
+
+// A token sampled for the sequence in slot i: it ends the sequence (end-of-text, or the last
+// it may generate) or waits to be run through the model at the next step.
+static void engine_take_token(Engine* e, int i, int token) {
+    Sequence* s = &e->seq[i];
+    if (s->generated == 0) s->first_token = now_seconds() - e->start;
+    if (token == e->tok->eot_token && e->stop_at_eot) {
+        engine_finish(e, i, "stop");
+        return;
+    }
+    s->generated++;
+    sequence_append_text(s, e->tok, token);
+    if (e->on_token != NULL) e->on_token(e->user, &s->req, token);
+    if (s->generated == s->max_new) {
+        engine_finish(e, i, "length");
+        return;
+    }
+    s->next = token;
+}
+
+// ---------- admission and prefill ----------
+
+// The prompt of req as tokens (*n of them, malloc'd): "<|endoftext|>" in it is the end-of-text
+// token, and an empty prompt is end-of-text alone, as GPT-2 starts its unconditional samples.
+static int* engine_encode(const Engine* e, const Request* req, size_t* n) {
+    int* ids = tokenizer_encode(e->tok, (const unsigned char*)req->prompt, req->prompt_len, 1, n);
+    if (*n == 0) {
+        free(ids);
+        ids = (int*)malloc_check(sizeof(int));
+        ids[(*n)++] = e->tok->eot_token;
+    }
+    return ids;
+}
+
+// Whether a prompt of n tokens and its max_tokens fit the model's context; if not, says why in
+// req->error.
+static int engine_fits_context(const Engine* e, Request* req, size_t n) {
+    int maxT = e->config->max_seq_len, max_tokens = req->params.max_tokens;
+    if (n >= (size_t)maxT) {
+        snprintf(req->error, sizeof(req->error), "the prompt is %zu tokens; the model's context holds %d, "
+                 "and at least one must be left for generation", n, maxT);
+        return 0;
+    }
+    if (max_tokens > maxT - (int)n) {
+        snprintf(req->error, sizeof(req->error), "the prompt (%zu tokens) and %d new tokens exceed the model's "
+                 "context of %d tokens; ask for %d or fewer", n, max_tokens, maxT, maxT - (int)n);
+        return 0;
+    }
+    return 1;
+}
+
+// Starts req, whose prompt is ids (P tokens, within the context), in a free slot if the pool can
+// promise the pages of its whole length: prefills the prompt and samples the first token.
+// Returns 1 with req and ids taken over; 0 when the pool cannot promise them yet (req waits).
+static int engine_admit(Engine* e, Request* req, int* ids, int P) {
+    GPT2Config c = *e->config;
+    int max_new = req->params.max_tokens > 0 ? req->params.max_tokens : c.max_seq_len - P;
+    // positions used: the prompt and every generated token but the last, which is never run
+    int pages = kv_pages_for(P + max_new - 1);
+    if (!page_pool_reserve(&e->pool, pages)) return 0;
+    int i = 0;
+    while (e->seq[i].req.prompt != NULL) i++;
+    Sequence* s = &e->seq[i];
+    engine_expect(e, req->id);
+    s->req = *req;
+    memset(req, 0, sizeof(*req));
+    GenParams g = s->req.params;
+    sampler_build(&s->sampler, c.vocab_size, c.padded_vocab_size, g.temperature, g.top_k, g.top_p, g.seed);
+    s->P = P;
+    s->max_new = max_new;
+    s->len = 0;
+    s->promised = pages;
+    s->generated = 0;
+    s->first_token = 0.0;
+    e->active++;
+    e->requests++;
+    e->prompt_tokens += P;
+
+    // prefill: the whole prompt in one pass, alone
+    sequence_grow(e, s, P);
+    EnginePass pass;
+    pass.B = 1;
+    pass.T = P;
+    pass.tokens = ids;
+    e->pass_pos[0] = 0;
+    pass.pos = e->pass_pos;
+    pass.pages = s->pages;
+    pass.max_pages = e->max_pages;
+    pass.max_len = P;
+    pass.prefill = 1;
+    double t0 = now_seconds();
+    e->device.forward(e->device.ctx, &pass, e->logits);
+    e->prefill_seconds += now_seconds() - t0;
+    e->prefills++;
+    s->len = P;
+    free(ids);
+    engine_take_token(e, i, sampler_sample(&s->sampler, e->logits));
+    return 1;
+}
+
+// ---------- decode ----------
+
+// One decode step of every active sequence: their last tokens through the model as one batch,
+// then one new token each.
+static void engine_decode(Engine* e) {
+    int B = 0, max_len = 0;
+    for (int i = 0; i < e->slots; i++) {
+        Sequence* s = &e->seq[i];
+        if (s->req.prompt == NULL) continue;
+        sequence_grow(e, s, 1);
+        e->pass_slot[B] = i;
+        e->pass_tokens[B] = s->next;
+        e->pass_pos[B] = s->len;
+        memcpy(e->pass_pages + (size_t)B * e->max_pages, s->pages, (size_t)kv_pages_for(s->len + 1) * sizeof(int));
+        if (s->len + 1 > max_len) max_len = s->len + 1;
+        B++;
+    }
+    if (B == 0) return;
+    if (B > e->peak_batch) e->peak_batch = B;
+    EnginePass pass;
+    pass.B = B;
+    pass.T = 1;
+    pass.tokens = e->pass_tokens;
+    pass.pos = e->pass_pos;
+    pass.pages = e->pass_pages;
+    pass.max_pages = e->max_pages;
+    pass.max_len = max_len;
+    pass.prefill = 0;
+    double t0 = now_seconds();
+    e->device.forward(e->device.ctx, &pass, e->logits);
+    e->decode_seconds += now_seconds() - t0;
+    e->decode_steps++;
+    int Vp = e->config->padded_vocab_size;
+    int* next = e->pass_tokens;  // reused: the tokens sampled, one per sequence
+    // each sequence samples with its own sampler: in parallel, and the same as one by one
+    #pragma omp parallel for schedule(dynamic, 1)
+    for (int b = 0; b < B; b++) {
+        Sequence* s = &e->seq[e->pass_slot[b]];
+        next[b] = sampler_sample(&s->sampler, e->logits + (size_t)b * Vp);
+    }
+    for (int b = 0; b < B; b++) {
+        Sequence* s = &e->seq[e->pass_slot[b]];
+        s->len++;
+        engine_take_token(e, e->pass_slot[b], next[b]);
+    }
+}
+
+// ---------- the loop ----------
+
+// Where requests come from: the next one into *req (valid, or with its error set), returning 1;
+// 0 when there are no more.
+typedef int (*EngineSource)(void* src, Request* req);
+
+// Answers every request of the source, at most `slots` sequences at a time: each step admits
+// the waiting requests that fit (a free slot, and pages the pool can promise), in order, then
+// runs one decode step of all active sequences. A request that does not fit the pool now waits
+// for pages to come back, and the ones behind it wait with it (first come, first served).
+static void engine_run(Engine* e, EngineSource source, void* src) {
+    Request next;
+    int* ids = NULL;  // next's prompt, once tokenized
+    size_t n = 0;
+    int have = source(src, &next);
+    while (have || e->active > 0) {
+        while (have && e->active < e->slots) {
+            if (next.error[0] == '\0' && ids == NULL) {
+                ids = engine_encode(e, &next, &n);
+                if (!engine_fits_context(e, &next, n)) {
+                    free(ids);
+                    ids = NULL;
+                }
+            }
+            if (next.error[0] != '\0') {
+                engine_reject(e, &next);
+            } else if (engine_admit(e, &next, ids, (int)n)) {
+                ids = NULL;
+            } else {
+                if (e->active == 0) fail("engine: a request that fits the model does not fit an empty pool (a bug)");
+                break;
+            }
+            have = source(src, &next);
+        }
+        engine_decode(e);
+    }
+    engine_flush(e);
+}
+
+#endif // GPT2_ENGINE_H

@@ -1,0 +1,289 @@
+// gpt2/infer_run.h: the command line of generation, the same for infer.c (CPU) and infer_gpu.cu
+// (GPU): the flags, the two ways of running (one prompt printed as it is generated; a file of
+// requests answered as JSON lines), and the report. Each program brings its device
+// (EngineDevice: the forward pass over its paged cache) and calls infer_main.
+
+#ifndef GPT2_INFER_RUN_H
+#define GPT2_INFER_RUN_H
+
+#include "cli.h"
+#include "checkpoint.h"
+#include "engine.h"
+
+typedef struct {
+    const char* model;       // -e
+    const char* tokenizer;   // -k
+    const char* prompt;      // -p; NULL: read stdin (unless -f)
+    const char* requests;    // -f: a file of JSON lines ("-": stdin); NULL: one prompt
+    int slots;               // -b: sequences decoded together
+    int pages;               // -m: pages in the key-value pool; 0: the default
+    const char* precision;   // -w: fp32 or bf16 (the GPU's weights and pages)
+    GenParams gen;           // -n -T -K -P -S: each request's defaults
+    int max_new_given;       // -n was given
+    int stop_at_eot;         // -E
+} InferConfig;
+
+static void infer_usage(const char* prog) {
+    fprintf(stderr,
+            "usage: %s -e MODEL [options]\n"
+            "  -e MODEL  llm.c checkpoint (.bin, float32 or bfloat16), Hugging Face GPT-2\n"
+            "            model.safetensors (dev/data/download_gpt2.sh), or dN: a fresh random model of N layers\n"
+            "  -p TEXT   the prompt (default: read standard input)\n"
+            "  -f FILE   answer the requests of FILE instead, one JSON object per line ('-': standard input),\n"
+            "            {\"prompt\": ..., \"max_tokens\", \"temperature\", \"top_k\", \"top_p\", \"seed\"}: one JSON\n"
+            "            line each on standard output, in input order (doc/infer.md)\n"
+            "  -b N      with -f: sequences generated together, at most (default 8)\n"
+            "  -m PAGES  pages of %d positions in the key-value cache's pool (default: every sequence a\n"
+            "            whole context, within 2 GiB, and never less than one whole context)\n"
+            "  -w PREC   precision of the weights and the cache: fp32 or bf16 (infer: fp32; infer_gpu: bf16\n"
+            "            where the GPU has bf16 tensor cores, else fp32)\n"
+            "  -k FILE   tokenizer file (default data/gpt2_tokenizer.bin)\n"
+            "  -n N      new tokens at most (default: until end-of-text or the context is full)\n"
+            "  -T TEMP   temperature; 0 = greedy (default 1)\n"
+            "  -K K      top-k: sample among the K most likely tokens; 0 = off (default 0)\n"
+            "  -P P      top-p: among the most likely tokens that together reach P; 1 = off (default 1)\n"
+            "  -S SEED   random seed for sampling (and for a dN model's weights) (default 1337)\n"
+            "  -E 0      do not stop at end-of-text (default 1: stop)\n"
+            "  -h        this help\n"
+            "With -p (or the prompt on standard input) the continuation goes to standard output as it is\n"
+            "generated; the prompt length and the prefill and generation speeds go to standard error.\n"
+            "With -f a summary goes to standard error, and the exit status is 1 if any request failed.\n",
+            prog, KV_PAGE);
+}
+
+static InferConfig infer_parse_args(int argc, char** argv) {
+    InferConfig c;
+    memset(&c, 0, sizeof(c));
+    c.tokenizer = "data/gpt2_tokenizer.bin";
+    c.slots = 8;
+    c.precision = NULL;  // the device's default
+    c.gen.max_tokens = -1;
+    c.gen.temperature = 1.0f;
+    c.gen.top_k = 0;
+    c.gen.top_p = 1.0f;
+    c.gen.seed = 1337;
+    c.stop_at_eot = 1;
+    for (int i = 1; i < argc; i += 2) {
+        const char* flag = argv[i];
+        const char* val = flag_value(argc, argv, i);
+        if (val == NULL) {
+            infer_usage(argv[0]);
+            exit(0);
+        }
+        switch (flag[1]) {
+            case 'e': c.model = val; break;
+            case 'k': c.tokenizer = val; break;
+            case 'p': c.prompt = val; break;
+            case 'f': c.requests = val; break;
+            case 'b': c.slots = parse_int_arg(flag, val, 1); break;
+            case 'm': c.pages = parse_int_arg(flag, val, 1); break;
+            case 'w': c.precision = val; break;
+            case 'n': c.gen.max_tokens = parse_int_arg(flag, val, 1); c.max_new_given = 1; break;
+            case 'T': c.gen.temperature = parse_float_arg(flag, val, 0.0f); break;
+            case 'K': c.gen.top_k = parse_int_arg(flag, val, 0); break;
+            case 'P': c.gen.top_p = parse_float_arg(flag, val, 0.0f); break;
+            case 'S': c.gen.seed = (uint64_t)parse_int_arg(flag, val, 0); break;
+            case 'E': c.stop_at_eot = parse_int_arg(flag, val, 0); break;
+            default: fail("unknown option %s (see -h)", flag);
+        }
+    }
+    if (c.model == NULL) fail("no model: give -e MODEL (see -h)");
+    if (c.gen.top_p > 1.0f || c.gen.top_p == 0.0f) fail("-P expects a probability in (0, 1], got %g", c.gen.top_p);
+    if (c.gen.temperature > 100.0f) fail("-T expects a temperature from 0 to 100, got %g", c.gen.temperature);
+    if (c.slots > 4096) fail("-b expects at most 4096 sequences, got %d", c.slots);
+    if (c.precision != NULL && strcmp(c.precision, "fp32") != 0 && strcmp(c.precision, "bf16") != 0) {
+        fail("-w expects fp32 or bf16, got '%s'", c.precision);
+    }
+    if (c.requests != NULL && c.prompt != NULL) fail("-p and -f: give one prompt or a file of requests, not both");
+    return c;
+}
+
+// The pool's size: -m, or the default for this many slots; -m must hold one whole context.
+static int infer_pool_pages(const InferConfig* cfg, GPT2Config c, int slots, size_t value_bytes) {
+    int context = kv_pages_for(c.max_seq_len);
+    if (cfg->pages == 0) return engine_default_pages(c, slots, value_bytes);
+    if (cfg->pages < context) {
+        fail("-m %d: the pool must hold at least one whole context, %d pages of %d positions", cfg->pages, context,
+             KV_PAGE);
+    }
+    return cfg->pages;
+}
+
+static void infer_report_model(const GPT2* model, const char* device) {
+    GPT2Config mc = model->config;
+    fprintf(stderr, "model: L=%d NH=%d C=%d V=%d maxT=%d, %zu parameters, %s\n", mc.num_layers, mc.num_heads,
+            mc.channels, mc.vocab_size, mc.max_seq_len, model->num_parameters, device);
+}
+
+// ---------- one prompt, printed as it is generated ----------
+
+// All of standard input, as a NUL-terminated string; its length in *n.
+static char* read_stdin(size_t* n_out) {
+    size_t n = 0, cap = 4096;
+    char* buf = (char*)malloc_check(cap);
+    size_t got;
+    while ((got = fread(buf + n, 1, cap - n - 1, stdin)) > 0) {
+        n += got;
+        if (cap - n - 1 == 0) {
+            cap *= 2;
+            buf = (char*)realloc_check(buf, cap);
+        }
+    }
+    if (ferror(stdin)) fail("cannot read the prompt from standard input: %s", strerror(errno));
+    buf[n] = '\0';
+    *n_out = n;
+    return buf;
+}
+
+typedef struct {
+    Request req;
+    int given;
+    const Tokenizer* tok;
+    EngineResult result;  // the answer, without its text (printed already)
+    char error[sizeof(((Request*)0)->error)];
+} OnePrompt;
+
+static int one_prompt_source(void* src, Request* req) {
+    OnePrompt* one = (OnePrompt*)src;
+    if (one->given) return 0;
+    one->given = 1;
+    *req = one->req;
+    return 1;
+}
+
+static void one_prompt_token(void* user, const Request* req, int token) {
+    (void)req;
+    print_token(((OnePrompt*)user)->tok, token);
+    fflush(stdout);
+}
+
+static void one_prompt_result(void* user, const EngineResult* r) {
+    OnePrompt* one = (OnePrompt*)user;
+    one->result = *r;
+    one->result.text = NULL;
+    memcpy(one->error, r->req.error, sizeof(one->error));
+}
+
+static int infer_one_prompt(const InferConfig* cfg, const GPT2* model, const Tokenizer* tok, EngineDevice device,
+                            int num_pages) {
+    OnePrompt one;
+    memset(&one, 0, sizeof(one));
+    if (cfg->prompt != NULL) {
+        one.req.prompt_len = strlen(cfg->prompt);
+        one.req.prompt = (char*)malloc_check(one.req.prompt_len + 1);
+        memcpy(one.req.prompt, cfg->prompt, one.req.prompt_len + 1);
+    } else {
+        one.req.prompt = read_stdin(&one.req.prompt_len);
+    }
+    one.req.line = 1;
+    one.req.params = cfg->gen;
+    one.tok = tok;
+    Engine e;
+    engine_build(&e, &model->config, tok, device, 1, num_pages, cfg->stop_at_eot);
+    e.on_token = one_prompt_token;
+    e.on_result = one_prompt_result;
+    e.user = &one;
+    engine_run(&e, one_prompt_source, &one);
+    EngineResult* r = &one.result;
+    if (r->failed) fail("%s", one.error);
+    printf("\n");
+    fflush(stdout);
+    const char* stop = strcmp(r->finish_reason, "stop") == 0 ? "end-of-text"
+                       : cfg->max_new_given && r->completion_tokens == cfg->gen.max_tokens ? "-n limit"
+                       : "context full";
+    fprintf(stderr, "prompt: %d tokens, prefill %.3f s, %.1f tok/s\n", r->prompt_tokens, e.prefill_seconds,
+            r->prompt_tokens / e.prefill_seconds);
+    fprintf(stderr, "generation: %d tokens (stop: %s), %d decode steps in %.3f s, %.2f tok/s\n", r->completion_tokens,
+            stop, e.decode_steps, e.decode_seconds, e.decode_steps > 0 ? e.decode_steps / e.decode_seconds : 0.0);
+    engine_free(&e);
+    return 0;
+}
+
+// ---------- a file of requests, answered as JSON lines ----------
+
+typedef struct {
+    RequestReader* reader;
+    const GenParams* defaults;
+} RequestFile;
+
+static int request_file_source(void* src, Request* req) {
+    RequestFile* f = (RequestFile*)src;
+    return request_read(f->reader, req, f->defaults);
+}
+
+static void write_result(void* user, const EngineResult* r) {
+    (void)user;
+    if (r->failed) {
+        request_write_error(stdout, &r->req);
+    } else {
+        request_write_result(stdout, r->req.id, r->text, r->text_len, r->prompt_tokens, r->completion_tokens,
+                             r->finish_reason, r->ttft_ms, r->total_ms);
+    }
+    fflush(stdout);
+}
+
+static int infer_requests(const InferConfig* cfg, const GPT2* model, const Tokenizer* tok, EngineDevice device,
+                          int num_pages, size_t value_bytes) {
+    RequestFile file;
+    file.reader = request_reader_open(cfg->requests);
+    file.defaults = &cfg->gen;
+    Engine e;
+    engine_build(&e, &model->config, tok, device, cfg->slots, num_pages, cfg->stop_at_eot);
+    e.on_result = write_result;
+    engine_run(&e, request_file_source, &file);
+    double seconds = now_seconds() - e.start;
+    fprintf(stderr, "requests: %d (%d failed), %d prompt tokens, %d generated in %.3f s: %.1f tok/s\n", e.requests,
+            e.failed, e.prompt_tokens, e.completion_tokens, seconds, e.completion_tokens / seconds);
+    fprintf(stderr, "batch: up to %d sequences (-b %d), %d decode steps in %.3f s, %d prefills in %.3f s\n",
+            e.peak_batch, cfg->slots, e.decode_steps, e.decode_seconds, e.prefills, e.prefill_seconds);
+    fprintf(stderr, "kv pages: peak %d of %d in use (%d positions each, %.2f MB each)\n", e.pool.peak,
+            e.pool.num_pages, KV_PAGE, engine_page_bytes(model->config, value_bytes) / 1e6);
+    int failed = e.failed;
+    engine_free(&e);
+    request_reader_close(file.reader);
+    return failed > 0 ? 1 : 0;
+}
+
+// A device, as infer_main drives it:
+typedef struct {
+    // starts the device (after the flags are read: -h needs none); writes its name, returns the
+    // precision it generates in by default
+    const char* (*init)(char* name, size_t cap);
+    // the model on the device, for `slots` sequences at once and a pool of `pages` pages
+    void (*build)(const GPT2* model, int slots, int pages, const char* precision, EngineDevice* device);
+    void (*free)(EngineDevice* device);
+    size_t (*value_bytes)(const char* precision);  // of a key or value in the pages
+} InferDevice;
+
+// The program: reads the flags, the model and the tokenizer, builds the device and runs one
+// prompt or the requests; returns the exit status.
+static int infer_main(int argc, char** argv, const InferDevice* dev) {
+    InferConfig cfg = infer_parse_args(argc, argv);
+    char name[256];
+    const char* precision = dev->init(name, sizeof(name));
+    if (cfg.precision == NULL) cfg.precision = precision;
+    GPT2 model;
+    gpt2_build(&model, cfg.model, cfg.gen.seed);
+    Tokenizer tok;
+    tokenizer_init(&tok, cfg.tokenizer);
+    if (tok.vocab_size > model.config.vocab_size) {
+        fail("the tokenizer %s has %d tokens, more than the model's vocabulary (V=%d)", cfg.tokenizer, tok.vocab_size,
+             model.config.vocab_size);
+    }
+    int slots = cfg.requests != NULL ? cfg.slots : 1;
+    size_t value_bytes = dev->value_bytes(cfg.precision);
+    int pages = infer_pool_pages(&cfg, model.config, slots, value_bytes);
+    EngineDevice device;
+    dev->build(&model, slots, pages, cfg.precision, &device);
+    size_t len = strlen(name);
+    snprintf(name + len, sizeof(name) - len, ", %s", cfg.precision);
+    infer_report_model(&model, name);
+    int status = cfg.requests != NULL ? infer_requests(&cfg, &model, &tok, device, pages, value_bytes)
+                                      : infer_one_prompt(&cfg, &model, &tok, device, pages);
+    dev->free(&device);
+    tokenizer_free(&tok);
+    gpt2_free(&model);
+    return status;
+}
+
+#endif // GPT2_INFER_RUN_H

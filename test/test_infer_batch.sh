@@ -1,0 +1,190 @@
+#!/usr/bin/env bash
+# ./infer -f REQUESTS -b N, the batching engine, on a small random llm.c checkpoint with GPT-2's
+# vocabulary (L=2 NH=4 C=64 maxT=64):
+#   1. batch invariance: 16 mixed requests (prompts of 1 to 40 tokens, max_tokens from 1 to
+#      "until the context is full", greedy and sampled at several temperatures, top-k, top-p,
+#      seeds) give the same answers, every field but the timings, at -b 1, -b 8, -b 16, with a
+#      pool of one context's pages (-m 4: requests wait for pages), and in reverse order (every
+#      request in another slot beside other requests);
+#   2. the answers: one valid JSON line per request in input order, finish_reason and token
+#      counts consistent, the peak of pages in use reported and within the pool;
+#   3. greedy tokens equal PyTorch's greedy generation (dev/reference/gpt2_ref.py greedy, float64)
+#      for 5 prompts run together at -b 4;
+#   4. one prompt with -p prints what the same request gets from -f;
+#   5. bad requests: one error record each naming the line and what is wrong, the others
+#      answered, exit status 1.
+set -u
+. "$(dirname "$0")/lib.sh"
+PY=${PYTHON:-/usr/bin/python3}
+TOK=data/gpt2_tokenizer.bin
+if ! "$PY" -c 'import torch, numpy' 2>/dev/null; then
+  echo "skipped: $PY cannot import torch and numpy (bash test/setup.sh installs python3-torch)"
+  exit 77
+fi
+make -s infer tokenizer data >/dev/null || { echo "FAIL: make infer"; exit 1; }
+fresh_dir infer_batch
+"$PY" dev/reference/gpt2_ref.py make-model --model "$dir/m.bin" --tokens "$dir/tok.bin" --V 50257 \
+  --maxT 64 --L 2 --NH 4 --C 64 --ntokens 10 --scale 0.3 > /dev/null || { echo "FAIL: make-model"; exit 1; }
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
+infer() { ./infer -e "$dir/m.bin" -k "$TOK" "$@"; }
+status=0
+ok() { echo "ok    $1"; }
+bad() { echo "FAIL: $1"; status=1; }
+
+# ---- 1. the same answers whatever the batch
+"$PY" - "$dir/requests.jsonl" <<'EOF'
+import json, sys
+words = "the quick brown fox jumps over a lazy dog while seven old kings of distant lands watch".split()
+reqs = []
+for i in range(16):
+    n = [1, 3, 40, 7, 12, 25, 2, 9, 33, 5, 18, 1, 14, 28, 6, 11][i]
+    r = {"prompt": " ".join(words[(i + j) % len(words)] for j in range(n))}
+    if i != 5: r["max_tokens"] = [1, 20, 10, 30, 4, 0, 16, 2, 25, 13, 7, 40, 9, 3, 22, 17][i]
+    r["temperature"] = [0, 0.7, 1.3, 0, 1.0][i % 5]
+    if i % 3 == 1: r["top_k"] = 40
+    if i % 4 == 2: r["top_p"] = 0.9
+    if i % 2 == 0: r["seed"] = 100 + i
+    if i == 13: r["prompt"] = ""          # an empty prompt starts from end-of-text
+    if i == 9: r["unknown_field"] = [1, 2]  # ignored
+    reqs.append(r)
+with open(sys.argv[1], "w") as f:
+    for r in reqs: f.write(json.dumps(r) + "\n")
+EOF
+compare_answers() {  # WHAT A B [reverse]: every answer of A = B's (timings aside)
+  "$PY" - "$@" <<'EOF'
+import json, sys
+what, a, b = sys.argv[1:4]
+rev = len(sys.argv) > 4
+A = [json.loads(l) for l in open(a)]
+B = [json.loads(l) for l in open(b)]
+if rev: B = B[::-1]
+keys = ("text", "prompt_tokens", "completion_tokens", "finish_reason")
+bad = [i for i, (x, y) in enumerate(zip(A, B)) if any(x[k] != y[k] for k in keys)]
+if len(A) != len(B) or bad:
+    print(f"FAIL: {what}: {len(A)} and {len(B)} answers, differing at {bad[:5]}")
+    for i in bad[:2]: print("  ", A[i], "\n  ", B[i])
+    sys.exit(1)
+print(f"ok    {what}: {len(A)} answers identical")
+EOF
+}
+infer -f "$dir/requests.jsonl" -b 1 > "$dir/b1.out" 2> "$dir/b1.err" || bad "-b 1 exits 0"
+for run in "-b 8" "-b 16" "-b 8 -m 4"; do
+  name=$(echo "$run" | tr -d ' -')
+  # shellcheck disable=SC2086
+  infer -f "$dir/requests.jsonl" $run > "$dir/$name.out" 2> "$dir/$name.err" || bad "$run exits 0"
+  compare_answers "$run = -b 1" "$dir/b1.out" "$dir/$name.out" || status=1
+done
+tac "$dir/requests.jsonl" > "$dir/reversed.jsonl"
+infer -f "$dir/reversed.jsonl" -b 8 > "$dir/rev.out" 2>/dev/null || bad "reversed exits 0"
+compare_answers "the requests in reverse order, -b 8 = -b 1" "$dir/b1.out" "$dir/rev.out" reverse || status=1
+grep -q "^batch: up to 8 sequences (-b 8)" "$dir/b8.err" && ok "-b 8 decodes 8 sequences together" ||
+  { bad "-b 8 never ran 8 sequences together"; cat "$dir/b8.err"; }
+
+# ---- 2. the answers themselves
+"$PY" - "$dir/requests.jsonl" "$dir/b8.out" <<'EOF' || status=1
+import json, sys
+reqs = [json.loads(l) for l in open(sys.argv[1])]
+ans = [json.loads(l) for l in open(sys.argv[2])]
+errs = []
+if [a.get("id") for a in ans] != list(range(len(reqs))): errs.append("ids are not 0..15 in order")
+for r, a in zip(reqs, ans):
+    n, m = a["completion_tokens"], r.get("max_tokens", 0) or 64 - a["prompt_tokens"]
+    if a["finish_reason"] not in ("stop", "length"): errs.append(f"{a['id']}: finish_reason {a['finish_reason']}")
+    if a["finish_reason"] == "length" and n != m: errs.append(f"{a['id']}: length after {n} of {m} tokens")
+    if a["finish_reason"] == "stop" and n >= m: errs.append(f"{a['id']}: stop after {n} of {m} tokens")
+    if not (0 <= a["ttft_ms"] <= a["total_ms"]): errs.append(f"{a['id']}: ttft {a['ttft_ms']} total {a['total_ms']}")
+    if a["prompt_tokens"] < 1: errs.append(f"{a['id']}: prompt_tokens {a['prompt_tokens']}")
+if ans[0]["completion_tokens"] != 1: errs.append("max_tokens 1 gave %d tokens" % ans[0]["completion_tokens"])
+if ans[13]["prompt_tokens"] != 1: errs.append("an empty prompt is not end-of-text alone")
+print("FAIL: " + "; ".join(errs) if errs else "ok    16 answers in order, each finish_reason and count consistent")
+sys.exit(1 if errs else 0)
+EOF
+for name in b8 b8m4; do
+  peak=$(sed -n 's/^kv pages: peak \([0-9]*\) of \([0-9]*\) in use.*/\1 \2/p' "$dir/$name.err")
+  read -r p total <<< "${peak:-x x}"
+  if [ -n "$peak" ] && [ "$p" -ge 1 ] && [ "$p" -le "$total" ]; then ok "$name: peak pages $p of $total reported"
+  else bad "$name: no 'kv pages: peak N of M' report within the pool"; cat "$dir/$name.err"; fi
+done
+grep -q "^kv pages: peak [1-4] of 4 in use" "$dir/b8m4.err" && ok "-m 4: a pool of 4 pages is never exceeded" ||
+  bad "-m 4: pool exceeded or not reported"
+
+# ---- 3. greedy tokens = PyTorch's
+prompts=("The history of the city" "Once upon a time there was" "In 1998, the" "A" "quick brown fox jumps over the lazy")
+: > "$dir/greedy.jsonl"; : > "$dir/greedy.ids"
+for p in "${prompts[@]}"; do
+  printf '%s' "$p" > "$dir/p.txt"
+  ./tokenizer -k "$TOK" encode "$dir/p.txt" >> "$dir/greedy.ids" && echo >> "$dir/greedy.ids"
+  "$PY" -c 'import json, sys; print(json.dumps({"prompt": sys.argv[1], "max_tokens": 20, "temperature": 0}))' "$p" >> "$dir/greedy.jsonl"
+done
+"$PY" dev/reference/gpt2_ref.py greedy --model "$dir/m.bin" --prompts "$dir/greedy.ids" --out "$dir/torch.ids" --n 20 ||
+  bad "gpt2_ref.py greedy"
+infer -f "$dir/greedy.jsonl" -b 4 > "$dir/greedy.out" 2>/dev/null || bad "greedy -b 4 exits 0"
+# the texts of PyTorch's tokens, as ./tokenizer decodes them
+: > "$dir/torch.texts"
+while IFS= read -r ids; do
+  printf '%s' "$ids" | ./tokenizer -k "$TOK" decode | "$PY" -c 'import sys, json; print(json.dumps(sys.stdin.buffer.read().decode("utf-8", "replace")))' >> "$dir/torch.texts"
+done < "$dir/torch.ids"
+"$PY" - "$dir/greedy.out" "$dir/torch.texts" "$dir/torch.ids" <<'EOF' || status=1
+import json, sys
+ours = [json.loads(l)["text"] for l in open(sys.argv[1])]
+theirs = [json.loads(l) for l in open(sys.argv[2])]
+n = sum(len(l.split()) for l in open(sys.argv[3]))
+if ours != theirs or len(ours) != 5:
+    print("FAIL: greedy tokens differ from PyTorch's:")
+    for a, b in zip(ours, theirs): print("   ours ", repr(a), "\n   torch", repr(b))
+    sys.exit(1)
+print(f"ok    greedy generation of 5 prompts at -b 4 = PyTorch's greedy ({n} tokens)")
+EOF
+
+# ---- 4. one prompt = the same request in a file
+infer -p "The history of the city" -n 20 -T 0 > "$dir/one.out" 2>/dev/null || bad "-p exits 0"
+"$PY" - "$dir/one.out" "$dir/greedy.out" <<'EOF' || status=1
+import json, sys
+one = open(sys.argv[1], "rb").read().decode("utf-8", "replace")
+first = json.loads(open(sys.argv[2]).readline())["text"]
+if one != first + "\n":
+    print(f"FAIL: -p printed {one!r}, -f answered {first!r}"); sys.exit(1)
+print("ok    -p prints what -f answers for the same request")
+EOF
+
+# ---- 5. bad requests
+long=$(printf 'word %.0s' $(seq 70))
+cat > "$dir/mixed.jsonl" <<EOF
+{"prompt": "good one", "max_tokens": 3, "temperature": 0}
+{"prompt": "unterminated
+[1, 2, 3]
+{"max_tokens": 5}
+{"prompt": "$long", "max_tokens": 2}
+{"prompt": "x", "max_tokens": -1}
+{"prompt": "x", "max_tokens": 100000}
+{"prompt": "x", "temperature": "hot"}
+{"prompt": "x", "top_p": 2}
+{"prompt": 42}
+
+{"prompt": "good two", "max_tokens": 2, "temperature": 0}
+EOF
+infer -f "$dir/mixed.jsonl" -b 4 > "$dir/mixed.out" 2> "$dir/mixed.err"
+rc=$?
+[ $rc -eq 1 ] && ok "a file with bad requests exits 1" || bad "a file with bad requests exits $rc, not 1"
+"$PY" - "$dir/mixed.out" <<'EOF' || status=1
+import json, sys
+ans = [json.loads(l) for l in open(sys.argv[1])]
+want = {1: "", 2: "JSON", 3: "object", 4: "prompt", 5: "context", 6: "max_tokens", 7: "context",
+        8: "temperature", 9: "top_p", 10: "prompt", 12: ""}
+errs = []
+if len(ans) != 11: errs.append(f"{len(ans)} records for 11 requests")
+for a in ans:
+    line = a.get("line")
+    if "error" in a:
+        if line not in want or not want[line] or want[line].lower() not in a["error"].lower():
+            errs.append(f"line {line}: error {a['error']!r}")
+    elif "text" not in a or a["id"] not in (0, 10):
+        errs.append(f"unexpected record {a}")
+if [a["id"] for a in ans] != list(range(11)): errs.append("ids not in order")
+print("FAIL: " + "; ".join(errs) if errs else "ok    9 bad requests: an error record each, naming its line; the 2 good ones answered")
+sys.exit(1 if errs else 0)
+EOF
+printf '{"prompt": "a", "max_tokens": 2}' | infer -f - -T 0 > "$dir/stdin.out" 2>/dev/null &&
+  grep -q '"completion_tokens": 2' "$dir/stdin.out" && ok "-f - reads standard input; a last line without newline counts" ||
+  bad "-f - with a last line without newline"
+exit $status
