@@ -1,12 +1,16 @@
 // gpt2/json.h: a reader of JSON (RFC 8259) over text in memory, for the files this project reads
-// that are JSON: GPT-2's encoder.json (tokenizer.c) and the header of a safetensors file
-// (gpt2/safetensors.h). Nothing is built: the caller knows what it expects next and asks for it
-// (json_expect a '{', json_string, json_int, ...), and what it does not want is skipped
-// (json_skip_value). Every piece of JSON's grammar is checked here, once; what a file format
-// allows on top of it (how long a token may be, which names a tensor may have) is its reader's.
+// that are JSON: GPT-2's encoder.json (tokenizer.c), the header of a safetensors file
+// (gpt2/safetensors.h) and requests for text (gpt2/requests.h). Nothing is built: the caller
+// knows what it expects next and asks for it (json_expect a '{', json_string, json_int, ...), and
+// what it does not want is skipped (json_skip_value). Every piece of JSON's grammar is checked
+// here, once; what a file format allows on top of it (how long a token may be, which names a
+// tensor may have) is its reader's.
 //
 // Bad input stops the program with one line naming the file, what was wrong and where: the byte
-// and line when the text is a whole file, else the byte within the JSON text.
+// and line when the text is a whole file, else the byte within the JSON text. A caller for whom
+// bad input is not the end, such as a reader of requests (gpt2/requests.h) that answers a bad one
+// with an error and goes on to the next, catches the error instead (json_catch): then the message
+// goes into the caller's buffer and json_fail jumps back to the caller's setjmp.
 //
 //   JsonReader r = json_reader(text, n, path, NULL);
 //   json_expect(&r, '{');
@@ -24,6 +28,7 @@
 #define GPT2_JSON_H
 
 #include <math.h>
+#include <setjmp.h>
 #include "io.h"
 #include "utf8.h"
 
@@ -35,6 +40,9 @@ typedef struct {
     const char* path;        // the file it comes from, first in every error
     const char* part;        // NULL when the text is the whole file; else what part of the file it
                              // is ("safetensors header"), and errors count bytes from its start
+    jmp_buf* on_error;       // NULL: an error stops the program; else where it jumps (json_catch)
+    char* error;             // then gets the message, error_cap bytes with the 0
+    size_t error_cap;
 } JsonReader;
 
 static inline JsonReader json_reader(const void* text, size_t n, const char* path, const char* part) {
@@ -44,14 +52,38 @@ static inline JsonReader json_reader(const void* text, size_t n, const char* pat
     r.pos = 0;
     r.path = path;
     r.part = part;
+    r.on_error = NULL;
+    r.error = NULL;
+    r.error_cap = 0;
     return r;
 }
 
+// From now on an error in r does not stop the program: json_fail writes "MSG at byte N" into
+// error (cap bytes, cut to fit) and jumps to on_error, where the caller's setjmp returns 1:
+//
+//   jmp_buf on_error;
+//   json_catch(&r, &on_error, message, sizeof(message));
+//   if (setjmp(on_error) != 0) { ...free what was allocated since, report message...; return 0; }
+//
+// The reader allocates nothing that outlives a call, so a jump leaks nothing of its own; what the
+// caller allocated between its setjmp and the error is the caller's to free. The caller's local
+// variables that change after setjmp are undefined after the jump (C11 7.13.2.1) unless volatile:
+// keep what the error path needs (the buffers, the pointers to free) outside them.
+static inline void json_catch(JsonReader* r, jmp_buf* on_error, char* error, size_t cap) {
+    r->on_error = on_error;
+    r->error = error;
+    r->error_cap = cap;
+}
+
 // Stops with "PATH: MSG at byte N (line L)", or for a part of a file "PATH: malformed PART: MSG at
-// byte N of the JSON". A caller with a complaint of its own about a value sets r->pos to the
-// value's start first.
+// byte N of the JSON"; or, caught (json_catch), jumps back with "MSG at byte N". A caller with a
+// complaint of its own about a value sets r->pos to the value's start first.
 static inline void json_fail(const JsonReader* r, const char* msg) GPT2_NORETURN;
 static inline void json_fail(const JsonReader* r, const char* msg) {
+    if (r->on_error != NULL) {
+        snprintf(r->error, r->error_cap, "%s at byte %zu", msg, r->pos);
+        longjmp(*r->on_error, 1);
+    }
     if (r->part == NULL) fail("%s: %s at byte %zu (line %d)", r->path, msg, r->pos, line_of(r->s, r->pos));
     fail("%s: malformed %s: %s at byte %zu of the JSON", r->path, r->part, msg, r->pos);
 }
