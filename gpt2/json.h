@@ -1,10 +1,11 @@
 // gpt2/json.h: a reader of JSON (RFC 8259) over text in memory, for the files this project reads
 // that are JSON: GPT-2's encoder.json (tokenizer.c), the header of a safetensors file
-// (gpt2/safetensors.h) and requests for text (gpt2/requests.h). Nothing is built: the caller
-// knows what it expects next and asks for it (json_expect a '{', json_string, json_int, ...), and
-// what it does not want is skipped (json_skip_value). Every piece of JSON's grammar is checked
-// here, once; what a file format allows on top of it (how long a token may be, which names a
-// tensor may have) is its reader's.
+// (gpt2/safetensors.h) and requests for text (gpt2/requests.h); and a writer of JSON strings, for
+// the project's answers in JSON (at the end). Nothing is built: the caller knows what it expects
+// next and asks for it (json_expect a '{', json_string, json_int, ...), and what it does not want
+// is skipped (json_skip_value). Every piece of JSON's grammar is checked here, once; what a file
+// format allows on top of it (how long a token may be, which names a tensor may have) is its
+// reader's.
 //
 // Bad input stops the program with one line naming the file, what was wrong and where: the byte
 // and line when the text is a whole file, else the byte within the JSON text. A caller for whom
@@ -104,6 +105,21 @@ static inline void json_skip_space(JsonReader* r) {
 static inline int json_peek(JsonReader* r) {
     json_skip_space(r);
     return json_byte(r);
+}
+
+// What kind of value begins with byte c (json_peek's answer), for a complaint that a value is
+// not of the kind it should be: "a string", "an object", ..., "a number" for any other byte (the
+// value is then a number or not JSON, which reading it finds out).
+static inline const char* json_kind_name(int c) {
+    switch (c) {
+        case '"': return "a string";
+        case '{': return "an object";
+        case '[': return "an array";
+        case 't': return "true";
+        case 'f': return "false";
+        case 'n': return "null";
+        default: return "a number";
+    }
 }
 
 // Consumes c (after whitespace) if it is next; returns whether it was.
@@ -375,6 +391,41 @@ static inline void json_skip_nested(JsonReader* r, int depth) {
 
 static inline void json_skip_value(JsonReader* r) {
     json_skip_nested(r, 1);
+}
+
+// ---------- writing ----------
+
+// Writes the n bytes of s to f as a JSON string, quotes included, whatever the bytes are: '"' and
+// '\\' escaped, control characters as \n, \t, ... or \u00XX, valid UTF-8 as it is, and each
+// invalid sequence as U+FFFD, the replacement character, once per maximal invalid subpart
+// (utf8_invalid_length). A JSON text must be UTF-8 (RFC 8259, section 8.1), and generated text
+// can stop in the middle of a character. The caller checks f for errors (ferror) when done.
+static inline void json_write_string(FILE* f, const unsigned char* s, size_t n) {
+    fputc('"', f);
+    for (size_t i = 0; i < n;) {
+        unsigned char c = s[i];
+        uint32_t cp;
+        int len = utf8_decode(s + i, n - i, &cp);
+        if (len == 0) {
+            fputs("\xEF\xBF\xBD", f);  // U+FFFD in UTF-8
+            i += (size_t)utf8_invalid_length(s + i, n - i);
+            continue;
+        }
+        switch (c) {
+            case '"': fputs("\\\"", f); break;
+            case '\\': fputs("\\\\", f); break;
+            case '\b': fputs("\\b", f); break;
+            case '\f': fputs("\\f", f); break;
+            case '\n': fputs("\\n", f); break;
+            case '\r': fputs("\\r", f); break;
+            case '\t': fputs("\\t", f); break;
+            default:
+                if (c < 0x20) fprintf(f, "\\u%04x", c);
+                else fwrite(s + i, 1, (size_t)len, f);
+        }
+        i += (size_t)len;
+    }
+    fputc('"', f);
 }
 
 #endif // GPT2_JSON_H

@@ -1,6 +1,7 @@
-// gpt2/utf8.h: UTF-8 (RFC 3629), one character at a time: decoding the character at a byte, and
-// encoding a code point. The tokenizer's pre-tokenizer (gpt2/tokenizer.h) classifies text by
-// the characters it decodes here; the JSON reader (gpt2/json.h) checks and decodes its strings.
+// gpt2/utf8.h: UTF-8 (RFC 3629), one character at a time: decoding the character at a byte, the
+// length of an invalid sequence, and encoding a code point. The tokenizer's pre-tokenizer
+// (gpt2/tokenizer.h) classifies text by the characters it decodes here; the JSON reader
+// (gpt2/json.h) checks and decodes its strings, and its writer replaces invalid sequences.
 
 #ifndef GPT2_UTF8_H
 #define GPT2_UTF8_H
@@ -28,6 +29,26 @@ static inline int utf8_decode(const unsigned char* s, size_t n, uint32_t* cp) {
     if (v < min || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) return 0;
     *cp = v;
     return len;
+}
+
+// The length 1..3 of the invalid sequence at s[0] (n >= 1 bytes, where utf8_decode gives 0): the
+// byte itself and the continuation bytes after it that still fit a character it could have begun,
+// so that a character cut short is one error, not one per byte. (Unicode's "maximal subpart",
+// chapter 3 of the standard: one U+FFFD each, as browsers and Python's errors="replace" do.)
+static inline int utf8_invalid_length(const unsigned char* s, size_t n) {
+    unsigned c = s[0];
+    int len = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 1;
+    // the second byte's range: E0 and F0 would be overlong below it, ED a surrogate and F4 past
+    // U+10FFFF above it; every other continuation byte is 80..BF
+    unsigned low = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80;
+    unsigned high = c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF;
+    int i = 1;
+    while (i < len && (size_t)i < n && s[i] >= low && s[i] <= high) {
+        i++;
+        low = 0x80;
+        high = 0xBF;
+    }
+    return i;
 }
 
 // Writes code point cp (at most U+10FFFF and not a surrogate: what utf8_decode gives) as UTF-8
