@@ -1,0 +1,367 @@
+// gpt2/requests.h: requests for text as JSON lines, and the JSON lines that answer them
+// (doc/formats.md, section 9). A file of requests holds one JSON object per line:
+//
+//   {"prompt": "Once upon a time", "max_tokens": 64, "temperature": 0.8, "top_k": 40,
+//    "top_p": 0.95, "seed": 7}
+//
+// Only "prompt" is required; a field left out, or null, takes the caller's default (the command
+// line's flags). Other fields are ignored, as OpenAI's completions API ignores what it does not
+// know, but a field of ours given twice is an error: JSON does not say which one counts. Every
+// request gets one answer line: a result, or an error record that names the request's line and
+// what is wrong with it, and a bad request never stops the requests after it. Only an input that
+// cannot be read at all stops the program (fail).
+//
+//   GenParams defaults = ...;            // from the command line
+//   RequestReader rr = request_reader_open(path);   // "-": standard input
+//   Request q;
+//   while (request_read(&rr, &q, &defaults)) {
+//       if (q.error[0] != '\0') request_write_error(stdout, &q);
+//       else ...generate from q.prompt with q.params, then request_write_result(stdout, q.id, ...);
+//       request_free(&q);
+//   }
+//   request_reader_close(&rr);
+//
+// request_parse reads one request from text in memory, for a caller whose requests do not come
+// in lines (a server reads a body). Like every header here this is C that also compiles as C++.
+
+#ifndef GPT2_REQUESTS_H
+#define GPT2_REQUESTS_H
+
+#include <limits.h>
+#include "json.h"
+
+#define REQUEST_MAX_LINE (4u << 20)   // bytes in one request's line; a longer one is an error
+#define REQUEST_MAX_TOKENS (1 << 20)  // max_tokens and top_k at most: bounds against absurd
+#define REQUEST_MAX_TOP_K (1 << 20)   // values, far above GPT-2's context and vocabulary
+#define REQUEST_MAX_TEMPERATURE 100.0
+#define REQUEST_SEED_LIMIT 9007199254740992.0  // 2^53: every integer below it is exact in a
+                                               // double, so in JSON readers that read doubles
+
+// How to generate: the defaults from the command line, and a request's choices over them.
+typedef struct {
+    int max_tokens;     // new tokens at most; -1 (as a default only): until end-of-text or the
+                        // context is full
+    float temperature;  // 0: greedy
+    int top_k;          // 0: no top-k filter
+    float top_p;        // 1: no top-p filter
+    uint64_t seed;      // of the request's sampling
+} GenParams;
+
+typedef struct {
+    int id;             // the requests counted from 0 in input order, bad ones too
+    int line;           // where it is in the input, from 1
+    char* prompt;       // UTF-8, 0-terminated, malloc'd; NULL when the request is not valid. A
+    size_t prompt_len;  //   \u0000 in the JSON is a 0 byte here, so prompt_len, not strlen, counts
+    GenParams params;
+    char error[256];    // "" when the request is valid; else what is wrong with it
+} Request;
+
+// ---------- one request ----------
+
+// The fields a request may set; a bit each in the mask of those seen.
+enum {
+    REQUEST_FIELD_PROMPT, REQUEST_FIELD_MAX_TOKENS, REQUEST_FIELD_TEMPERATURE, REQUEST_FIELD_TOP_K,
+    REQUEST_FIELD_TOP_P, REQUEST_FIELD_SEED, REQUEST_NUM_FIELDS
+};
+static const char* const request_field_names[REQUEST_NUM_FIELDS] = {
+    "prompt", "max_tokens", "temperature", "top_k", "top_p", "seed"};
+
+// Records what is wrong with q, unless something already is: the first complaint is the one
+// reported. (A JSON error found later replaces it, in request_parse.)
+#if defined(__GNUC__)
+static inline void request_complain(Request* q, const char* fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+#endif
+static inline void request_complain(Request* q, const char* fmt, ...) {
+    if (q->error[0] != '\0') return;
+    va_list args;
+    va_start(args, fmt);
+    vsnprintf(q->error, sizeof(q->error), fmt, args);
+    va_end(args);
+}
+
+// Reads a key and returns the field it names, or -1 for a key that is none of ours. The key is
+// compared as decoded, so "\u0074op_k" is top_k, and "top_k\u0000" is not.
+static inline int request_field(JsonReader* r) {
+    char key[16];  // longer than any field's name
+    size_t len = 0;
+    int fits = 1;
+    uint32_t cp;
+    json_string_begin(r);
+    while (json_string_char(r, &cp)) {
+        if (cp < 0x80 && len < sizeof(key)) key[len++] = (char)cp;
+        else fits = 0;  // no field's name has more, or other than ASCII
+    }
+    for (int field = 0; fits && field < REQUEST_NUM_FIELDS; field++) {
+        const char* name = request_field_names[field];
+        if (strlen(name) == len && memcmp(name, key, len) == 0) return field;
+    }
+    return -1;
+}
+
+// A number (r at it): its value, its text as written into got (cut to fit, for a complaint), and
+// whether it is written as an integer: digits alone after an optional '-', as JSON writers write
+// integers (64, not 64.0 or 6.4e1).
+static inline double request_number(JsonReader* r, char* got, size_t cap, int* is_integer) {
+    json_skip_space(r);
+    size_t start = r->pos;
+    double v = json_number(r);
+    size_t len = r->pos - start, shown = len < cap ? len : cap - 4;
+    snprintf(got, cap, "%.*s%s", (int)shown, (const char*)r->s + start, shown < len ? "..." : "");
+    *is_integer = 1;
+    for (size_t i = start; i < r->pos; i++) {
+        if (r->s[i] == '.' || r->s[i] == 'e' || r->s[i] == 'E') *is_integer = 0;
+    }
+    return v;
+}
+
+// The value of a field (r just past its ':') into q, or a complaint. A value of the wrong kind or
+// out of range is still read through, so that a JSON error after it wins.
+static inline void request_field_value(JsonReader* r, Request* q, int field) {
+    int c = json_peek(r);
+    if (field == REQUEST_FIELD_PROMPT) {
+        if (c != '"') {
+            json_skip_value(r);
+            request_complain(q, "\"prompt\" must be a string, got %s", json_kind_name(c));
+            return;
+        }
+        size_t cap = r->n - r->pos;  // the string's text, quotes included: room for it and its 0
+        q->prompt = (char*)malloc_check(cap);
+        q->prompt_len = json_string(r, q->prompt, cap);
+        q->prompt = (char*)realloc_check(q->prompt, q->prompt_len + 1);  // not the whole line's room
+        return;
+    }
+    if (json_accept_null(r)) return;  // the default stays
+    char got[32];  // the value as written, or its kind
+    double v = 0.0;
+    int is_number = c == '-' || (c >= '0' && c <= '9'), is_integer = 0;
+    if (is_number) {
+        v = request_number(r, got, sizeof(got), &is_integer);
+    } else {
+        json_skip_value(r);
+        snprintf(got, sizeof(got), "%s", json_kind_name(c));
+    }
+    // v is checked against the range as a double, before it becomes an int or a float: a
+    // conversion out of range is undefined behaviour in C
+    const char* name = request_field_names[field];
+    switch (field) {
+        case REQUEST_FIELD_MAX_TOKENS:
+            if (is_integer && v >= 1 && v <= REQUEST_MAX_TOKENS) q->params.max_tokens = (int)v;
+            else request_complain(q, "\"%s\" must be an integer from 1 to %d, got %s", name,
+                                  REQUEST_MAX_TOKENS, got);
+            break;
+        case REQUEST_FIELD_TEMPERATURE:
+            if (is_number && v >= 0 && v <= REQUEST_MAX_TEMPERATURE) q->params.temperature = (float)v;
+            else request_complain(q, "\"%s\" must be a number from 0 to %g, got %s", name,
+                                  REQUEST_MAX_TEMPERATURE, got);
+            break;
+        case REQUEST_FIELD_TOP_K:
+            if (is_integer && v >= 0 && v <= REQUEST_MAX_TOP_K) q->params.top_k = (int)v;
+            else request_complain(q, "\"%s\" must be an integer from 0 to %d, got %s", name,
+                                  REQUEST_MAX_TOP_K, got);
+            break;
+        case REQUEST_FIELD_TOP_P:  // and not 0 as a float either, as 1e-50 is
+            if (is_number && v > 0 && v <= 1 && (float)v > 0) q->params.top_p = (float)v;
+            else request_complain(q, "\"%s\" must be a number in (0, 1], got %s", name, got);
+            break;
+        case REQUEST_FIELD_SEED:
+            if (is_integer && v >= 0 && v < REQUEST_SEED_LIMIT) q->params.seed = (uint64_t)v;
+            else request_complain(q, "\"%s\" must be a non-negative integer below 2^53, got %s", name, got);
+            break;
+    }
+}
+
+// The request's object, field by field, into q; complaints into q->error; bad JSON jumps out.
+static inline void request_object(JsonReader* r, Request* q) {
+    int c = json_peek(r);
+    if (c != '{') {
+        json_skip_value(r);
+        json_end(r);
+        request_complain(q, "a request must be a JSON object, got %s", json_kind_name(c));
+        return;
+    }
+    r->pos++;
+    unsigned seen = 0;  // a bit per field
+    for (size_t i = 0; json_next(r, '}', i); i++) {
+        int field = request_field(r);
+        json_expect(r, ':');
+        if (field < 0) {
+            json_skip_value(r);
+        } else if (seen & (1u << field)) {
+            json_skip_value(r);
+            request_complain(q, "\"%s\" is given twice", request_field_names[field]);
+        } else {
+            seen |= 1u << field;
+            request_field_value(r, q, field);
+        }
+    }
+    json_end(r);
+    if (!(seen & (1u << REQUEST_FIELD_PROMPT))) request_complain(q, "\"prompt\" is missing");
+}
+
+// Reads one request from the n bytes of text (one JSON object; whitespace around it is allowed,
+// and so are newlines inside it). Fills q's prompt, prompt_len, params (defaults, and what the
+// request sets) and error; id and line are the caller's. Returns 1 when the request is valid; else
+// 0, with q->error saying what is wrong, q->prompt NULL and q->params the defaults. Text that is
+// not JSON is reported as such, before anything the JSON says: "not valid JSON: WHAT at byte N"
+// (N from 0); else the first thing wrong in the order of the text, "\"prompt\" is missing" last.
+static inline int request_parse(Request* q, const char* text, size_t n, const GenParams* defaults) {
+    q->prompt = NULL;
+    q->prompt_len = 0;
+    q->params = *defaults;
+    q->error[0] = '\0';
+    // A JSON error writes "WHAT at byte N" into q->error after the prefix and jumps back here:
+    // nothing the error path needs lives in a local variable that changes after setjmp (json_catch
+    // says why).
+    static const char bad_json[] = "not valid JSON: ";
+    const size_t prefix = sizeof(bad_json) - 1;
+    JsonReader r = json_reader(text, n, "request", NULL);
+    jmp_buf on_error;
+    json_catch(&r, &on_error, q->error + prefix, sizeof(q->error) - prefix);
+    if (setjmp(on_error) == 0) request_object(&r, q);
+    else memcpy(q->error, bad_json, prefix);
+    if (q->error[0] == '\0') return 1;
+    free(q->prompt);
+    q->prompt = NULL;
+    q->prompt_len = 0;
+    q->params = *defaults;
+    return 0;
+}
+
+static inline void request_free(Request* q) {
+    free(q->prompt);
+    q->prompt = NULL;
+    q->prompt_len = 0;
+}
+
+// ---------- a file of requests ----------
+
+typedef struct {
+    FILE* f;
+    const char* path;  // for errors
+    size_t max_line;   // REQUEST_MAX_LINE; a test may lower it
+    char* line;        // the line just read, not 0-terminated
+    size_t cap;        // bytes at line, at most max_line
+    int line_number;   // of the line just read, from 1
+    int next_id;
+} RequestReader;
+
+// Opens path ("-": standard input) to read requests from; a file that cannot be opened is an error.
+static inline RequestReader request_reader_open(const char* path) {
+    RequestReader rr;
+    int from_stdin = strcmp(path, "-") == 0;
+    rr.f = from_stdin ? stdin : fopen_check(path, "rb");
+    rr.path = from_stdin ? "standard input" : path;
+    rr.max_line = REQUEST_MAX_LINE;
+    rr.line = NULL;
+    rr.cap = 0;
+    rr.line_number = 0;
+    rr.next_id = 0;
+    return rr;
+}
+
+static inline void request_reader_close(RequestReader* rr) {
+    if (rr->f != stdin) fclose_check(rr->f, rr->path);
+    free(rr->line);
+    rr->line = NULL;
+}
+
+// Reads the next line into rr->line, without its '\n', and returns 1; or 0 at the end of the
+// input. A last line without '\n' is a line; the nothing after a last '\n' is not. *len is the
+// line's length, or max_line + 1 for a longer line, which is read to its end but not kept (a
+// line of gigabytes costs no memory). *blank says whether it is only spaces, tabs and '\r'.
+static inline int request_next_line(RequestReader* rr, size_t* len, int* blank) {
+    size_t n = 0;
+    int c;
+    *blank = 1;
+    while ((c = getc(rr->f)) != EOF && c != '\n') {
+        if (c != ' ' && c != '\t' && c != '\r') *blank = 0;
+        if (n == rr->max_line + 1) continue;  // too long: the rest is dropped
+        if (n < rr->max_line) {
+            if (n == rr->cap) {  // grow by doubling, to max_line bytes at most
+                rr->cap = rr->cap == 0 ? 4096 : 2 * rr->cap;
+                if (rr->cap > rr->max_line) rr->cap = rr->max_line;
+                rr->line = (char*)realloc_check(rr->line, rr->cap);
+            }
+            rr->line[n] = (char)c;
+        }
+        n++;
+    }
+    if (ferror(rr->f)) fail("read error on %s: %s", rr->path, strerror(errno));
+    if (c == EOF && n == 0) return 0;
+    if (rr->line_number == INT_MAX) fail("%s has more than %d lines", rr->path, INT_MAX);
+    rr->line_number++;
+    *len = n;
+    return 1;
+}
+
+// Reads the next request into q (blank lines are skipped) and returns 1, or 0 at the end of the
+// input. The request is valid when q->error is "", else q->error says what is wrong: whatever the
+// line holds, it gets an id and an answer. q->prompt is the caller's to free (request_free).
+static inline int request_read(RequestReader* rr, Request* q, const GenParams* defaults) {
+    size_t len;
+    int blank;
+    do {
+        if (!request_next_line(rr, &len, &blank)) return 0;
+    } while (blank);
+    if (rr->next_id == INT_MAX) fail("%s has more than %d requests", rr->path, INT_MAX);
+    q->id = rr->next_id++;
+    q->line = rr->line_number;
+    if (len > rr->max_line) {
+        q->prompt = NULL;
+        q->prompt_len = 0;
+        q->params = *defaults;
+        snprintf(q->error, sizeof(q->error), "the line is longer than %zu bytes", rr->max_line);
+        return 1;
+    }
+    request_parse(q, rr->line, len, defaults);
+    return 1;
+}
+
+// ---------- answers: one JSON line each ----------
+
+// Ends a record: its newline, and out at once, so that whoever reads the answers sees each as it
+// is done.
+static inline void request_record_end(FILE* f) {
+    fputc('\n', f);
+    if (fflush(f) != 0 || ferror(f)) fail("write error on the answers: %s", strerror(errno));
+}
+
+// {"id": 3, "line": 4, "error": "\"prompt\" is missing"}
+static inline void request_write_error(FILE* f, const Request* q) {
+    fprintf(f, "{\"id\": %d, \"line\": %d, \"error\": ", q->id, q->line);
+    json_write_string(f, (const unsigned char*)q->error, strlen(q->error));
+    fputc('}', f);
+    request_record_end(f);
+}
+
+// A time in milliseconds; JSON has no NaN or infinity, so a time that is not finite (none to
+// give: NAN) is null.
+static inline void request_write_ms(FILE* f, double ms) {
+    if (isfinite(ms)) fprintf(f, "%.3f", ms);
+    else fputs("null", f);
+}
+
+// {"id": 0, "text": "...", "prompt_tokens": 5, "completion_tokens": 64, "finish_reason": "length",
+//  "ttft_ms": 12.5, "total_ms": 300.25}: the n bytes of text generated (any bytes: the record stays
+// UTF-8, json_write_string), the prompt's tokens and those generated, why generation stopped
+// ("stop": end-of-text; "length": max_tokens or the context), the time to the first token and in
+// all.
+static inline void request_write_result(FILE* f, int id, const unsigned char* text, size_t n,
+                                        int prompt_tokens, int completion_tokens,
+                                        const char* finish_reason, double ttft_ms,
+                                        double total_ms) {
+    fprintf(f, "{\"id\": %d, \"text\": ", id);
+    json_write_string(f, text, n);
+    fprintf(f, ", \"prompt_tokens\": %d, \"completion_tokens\": %d, \"finish_reason\": ",
+            prompt_tokens, completion_tokens);
+    json_write_string(f, (const unsigned char*)finish_reason, strlen(finish_reason));
+    fputs(", \"ttft_ms\": ", f);
+    request_write_ms(f, ttft_ms);
+    fputs(", \"total_ms\": ", f);
+    request_write_ms(f, total_ms);
+    fputc('}', f);
+    request_record_end(f);
+}
+
+#endif // GPT2_REQUESTS_H
