@@ -1,0 +1,386 @@
+// test/request_check.c: the reader of requests and the writers of answers (gpt2/requests.h),
+// case by case: every field, the defaults, null, unknown fields, each complaint word for word,
+// text that is not JSON, a \u0000 in the prompt; files of requests with blank lines, a last line
+// without '\n', a line too long followed by a good one, standard input, a file that cannot be
+// read; and json_write_string on control characters and invalid UTF-8, its output read back by
+// gpt2/json.h. test_requests.sh builds it as C and as C++ (infer_gpu.cu includes the header).
+//
+//   request_check DIR    (DIR: where to write the files of requests)
+//
+// Prints one line per check and then "N passed, N failed"; exits 1 if any failed.
+
+#include <math.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "../gpt2/requests.h"
+
+static int passed = 0, failed = 0;
+
+static void check(int ok, const char* what, const char* detail) {
+    if (ok) passed++;
+    else failed++;
+    printf("%s %s%s%s\n", ok ? "ok  " : "FAIL", what, ok || detail == NULL ? "" : ": ", ok ? "" : detail);
+}
+
+static const GenParams defaults = {-1, 1.0f, 0, 1.0f, 1337};
+
+static int same_params(const GenParams* a, const GenParams* b) {
+    return a->max_tokens == b->max_tokens && a->temperature == b->temperature &&
+           a->top_k == b->top_k && a->top_p == b->top_p && a->seed == b->seed;
+}
+
+// ---------- one request ----------
+
+// s for a check's line: control characters and bytes past ASCII as C escapes.
+static const char* printable(const char* s, char* out, size_t cap) {
+    size_t n = 0;
+    for (; *s != '\0' && n + 5 < cap; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '\n') n += (size_t)snprintf(out + n, cap - n, "\\n");
+        else if (c < 0x20 || c >= 0x7f) n += (size_t)snprintf(out + n, cap - n, "\\x%02x", c);
+        else out[n++] = (char)c;
+    }
+    out[n] = '\0';
+    return out;
+}
+
+// The request in json is valid, and its prompt is the first n bytes of prompt.
+static Request parses(const char* json, const char* prompt, size_t n) {
+    Request q;
+    int ok = request_parse(&q, json, strlen(json), &defaults);
+    int right = ok && q.error[0] == '\0' && q.prompt != NULL && q.prompt_len == n &&
+                memcmp(q.prompt, prompt, n) == 0 && q.prompt[n] == '\0';
+    char what[512];
+    check(right, printable(json, what, sizeof(what)), q.error[0] ? q.error : "another prompt");
+    return q;
+}
+
+// The request in json is refused with exactly the complaint want.
+static void refused(const char* json, const char* want) {
+    Request q;
+    int ok = request_parse(&q, json, strlen(json), &defaults);
+    char what[1024], shown[512], detail[512];
+    snprintf(what, sizeof(what), "%s -> %s", printable(json, shown, sizeof(shown)), want);
+    snprintf(detail, sizeof(detail), "got \"%s\"", ok ? "(valid)" : q.error);
+    check(!ok && strcmp(q.error, want) == 0 && q.prompt == NULL && same_params(&q.params, &defaults),
+          what, detail);
+    request_free(&q);
+}
+
+static void check_fields(void) {
+    printf("--- fields\n");
+    Request q = parses("{\"prompt\": \"Once upon a time\", \"max_tokens\": 64, \"temperature\": 0.8, "
+                       "\"top_k\": 40, \"top_p\": 0.95, \"seed\": 7}", "Once upon a time", 16);
+    GenParams want = {64, 0.8f, 40, 0.95f, 7};
+    check(same_params(&q.params, &want), "every field read", NULL);
+    request_free(&q);
+    q = parses("{\"prompt\": \"hi\"}", "hi", 2);
+    check(same_params(&q.params, &defaults), "fields left out take the defaults", NULL);
+    request_free(&q);
+    q = parses("{\"max_tokens\": null, \"temperature\": null, \"top_k\": null, \"top_p\": null, "
+               "\"seed\": null, \"prompt\": \"\"}", "", 0);
+    check(same_params(&q.params, &defaults), "null takes the default; an empty prompt is a prompt", NULL);
+    request_free(&q);
+    q = parses("{\"prompt\": \"a\", \"stop\": [\"\\n\"], \"echo\": false, \"n\": {\"x\": [1, {}]}, "
+               "\"model\": \"gpt2\", \"top_k\": 3}", "a", 1);
+    check(q.params.top_k == 3, "unknown fields are ignored", NULL);
+    request_free(&q);
+    q = parses("{\"temperature\": 0, \"top_p\": 1, \"top_k\": 0, \"max_tokens\": 1048576, "
+               "\"seed\": 9007199254740991, \"prompt\": \"edges\"}", "edges", 5);
+    check(q.params.temperature == 0.0f && q.params.top_p == 1.0f && q.params.max_tokens == 1048576 &&
+          q.params.seed == 9007199254740991ULL, "the edges of every range", NULL);
+    request_free(&q);
+    q = parses("{\"temperature\": 100, \"top_p\": 1e-30, \"max_tokens\": 1, \"prompt\": \"x\"}", "x", 1);
+    check(q.params.temperature == 100.0f && q.params.top_p > 0.0f && q.params.max_tokens == 1,
+          "the other edges", NULL);
+    request_free(&q);
+    q = parses("{\"\\u0074op_k\": 5, \"top_k\\u0000\": -1, \"prompt\": \"x\"}", "x", 1);
+    check(q.params.top_k == 5, "keys compared as decoded (\\u0074op_k is top_k, top_k\\u0000 is not)", NULL);
+    request_free(&q);
+    q = parses(" \t{\"prompt\":\n\"x\"}\r\n ", "x", 1);
+    request_free(&q);
+    q = parses("{\"prompt\": \"a\\u0000b\"}", "a\0b", 3);
+    check(q.prompt_len == 3 && strlen(q.prompt) == 1, "\\u0000 in the prompt is a 0 byte, counted", NULL);
+    request_free(&q);
+    q = parses("{\"prompt\": \"caf\xc3\xa9 \\ud83d\\ude00\\n\\\"\"}", "caf\xc3\xa9 \xf0\x9f\x98\x80\n\"", 12);
+    request_free(&q);
+}
+
+static void check_complaints(void) {
+    printf("--- complaints\n");
+    refused("{\"prompt\": \"a\", \"max_tokens\": \"64\"}",
+            "\"max_tokens\" must be an integer from 1 to 1048576, got a string");
+    refused("{\"prompt\": \"a\", \"max_tokens\": -3}", "\"max_tokens\" must be an integer from 1 to 1048576, got -3");
+    refused("{\"prompt\": \"a\", \"max_tokens\": 0}", "\"max_tokens\" must be an integer from 1 to 1048576, got 0");
+    refused("{\"prompt\": \"a\", \"max_tokens\": -0}", "\"max_tokens\" must be an integer from 1 to 1048576, got -0");
+    refused("{\"prompt\": \"a\", \"max_tokens\": 1048577}",
+            "\"max_tokens\" must be an integer from 1 to 1048576, got 1048577");
+    refused("{\"prompt\": \"a\", \"max_tokens\": 64.0}", "\"max_tokens\" must be an integer from 1 to 1048576, got 64.0");
+    refused("{\"prompt\": \"a\", \"max_tokens\": 6.4e1}",
+            "\"max_tokens\" must be an integer from 1 to 1048576, got 6.4e1");
+    refused("{\"prompt\": \"a\", \"max_tokens\": 123456789012345678901234567890123456789}",
+            "\"max_tokens\" must be an integer from 1 to 1048576, got 1234567890123456789012345678...");
+    refused("{\"prompt\": \"a\", \"max_tokens\": [64]}",
+            "\"max_tokens\" must be an integer from 1 to 1048576, got an array");
+    refused("{\"prompt\": \"a\", \"temperature\": true}", "\"temperature\" must be a number from 0 to 100, got true");
+    refused("{\"prompt\": \"a\", \"temperature\": -0.5}", "\"temperature\" must be a number from 0 to 100, got -0.5");
+    refused("{\"prompt\": \"a\", \"temperature\": 100.5}", "\"temperature\" must be a number from 0 to 100, got 100.5");
+    refused("{\"prompt\": \"a\", \"temperature\": \"hot\"}", "\"temperature\" must be a number from 0 to 100, got a string");
+    refused("{\"prompt\": \"a\", \"top_k\": -1}", "\"top_k\" must be an integer from 0 to 1048576, got -1");
+    refused("{\"prompt\": \"a\", \"top_k\": 2.5}", "\"top_k\" must be an integer from 0 to 1048576, got 2.5");
+    refused("{\"prompt\": \"a\", \"top_k\": 1e6}", "\"top_k\" must be an integer from 0 to 1048576, got 1e6");
+    refused("{\"prompt\": \"a\", \"top_k\": {}}", "\"top_k\" must be an integer from 0 to 1048576, got an object");
+    refused("{\"prompt\": \"a\", \"top_p\": 0}", "\"top_p\" must be a number in (0, 1], got 0");
+    refused("{\"prompt\": \"a\", \"top_p\": 1.01}", "\"top_p\" must be a number in (0, 1], got 1.01");
+    refused("{\"prompt\": \"a\", \"top_p\": -0.5}", "\"top_p\" must be a number in (0, 1], got -0.5");
+    refused("{\"prompt\": \"a\", \"top_p\": 1e-50}", "\"top_p\" must be a number in (0, 1], got 1e-50");
+    refused("{\"prompt\": \"a\", \"top_p\": false}", "\"top_p\" must be a number in (0, 1], got false");
+    refused("{\"prompt\": \"a\", \"seed\": -1}", "\"seed\" must be a non-negative integer below 2^53, got -1");
+    refused("{\"prompt\": \"a\", \"seed\": 9007199254740992}",
+            "\"seed\" must be a non-negative integer below 2^53, got 9007199254740992");
+    refused("{\"prompt\": \"a\", \"seed\": 7.5}", "\"seed\" must be a non-negative integer below 2^53, got 7.5");
+    refused("{\"prompt\": \"a\", \"seed\": \"7\"}", "\"seed\" must be a non-negative integer below 2^53, got a string");
+    refused("{}", "\"prompt\" is missing");
+    refused("{\"max_tokens\": 5, \"Prompt\": \"a\"}", "\"prompt\" is missing");
+    refused("{\"prompt\": 42}", "\"prompt\" must be a string, got a number");
+    refused("{\"prompt\": null}", "\"prompt\" must be a string, got null");
+    refused("{\"prompt\": [\"a\", \"b\"]}", "\"prompt\" must be a string, got an array");
+    refused("{\"prompt\": \"a\", \"top_k\": 1, \"top_k\": 2}", "\"top_k\" is given twice");
+    refused("{\"prompt\": \"a\", \"prompt\": \"b\"}", "\"prompt\" is given twice");
+    refused("[{\"prompt\": \"a\"}]", "a request must be a JSON object, got an array");
+    refused("\"a\"", "a request must be a JSON object, got a string");
+    refused("42", "a request must be a JSON object, got a number");
+    refused("null", "a request must be a JSON object, got null");
+    // the first complaint in the text is the one given, "missing" last
+    refused("{\"max_tokens\": 0, \"top_k\": -1}", "\"max_tokens\" must be an integer from 1 to 1048576, got 0");
+    // text that is not JSON: that first, whatever came before
+    refused("{\"prompt\": \"a\", \"seed\": 1e999}", "not valid JSON: number out of range (beyond 1.8e308) at byte 24");
+    refused("{\"prompt\": \"a\"} x", "not valid JSON: unexpected text after the JSON value at byte 16");
+    refused("{\"prompt\": \"a\"}{}", "not valid JSON: unexpected text after the JSON value at byte 15");
+    refused("{\"max_tokens\": 0, \"prompt\": \"a\"", "not valid JSON: expected ',' or '}' at byte 31");
+    refused("{\"prompt\": \"a\xff\"}", "not valid JSON: invalid UTF-8 in string at byte 13");
+    refused("{\"prompt\": \"a\xed\xa0\x80\"}", "not valid JSON: invalid UTF-8 in string at byte 13");
+    refused("{\"prompt\": \"a\tb\"}", "not valid JSON: control character in string at byte 13");
+    refused("{\"prompt\": \"\\ud800\"}", "not valid JSON: lone surrogate in \\u escape at byte 18");
+    refused("{\"prompt\": \"abc", "not valid JSON: unterminated string at byte 15");
+    refused("{\"prompt\": NaN}", "not valid JSON: expected a value at byte 11");
+    refused("{\"prompt\": \"a\", \"top_p\": .5}", "not valid JSON: expected a value at byte 25");
+    refused("{'prompt': 'a'}", "not valid JSON: expected a string at byte 1");
+    refused("hello", "not valid JSON: expected a value at byte 0");
+    refused("", "not valid JSON: expected a value at byte 0");
+    refused("{\"prompt\": \"a\", \"x\": [[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]}",
+            "not valid JSON: nested too deeply (more than 16 levels) at byte 37");
+}
+
+// ---------- files of requests ----------
+
+static const char* dir;
+
+static const char* write_file(const char* name, const char* text, size_t n) {
+    static char path[4096];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    FILE* f = fopen_check(path, "wb");
+    fwrite_check(text, 1, n, f, path);
+    fclose_check(f, path);
+    return path;
+}
+
+// Reads every request of the reader and prints each as "id:line:prompt" or "id:line:error"
+// into got, separated by " | "; then "(and more)" if a read after the end does not say end.
+static void read_all(RequestReader* rr, char* got, size_t cap) {
+    Request q;
+    size_t len = 0;
+    got[0] = '\0';
+    while (request_read(rr, &q, &defaults)) {
+        snprintf(got + len, cap - len, "%s%d:%d:%s", len ? " | " : "", q.id, q.line,
+                 q.error[0] ? q.error : q.prompt);
+        len = strlen(got);  // the text cut to fit: no more than cap - 1
+        request_free(&q);
+    }
+    if (request_read(rr, &q, &defaults)) snprintf(got + len, cap - len, " (and more)");
+}
+
+static void reads(const char* name, const char* text, const char* want) {
+    RequestReader rr = request_reader_open(write_file(name, text, strlen(text)));
+    char got[4096], what[256];
+    read_all(&rr, got, sizeof(got));
+    request_reader_close(&rr);
+    snprintf(what, sizeof(what), "file %s: %s", name, want);
+    check(strcmp(got, want) == 0, what, got);
+}
+
+// Runs open_and_read(path) in a child process: it must exit 1 with one line "error: ...want...".
+static void unreadable(const char* path, const char* want) {
+    char err_path[4096], line[1024] = "", what[512];
+    snprintf(err_path, sizeof(err_path), "%s/stderr", dir);
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (freopen(err_path, "w", stderr) == NULL) _exit(2);
+        RequestReader rr = request_reader_open(path);
+        Request q;
+        while (request_read(&rr, &q, &defaults)) request_free(&q);
+        _exit(0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    FILE* f = fopen_check(err_path, "rb");
+    size_t n = fread(line, 1, sizeof(line) - 1, f);
+    fclose_check(f, err_path);
+    line[n] = '\0';
+    int one_line = n > 0 && strchr(line, '\n') == line + n - 1;
+    snprintf(what, sizeof(what), "%s: exit 1, one line with '%s'", path, want);
+    check(WIFEXITED(status) && WEXITSTATUS(status) == 1 && one_line && strncmp(line, "error: ", 7) == 0 &&
+          strstr(line, want) != NULL, what, line);
+}
+
+static void check_files(void) {
+    printf("--- files of requests\n");
+    reads("good", "{\"prompt\": \"a\"}\n{\"prompt\": \"b\"}\n", "0:1:a | 1:2:b");
+    reads("blank_lines", "\n{\"prompt\": \"a\"}\n\n  \t\r\n{\"prompt\": \"b\"}\r\n\n",
+          "0:2:a | 1:5:b");
+    reads("no_final_newline", "{\"prompt\": \"a\"}\n{\"prompt\": \"b\"}", "0:1:a | 1:2:b");
+    reads("final_blank_without_newline", "{\"prompt\": \"a\"}\n   ", "0:1:a");
+    reads("bad_lines_answered", "{\"prompt\": \"a\"}\nnot json\n{\"max_tokens\": 3}\n{\"prompt\": \"d\"}\n",
+          "0:1:a | 1:2:not valid JSON: expected a value at byte 0 | 2:3:\"prompt\" is missing | 3:4:d");
+    reads("empty", "", "");
+    reads("only_blank", "\n\n \n", "");
+    reads("one_request_over_two_lines", "{\"prompt\":\n\"a\"}\n",
+          "0:1:not valid JSON: expected a value at byte 10 | "
+          "1:2:not valid JSON: unexpected text after the JSON value at byte 3");
+
+    // the limit of 4 MiB: a longer line is an error record, and the next line is read as usual
+    size_t big = REQUEST_MAX_LINE + 100;
+    char* text = (char*)malloc_check(big + 64);
+    size_t n = 0;
+    n += (size_t)sprintf(text, "{\"prompt\": \"");
+    memset(text + n, 'x', big - n - 2);
+    n = big - 2;
+    n += (size_t)sprintf(text + n, "\"}\n{\"prompt\": \"after\"}\n");
+    RequestReader rr = request_reader_open(write_file("long_line", text, n));
+    char got[4096];
+    read_all(&rr, got, sizeof(got));
+    request_reader_close(&rr);
+    check(strcmp(got, "0:1:the line is longer than 4194304 bytes | 1:2:after") == 0,
+          "a line of 4 MiB + 100 bytes is an error, the next one a request", got);
+    // a line of exactly the limit is read; one byte more is not; a long blank line is no request
+    const char* lines = "{\"prompt\":\"1234\"}\n{\"prompt\":\"12345\"}\n                         \n{\"prompt\":\"x\"}";
+    rr = request_reader_open(write_file("limit", lines, strlen(lines)));
+    rr.max_line = 17;
+    read_all(&rr, got, sizeof(got));
+    request_reader_close(&rr);
+    check(strcmp(got, "0:1:1234 | 1:2:the line is longer than 17 bytes | 2:4:x") == 0,
+          "a limit of 17 bytes: a line of 17 is read, of 18 refused, a blank of 25 skipped", got);
+    free(text);
+
+    // standard input
+    const char* path = write_file("stdin", "{\"prompt\": \"in\"}\n", 17);
+    if (freopen(path, "rb", stdin) == NULL) fail("cannot reopen standard input from %s", path);
+    rr = request_reader_open("-");
+    read_all(&rr, got, sizeof(got));
+    request_reader_close(&rr);
+    check(strcmp(got, "0:1:in") == 0, "\"-\" reads standard input", got);
+
+    char missing[4096];
+    snprintf(missing, sizeof(missing), "%s/no_such_file", dir);
+    unreadable(missing, "cannot open");
+    unreadable(dir, "read error");  // a directory opens, but cannot be read
+}
+
+// ---------- answers ----------
+
+// Reads the record's string field `key` back with gpt2/json.h (errors caught): its bytes into
+// out, their number into *n; returns 0 with the reader's complaint in out if it is not JSON.
+static int field_of(const char* record, const char* key, char* out, size_t cap, size_t* n) {
+    JsonReader r = json_reader(record, strlen(record), "record", NULL);
+    jmp_buf on_error;
+    json_catch(&r, &on_error, out, cap);
+    if (setjmp(on_error) != 0) return 0;
+    *n = 0;
+    json_expect(&r, '{');
+    for (size_t i = 0; json_next(&r, '}', i); i++) {
+        char name[32];
+        json_string(&r, name, sizeof(name));
+        json_expect(&r, ':');
+        if (strcmp(name, key) == 0) *n = json_string(&r, out, cap);
+        else json_skip_value(&r);
+    }
+    json_end(&r);
+    return 1;
+}
+
+// json_write_string of the n bytes of s writes want (its quotes included), and reads back as
+// back_n bytes of back.
+static void writes(const char* what, const char* s, size_t n, const char* want, const char* back,
+                   size_t back_n) {
+    char* buf = NULL;
+    size_t len = 0;
+    FILE* f = open_memstream(&buf, &len);
+    if (f == NULL) fail("open_memstream: %s", strerror(errno));
+    fputs("{\"text\": ", f);
+    json_write_string(f, (const unsigned char*)s, n);
+    fputs("}", f);
+    fclose_check(f, "memory stream");  // buf now holds what was written
+    char expect[1024], got[1024], detail[2200];
+    snprintf(expect, sizeof(expect), "{\"text\": %s}", want);
+    size_t got_n = 0;
+    int parsed = field_of(buf, "text", got, sizeof(got), &got_n);
+    snprintf(detail, sizeof(detail), "wrote %s%s%s", buf, parsed ? "" : ", which reads back as ",
+             parsed ? "" : got);
+    check(strcmp(buf, expect) == 0 && parsed && got_n == back_n && memcmp(got, back, back_n) == 0,
+          what, detail);
+    free(buf);
+}
+
+static void check_answers(void) {
+    printf("--- answers\n");
+    writes("escapes", "a\"b\\c\nd\te\r\b\f\x01\x1f\x7f/", 16,
+           "\"a\\\"b\\\\c\\nd\\te\\r\\b\\f\\u0001\\u001f\x7f/\"", "a\"b\\c\nd\te\r\b\f\x01\x1f\x7f/", 16);
+    writes("a 0 byte", "a\0b", 3, "\"a\\u0000b\"", "a\0b", 3);
+    writes("valid UTF-8 as it is", "caf\xc3\xa9 \xf0\x9f\x98\x80", 10, "\"caf\xc3\xa9 \xf0\x9f\x98\x80\"",
+           "caf\xc3\xa9 \xf0\x9f\x98\x80", 10);
+    // U+FFFD is EF BF BD
+    writes("a character cut short at the end is one U+FFFD", "ab\xf0\x9f\x98", 5, "\"ab\xef\xbf\xbd\"",
+           "ab\xef\xbf\xbd", 5);
+    writes("a character cut short before another", "\xe2\x82" "a", 3, "\"\xef\xbf\xbd" "a\"", "\xef\xbf\xbd" "a", 4);
+    writes("stray continuation bytes: one U+FFFD each", "\x80\x80", 2, "\"\xef\xbf\xbd\xef\xbf\xbd\"",
+           "\xef\xbf\xbd\xef\xbf\xbd", 6);
+    writes("an overlong form, a surrogate, past U+10FFFF, 0xFF: one U+FFFD per byte",
+           "\xc0\x80\xed\xa0\x80\xf4\x90\xff", 8,
+           "\"\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\"",
+           "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd", 24);
+    writes("E0 A0 and F4 8F begin characters: one U+FFFD each", "\xe0\xa0" "x" "\xf4\x8f\xbf", 6,
+           "\"\xef\xbf\xbdx\xef\xbf\xbd\"", "\xef\xbf\xbdx\xef\xbf\xbd", 7);
+
+    char* buf = NULL;
+    size_t len = 0;
+    FILE* f = open_memstream(&buf, &len);
+    Request q;
+    request_parse(&q, "{\"max_tokens\": 3}", 17, &defaults);
+    q.id = 3;
+    q.line = 4;
+    request_write_error(f, &q);
+    fclose_check(f, "memory stream");  // buf now holds what was written
+    check(strcmp(buf, "{\"id\": 3, \"line\": 4, \"error\": \"\\\"prompt\\\" is missing\"}\n") == 0,
+          "request_write_error", buf);
+    free(buf);
+
+    f = open_memstream(&buf, &len);
+    request_write_result(f, 7, (const unsigned char*)"x\n\xe2\x82", 4, 5, 2, "length", 12.25, NAN);
+    fclose_check(f, "memory stream");  // buf now holds what was written
+    check(strcmp(buf, "{\"id\": 7, \"text\": \"x\\n\xef\xbf\xbd\", \"prompt_tokens\": 5, \"completion_tokens\": 2, "
+                      "\"finish_reason\": \"length\", \"ttft_ms\": 12.250, \"total_ms\": null}\n") == 0,
+          "request_write_result (a time that is NAN is null)", buf);
+    free(buf);
+}
+
+int main(int argc, char** argv) {
+    if (argc != 2) fail("usage: request_check DIR");
+    dir = argv[1];
+    check_fields();
+    check_complaints();
+    check_files();
+    check_answers();
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed == 0 ? 0 : 1;
+}
