@@ -165,15 +165,19 @@ void matmul_backward_naive(float* dinp, float* dweight, float* dbias, const floa
     }
 }
 
-void matmul_forward_fast(float* out, const float* inp, const float* weight, const float* bias,
-                         int B, int T, int C, int OC) {
-    int BT = B * T;
+// out (BT, OC) = bias, or 0 without one: where the fast forward products start adding.
+void matmul_bias_fill(float* out, const float* bias, int BT, int OC) {
     #pragma omp parallel for
     for (int bt = 0; bt < BT; bt++) {
         float* y = out + (size_t)bt * OC;
         for (int o = 0; o < OC; o++) y[o] = bias != NULL ? bias[o] : 0.0f;
     }
-    gemm_accumulate(out, OC, inp, C, 1, weight, 1, C, BT, OC, C);   // out += inp . weight^T
+}
+
+void matmul_forward_fast(float* out, const float* inp, const float* weight, const float* bias,
+                         int B, int T, int C, int OC) {
+    matmul_bias_fill(out, bias, B * T, OC);
+    gemm_accumulate(out, OC, inp, C, 1, weight, 1, C, B * T, OC, C);   // out += inp . weight^T
 }
 
 void matmul_backward_fast(float* dinp, float* dweight, float* dbias, const float* dout,
@@ -216,6 +220,48 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
     matmul_backward_naive(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
 #else
     matmul_backward_fast(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
+#endif
+}
+
+// ---------- matmul with the weight packed once: generation ----------
+// Generation multiplies each weight by a few rows at a time (a decode step: one row per active
+// sequence), where repacking the weight on every call, as matmul_forward does, costs as much as
+// the product. pack_weight packs a weight once, when the model is loaded, and
+// matmul_forward_packed reads it from there (gemm_accumulate_packed, gpt2/cpu_math.h).
+// Batch invariance: each element is computed exactly as matmul_forward computes it, so a row of
+// out is bit-identical to matmul_forward's, whatever B*T is, wherever the row sits among them,
+// and whatever the number of threads: a sequence's tokens do not depend on which other sequences
+// share its decode steps (test_matmul checks it). Under MATMUL_NAIVE the "packing" is a plain
+// copy and the product the naive loops, which are row-invariant too: each element is one sum
+// over i, in order.
+
+// Floats that pack_weight writes for a weight (OC, C).
+size_t packed_weight_size(int C, int OC) {
+#ifdef MATMUL_NAIVE
+    return (size_t)OC * C;
+#else
+    return gemm_packed_size(C, OC);   // the operand is weight^T, C x OC
+#endif
+}
+
+// packed (packed_weight_size(C, OC) floats, 64-byte aligned) = weight (OC, C), packed.
+void pack_weight(float* packed, const float* weight, int C, int OC) {
+#ifdef MATMUL_NAIVE
+    memcpy(packed, weight, (size_t)OC * C * sizeof(float));
+#else
+    gemm_pack_b(packed, weight, 1, C, C, OC);   // weight^T(k, o) = weight[o*C + k]
+#endif
+}
+
+// out (B,T,OC) = inp (B,T,C) . weight (OC,C)^T + bias (OC), the weight packed by pack_weight;
+// bias may be NULL. The same bits as matmul_forward.
+void matmul_forward_packed(float* out, const float* inp, const float* packed_weight,
+                           const float* bias, int B, int T, int C, int OC) {
+#ifdef MATMUL_NAIVE
+    matmul_forward_naive(out, inp, packed_weight, bias, B, T, C, OC);
+#else
+    matmul_bias_fill(out, bias, B * T, OC);
+    gemm_accumulate_packed(out, OC, inp, C, 1, packed_weight, B * T, OC, C);
 #endif
 }
 

@@ -1,8 +1,9 @@
 // gpt2/cpu_math.h: the fast arithmetic of the CPU layers: a blocked, packed matrix product
-// (gemm_accumulate) and exp and tanh in plain arithmetic that vectorises. Engineering beside the
-// lesson: gpt2/cpu_layers.h defines each layer plainly and calls these where they make it fast
-// (matmul_forward and matmul_backward, softmax_forward, GELU). doc/cpu_speed.md has the measured
-// speeds and what was tried.
+// (gemm_accumulate, and gemm_accumulate_packed for a B packed once) and exp and tanh in plain
+// arithmetic that vectorises. Engineering beside the lesson: gpt2/cpu_layers.h defines each layer
+// plainly and calls these where they make it fast (matmul_forward, matmul_backward,
+// matmul_forward_packed, softmax_forward, GELU). doc/cpu_speed.md has the measured speeds and
+// what was tried.
 
 #ifndef GPT2_CPU_MATH_H
 #define GPT2_CPU_MATH_H
@@ -45,8 +46,9 @@ static inline int num_threads(void) {
 // micro-panels, in the order the kernel reads them, so the kernel reads both with unit stride
 // whatever the layout of the original. Where that order is a transpose of the original (weight^T
 // in the forward pass, inp and dout as A), it is transposed 16 x 16 floats at a time in
-// registers. Edge panels are padded with zeros; the kernel computes full tiles and writes back
-// only the part inside C.
+// registers. Edge panels are padded with zeros; the kernel computes full NR-wide tiles and writes
+// back only the part inside C, and has a version for each row count, so that a tile of fewer
+// than MR rows (a single row in a decode step) costs only its own rows.
 //
 // Threads: C is cut into one slice per thread along its longer side (columns of out and dinp,
 // rows of dW for every layer except the MLP projection), in whole tiles, and each thread runs the
@@ -56,7 +58,9 @@ static inline int num_threads(void) {
 //
 // Determinism: every element of C is summed over k in the same order (the KC blocks in turn, k
 // in turn inside) by exactly one thread, so the result does not depend on the number of threads
-// or on scheduling; there are no atomics and no reductions across threads.
+// or on scheduling; there are no atomics and no reductions across threads. Nor does it depend on
+// the other rows of A: a row's elements get the same arithmetic whatever M is and wherever the
+// row sits (batch invariance, which generation relies on).
 //
 // The vector width and tile come from the build: AVX-512 (-march=native on such a machine), AVX2,
 // or 16-byte vectors (SSE, NEON) through GCC vector extensions; any other compiler, or
@@ -100,25 +104,45 @@ typedef float mm_vec;
 
 static int mm_min(int a, int b) { return a < b ? a : b; }
 
-// The micro-kernel: C tile (mr x nr of it inside C, row stride ldc) += packed A micro-panel
-// (MR x kc) . packed B micro-panel (kc x NR).
-static void mm_kernel(int kc, const float* ap, const float* bp, float* c, size_t ldc, int mr, int nr) {
+// acc + a * b, rounded once wherever the machine has a fused multiply-add, and the same way in
+// every copy of the kernel below. GCC fuses the vector expression itself (-ffp-contract=fast, its
+// default for GNU C); plain floats it may first vectorise across the tile and then leave some
+// products unfused in one copy and not in another, so there the FMA is spelled out.
+#if MM_VEC_BYTES == 4 && defined(FP_FAST_FMAF)
+#define MM_FMA(acc, a, b) fmaf(a, b, acc)
+#else
+#define MM_FMA(acc, a, b) ((acc) + (a) * (b))
+#endif
+
+#if defined(__GNUC__)
+#define MM_ALWAYS_INLINE __attribute__((always_inline)) inline
+#else
+#define MM_ALWAYS_INLINE inline
+#endif
+
+// The micro-kernel body for a tile of `rows` rows (rows <= MR): C tile (rows x nr of it inside C,
+// row stride ldc) += the first `rows` rows of a packed A micro-panel (MR x kc) . packed B
+// micro-panel (kc x NR). Every element of C gets the same arithmetic whatever `rows` is: a sum
+// that starts at zero, one MM_FMA per k in order, then one add into C. So a row's result does not
+// depend on how many rows share its tile, which the packed product's batch invariance rests on.
+static MM_ALWAYS_INLINE void mm_kernel_rows(int rows, int kc, const float* ap, const float* bp,
+                                            float* c, size_t ldc, int nr) {
     const mm_vec zero = {0};
     mm_vec acc[MM_MR][MM_NR_VECS];
-    MM_UNROLL for (int i = 0; i < MM_MR; i++) {
+    MM_UNROLL for (int i = 0; i < rows; i++) {
         MM_UNROLL for (int v = 0; v < MM_NR_VECS; v++) acc[i][v] = zero;
     }
     for (int p = 0; p < kc; p++) {
         const mm_vec* b = (const mm_vec*)(bp + (size_t)p * MM_NR);   // 64-byte aligned
         mm_vec bv[MM_NR_VECS];
         MM_UNROLL for (int v = 0; v < MM_NR_VECS; v++) bv[v] = b[v];
-        MM_UNROLL for (int i = 0; i < MM_MR; i++) {
+        MM_UNROLL for (int i = 0; i < rows; i++) {
             float a = ap[(size_t)p * MM_MR + i];   // broadcast to every lane by the multiply
-            MM_UNROLL for (int v = 0; v < MM_NR_VECS; v++) acc[i][v] += a * bv[v];
+            MM_UNROLL for (int v = 0; v < MM_NR_VECS; v++) acc[i][v] = MM_FMA(acc[i][v], a, bv[v]);
         }
     }
-    if (mr == MM_MR && nr == MM_NR) {
-        MM_UNROLL for (int i = 0; i < MM_MR; i++) {
+    if (nr == MM_NR) {
+        MM_UNROLL for (int i = 0; i < rows; i++) {
             MM_UNROLL for (int v = 0; v < MM_NR_VECS; v++) {
                 mm_vec cv;   // memcpy: rows of C need not be aligned (one unaligned load/store)
                 memcpy(&cv, c + i * ldc + v * MM_LANES, sizeof(cv));
@@ -128,11 +152,27 @@ static void mm_kernel(int kc, const float* ap, const float* bp, float* c, size_t
         }
     } else {
         float tile[MM_MR * MM_NR];
-        memcpy(tile, acc, sizeof(tile));
-        for (int i = 0; i < mr; i++) {
+        memcpy(tile, acc, (size_t)rows * sizeof(acc[0]));
+        for (int i = 0; i < rows; i++) {
             for (int j = 0; j < nr; j++) c[i * ldc + j] += tile[i * MM_NR + j];
         }
     }
+}
+
+// The micro-kernel for an mr-row tile: one copy of the body per row count, each with `rows` a
+// constant, so that its loops over rows unroll and keep the accumulators in registers. An edge
+// tile of mr < MR rows (M = 1 in a decode step) then runs mr rows of FMAs, not MR of which MR - mr
+// are zero padding. Cases past this build's MR are never reached, and compile to nothing.
+#if MM_MR > 14
+#error "mm_kernel has cases for up to 14 rows: add more for a taller register tile"
+#endif
+static void mm_kernel(int kc, const float* ap, const float* bp, float* c, size_t ldc, int mr, int nr) {
+#define MM_ROWS(r) case r: if (r <= MM_MR) mm_kernel_rows(r, kc, ap, bp, c, ldc, nr); break;
+    switch (mr) {
+        MM_ROWS(1) MM_ROWS(2) MM_ROWS(3) MM_ROWS(4) MM_ROWS(5) MM_ROWS(6) MM_ROWS(7)
+        MM_ROWS(8) MM_ROWS(9) MM_ROWS(10) MM_ROWS(11) MM_ROWS(12) MM_ROWS(13) MM_ROWS(14)
+    }
+#undef MM_ROWS
 }
 
 #ifdef MM_SHUFFLE_TRANSPOSE
@@ -208,19 +248,43 @@ static void mm_pack_panel(float* dst, const float* src, size_t stride_r, size_t 
     }
 }
 
-// C (M x N, row stride ldc) += A . B on one thread, blocked as described above. A(i, p) is
-// a[i * rsa + p * csa], B(p, j) is b[p * rsb + j * csb]. packed_a holds MC_PAD x KC floats and
-// packed_b KC x NC_PAD, both 64-byte aligned.
+// Packs the kc x nc block of B at b (element (p, j) at b[p * rsb + j * csb]) into NR-column
+// micro-panels one after another, the last one padded with zero columns: the panel of columns
+// j..j+NR-1 at dst + j * kc.
+static void mm_pack_b(float* dst, const float* b, size_t rsb, size_t csb, int kc, int nc) {
+    for (int j = 0; j < nc; j += MM_NR) {
+        mm_pack_panel(dst + (size_t)j * kc, b + j * csb, csb, rsb, mm_min(MM_NR, nc - j), MM_NR, kc);
+    }
+}
+
+// Operand B of a product: either a matrix that gemm_block packs block by block as it goes
+// (packed == NULL; element (p, j) at b[p * rsb + j * csb]), or the whole of B packed once by
+// gemm_pack_b (below), n_pad floats wide.
+typedef struct {
+    const float* b;
+    size_t rsb, csb;
+    const float* packed;
+    size_t n_pad;
+} mm_operand;
+
+// C (M x N, row stride ldc) += A . columns j0..j0+N-1 of B, on one thread, blocked as described
+// above; c points at the first column of the slice. A(i, p) is a[i * rsa + p * csa]. packed_a
+// holds MC_PAD x KC floats and packed_b KC x NC_PAD (unused when B comes packed), both 64-byte
+// aligned. Each KC x nc block of B is packed here, or found where gemm_pack_b put it: both give
+// the kernel the same panels, so both give the same bits.
 static void gemm_block(float* c, size_t ldc, const float* a, size_t rsa, size_t csa,
-                       const float* b, size_t rsb, size_t csb, int M, int N, int K,
+                       const mm_operand* b, int j0, int M, int N, int K,
                        float* packed_a, float* packed_b) {
     for (int jc = 0; jc < N; jc += MM_NC) {
         int nc = mm_min(MM_NC, N - jc);
         for (int pc = 0; pc < K; pc += MM_KC) {
             int kc = mm_min(MM_KC, K - pc);
-            for (int j = 0; j < nc; j += MM_NR) {
-                mm_pack_panel(packed_b + (size_t)j * kc, b + pc * rsb + (jc + j) * csb, csb, rsb,
-                              mm_min(MM_NR, nc - j), MM_NR, kc);
+            const float* bp;   // the block's micro-panels, the one of columns j.. at bp + j * kc
+            if (b->packed != NULL) {
+                bp = b->packed + (size_t)pc * b->n_pad + (size_t)(j0 + jc) * kc;
+            } else {
+                mm_pack_b(packed_b, b->b + pc * b->rsb + (j0 + jc) * b->csb, b->rsb, b->csb, kc, nc);
+                bp = packed_b;
             }
             for (int ic = 0; ic < M; ic += MM_MC) {
                 int mc = mm_min(MM_MC, M - ic);
@@ -230,7 +294,7 @@ static void gemm_block(float* c, size_t ldc, const float* a, size_t rsa, size_t 
                 }
                 for (int j = 0; j < nc; j += MM_NR) {        // one B micro-panel, from L1,
                     for (int i = 0; i < mc; i += MM_MR) {    // against every A micro-panel in L2
-                        mm_kernel(kc, packed_a + (size_t)i * kc, packed_b + (size_t)j * kc,
+                        mm_kernel(kc, packed_a + (size_t)i * kc, bp + (size_t)j * kc,
                                   c + (ic + i) * ldc + jc + j, ldc, mm_min(MM_MR, mc - i),
                                   mm_min(MM_NR, nc - j));
                     }
@@ -240,12 +304,13 @@ static void gemm_block(float* c, size_t ldc, const float* a, size_t rsa, size_t 
     }
 }
 
-// C (M x N, row stride ldc) += A (M x K) . B (K x N), strides as in gemm_block, on all threads:
-// each takes a contiguous slice of whole tiles along the longer side of C.
-static void gemm_accumulate(float* c, size_t ldc, const float* a, size_t rsa, size_t csa,
-                            const float* b, size_t rsb, size_t csb, int M, int N, int K) {
+// C (M x N, row stride ldc) += A (M x K) . B (K x N) on all threads: each takes a contiguous
+// slice of whole tiles along the longer side of C and runs gemm_block on it with its own buffers.
+static void gemm_threads(float* c, size_t ldc, const float* a, size_t rsa, size_t csa,
+                         const mm_operand* b, int M, int N, int K) {
     int threads = num_threads();
-    size_t per_thread = ((size_t)MM_MC_PAD * MM_KC + (size_t)MM_KC * MM_NC_PAD + 15) / 16 * 16;
+    size_t b_floats = b->packed != NULL ? 0 : (size_t)MM_KC * MM_NC_PAD;
+    size_t per_thread = ((size_t)MM_MC_PAD * MM_KC + b_floats + 15) / 16 * 16;
     float* scratch = (float*)malloc_check((threads * per_thread + 16) * sizeof(float));
     float* aligned = (float*)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
     #pragma omp parallel num_threads(threads)
@@ -261,19 +326,71 @@ static void gemm_accumulate(float* c, size_t ldc, const float* a, size_t rsa, si
             int tiles = (N + MM_NR - 1) / MM_NR;
             int j0 = tiles * tid / nth * MM_NR, j1 = mm_min(N, tiles * (tid + 1) / nth * MM_NR);
             if (j1 > j0) {
-                gemm_block(c + j0, ldc, a, rsa, csa, b + j0 * csb, rsb, csb, M, j1 - j0, K,
-                           packed_a, packed_b);
+                gemm_block(c + j0, ldc, a, rsa, csa, b, j0, M, j1 - j0, K, packed_a, packed_b);
             }
         } else {        // slices of rows, in whole MR-high tiles
             int tiles = (M + MM_MR - 1) / MM_MR;
             int i0 = tiles * tid / nth * MM_MR, i1 = mm_min(M, tiles * (tid + 1) / nth * MM_MR);
             if (i1 > i0) {
-                gemm_block(c + i0 * ldc, ldc, a + i0 * rsa, rsa, csa, b, rsb, csb, i1 - i0, N, K,
+                gemm_block(c + i0 * ldc, ldc, a + i0 * rsa, rsa, csa, b, 0, i1 - i0, N, K,
                            packed_a, packed_b);
             }
         }
     }
     free(scratch);
+}
+
+// C (M x N, row stride ldc) += A (M x K) . B (K x N), A(i, p) at a[i * rsa + p * csa] and
+// B(p, j) at b[p * rsb + j * csb], B packed block by block as the product goes.
+static void gemm_accumulate(float* c, size_t ldc, const float* a, size_t rsa, size_t csa,
+                            const float* b, size_t rsb, size_t csb, int M, int N, int K) {
+    mm_operand op = {b, rsb, csb, NULL, 0};
+    gemm_threads(c, ldc, a, rsa, csa, &op, M, N, K);
+}
+
+// ---------- matrix product with B packed once ----------
+// Generation multiplies the same weights by a few rows at a time (one row per sequence in a
+// decode step), where packing B costs as much as the product: gemm_pack_b packs the whole of B
+// once, and gemm_accumulate_packed reads the panels from there. The layout is gemm_block's,
+// block after block: KC-deep blocks of B one after another, each n_pad = N rounded up to whole
+// NR-wide micro-panels wide, so the block of rows pc.. (pc a multiple of KC) starts at
+// pc * n_pad and its panel of columns j.. at pc * n_pad + j * kc. Each element of C then gets the
+// same arithmetic as from gemm_accumulate: the same bits, whatever M, the row's place among the M
+// rows, or the number of threads (test_matmul checks it).
+// The packed operand must be 64-byte aligned (the kernel's aligned vector loads): a group of
+// them carved from one aligned allocation stays aligned, since every gemm_packed_size is a whole
+// number of 64-byte lines (n_pad is a multiple of NR).
+
+static inline size_t mm_packed_width(int N) { return (size_t)(N + MM_NR - 1) / MM_NR * MM_NR; }
+
+// Floats that gemm_pack_b writes for a K x N operand.
+static inline size_t gemm_packed_size(int K, int N) { return (size_t)K * mm_packed_width(N); }
+
+static inline void mm_check_aligned(const float* packed, const char* who) {
+    if ((uintptr_t)packed % MM_VEC_BYTES != 0) {
+        fail("%s: the packed operand at %p is not %d-byte aligned (allocate it with "
+             "aligned_alloc_check(64, ...))", who, (const void*)packed, MM_VEC_BYTES);
+    }
+}
+
+// Packs B (K x N, element (p, j) at b[p * rsb + j * csb]) into packed (gemm_packed_size(K, N)
+// floats), one KC-deep block per thread at a time.
+static inline void gemm_pack_b(float* packed, const float* b, size_t rsb, size_t csb, int K, int N) {
+    mm_check_aligned(packed, "gemm_pack_b");
+    size_t n_pad = mm_packed_width(N);
+    #pragma omp parallel for schedule(static, 1)
+    for (int pc = 0; pc < K; pc += MM_KC) {
+        mm_pack_b(packed + (size_t)pc * n_pad, b + pc * rsb, rsb, csb, mm_min(MM_KC, K - pc), N);
+    }
+}
+
+// C (M x N, row stride ldc) += A (M x K) . B (K x N), A as in gemm_accumulate, B packed by
+// gemm_pack_b. Bit for bit gemm_accumulate's result.
+static inline void gemm_accumulate_packed(float* c, size_t ldc, const float* a, size_t rsa,
+                                          size_t csa, const float* packed_b, int M, int N, int K) {
+    mm_check_aligned(packed_b, "gemm_accumulate_packed");
+    mm_operand op = {NULL, 0, 0, packed_b, mm_packed_width(N)};
+    gemm_threads(c, ldc, a, rsa, csa, &op, M, N, K);
 }
 
 // ---------- exp and tanh that vectorise ----------

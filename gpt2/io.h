@@ -137,6 +137,16 @@ static inline void* realloc_check_(void* old, size_t size, const char* file, int
 }
 #define realloc_check(old, size) realloc_check_(old, size, __FILE__, __LINE__)
 
+// size bytes at an address that is a multiple of alignment (a power of two): what vector loads of
+// packed weights need (gpt2/cpu_math.h). Freed with free.
+static inline void* aligned_alloc_check_(size_t alignment, size_t size, const char* file, int line) {
+    size_t whole = (size + alignment - 1) / alignment * alignment;   // aligned_alloc's rule
+    void* p = aligned_alloc(alignment, whole == 0 ? alignment : whole);
+    if (p == NULL) fail("out of memory allocating %zu bytes (%s:%d)", size, file, line);
+    return p;
+}
+#define aligned_alloc_check(alignment, size) aligned_alloc_check_(alignment, size, __FILE__, __LINE__)
+
 // Size of an open file in bytes (the file position is kept).
 static inline long long file_size_check_(FILE* f, const char* what, const char* file, int line) {
     long pos = ftell(f);

@@ -5,6 +5,14 @@
 // bias NULL and not, dbias NULL and not, and gradients that start non-zero (backward must add).
 // Then determinism: 1 thread and all threads must give bit-identical results.
 //
+// The product with the weight packed once (generation's), bit for bit, no tolerance:
+// gemm_accumulate_packed and gemm_accumulate on 1 and 2 threads and M = 1..100 rows around the
+// register tile's 14 (1, 2, 3, 13, 14, 15, 29, 64, 100) against gemm_accumulate on 100 rows, N not
+// a multiple of the tile's 32 (and past NC, with the second thread's slice starting mid-operand),
+// K across KC blocks, B in both layouts; then matmul_forward_packed's batch invariance: each row
+// of a product of M rows equals the same row computed alone and in another position, and equals
+// matmul_forward's.
+//
 // Also the fast functions that stand in for libm's: tanh_vec (GELU) and exp_vec (softmax) against
 // tanh and exp in double on every 61st float from 1e-30 to 12 (tanh) or 87 (exp), both signs,
 // within 2 ulp of the correctly rounded result (Cephes' bounds are ~1.3 ulp), and at 0, +-inf,
@@ -153,6 +161,104 @@ static int check_determinism(int BT, int C, int OC) {
     return fails;
 }
 
+static void set_threads(int n) {
+#ifdef _OPENMP
+    omp_set_num_threads(n);
+#endif
+}
+
+// Rows of a (n_rows x cols) that differ from b; prints the first. Returns the count.
+static int compare_rows(const char* what, const float* a, const float* b, int n_rows, int cols) {
+    int bad = 0;
+    for (int r = 0; r < n_rows; r++) {
+        if (memcmp(a + (size_t)r * cols, b + (size_t)r * cols, (size_t)cols * sizeof(float)) != 0) {
+            if (bad == 0) printf("  FAIL %s: row %d differs\n", what, r);
+            bad++;
+        }
+    }
+    return bad;
+}
+
+// gemm_accumulate and gemm_accumulate_packed on the first M rows of A, for every M of rows[],
+// on 1 and 2 threads, adding into the same random C, must give the bits of gemm_accumulate on all
+// the rows (the largest M) on 1 thread: a row's result depends neither on M nor on how B came
+// packed. B is K x N (rsb = N) or a weight's transpose (rsb = 1, csb = K).
+static int check_packed_gemm(const int* rows, int n_rows, int N, int K, int b_transposed) {
+    int fails = 0, threads = num_threads(), max_rows = rows[n_rows - 1];
+    float* b = random_array((size_t)K * N);
+    size_t rsb = b_transposed ? 1 : (size_t)N, csb = b_transposed ? (size_t)K : 1;
+    float* packed = (float*)aligned_alloc_check(64, gemm_packed_size(K, N) * sizeof(float));
+    gemm_pack_b(packed, b, rsb, csb, K, N);
+    float* a = random_array((size_t)max_rows * K);
+    float* c0 = random_array((size_t)max_rows * N);
+    float* ref = copy_array(c0, (size_t)max_rows * N);
+    set_threads(1);
+    gemm_accumulate(ref, N, a, K, 1, b, rsb, csb, max_rows, N, K);
+    for (int m = 0; m < n_rows; m++) {
+        int M = rows[m];
+        for (int run = 0; run < 4; run++) {   // gemm_accumulate, then packed; 1 and 2 threads
+            int packed_b = run >= 2, nth = run % 2 + 1;
+            float* c = copy_array(c0, (size_t)M * N);
+            set_threads(nth);
+            if (packed_b) gemm_accumulate_packed(c, N, a, K, 1, packed, M, N, K);
+            else gemm_accumulate(c, N, a, K, 1, b, rsb, csb, M, N, K);
+            char what[160];
+            snprintf(what, sizeof(what), "%s on %d thread(s), M=%d N=%d K=%d",
+                     packed_b ? "gemm_accumulate_packed" : "gemm_accumulate", nth, M, N, K);
+            fails += compare_rows(what, c, ref, M, N) > 0;
+            free(c);
+        }
+    }
+    set_threads(threads);
+    printf("%s packed gemm N=%d K=%d B=%s: M = 1..%d rows, 1 and 2 threads, packed or not, "
+           "bit-identical to the first M rows of %d\n", fails ? "FAIL" : "ok  ", N, K,
+           b_transposed ? "weight^T" : "plain", max_rows, max_rows);
+    free(b); free(packed); free(a); free(c0); free(ref);
+    return fails;
+}
+
+// matmul_forward_packed on M rows (2 threads) against: each row alone (1 thread), the rows in
+// reverse order (each row in another position), and matmul_forward on the M rows. All bit for bit.
+static int check_packed_rows(int M, int C, int OC, int use_bias) {
+    int fails = 0, threads = num_threads();
+    float* inp = random_array((size_t)M * C);
+    float* weight = random_array((size_t)OC * C);
+    float* bias = use_bias ? random_array(OC) : NULL;
+    float* packed = (float*)aligned_alloc_check(64, packed_weight_size(C, OC) * sizeof(float));
+    pack_weight(packed, weight, C, OC);
+    size_t no = (size_t)M * OC;
+    float* out = random_array(no);
+    float* other = random_array(no);
+    float* reversed = random_array((size_t)M * C);
+    set_threads(2);
+    matmul_forward_packed(out, inp, packed, bias, 1, M, C, OC);
+
+    set_threads(1);
+    for (int r = 0; r < M; r++) {
+        matmul_forward_packed(other + (size_t)r * OC, inp + (size_t)r * C, packed, bias, 1, 1, C, OC);
+    }
+    fails += compare_rows("each row alone (M=1, 1 thread)", other, out, M, OC) > 0;
+
+    set_threads(2);
+    for (int r = 0; r < M; r++) {
+        memcpy(reversed + (size_t)(M - 1 - r) * C, inp + (size_t)r * C, (size_t)C * sizeof(float));
+    }
+    matmul_forward_packed(other, reversed, packed, bias, 1, M, C, OC);
+    for (int r = 0; r < M; r++) {
+        fails += compare_rows("a row in reverse position", other + (size_t)(M - 1 - r) * OC,
+                              out + (size_t)r * OC, 1, OC) > 0;
+    }
+
+    matmul_forward(other, inp, weight, bias, 1, M, C, OC);
+    fails += compare_rows("against matmul_forward", other, out, M, OC) > 0;
+    set_threads(threads);
+    printf("%s matmul_forward_packed BT=%d C=%d OC=%d bias=%s: each row as alone, as in another "
+           "position, as matmul_forward\n", fails ? "FAIL" : "ok  ", M, C, OC,
+           use_bias ? "yes" : "NULL");
+    free(inp); free(weight); free(bias); free(packed); free(out); free(other); free(reversed);
+    return fails;
+}
+
 // Error of got in ulps of the float nearest want.
 static double ulp_error(float got, double want) {
     float w = (float)want;
@@ -220,6 +326,14 @@ int main(void) {
     fails += check_shape(65, 2 * MM_KC + 3, 20, 0);  // several k blocks in forward (C > KC)
     fails += check_shape(300, 64, 48, 1);            // several k blocks in dweight (BT > KC)
     fails += check_determinism(257, 769, 301);
+    int packed_rows[] = {1, 2, 3, 13, 14, 15, 29, 64, 100};
+    fails += check_packed_gemm(packed_rows, 9, 37, 300, 1);    // M > N: slices of rows
+    fails += check_packed_gemm(packed_rows, 9, 301, 768, 1);
+    fails += check_packed_gemm(packed_rows, 9, 301, 300, 0);
+    fails += check_packed_gemm(packed_rows, 9, 2 * MM_NC + 104, 300, 1);   // NC blocks in a slice
+    fails += check_packed_rows(29, 768, 301, 1);
+    fails += check_packed_rows(64, 300, MM_NC + 37, 0);
+    fails += check_packed_rows(100, 300, 37, 1);             // slices of rows at M = 100
     fails += check_vector_math();
     if (fails > 0) {
         printf("matmul_check: %d checks FAILED\n", fails);
