@@ -63,6 +63,9 @@ typedef struct {
 
 typedef struct {
     const GPT2* model;
+    ParameterTensors w;   // what the products read: the matrices and wte packed once for the GEMM
+                          // (pack_weight), the rest the model's own
+    float* packed;        // the packed matrices, one allocation
     GeneratorTensors t;
     size_t sizes[NUM_GENERATOR_TENSORS];
     float* memory;
@@ -71,10 +74,35 @@ typedef struct {
     int slots;        // sequences in one pass, at most
 } Generator;
 
+// The weights the products read, packed once (gpt2/cpu_layers.h: pack_weight): every matrix of
+// every layer, and wte for the logits. (The model keeps its own: the embedding reads rows of wte,
+// and the tests compare with the model's full forward pass.)
+static void generator_pack(Generator* g, const GPT2* model) {
+    GPT2Config c = model->config;
+    int L = c.num_layers, C = c.channels, Vp = c.padded_vocab_size;
+    ParameterTensors p = model->params;
+    float** matrix[5] = {&g->w.qkvw, &g->w.attprojw, &g->w.fcw, &g->w.fcprojw, &g->w.wte};
+    const float* from[5] = {p.qkvw, p.attprojw, p.fcw, p.fcprojw, p.wte};
+    int rows[5] = {3 * C, C, 4 * C, C, Vp}, cols[5] = {C, C, C, 4 * C, C}, count[5] = {L, L, L, L, 1};
+    size_t total = 0;
+    for (int m = 0; m < 5; m++) total += count[m] * packed_weight_size(cols[m], rows[m]);
+    g->packed = (float*)aligned_alloc_check(64, total * sizeof(float));
+    g->w = p;
+    float* at = g->packed;
+    for (int m = 0; m < 5; m++) {
+        *matrix[m] = at;  // layer l's: l packed sizes on (generator_layer)
+        for (int l = 0; l < count[m]; l++) {
+            pack_weight(at, from[m] + (size_t)l * rows[m] * cols[m], cols[m], rows[m]);
+            at += packed_weight_size(cols[m], rows[m]);
+        }
+    }
+}
+
 // The pool is calloc'd: the operating system maps its pages when they are first written, so the
 // memory used follows the pages taken (the pool hands out low page ids first).
 void generator_build(Generator* g, const GPT2* model, int slots, int num_pages) {
     GPT2Config c = model->config;
+    generator_pack(g, model);
     size_t L = c.num_layers, C = c.channels;
     size_t rows = c.max_seq_len > slots ? c.max_seq_len : slots;
     size_t pool = (size_t)num_pages * KV_PAGE * C;  // a layer's pages: NH heads x KV_PAGE x hs each
@@ -101,16 +129,30 @@ void generator_build(Generator* g, const GPT2* model, int slots, int num_pages) 
 }
 
 void generator_free(Generator* g) {
+    free(g->packed);
     free(g->memory);
     memset(g, 0, sizeof(*g));
 }
 
 // ---------- forward over the pages ----------
 
+// Layer l's weights, as parameters_of_layer gives them, with its packed matrices, which lie
+// packed_weight_size apart (a size the packing may round up).
+static ParameterTensors generator_layer(const Generator* g, int l) {
+    GPT2Config c = g->model->config;
+    int C = c.channels;
+    ParameterTensors w = parameters_of_layer(g->w, c, l);
+    w.qkvw = g->w.qkvw + l * packed_weight_size(C, 3 * C);
+    w.attprojw = g->w.attprojw + l * packed_weight_size(C, C);
+    w.fcw = g->w.fcw + l * packed_weight_size(C, 4 * C);
+    w.fcprojw = g->w.fcprojw + l * packed_weight_size(4 * C, C);
+    return w;
+}
+
 // The layers of generation: the CPU's, with attention against the paged cache; forward only.
 static const Layers LAYERS_INFER = {
     .layernorm_fwd = layernorm_forward,
-    .matmul_fwd = matmul_forward,
+    .matmul_fwd = matmul_forward_packed,
     .gelu_fwd = gelu_forward,
     .residual_fwd = residual_forward,
     .attention_cached_fwd = attention_forward_paged,
@@ -145,12 +187,12 @@ void generator_forward(Generator* g, const EnginePass* pass, float* logits, floa
     GPT2Config cfg = g->model->config;
     int B = pass->B, T = pass->T, C = cfg.channels, Vp = cfg.padded_vocab_size;
     if ((size_t)B * T > (size_t)g->rows || B > g->slots) fail("generator_forward: a pass larger than built for");
-    ParameterTensors p = g->model->params;
+    ParameterTensors p = g->w;
     ActivationTensors a = generator_activations(&g->t);
     size_t layer_pool = (size_t)g->num_pages * KV_PAGE * C;
     // sequence b's tokens take rows pos[b].. of wpe
     for (int b = 0; b < B; b++) {
-        encoder_forward(a.encoded + (size_t)b * T * C, pass->tokens + (size_t)b * T, p.wte,
+        encoder_forward(a.encoded + (size_t)b * T * C, pass->tokens + (size_t)b * T, g->model->params.wte,
                         p.wpe + (size_t)pass->pos[b] * C, 1, T, C);
     }
     LayerCache lc;
@@ -164,18 +206,18 @@ void generator_forward(Generator* g, const EnginePass* pass, float* logits, floa
     for (int l = 0; l < cfg.num_layers; l++) {
         lc.key = g->t.key + l * layer_pool;
         lc.value = g->t.value + l * layer_pool;
-        block_forward(&LAYERS_INFER, parameters_of_layer(p, cfg, l), a, a.residual3, &lc, B, T, C, cfg.num_heads);
+        block_forward(&LAYERS_INFER, generator_layer(g, l), a, a.residual3, &lc, B, T, C, cfg.num_heads);
     }
     // the output layer is tied to wte; generation needs only each sequence's last token
     if (all_logits != NULL) {
         layernorm_forward(a.ln1, a.lnf_mean, a.lnf_rstd, a.residual3, p.lnfw, p.lnfb, B, T, C);
-        matmul_forward(all_logits, a.ln1, p.wte, NULL, B, T, C, Vp);
+        matmul_forward_packed(all_logits, a.ln1, p.wte, NULL, B, T, C, Vp);
     }
     for (int b = 0; b < B; b++) {
         memcpy(g->t.last + (size_t)b * C, a.residual3 + ((size_t)b * T + T - 1) * C, (size_t)C * sizeof(float));
     }
     layernorm_forward(g->t.last_ln, a.lnf_mean, a.lnf_rstd, g->t.last, p.lnfw, p.lnfb, B, 1, C);
-    matmul_forward(logits, g->t.last_ln, p.wte, NULL, B, 1, C, Vp);
+    matmul_forward_packed(logits, g->t.last_ln, p.wte, NULL, B, 1, C, Vp);
 }
 
 // ---------- the device ----------

@@ -165,7 +165,7 @@ static void one_prompt_result(void* user, const EngineResult* r) {
 }
 
 static int infer_one_prompt(const InferConfig* cfg, const GPT2* model, const Tokenizer* tok, EngineDevice device,
-                            int num_pages) {
+                            int num_pages, const char* device_name) {
     OnePrompt one;
     memset(&one, 0, sizeof(one));
     if (cfg->prompt != NULL) {
@@ -188,6 +188,7 @@ static int infer_one_prompt(const InferConfig* cfg, const GPT2* model, const Tok
     if (r->failed) fail("%s", one.error);
     printf("\n");
     fflush(stdout);
+    infer_report_model(model, device_name);
     const char* stop = strcmp(r->finish_reason, "stop") == 0 ? "end-of-text"
                        : cfg->max_new_given && r->completion_tokens == cfg->gen.max_tokens ? "-n limit"
                        : "context full";
@@ -223,15 +224,17 @@ static void write_result(void* user, const EngineResult* r) {
 }
 
 static int infer_requests(const InferConfig* cfg, const GPT2* model, const Tokenizer* tok, EngineDevice device,
-                          int num_pages, size_t value_bytes) {
+                          int num_pages, size_t value_bytes, const char* device_name) {
+    RequestReader reader = request_reader_open(cfg->requests);
     RequestFile file;
-    file.reader = request_reader_open(cfg->requests);
+    file.reader = &reader;
     file.defaults = &cfg->gen;
     Engine e;
     engine_build(&e, &model->config, tok, device, cfg->slots, num_pages, cfg->stop_at_eot);
     e.on_result = write_result;
     engine_run(&e, request_file_source, &file);
     double seconds = now_seconds() - e.start;
+    infer_report_model(model, device_name);
     fprintf(stderr, "requests: %d (%d failed), %d prompt tokens, %d generated in %.3f s: %.1f tok/s\n", e.requests,
             e.failed, e.prompt_tokens, e.completion_tokens, seconds, e.completion_tokens / seconds);
     fprintf(stderr, "batch: up to %d sequences (-b %d), %d decode steps in %.3f s, %d prefills in %.3f s\n",
@@ -240,7 +243,7 @@ static int infer_requests(const InferConfig* cfg, const GPT2* model, const Token
             e.pool.num_pages, KV_PAGE, engine_page_bytes(model->config, value_bytes) / 1e6);
     int failed = e.failed;
     engine_free(&e);
-    request_reader_close(file.reader);
+    request_reader_close(&reader);
     return failed > 0 ? 1 : 0;
 }
 
@@ -277,9 +280,8 @@ static int infer_main(int argc, char** argv, const InferDevice* dev) {
     dev->build(&model, slots, pages, cfg.precision, &device);
     size_t len = strlen(name);
     snprintf(name + len, sizeof(name) - len, ", %s", cfg.precision);
-    infer_report_model(&model, name);
-    int status = cfg.requests != NULL ? infer_requests(&cfg, &model, &tok, device, pages, value_bytes)
-                                      : infer_one_prompt(&cfg, &model, &tok, device, pages);
+    int status = cfg.requests != NULL ? infer_requests(&cfg, &model, &tok, device, pages, value_bytes, name)
+                                      : infer_one_prompt(&cfg, &model, &tok, device, pages, name);
     dev->free(&device);
     tokenizer_free(&tok);
     gpt2_free(&model);
