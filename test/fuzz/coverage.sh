@@ -40,6 +40,11 @@ functions() {
                   gpt2/io.h: read_header_check" ;;
     state) echo "gpt2/checkpoint.h: read_state gpt2/io.h: read_header_check" ;;
     json) echo "gpt2/json.h: $json $json_any gpt2/utf8.h: utf8_decode utf8_encode" ;;
+    request) echo "gpt2/requests.h: request_complain request_field request_number request_field_value
+                   request_object request_parse request_free request_reader_open request_reader_close
+                   request_next_line request_read request_record_end request_write_error request_write_ms
+                   request_write_result gpt2/json.h: json_catch json_kind_name json_write_string
+                   gpt2/utf8.h: utf8_invalid_length" ;;
   esac
 }
 

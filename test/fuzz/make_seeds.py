@@ -220,6 +220,30 @@ def main():
     for name, text in texts.items():
         write("json", name, text)
 
+    # request: files of requests as infer -f reads them (gpt2/requests.h): every field, null,
+    # unknown fields, blank and CRLF lines, each kind of complaint, text that is not JSON, escapes,
+    # a line over fuzz_request.c's small limit of 64 bytes, a last line without a newline; and
+    # bytes that are not UTF-8, for the writer
+    requests = {
+        "fields": b'{"prompt": "Once upon a time", "max_tokens": 64, "temperature": 0.8, "top_k": 40, '
+                  b'"top_p": 0.95, "seed": 7}\n{"prompt": "x"}\n'
+                  b'{"prompt": "", "max_tokens": null, "temperature": null, "top_k": null, "top_p": null, '
+                  b'"seed": null}\n',
+        "unknown_and_blank": b'\n  \t\r\n{"model": "gpt2", "prompt": "a", "stop": ["\\n"], "echo": false, '
+                             b'"n": {"k": [1, {}]}}\r\n\n',
+        "complaints": b'{"prompt": "a", "max_tokens": -3}\n{"prompt": "a", "temperature": "hot"}\n'
+                      b'{"prompt": "a", "top_k": 2.5}\n{"prompt": "a", "top_p": 0}\n'
+                      b'{"prompt": "a", "seed": 9007199254740992}\n{}\n[1]\n{"prompt": 1}\n'
+                      b'{"prompt": "a", "top_k": 1, "top_k": 2}\n',
+        "not_json": b'{"prompt": "a"} x\n{"prompt": "a", "seed": 1e999}\n{"prompt": "abc\nhello\n'
+                    b'{"prompt": "\xff"}\n',
+        "escapes": b'{"prompt": "caf\\u00e9 \\ud83d\\ude00 a\\u0000b \\"q\\" \\\\ \\/ \\t", "\\u0074op_k": 3}\n',
+        "long_line": b'{"prompt": "' + b"x" * 80 + b'"}\n{"prompt": "after"}',
+        "text_not_utf8": b"a\xe2\x82\n\x80\x80\xc0\x80\xed\xa0\x80\xf4\x90\x80\x80\xf0\x9f\x98",
+    }
+    for name, text in requests.items():
+        write("request", name, text)
+
 
 if __name__ == "__main__":
     main()
