@@ -1,6 +1,6 @@
-// gpt2/sampler.h: the next token from a position's logits, as generation draws it (infer.c,
-// infer_gpu.cu, and the trainers' samples): greedy, temperature, top-k and top-p (nucleus), from a
-// random state of its own, so that a request's tokens depend only on its logits and its seed.
+// gpt2/sampler.h: the next token from a position's logits, as generation draws it (gpt2/engine.h,
+// for infer.c and infer_gpu.cu): greedy, temperature, top-k and top-p (nucleus), from a random
+// state of its own, so that a request's tokens depend only on its logits and its seed.
 
 #ifndef GPT2_SAMPLER_H
 #define GPT2_SAMPLER_H
