@@ -24,7 +24,7 @@
 #include <string.h>
 #include "io.h"
 #include "model.h"
-#include "cpu_layers.h"  // attention_scale
+#include "arithmetic.h"  // attention_scale; HOST_DEVICE: kv_row serves the GPU kernels too
 
 // Pages a sequence of n positions needs.
 static inline int kv_pages_for(int n) {
@@ -33,7 +33,7 @@ static inline int kv_pages_for(int n) {
 
 // Offset of head h's row for position t in a layer's pool, for a sequence whose page table is
 // table: (page, head, row in the page, channel), a head's KV_PAGE rows contiguous.
-static inline size_t kv_row(const int* table, int t, int h, int NH, int hs) {
+static inline HOST_DEVICE size_t kv_row(const int* table, int t, int h, int NH, int hs) {
     return (((size_t)table[t / KV_PAGE] * NH + h) * KV_PAGE + t % KV_PAGE) * hs;
 }
 

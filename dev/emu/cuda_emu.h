@@ -117,6 +117,7 @@ struct dim3 {
 typedef dim3 uint3;
 struct alignas(16) float4 { float x, y, z, w; };
 struct alignas(8) float2 { float x, y; };
+struct alignas(16) uint4 { unsigned int x, y, z, w; };
 static inline float4 make_float4(float x, float y, float z, float w) { float4 r = {x, y, z, w}; return r; }
 static inline float2 make_float2(float x, float y) { float2 r = {x, y}; return r; }
 
