@@ -1,7 +1,7 @@
 // gpt2/gpu/layers.cuh: the GPU's layers as the transformer block of gpt2/model.h calls them: a
 // table for the float32 path, whose layers are the CPU's twins, and one for the bf16 path, which
 // fuses the bias, GELU and the residual add into its tensor-core products and runs flash
-// attention.
+// attention; and each of them for generation, with attention against the paged key-value cache.
 
 #ifndef GPT2_GPU_LAYERS_CUH
 #define GPT2_GPU_LAYERS_CUH
@@ -14,6 +14,7 @@
 #include "matmul_bf16.cuh"
 #include "attention.cuh"
 #include "flash_attention.cuh"
+#include "attention_paged.cuh"
 #include "elementwise.cuh"
 
 // The GPU's layers, for the forward and backward pass of gpt2/model.h: the plain ones, no fusion.
@@ -36,5 +37,15 @@ static const LayersOf<bf16> LAYERS_BF16 = {
     .gelu_matmul_bwd = gelu_matmul_backward_bf16,
     .flash_attention_fwd = flash_attention_forward_bf16, .flash_attention_bwd = flash_attention_backward_bf16,
 };
+
+// The tables of generation: the same layers, with attention against the paged key-value cache,
+// which the block calls when it is given a cache (gpt2/model.h: block_forward).
+template <typename floatX>
+static LayersOf<floatX> with_cached_attention(LayersOf<floatX> layers) {
+    layers.attention_cached_fwd = attention_paged_forward_gpu<floatX>;
+    return layers;
+}
+static const Layers LAYERS_GPU_INFER = with_cached_attention(LAYERS_GPU);
+static const LayersOf<bf16> LAYERS_BF16_INFER = with_cached_attention(LAYERS_BF16);
 
 #endif // GPT2_GPU_LAYERS_CUH
