@@ -32,7 +32,8 @@ done
 
 echo "--- 2. every kernel against the CPU, in several schedules ---"
 quiet build/emu/gpu_check --quick || { echo "FAIL: emulated GPU kernels disagree with the CPU"; status=1; }
-kernels=(encoder layernorm matmul attention gelu residual classifier clip adamw matmul_bf16 attention_bf16 adamw_bf16)
+kernels=(encoder layernorm matmul attention attention_paged gelu residual classifier clip adamw matmul_bf16 attention_bf16
+         attention_paged_bf16 adamw_bf16)
 for mode in "CUDA_EMU_SCHEDULE=reverse" "CUDA_EMU_SCHEDULE=ahead CUDA_EMU_ASYNC=issue" \
             "CUDA_EMU_SCHEDULE=random:11 CUDA_EMU_ASYNC=random:12"; do
   echo "--- the kernels again, $mode ---"

@@ -1,12 +1,15 @@
-// dev/gpu/gpu_check.cu: every GPU kernel (gpt2/gpu/) against its CPU reference (gpt2/cpu_layers.h),
-// the whole GPU model against train_cpu.c's, and the kernels' speed.
+// dev/gpu/gpu_check.cu: every GPU kernel (gpt2/gpu/) against its CPU reference (gpt2/cpu_layers.h;
+// gpt2/kv_pages.h for generation's attention), the whole GPU model against train_cpu.c's, and the
+// kernels' speed.
 //
 //   make gpu-checks && build/gpu_check          all checks, then timings at GPT-2 124M sizes
 //   build/gpu_check --quick                     validation at small sizes only, no timing
 //   build/gpu_check matmul attention            only these; names: copy (the device's copy
 //                                               bandwidth, timing only) encoder layernorm matmul
 //                                               attention gelu residual classifier clip adamw model
-//                                               matmul_bf16 attention_bf16 adamw_bf16 model_bf16 (the bf16 path)
+//                                               attention_paged (generation's, against the paged cache)
+//                                               matmul_bf16 attention_bf16 attention_paged_bf16
+//                                               adamw_bf16 model_bf16 (the bf16 path)
 //                                               memory (d12's bytes and largest batch, per precision)
 //   build/gpu_check_cublas matmul               the matmuls timed with cuBLAS (USE_CUBLAS), to
 //                                               compare with ours on the same shapes
@@ -725,6 +728,12 @@ static void check_gemm_bf16_small(void) {
             check_gemm_bf16(200, 136, 328, variant == MMA_F32_ACCUMULATE, false, variant);
             check_gemm_bf16(37, 67, 45, false, true, variant);
         }
+        // generation's products: one token of each of 1 or 3 sequences, a tile's rows mostly
+        // empty, with the epilogues of its block (matmul_residual_fwd, matmul_gelu_fwd)
+        for (int rows = 1; rows <= 3; rows += 2) {
+            check_gemm_bf16(rows, 136, 64, false, true, MMA_BIAS_RESIDUAL);
+            check_gemm_bf16(rows, 136, 64, false, true, MMA_GELU);
+        }
     }
     cuda_num_sms = num_sms;
 }
@@ -936,6 +945,220 @@ static void check_adamw_bf16(GPT2Config config) {
     gpt2_free(&cpu);
 }
 
+// ---------- attention against the paged key-value cache (generation) ----------
+
+// A device copy of x in the element type of the path checked (bf16 rounds x in place first, so
+// that the CPU reads what the GPU reads), an output of that type poisoned with NaN, and a host
+// copy in float32.
+template <typename floatX> static floatX* to_device_as(float* x, size_t n);
+template <> float* to_device_as<float>(float* x, size_t n) { return to_device(x, n); }
+template <> bf16* to_device_as<bf16>(float* x, size_t n) { return to_device_bf16(x, n); }
+template <typename floatX>
+static floatX* device_poisoned_as(size_t n) {
+    floatX* d;
+    cuda_check(cudaMalloc((void**)&d, n * sizeof(floatX)));
+    cuda_check(cudaMemset(d, 0xff, n * sizeof(floatX)));  // NaN in either type
+    return d;
+}
+static float* to_host_as(const float* d, size_t n) { return to_host(d, n); }
+static float* to_host_as(const bf16* d, size_t n) { return to_host_bf16(d, n); }
+
+// One layer's paged caches for a check, B sequences that held pos[b] positions each and take T
+// new tokens, on the host and the GPU. The sequences' pages are drawn at random from a pool with
+// 3 spare pages, so that they are neither contiguous nor in order; a page table's entries past
+// its sequence's pages are -1 (a kernel that reads one reads far outside the pool, which
+// AddressSanitizer reports). The rows of the positions held are random; every other row of the
+// pool is NaN, so that a row read that should not be, or a value stored in the wrong place, shows.
+template <typename floatX>
+struct PagedCase {
+    int hs, max_len, prefill, max_pages;
+    int* pos;              // (B)
+    int* table;            // (B, max_pages) the page tables
+    size_t n_pool;         // floats in each of key and value
+    float* key;            // the host pool: (num_pages, NH, KV_PAGE, hs)
+    float* value;
+    unsigned char* mask;   // (n_pool) 1 on the rows of the sequences' positions, held and new
+    LayerCache cpu;        // the host's cache, on the arrays above
+    LayerCacheOf<floatX> gpu;  // the GPU's: device copies of the pool, the tables and pos; scratch
+};
+
+template <typename floatX>
+static PagedCase<floatX> paged_case(int B, int T, int C, int NH, const int* pos) {
+    PagedCase<floatX> pc;
+    pc.hs = C / NH;
+    pc.max_len = 0;
+    pc.prefill = 1;
+    pc.pos = (int*)malloc_check(B * sizeof(int));
+    for (int b = 0; b < B; b++) {
+        pc.pos[b] = pos[b];
+        if (pos[b] + T > pc.max_len) pc.max_len = pos[b] + T;
+        if (pos[b] != 0) pc.prefill = 0;
+    }
+    pc.max_pages = kv_pages_for(pc.max_len) + 1;  // a row stride longer than any table
+    int num_pages = 3;
+    for (int b = 0; b < B; b++) num_pages += kv_pages_for(pos[b] + T);
+    int* order = (int*)malloc_check(num_pages * sizeof(int));
+    for (int i = 0; i < num_pages; i++) order[i] = i;
+    for (int i = num_pages - 1; i > 0; i--) {  // shuffled (Fisher-Yates)
+        int j = (int)(random_u32(&rng_state) % (uint32_t)(i + 1)), swap = order[i];
+        order[i] = order[j];
+        order[j] = swap;
+    }
+    pc.table = (int*)malloc_check((size_t)B * pc.max_pages * sizeof(int));
+    for (int i = 0; i < B * pc.max_pages; i++) pc.table[i] = -1;
+    for (int b = 0, next = 0; b < B; b++)
+        for (int p = 0; p < kv_pages_for(pos[b] + T); p++) pc.table[b * pc.max_pages + p] = order[next++];
+    free(order);
+    pc.n_pool = (size_t)num_pages * NH * KV_PAGE * pc.hs;
+    pc.key = host_zeros(pc.n_pool);
+    pc.value = host_zeros(pc.n_pool);
+    for (size_t i = 0; i < pc.n_pool; i++) pc.key[i] = pc.value[i] = NAN;
+    pc.mask = (unsigned char*)calloc_check(pc.n_pool, 1);
+    for (int b = 0; b < B; b++)
+        for (int p = 0; p < pos[b] + T; p++)
+            for (int h = 0; h < NH; h++) {
+                size_t row = kv_row(pc.table + b * pc.max_pages, p, h, NH, pc.hs);
+                memset(pc.mask + row, 1, pc.hs);
+                for (int i = 0; p < pos[b] && i < pc.hs; i++) {
+                    pc.key[row + i] = -2.0f + 4.0f * random_f32(&rng_state);
+                    pc.value[row + i] = -2.0f + 4.0f * random_f32(&rng_state);
+                }
+            }
+    LayerCache cpu = {pc.key, pc.value, pc.table, pc.pos, pc.max_pages, pc.max_len, pc.prefill, NULL, 0};
+    pc.cpu = cpu;
+    size_t n_scratch = attention_paged_scratch_floats(B, T, NH, pc.hs, pc.max_len);
+    LayerCacheOf<floatX> gpu = {to_device_as<floatX>(pc.key, pc.n_pool), to_device_as<floatX>(pc.value, pc.n_pool),
+                                to_device_int(pc.table, (size_t)B * pc.max_pages), to_device_int(pc.pos, B),
+                                pc.max_pages, pc.max_len, pc.prefill, device_poisoned(n_scratch), n_scratch};
+    pc.gpu = gpu;
+    return pc;
+}
+
+template <typename floatX>
+static void paged_case_free(PagedCase<floatX>* pc) {
+    free(pc->pos); free(pc->table); free(pc->key); free(pc->value); free(pc->mask);
+    cuda_check(cudaFree(pc->gpu.key)); cuda_check(cudaFree(pc->gpu.value)); cuda_check(cudaFree((void*)pc->gpu.pages));
+    cuda_check(cudaFree((void*)pc->gpu.pos)); cuda_check(cudaFree(pc->gpu.scratch));
+}
+
+// attention_paged_forward_gpu against attention_forward_paged (gpt2/kv_pages.h) on the same
+// cache (PagedCase) and qkv. Compared: out (float32: 1e-6 + 1e-5 |x|, sums in another order and
+// the GPU's expf; bf16: the one rounding of the output, as for flash attention); the pool on the
+// sequences' rows, exactly (the new rows are copies, the others untouched), and outside them
+// (still NaN); and the last sequence run alone against its rows of the batch, bit for bit (the
+// split does not depend on the batch).
+template <typename floatX>
+static void check_attention_paged(int B, int T, int C, int NH, const int* pos, int bench) {
+    int bf = sizeof(floatX) == sizeof(bf16);
+    PagedCase<floatX> pc = paged_case<floatX>(B, T, C, NH, pos);
+    printf("attention paged%s B=%d T=%d C=%d NH=%d, head size %d%s, positions held:", bf ? " bf16" : "", B, T, C,
+           NH, pc.hs, pc.prefill ? ", prefill" : "");
+    for (int b = 0; b < B; b++) printf(" %d", pos[b]);
+    printf("\n");
+    size_t n_qkv = (size_t)B * T * 3 * C, n_out = (size_t)B * T * C, n_pool = pc.n_pool;
+    float* qkv = host_random(n_qkv, -2, 2);
+    floatX* d_qkv = to_device_as<floatX>(qkv, n_qkv);
+    floatX* d_out = device_poisoned_as<floatX>(n_out);
+    float* out = host_zeros(n_out);
+    attention_forward_paged(out, &pc.cpu, qkv, B, T, C, NH);
+    attention_paged_forward_gpu(d_out, &pc.gpu, d_qkv, B, T, C, NH);
+    float* got = to_host_as(d_out, n_out);
+    compare_host("paged attention out", got, out, n_out, bf ? max_abs(out, n_out) / 8192 : 1e-6f,
+                 bf ? BF16_RTOL : 1e-5f, NULL);
+    float *got_key = to_host_as(pc.gpu.key, n_pool), *got_value = to_host_as(pc.gpu.value, n_pool);
+    compare_host("paged attention keys in the pool", got_key, pc.key, n_pool, 0.0f, 0.0f, pc.mask);
+    compare_host("paged attention values in the pool", got_value, pc.value, n_pool, 0.0f, 0.0f, pc.mask);
+    size_t stray = 0;
+    for (size_t i = 0; i < n_pool; i++)
+        stray += !pc.mask[i] && (got_key[i] == got_key[i] || got_value[i] == got_value[i]);  // not NaN
+    printf("  %s paged attention rest of the pool   %s\n", stray == 0 ? "ok  " : "FAIL",
+           stray == 0 ? "untouched" : "written");
+    if (stray > 0) failures++;
+
+    // the last sequence alone: its own page table, position and qkv, a batch of one
+    LayerCacheOf<floatX> alone = pc.gpu;
+    alone.pages = pc.gpu.pages + (size_t)(B - 1) * pc.max_pages;
+    alone.pos = pc.gpu.pos + (B - 1);
+    alone.max_len = pos[B - 1] + T;
+    floatX* d_alone = device_poisoned_as<floatX>((size_t)T * C);
+    attention_paged_forward_gpu(d_alone, &alone, d_qkv + (size_t)(B - 1) * T * 3 * C, 1, T, C, NH);
+    float* got_alone = to_host_as(d_alone, (size_t)T * C);
+    int same = memcmp(got_alone, got + (size_t)(B - 1) * T * C, (size_t)T * C * sizeof(float)) == 0;
+    printf("  %s paged attention alone = in batch   %s\n", same ? "ok  " : "FAIL", same ? "the same bits" : "different bits");
+    if (!same) failures++;
+    if (bench) {
+        double bytes = (double)n_qkv / 3 * 2 * sizeof(floatX);  // q read, out written
+        for (int b = 0; b < B; b++) bytes += 2.0 * (pos[b] + T) * C * sizeof(floatX);  // every key and value
+        time_both(bf ? "paged attention bf16" : "paged attention",
+                  [&] { attention_paged_forward_gpu(d_out, &pc.gpu, d_qkv, B, T, C, NH); },
+                  [&] { attention_forward_paged(out, &pc.cpu, qkv, B, T, C, NH); }, 0, bytes);
+    }
+    free(qkv); free(out); free(got); free(got_key); free(got_value); free(got_alone);
+    cuda_check(cudaFree(d_qkv)); cuda_check(cudaFree(d_out)); cuda_check(cudaFree(d_alone));
+    paged_case_free(&pc);
+}
+
+// The cases, for either path: a decode step (T=1) of 5 sequences, 4 about a page's edge and one
+// over 6 chunks (its last chunk has one position); prefills of whole prompts (bf16: through
+// flash attention); 3 tokens on top of caches, where sequence 1's tokens at positions 62 and 63
+// fit one chunk and its token at 64 takes two; each head size. Without --quick, the decode step
+// of GPT-2 124M at a full context of 1024, for one sequence and for 16, timed.
+template <typename floatX>
+static void check_attention_paged_cases(int bench) {
+    const int decode[5] = {0, 14, 15, 16, 320};
+    check_attention_paged<floatX>(5, 1, 64, 4, decode, 0);
+    check_attention_paged<floatX>(5, 1, 128, 2, decode, 0);
+    const int prefill[2] = {0, 0};
+    check_attention_paged<floatX>(1, 37, 128, 2, prefill, 0);
+    check_attention_paged<floatX>(2, 37, 64, 4, prefill, 0);
+    const int extend[3] = {5, 62, 200};
+    check_attention_paged<floatX>(3, 3, 96, 3, extend, 0);
+    check_attention_paged<floatX>(3, 3, 128, 1, extend, 0);
+    if (!quick) {
+        int full[16];
+        for (int b = 0; b < 16; b++) full[b] = 1023;
+        check_attention_paged<floatX>(1, 1, 768, 12, full, bench);
+        check_attention_paged<floatX>(16, 1, 768, 12, full, bench);
+    }
+}
+
+// One transformer block of generation on the GPU, block_forward with LAYERS_GPU_INFER and a
+// cache, against the same block on the CPU (LAYERS_CPU, with attention_forward_paged): the
+// table's layers at a handful of rows, with the paged cache between them. Layer 0 of the small
+// model, 3 sequences taking 2 tokens each on top of 5, 62 and 100 positions. The block's output
+// within 1e-5 + 1e-5 |x| (products of 64 and 256 terms and one attention, in another order).
+static void check_block_generation(void) {
+    GPT2Config c = tiny_config();
+    const int B = 3, T = 2, C = c.channels, NH = c.num_heads, pos[B] = {5, 62, 100};
+    printf("block of generation (LAYERS_GPU_INFER) C=%d NH=%d, B=%d T=%d on caches of 5 62 100\n", C, NH, B, T);
+    GPT2 model;
+    gpt2_build_fresh(&model, c, 42);
+    float* d_params = to_device(model.params_memory, model.num_parameters);
+    ParameterTensors d_all;
+    point_tensors((float**)&d_all, d_params, model.param_sizes, NUM_PARAMETER_TENSORS);
+    // one layer's activations on each side, laid out by their per-layer sizes
+    size_t sizes[NUM_ACTIVATION_TENSORS], layer[NUM_ACTIVATION_TENSORS];
+    activation_sizes(sizes, layer, c, B, T);
+    size_t n_acts = sum_sizes(layer, NUM_ACTIVATION_TENSORS), n_x = (size_t)B * T * C;
+    float *acts = host_zeros(n_acts), *d_acts = device_poisoned(n_acts);
+    ActivationTensors a, d_a;
+    point_tensors((float**)&a, acts, layer, NUM_ACTIVATION_TENSORS);
+    point_tensors((float**)&d_a, d_acts, layer, NUM_ACTIVATION_TENSORS);
+    float* x = host_random(n_x, -1, 1);
+    float* d_x = to_device(x, n_x);
+    PagedCase<float> pc = paged_case<float>(B, T, C, NH, pos);
+    Layers cpu_layers = LAYERS_CPU;
+    cpu_layers.attention_cached_fwd = attention_forward_paged;
+    block_forward(&cpu_layers, parameters_of_layer(model.params, c, 0), a, x, &pc.cpu, B, T, C, NH);
+    block_forward(&LAYERS_GPU_INFER, parameters_of_layer(d_all, c, 0), d_a, d_x, &pc.gpu, B, T, C, NH);
+    compare("block of generation atty", d_a.atty, a.atty, n_x, 1e-5f, 1e-5f);
+    compare("block of generation out", d_a.residual3, a.residual3, n_x, 1e-5f, 1e-5f);
+    free(acts); free(x);
+    cuda_check(cudaFree(d_params)); cuda_check(cudaFree(d_acts)); cuda_check(cudaFree(d_x));
+    paged_case_free(&pc);
+    gpt2_free(&model);
+}
+
 // ---------- main ----------
 
 // gemm_fp32 picks 128x128 tiles when there are enough of them for the SMs: pretending the GPU has
@@ -948,6 +1171,7 @@ static void check_matmul_small(void) {
         check_matmul(3, 37, 67, 131, 1, 0);   // nothing a multiple of 4: the scalar paths
         check_matmul(2, 64, 64, 192, 0, 0);   // aligned: the float4 paths
         check_matmul(1, 300, 260, 520, 1, 0); // partial edge tiles
+        check_matmul(3, 1, 64, 192, 1, 0);    // three rows: a step of generation for 3 sequences
     }
     cuda_num_sms = num_sms;
 }
@@ -997,6 +1221,7 @@ static void check_bf16_path(int argc, char** argv, int bench) {
         check_attention_bf16(1, 150, 64, 4, 0);
         if (!quick) check_attention_bf16(B, T, C, NH, bench);
     }
+    if (wanted(argc, argv, "attention_paged_bf16")) check_attention_paged_cases<bf16>(bench);
     if (!quick && wanted(argc, argv, "memory")) {
         // what GPT-2 124M at T=1024 needs, per precision, and the largest B this GPU holds
         GPT2Config d12 = gpt2_config_for_depth(12);
@@ -1029,7 +1254,8 @@ int main(int argc, char** argv) {
         else if (strcmp(argv[i], "--device") == 0) device_only = 1;
         else if (argv[i][0] == '-') {
             fprintf(stderr, "usage: %s [--quick | --device] [copy encoder layernorm matmul attention gelu residual "
-                    "classifier clip adamw model matmul_bf16 attention_bf16 adamw_bf16 model_bf16 memory]\n", argv[0]);
+                    "classifier clip adamw model attention_paged matmul_bf16 attention_bf16 attention_paged_bf16 "
+                    "adamw_bf16 model_bf16 memory]\n", argv[0]);
             return 1;
         }
     }
@@ -1066,6 +1292,10 @@ int main(int argc, char** argv) {
     if (wanted(argc, argv, "attention")) {
         check_attention_small();
         if (!quick) check_attention(B, T, C, NH, bench);
+    }
+    if (wanted(argc, argv, "attention_paged")) {
+        check_attention_paged_cases<float>(bench);
+        check_block_generation();
     }
     if (wanted(argc, argv, "gelu")) {
         check_gelu(1001, 0);
