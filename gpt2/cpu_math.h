@@ -200,7 +200,7 @@ __attribute__((always_inline)) static inline void mm_transpose(mm_vec* v) {
 
 // Packs `rows` x kc elements into one micro-panel: element (r, p) goes to dst[p * rows_total + r],
 // the order in which the kernel reads them. src points to element (0, 0); element (r, p) is at
-// src[r * stride_r + p * stride_p]. Rows from `rows` to rows_total are zero.
+// src[r * stride_r + p * stride_p]. Rows from `rows` to rows_total are left as they are.
 static void mm_pack_panel(float* dst, const float* src, size_t stride_r, size_t stride_p,
                           int rows, int rows_total, int kc) {
     int p0 = 0;
@@ -243,17 +243,19 @@ static void mm_pack_panel(float* dst, const float* src, size_t stride_r, size_t 
             for (int r = 0; r < rows; r++) dst[(size_t)p * rows_total + r] = s[r * stride_r];
         }
     }
-    for (int r = rows; r < rows_total; r++) {
-        for (int p = 0; p < kc; p++) dst[(size_t)p * rows_total + r] = 0.0f;
-    }
 }
 
 // Packs the kc x nc block of B at b (element (p, j) at b[p * rsb + j * csb]) into NR-column
-// micro-panels one after another, the last one padded with zero columns: the panel of columns
-// j..j+NR-1 at dst + j * kc.
+// micro-panels one after another, the last one padded with zero columns (the kernel multiplies
+// them and stores none of them): the panel of columns j..j+NR-1 at dst + j * kc.
 static void mm_pack_b(float* dst, const float* b, size_t rsb, size_t csb, int kc, int nc) {
     for (int j = 0; j < nc; j += MM_NR) {
-        mm_pack_panel(dst + (size_t)j * kc, b + j * csb, csb, rsb, mm_min(MM_NR, nc - j), MM_NR, kc);
+        float* panel = dst + (size_t)j * kc;
+        int cols = mm_min(MM_NR, nc - j);
+        mm_pack_panel(panel, b + j * csb, csb, rsb, cols, MM_NR, kc);
+        for (int p = 0; cols < MM_NR && p < kc; p++) {
+            memset(panel + (size_t)p * MM_NR + cols, 0, (size_t)(MM_NR - cols) * sizeof(float));
+        }
     }
 }
 
@@ -288,7 +290,7 @@ static void gemm_block(float* c, size_t ldc, const float* a, size_t rsa, size_t 
             }
             for (int ic = 0; ic < M; ic += MM_MC) {
                 int mc = mm_min(MM_MC, M - ic);
-                for (int i = 0; i < mc; i += MM_MR) {
+                for (int i = 0; i < mc; i += MM_MR) {   // the last one's padding rows unread
                     mm_pack_panel(packed_a + (size_t)i * kc, a + (ic + i) * rsa + pc * csa, rsa,
                                   csa, mm_min(MM_MR, mc - i), MM_MR, kc);
                 }
