@@ -33,17 +33,17 @@
 typedef struct {
     float* params;                  // (num_parameters) on the GPU
     bf16* params16;                 // (num_parameters) the bf16 copy; NULL in fp32
-    GeneratorGPU<float> fp32;
-    GeneratorGPU<bf16> bf16;
+    GeneratorGPU<float> gen32;      // the generator of -w fp32
+    GeneratorGPU<bf16> gen16;       // of -w bf16
     int is_bf16;
 } InferGPU;
 
 static void gpu_forward_fp32(void* ctx, const EnginePass* pass, float* logits) {
-    generator_gpu_forward(&((InferGPU*)ctx)->fp32, pass, logits);
+    generator_gpu_forward(&((InferGPU*)ctx)->gen32, pass, logits);
 }
 
 static void gpu_forward_bf16(void* ctx, const EnginePass* pass, float* logits) {
-    generator_gpu_forward(&((InferGPU*)ctx)->bf16, pass, logits);
+    generator_gpu_forward(&((InferGPU*)ctx)->gen16, pass, logits);
 }
 
 static size_t gpu_value_bytes(const char* precision) {
@@ -68,11 +68,11 @@ static void gpu_build(const GPT2* model, int slots, int pages, const char* preci
     if (g->is_bf16) {
         cuda_check(cudaMalloc((void**)&g->params16, n * sizeof(bf16)));
         float_to_bf16_gpu(g->params16, g->params, n);
-        generator_gpu_build(&g->bf16, c, model->param_sizes, g->params, (const bf16*)g->params16, &LAYERS_BF16_INFER,
+        generator_gpu_build(&g->gen16, c, model->param_sizes, g->params, (const bf16*)g->params16, &LAYERS_BF16_INFER,
                             slots, pages);
         device->forward = gpu_forward_bf16;
     } else {
-        generator_gpu_build(&g->fp32, c, model->param_sizes, g->params, (const float*)NULL, &LAYERS_GPU_INFER, slots,
+        generator_gpu_build(&g->gen32, c, model->param_sizes, g->params, (const float*)NULL, &LAYERS_GPU_INFER, slots,
                             pages);
         device->forward = gpu_forward_fp32;
     }
@@ -82,10 +82,10 @@ static void gpu_build(const GPT2* model, int slots, int pages, const char* preci
 static void gpu_free(EngineDevice* device) {
     InferGPU* g = (InferGPU*)device->ctx;
     if (g->is_bf16) {
-        generator_gpu_free(&g->bf16);
+        generator_gpu_free(&g->gen16);
         cuda_check(cudaFree(g->params16));
     } else {
-        generator_gpu_free(&g->fp32);
+        generator_gpu_free(&g->gen32);
     }
     cuda_check(cudaFree(g->params));
     free(g);

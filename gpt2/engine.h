@@ -226,9 +226,12 @@ static void engine_reject(Engine* e, Request* req) {
 
 // ---------- sequences ----------
 
+// The bytes of token join the sequence's text; a token of the model's vocabulary that the
+// tokenizer does not have (a model with a larger V) has none.
 static void sequence_append_text(Sequence* s, const Tokenizer* tok, int token) {
     size_t n;
     const unsigned char* bytes = tokenizer_decode(tok, (uint32_t)token, &n);
+    if (bytes == NULL || n == 0) return;
     if (s->text_len + n > s->text_cap) {
         s->text_cap = 2 * (s->text_len + n) + 64;
         s->text = (unsigned char*)realloc_check(s->text, s->text_cap);

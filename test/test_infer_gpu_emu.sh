@@ -37,9 +37,9 @@ cat > "$dir/requests.jsonl" <<'EOF'
 {"prompt": "xy", "max_tokens": 3, "temperature": 0}
 {"prompt": "Once upon a midnight dreary, while I pondered", "max_tokens": 16, "temperature": 0}
 EOF
-run() {  # NAME PROGRAM [ENV...] FLAGS: answers in $dir/NAME.out
-  local name=$1 prog=$2; shift 2
-  env "$@" "$prog" -e "$dir/m.bin" -k "$dir/tok.bin" -f "$dir/requests.jsonl" -b 4 -E 0 \
+run() {  # NAME COMMAND...: the requests answered by COMMAND, in $dir/NAME.out
+  local name=$1; shift
+  "$@" -e "$dir/m.bin" -k "$dir/tok.bin" -f "$dir/requests.jsonl" -b 4 -E 0 \
     > "$dir/$name.out" 2> "$dir/$name.err" || { bad "$name exits non-zero:"; tail -3 "$dir/$name.err"; }
 }
 same_answers() {  # WHAT A B: text and counts of every answer equal
@@ -81,15 +81,15 @@ for a, b in zip(A, B):
     n = 0
     while n < min(len(a["text"]), len(b["text"])) and a["text"][n] == b["text"][n]: n += 1
     agree += n; total += len(a["text"]); first += n > 0   # byte tokens: one character each
-print(f"       bf16 greedy tokens that agree with infer before the first difference: {agree} of {total} ({100 * agree / total:.0f}%); first token: {first} of 6")
+print(f"       bf16 greedy text (one character per byte token) agreeing with infer before the first difference: {agree} of {total} ({100 * agree / total:.0f}%); first token: {first} of 6")
 if first < 6: print("FAIL: bf16's first token differs from the CPU's"); sys.exit(1)
 print("ok    infer_gpu -w bf16 (emulated): every request's first greedy token = infer's")
 EOF
 
 # ---- 3. other schedules and the race detector
-run reverse build/emu/infer_gpu CUDA_EMU_SCHEDULE=reverse -w fp32
+run reverse env CUDA_EMU_SCHEDULE=reverse build/emu/infer_gpu -w fp32
 same_answers "schedule reverse" "$dir/fp32.out" "$dir/reverse.out" || status=1
-run random build/emu/infer_gpu CUDA_EMU_SCHEDULE=random:7 CUDA_EMU_ASYNC=random:8 -w bf16
+run random env CUDA_EMU_SCHEDULE=random:7 CUDA_EMU_ASYNC=random:8 build/emu/infer_gpu -w bf16
 same_answers "bf16 in schedule random:7 with cp.async landing random:8" "$dir/bf16.out" "$dir/random.out" || status=1
 run race build/emu/infer_gpu_race -w bf16
 same_answers "bf16 under the race detector" "$dir/bf16.out" "$dir/race.out" || status=1
