@@ -187,7 +187,7 @@ static void gpt2_logits_to_host(const GPT2* model, int position, float* out) {
 // The model's training operations for gpt2/run.h's loop; the model is the run's host model.
 static const Trainer TRAINER_CPU = {
     gpt2_forward, gpt2_zero_grad, gpt2_backward, gpt2_all_reduce, gpt2_clip_gradients, gpt2_update,
-    gpt2_logits_to_host, NULL, NULL, NULL,
+    gpt2_logits_to_host, NULL, NULL, NULL, NULL, NULL,  // samples: the whole sequence rerun per token
 };
 
 // ---------- main ----------

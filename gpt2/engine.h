@@ -133,7 +133,7 @@ static inline int engine_default_pages(GPT2Config c, int slots, size_t value_byt
     return (int)want;
 }
 
-static void engine_build(Engine* e, const GPT2Config* config, const Tokenizer* tok, EngineDevice device,
+static inline void engine_build(Engine* e, const GPT2Config* config, const Tokenizer* tok, EngineDevice device,
                          int slots, int num_pages, int stop_at_eot) {
     memset(e, 0, sizeof(*e));
     e->config = config;
@@ -156,7 +156,7 @@ static void engine_build(Engine* e, const GPT2Config* config, const Tokenizer* t
     e->start = now_seconds();
 }
 
-static void engine_free(Engine* e) {
+static inline void engine_free(Engine* e) {
     for (int i = 0; i < e->slots; i++) {
         free(e->seq[i].pages);
         free(e->seq[i].text);
@@ -182,12 +182,12 @@ static void engine_free(Engine* e) {
 
 // ---------- answers, in the order asked ----------
 
-static EngineResult* engine_result(Engine* e, int id) {
+static inline EngineResult* engine_result(Engine* e, int id) {
     return &e->results[id - e->first_pending];
 }
 
 // A place for the answer of request id (ids come in order).
-static void engine_expect(Engine* e, int id) {
+static inline void engine_expect(Engine* e, int id) {
     if (id != e->first_pending + e->num_pending) fail("engine: request %d out of order (a bug)", id);
     if (e->num_pending == e->results_cap) {
         e->results_cap = e->results_cap == 0 ? 16 : 2 * e->results_cap;
@@ -197,7 +197,7 @@ static void engine_expect(Engine* e, int id) {
 }
 
 // Hands on the answers that are complete and have no unanswered request before them.
-static void engine_flush(Engine* e) {
+static inline void engine_flush(Engine* e) {
     int n = 0;
     while (n < e->num_pending && e->results[n].done) {
         EngineResult* r = &e->results[n];
@@ -212,7 +212,7 @@ static void engine_flush(Engine* e) {
 }
 
 // A request that cannot run: its error record, in its turn. Takes over req.
-static void engine_reject(Engine* e, Request* req) {
+static inline void engine_reject(Engine* e, Request* req) {
     engine_expect(e, req->id);
     EngineResult* r = engine_result(e, req->id);
     r->done = 1;
@@ -228,7 +228,7 @@ static void engine_reject(Engine* e, Request* req) {
 
 // The bytes of token join the sequence's text; a token of the model's vocabulary that the
 // tokenizer does not have (a model with a larger V) has none.
-static void sequence_append_text(Sequence* s, const Tokenizer* tok, int token) {
+static inline void sequence_append_text(Sequence* s, const Tokenizer* tok, int token) {
     size_t n;
     const unsigned char* bytes = tokenizer_decode(tok, (uint32_t)token, &n);
     if (bytes == NULL || n == 0) return;
@@ -241,7 +241,7 @@ static void sequence_append_text(Sequence* s, const Tokenizer* tok, int token) {
 }
 
 // Positions len..len+T-1 are about to be filled: take the pages they cross into.
-static void sequence_grow(Engine* e, Sequence* s, int T) {
+static inline void sequence_grow(Engine* e, Sequence* s, int T) {
     int have = kv_pages_for(s->len), need = kv_pages_for(s->len + T);
     for (int i = have; i < need; i++) {
         s->pages[i] = page_pool_take(&e->pool);
@@ -250,7 +250,7 @@ static void sequence_grow(Engine* e, Sequence* s, int T) {
 }
 
 // The sequence in slot i has ended: its answer is complete, its pages go back to the pool.
-static void engine_finish(Engine* e, int i, const char* finish_reason) {
+static inline void engine_finish(Engine* e, int i, const char* finish_reason) {
     Sequence* s = &e->seq[i];
     EngineResult* r = engine_result(e, s->req.id);
     double now = now_seconds() - e->start;
@@ -275,7 +275,7 @@ static void engine_finish(Engine* e, int i, const char* finish_reason) {
 
 // A token sampled for the sequence in slot i: it ends the sequence (end-of-text, or the last
 // it may generate) or waits to be run through the model at the next step.
-static void engine_take_token(Engine* e, int i, int token) {
+static inline void engine_take_token(Engine* e, int i, int token) {
     Sequence* s = &e->seq[i];
     if (s->generated == 0) s->first_token = now_seconds() - e->start;
     if (token == e->tok->eot_token && e->stop_at_eot) {
@@ -296,7 +296,7 @@ static void engine_take_token(Engine* e, int i, int token) {
 
 // The prompt of req as tokens (*n of them, malloc'd): "<|endoftext|>" in it is the end-of-text
 // token, and an empty prompt is end-of-text alone, as GPT-2 starts its unconditional samples.
-static int* engine_encode(const Engine* e, const Request* req, size_t* n) {
+static inline int* engine_encode(const Engine* e, const Request* req, size_t* n) {
     int* ids = tokenizer_encode(e->tok, (const unsigned char*)req->prompt, req->prompt_len, 1, n);
     if (*n == 0) {
         free(ids);
@@ -308,7 +308,7 @@ static int* engine_encode(const Engine* e, const Request* req, size_t* n) {
 
 // Whether a prompt of n tokens and its max_tokens fit the model's context; if not, says why in
 // req->error.
-static int engine_fits_context(const Engine* e, Request* req, size_t n) {
+static inline int engine_fits_context(const Engine* e, Request* req, size_t n) {
     int maxT = e->config->max_seq_len, max_tokens = req->params.max_tokens;
     if (n >= (size_t)maxT) {
         snprintf(req->error, sizeof(req->error), "the prompt is %zu tokens; the model's context holds %d, "
@@ -326,7 +326,7 @@ static int engine_fits_context(const Engine* e, Request* req, size_t n) {
 // Starts req, whose prompt is ids (P tokens, within the context), in a free slot if the pool can
 // promise the pages of its whole length: prefills the prompt and samples the first token.
 // Returns 1 with req and ids taken over; 0 when the pool cannot promise them yet (req waits).
-static int engine_admit(Engine* e, Request* req, int* ids, int P) {
+static inline int engine_admit(Engine* e, Request* req, int* ids, int P) {
     GPT2Config c = *e->config;
     int max_new = req->params.max_tokens > 0 ? req->params.max_tokens : c.max_seq_len - P;
     // positions used: the prompt and every generated token but the last, which is never run
@@ -376,7 +376,7 @@ static int engine_admit(Engine* e, Request* req, int* ids, int P) {
 
 // One decode step of every active sequence: their last tokens through the model as one batch,
 // then one new token each.
-static void engine_decode(Engine* e) {
+static inline void engine_decode(Engine* e) {
     int B = 0, max_len = 0;
     for (int i = 0; i < e->slots; i++) {
         Sequence* s = &e->seq[i];
@@ -429,7 +429,7 @@ typedef int (*EngineSource)(void* src, Request* req);
 // the waiting requests that fit (a free slot, and pages the pool can promise), in order, then
 // runs one decode step of all active sequences. A request that does not fit the pool now waits
 // for pages to come back, and the ones behind it wait with it (first come, first served).
-static void engine_run(Engine* e, EngineSource source, void* src) {
+static inline void engine_run(Engine* e, EngineSource source, void* src) {
     Request next;
     int* ids = NULL;  // next's prompt, once tokenized
     size_t n = 0;

@@ -100,7 +100,7 @@ static inline void page_pool_release(PagePool* p, const int* pages, int n, int u
 // maximum grows, so no buffer of scores is needed and each cached row is read once.
 // Each output is computed by one thread in a fixed order that depends only on its own sequence:
 // what else is in the batch cannot change a bit of it.
-static void attention_forward_paged(float* out, const LayerCache* cache, const float* qkv, int B, int T, int C,
+static inline void attention_forward_paged(float* out, const LayerCache* cache, const float* qkv, int B, int T, int C,
                                     int NH) {
     int C3 = 3 * C, hs = C / NH;
     float scale = attention_scale(hs);

@@ -23,17 +23,17 @@ typedef struct {
 
 // Most likely first; equal probabilities by lower id, so the order is total and the kept set
 // does not depend on the sort algorithm (top-k 1 is then exactly greedy's lowest-id argmax).
-static int candidate_before(Candidate a, Candidate b) {
+static inline int candidate_before(Candidate a, Candidate b) {
     return a.prob > b.prob || (a.prob == b.prob && a.id < b.id);
 }
 
-static int candidate_compare(const void* a, const void* b) {
+static inline int candidate_compare(const void* a, const void* b) {
     Candidate x = *(const Candidate*)a, y = *(const Candidate*)b;
     return candidate_before(x, y) ? -1 : candidate_before(y, x) ? 1 : 0;
 }
 
 // Sift heap[i] down a heap of n candidates whose root is the one that comes last in the order.
-static void heap_sift_down(Candidate* heap, int n, int i) {
+static inline void heap_sift_down(Candidate* heap, int n, int i) {
     for (;;) {
         int worst = i, l = 2 * i + 1, r = 2 * i + 2;
         if (l < n && candidate_before(heap[worst], heap[l])) worst = l;
@@ -49,7 +49,7 @@ static void heap_sift_down(Candidate* heap, int n, int i) {
 // Keeps in probs[0..n-1] (which sum to 1) only the tokens that top-k and then top-p select,
 // renormalised to sum to 1; the others become 0. top_k 0 (or >= n) keeps all; top_p 1 keeps all.
 // cand is scratch for n candidates. Returns how many tokens were kept.
-static int filter_top_k_top_p(float* probs, Candidate* cand, int n, int top_k, float top_p) {
+static inline int filter_top_k_top_p(float* probs, Candidate* cand, int n, int top_k, float top_p) {
     int m = 0;
     if (top_k > 0 && top_k < n) {
         // the k most likely in one pass, O(n log k): a heap of the best k so far whose root is
@@ -123,7 +123,7 @@ typedef struct {
     Candidate* cand;     // (V) scratch for the filter
 } Sampler;
 
-static void sampler_build(Sampler* s, int V, int Vp, float temperature, int top_k, float top_p,
+static inline void sampler_build(Sampler* s, int V, int Vp, float temperature, int top_k, float top_p,
                    uint64_t seed) {
     s->temperature = temperature;
     s->top_k = top_k;
@@ -136,21 +136,21 @@ static void sampler_build(Sampler* s, int V, int Vp, float temperature, int top_
     s->cand = (Candidate*)malloc_check((size_t)V * sizeof(Candidate));
 }
 
-static void sampler_free(Sampler* s) {
+static inline void sampler_free(Sampler* s) {
     free(s->scaled);
     free(s->probs);
     free(s->cand);
 }
 
 // The index of the largest of x[0..n-1]; the lowest such index on ties.
-static int argmax(const float* x, int n) {
+static inline int argmax(const float* x, int n) {
     int best = 0;
     for (int i = 1; i < n; i++) if (x[i] > x[best]) best = i;
     return best;
 }
 
 // The next token from the logits (Vp) of the last position; only the first V are tokens.
-static int sampler_sample(Sampler* s, const float* logits) {
+static inline int sampler_sample(Sampler* s, const float* logits) {
     if (s->temperature == 0.0f) return argmax(logits, s->V);
     for (int i = 0; i < s->V; i++) s->scaled[i] = logits[i] / s->temperature;
     softmax_forward(s->probs, s->scaled, 1, 1, s->V, s->Vp);
