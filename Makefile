@@ -340,7 +340,7 @@ bench: bench-tokenizer bench-cpu bench-infer
 bench-tokenizer: tokenizer data
 	bash dev/bench/bench_tokenizer.sh
 
-# bench-cpu and bench-gpu draw their tables as bar charts beside the text (dev/bench/plot.py); where
+# bench-cpu, bench-infer and bench-gpu draw their tables as charts beside the text (dev/bench/plot.py); where
 # matplotlib cannot be had (offline), they say so and keep the text.
 PLOT_SETUP := bash dev/bench/setup_plot.sh
 
@@ -351,7 +351,10 @@ bench-cpu: train_cpu
 	  || echo "bench-cpu: no chart (the table is in build/bench/bench_cpu.txt)"
 
 bench-infer: infer
-	bash dev/bench/bench_infer.sh
+	@mkdir -p build/bench
+	set -o pipefail; bash dev/bench/bench_infer.sh | tee build/bench/bench_infer.txt
+	$(PLOT_SETUP) && $(PYTHON) dev/bench/plot.py bench-infer build/bench/bench_infer.png build/bench/bench_infer.txt \
+	  || echo "bench-infer: no chart (the table is in build/bench/bench_infer.txt)"
 
 # data parallel on this machine's CPU: 1 and 2 processes, and the all-reduce's cost (doc/parallel.md)
 bench-dp: train_cpu

@@ -1,76 +1,206 @@
 #!/usr/bin/env bash
-# make bench-infer: generation speed of ./infer at batch 1 on a GPT-2 124M-shaped model, next to
-# the limit that memory bandwidth sets on this machine, both measured in the same run.
+# make bench-infer: generation speed of ./infer against the batch size, on a GPT-2 124M-shaped
+# model, next to the two limits of this machine, all measured in the same run.
 #
-# Generating one token reads every weight once (each used for one multiply-add), so
-#   tokens/s <= read bandwidth / bytes read per token.
-# Bytes per token: all parameters except wpe (only the token's own row of it is read), as float32,
-# plus the keys and values in the cache (2 L C floats per position attended to). Read bandwidth:
-# dev/bench/membw.c, all threads summing a 1 GiB buffer, the median of its passes (sustained, as the
-# generation speed is an average over many tokens). The machine may be shared and its bandwidth
-# varies from moment to moment, so the two alternate: membw, infer, membw, infer, ..., membw, and
-# each round compares infer with the mean of the two bandwidths measured around it. The summary
-# is the median round.
+# For each batch size B, a file of B requests (the same short prompt, TOKENS new tokens each,
+# temperature 1, a seed each, -E 0 so that none stops early) goes through `./infer -f FILE -b B`,
+# which decodes the B sequences together: each decode step is one product per weight matrix over
+# all of them (doc/infer.md). From infer's report:
+#   decode tok/s = (tokens generated - requests) / decode seconds (each request's first token
+#                  comes from its prefill, not from a decode step)
+#   ms/token     = decode seconds / decode steps: how long each sequence waits for its next token
+#   prefill tok/s = prompt tokens / prefill seconds
+# A decode step reads every weight once, whatever B, and uses it for B multiply-adds, so two
+# limits bind in turn:
+#   bandwidth:  tok/s <= B * read bandwidth / bytes read per step
+#     bytes per step: all parameters except wpe (a sequence reads only its position's row) as
+#     float32, plus each sequence's keys and values in the cache, 2 L C floats per position
+#     attended (averaged over the steps). Read bandwidth: dev/bench/membw.c (all threads summing
+#     a 1 GiB buffer, the median of its passes), measured before and after every run; a run is
+#     compared with the mean of the two, as the machine may be shared and its bandwidth varies.
+#   compute:    tok/s <= FMA peak / FLOPs per token
+#     FLOPs per token: 2 per parameter except wpe (one multiply-add each), plus attention's
+#     QK^T and att.V, 4 L C per position attended. FMA peak: dev/bench/fma_peak.c (all OpenMP
+#     threads running independent vector FMA chains), also measured around every run; the limit
+#     uses the highest (what the cores can do), as make bench-cpu does.
+# At batch 1 the bandwidth limit is far the lower (2 FLOPs per 4 bytes read); it grows with B
+# until the FMA peak binds. The table gives each batch's tok/s as a % of the lower limit and of
+# the FMA peak.
 #
-#   bash dev/bench/bench_infer.sh                   random GPT-2 124M weights (-e d12)
+# Where ./infer_gpu is built (make infer_gpu) and nvidia-smi lists a GPU, the same sweep runs on
+# it (GPU_BATCHES, up to 256), its limits unmeasured.
+#
+#   bash dev/bench/bench_infer.sh                 random GPT-2 124M weights (-e d12)
 #   MODEL=data/gpt2_124M.safetensors bash dev/bench/bench_infer.sh    any model infer reads
-#   knobs: TOKENS=128 (tokens generated per run), ROUNDS=3
+#   knobs: TOKENS=64 (new tokens per request), BATCHES="1 2 4 8 16 32 64",
+#          GPU_BATCHES="1 2 4 8 16 32 64 128 256", ROUNDS=1 (runs per batch; the table shows the
+#          median run by tok/s)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 CC=${CC:-gcc}
 CFLAGS=${CFLAGS:--O3 -march=native -fopenmp}
 MODEL=${MODEL:-d12}
-TOKENS=${TOKENS:-128}
-ROUNDS=${ROUNDS:-3}
+TOKENS=${TOKENS:-64}
+BATCHES=${BATCHES:-1 2 4 8 16 32 64}
+GPU_BATCHES=${GPU_BATCHES:-1 2 4 8 16 32 64 128 256}
+ROUNDS=${ROUNDS:-1}
 PROMPT="The history of the city begins with a small settlement on the river, where"
-mkdir -p build
-$CC $CFLAGS -o build/membw dev/bench/membw.c
 [ -x ./infer ] || { echo "bench_infer: ./infer not built (make infer)" >&2; exit 1; }
+[ "$TOKENS" -ge 2 ] 2>/dev/null || { echo "bench_infer: TOKENS=$TOKENS: give 2 or more (the first token of each request comes from its prefill)" >&2; exit 1; }
+dir=build/bench/infer
+mkdir -p "$dir"
+$CC $CFLAGS -o build/membw dev/bench/membw.c
+$CC $CFLAGS -o build/fma_peak dev/bench/fma_peak.c
 
-# bytes read per decode step, from infer's own report of the model and the run
-bytes_per_token() {  # stderr file of an infer run
-  awk '
-    /^model:/ { for (i = 1; i <= NF; i++) { split($i, f, "="); gsub(",", "", f[2]); v[f[1]] = f[2] }
-                params = $(NF-3) }
-    /^prompt:/ { P = $2 }
-    /^generation:/ { for (i = 1; i <= NF; i++) if ($i == "decode") steps = $(i-1) }
-    END {
-      weights = 4 * (params - (v["maxT"] - 1) * v["C"])      # float32; one row of wpe
-      kv = 4 * 2 * v["L"] * v["C"] * (P + (steps + 1) / 2)   # cache, averaged over the steps
-      printf "%.0f %.0f\n", weights, kv
-    }' "$1"
-}
-
-# Other jobs on the cores hurt infer far more than membw: each token passes ~135 OpenMP barriers,
+# Other jobs on the cores hurt infer far more than membw: each step passes ~135 OpenMP barriers,
 # and one descheduled thread stalls each of them, the more so when the threads that wait for it
 # spin on the core it needs. So, unless told otherwise, GCC's OpenMP spins only briefly before
 # its waiting threads sleep (GOMP_SPINCOUNT; the default is 300000; doc/infer.md has the
 # measurements). And say how busy the machine was.
 [ -z "${OMP_WAIT_POLICY:-}" ] && export GOMP_SPINCOUNT=${GOMP_SPINCOUNT:-3000}
 cores=$(getconf _NPROCESSORS_ONLN)
-load_before=$(cut -d' ' -f1 /proc/loadavg)
-bw_before=$(./build/membw | awk '{print $2}')
-ratios=()
-for ((r = 1; r <= ROUNDS; r++)); do
-  ./infer -e "$MODEL" -p "$PROMPT" -n "$TOKENS" -E 0 -S "$r" > /dev/null 2> build/bench_infer.err ||
-    { cat build/bench_infer.err >&2; exit 1; }
-  bw_after=$(./build/membw | awk '{print $2}')
-  tps=$(awk '/^generation:/ {print $(NF-1)}' build/bench_infer.err)
-  read -r weights kv < <(bytes_per_token build/bench_infer.err)
-  line=$(awk -v a="$bw_before" -v b="$bw_after" -v w="$weights" -v kv="$kv" -v tps="$tps" -v r="$r" 'BEGIN {
-    bw = (a + b) / 2; limit = bw * 1e9 / (w + kv)
-    printf "round %d: memory read %.1f GB/s (%.1f before, %.1f after), limit %.1f tok/s, generation %.1f tok/s = %.0f%%", r, bw, a, b, limit, tps, 100 * tps / limit
-  }')
-  echo "$line"
-  ratios+=("$(echo "$line" | awk '{gsub("%", "", $NF); print $NF}') $line")
-  bw_before=$bw_after
-done
-grep '^model:\|^prompt:\|^generation:' build/bench_infer.err | sed 's/^/last run: /'
-awk -v w="$weights" -v kv="$kv" -v model="$MODEL" 'BEGIN {
-  printf "model %s: %.1f MB of weights + %.1f MB of cache (on average) read per generated token\n", model, w / 1e6, kv / 1e6 }'
-median=$(printf '%s\n' "${ratios[@]}" | sort -n | awk -v n="${#ratios[@]}" 'NR == int((n + 1) / 2) {$1 = ""; print substr($0, 2)}')
-echo "bench_infer: median $median of the memory-bandwidth limit (batch 1, float32)"
-load_after=$(cut -d' ' -f1 /proc/loadavg)
+load() { cut -d' ' -f1 /proc/loadavg; }
+load_before=$(load)
+
+# B requests, one JSON line each
+write_requests() {  # FILE B
+  local i
+  for ((i = 1; i <= $2; i++)); do
+    printf '{"prompt": "%s", "max_tokens": %d, "temperature": 1, "seed": %d}\n' "$PROMPT" "$TOKENS" "$i"
+  done > "$1"
+}
+
+# infer's report as one line of numbers: params L C maxT requests failed prompt_tokens generated
+# decode_steps decode_seconds prefill_seconds peak_batch
+read_report() {  # stderr file
+  awk '
+    /^model:/ { for (i = 1; i <= NF; i++) { split($i, f, "="); gsub(",", "", f[2]); v[f[1]] = f[2]
+                                            if ($i == "parameters,") params = $(i-1) } }
+    /^requests:/ { req = $2; failed = substr($3, 2); prompt = $5; gen = $8 }
+    /^batch:/ { peak = $4; for (i = 1; i <= NF; i++) { if ($i == "decode") { steps = $(i-1); dsec = $(i+3) }
+                                                      if ($i == "prefills") psec = $(i+2) } }
+    END { print params, v["L"], v["C"], v["maxT"], req, failed, prompt, gen, steps, dsec, psec, peak }' "$1"
+}
+
+rows=()     # per batch: "B tok/s ms/token prefill_tok/s load GB/s params L C maxT prompt_per_req tokens_per_req"
+peaks=()    # every FMA peak measured, GFLOP/s
+bw_now() { ./build/membw | awk '{print $2}'; }
+peak_now() { local p; p=$(./build/fma_peak | awk '{print $2}'); peaks+=("$p"); }
+
+# One sweep over the batch sizes with one program; MEASURE=1 measures membw and fma_peak around
+# every run. Leaves the model line of the last run in $model_line.
+sweep() {  # NAME PROGRAM MEASURE BATCH...
+  local name=$1 prog=$2 measure=$3; shift 3
+  local B r bw_before bw_after bw line runs
+  rows=()
+  bw_before=-
+  [ "$measure" = 1 ] && { bw_before=$(bw_now); peak_now; }
+  for B in "$@"; do
+    write_requests "$dir/requests_$B.jsonl" "$B"
+    runs=()
+    for ((r = 1; r <= ROUNDS; r++)); do
+      local l err=$dir/${name}_$B.err
+      l=$(load)
+      "$prog" -e "$MODEL" -f "$dir/requests_$B.jsonl" -b "$B" -E 0 > "$dir/${name}_$B.out" 2> "$err" ||
+        { echo "bench_infer: $prog -e $MODEL -f $dir/requests_$B.jsonl -b $B -E 0 failed:" >&2; cat "$err" >&2; exit 1; }
+      bw=-
+      if [ "$measure" = 1 ]; then
+        bw_after=$(bw_now); peak_now
+        bw=$(awk -v a="$bw_before" -v b="$bw_after" 'BEGIN { printf "%.1f", (a + b) / 2 }')
+        bw_before=$bw_after
+      fi
+      read -r params L C maxT req failed prompt gen steps dsec psec peak < <(read_report "$err")
+      if [ "$req" != "$B" ] || [ "$failed" != 0 ] || [ "$gen" != $((B * TOKENS)) ]; then
+        echo "bench_infer: $prog at -b $B answered $req requests ($failed failed) with $gen tokens, expected $B with $((B * TOKENS))" >&2
+        exit 1
+      fi
+      [ "$peak" = "$B" ] || echo "  note: $name -b $B decoded at most $peak sequences together (the key-value pool is too small?)"
+      line=$(awk -v B="$B" -v gen="$gen" -v steps="$steps" -v dsec="$dsec" -v prompt="$prompt" -v psec="$psec" 'BEGIN {
+        printf "%d %.1f %.2f %.1f", B, (gen - B) / dsec, 1000 * dsec / steps, prompt / psec }')
+      line="$line $l $bw $params $L $C $maxT $((prompt / B)) $TOKENS"
+      echo "  $name -b $B: $(echo "$line" | awk '{ printf "%s decode tok/s, %s ms/token, prefill %s tok/s", $2, $3, $4 }')" \
+           "(load $l$([ "$bw" != - ] && echo ", memory read $bw GB/s"))"
+      runs+=("$line")
+    done
+    # the median run by decode tok/s
+    rows+=("$(printf '%s\n' "${runs[@]}" | sort -g -k2 | awk -v n="${#runs[@]}" 'NR == int((n + 1) / 2)')")
+  done
+  model_line=$(grep '^model:' "$dir/${name}_$B.err")
+}
+
+# The table of one sweep; LIMITS=1 adds the two limits (needs $peak)
+table() {  # TITLE LIMITS
+  echo
+  echo "== $1"
+  printf '%s\n' "${rows[@]}" | awk -v limits="$2" -v peak="${peak:-0}" '
+    BEGIN { printf "%5s %8s %8s %13s %5s %9s %15s %13s %14s %13s\n", "batch", "tok/s", "ms/token", "prefill tok/s", "load",
+                   "read GB/s", "bandwidth limit", "compute limit", "% of binding", "% of FMA peak" }
+    {
+      B = $1; tps = $2; bw = $6; params = $7; L = $8; C = $9; maxT = $10; P = $11; n = $12
+      pos = P + n / 2                        # positions attended, averaged over the decode steps
+      w = params - maxT * C                  # all parameters but wpe
+      if (limits) {
+        bytes = 4 * w + B * 4 * 2 * L * C * pos
+        flops = 2 * w + 4 * L * C * pos
+        bwl = B * bw * 1e9 / bytes; cl = peak * 1e9 / flops
+        bind = bwl < cl ? bwl : cl
+        printf "%5d %8.1f %8.2f %13.1f %5.2f %9.1f %15.1f %13.1f %9.0f%% (%s) %12.1f%%\n", B, tps, $3, $4, $5, bw, bwl, cl,
+               100 * tps / bind, bwl < cl ? "bw" : "fma", 100 * tps * flops / (peak * 1e9)
+      } else {
+        printf "%5d %8.1f %8.2f %13.1f %5.2f %9s %15s %13s %14s %13s\n", B, tps, $3, $4, $5, "-", "unmeasured", "unmeasured", "-", "-"
+      }
+    }'
+}
+
+cpuinfo() { grep -m1 "^$1" /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'; }
+threads=$(./build/fma_peak 1000 | sed 's/.*threads \([0-9]*\).*/\1/')
+# the model name alone can hide the generation ("AMD EPYC"): family 25 is Zen 3/4, 26 is Zen 5
+echo "machine: $(cpuinfo 'model name') (family $(cpuinfo 'cpu family'), model $(cpuinfo 'model')), $cores cores, $threads OpenMP threads; load average $load_before before the run"
+echo "sweep: ./infer -e $MODEL -f REQUESTS -b B -E 0 for B in $BATCHES: B requests of \"$PROMPT\"," \
+     "$TOKENS new tokens each, temperature 1, seeds 1..B; $ROUNDS run(s) per batch"
+sweep infer ./infer 1 $BATCHES
+peak=$(printf '%s\n' "${peaks[@]}" | sort -g | tail -1)
+low=$(printf '%s\n' "${peaks[@]}" | sort -g | head -1)
+cpu_rows=("${rows[@]}")
+cpu_table=$(table "infer: decode throughput by batch size ($model_line); FMA peak $peak GFLOP/s (highest of ${#peaks[@]} measurements, lowest $low)" 1)
+echo "$cpu_table"
+read -r params L C maxT P n < <(echo "${rows[0]}" | awk '{ print $7, $8, $9, $10, $11, $12 }')
+awk -v params="$params" -v L="$L" -v C="$C" -v maxT="$maxT" -v P="$P" -v n="$n" 'BEGIN {
+  pos = P + n / 2; w = params - maxT * C
+  printf "per decode step: %.1f MB of weights (float32, all but wpe) + %.2f MB of cache per sequence; per token %.3f GFLOP" \
+         " (%d-token prompt, %d new tokens: %.1f positions attended on average)\n",
+         4 * w / 1e6, 4 * 2 * L * C * pos / 1e6, (2 * w + 4 * L * C * pos) / 1e9, P, n, pos }'
+awk -v lo="$low" -v hi="$peak" 'BEGIN { if (lo < 0.85 * hi) print "note: the FMA peak varied during the run: other processes were using the cores, the timings are disturbed" }'
+
+# the summary: the largest batch against batch 1, and the issue's goal when the sweep has 1 and 64
+first=$(echo "${cpu_rows[0]}" | awk '{print $1, $2}')
+last=$(echo "${cpu_rows[${#cpu_rows[@]}-1]}" | awk '{print $1, $2}')
+pct_peak=$(echo "$cpu_table" | awk -v B="${last%% *}" '$1 == B { gsub("%", "", $NF); print $NF }')
+awk -v f="$first" -v l="$last" -v pct="$pct_peak" 'BEGIN {
+  split(f, a, " "); split(l, b, " "); x = b[2] / a[2]
+  printf "bench_infer: batch %d = %.1fx the tokens/s of batch %d; batch %d at %.1f%% of the FMA peak", b[1], x, a[1], b[1], pct
+  if (a[1] == 1 && b[1] == 64) {
+    verdict = (x >= 12 && pct >= 50) ? "met" : (x >= 12) ? "12x met, 50% not" : (pct >= 50) ? "50% met, 12x not" : "not met"
+    printf " (goal: >= 12x and >= 50%%: %s)", verdict
+  }
+  printf "\n" }'
+
+# the GPU twin, where there is one
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU [0-9]' || true)
+if [ ! -x ./infer_gpu ]; then
+  echo "infer_gpu: skipped (./infer_gpu is not built: make infer_gpu, which needs nvcc)"
+elif [ "${gpus:-0}" = 0 ]; then
+  echo "infer_gpu: skipped (no GPU: nvidia-smi is missing or lists none)"
+else
+  sweep infer_gpu ./infer_gpu 0 $GPU_BATCHES
+  table "infer_gpu: decode throughput by batch size ($model_line); limits unmeasured" 0
+  first=$(echo "${rows[0]}" | awk '{print $1, $2}')
+  last=$(echo "${rows[${#rows[@]}-1]}" | awk '{print $1, $2}')
+  awk -v f="$first" -v l="$last" 'BEGIN { split(f, a, " "); split(l, b, " ")
+    printf "bench_infer: infer_gpu batch %d = %.1fx the tokens/s of batch %d\n", b[1], b[2] / a[2], a[1] }'
+fi
+
+load_after=$(load)
 echo "load average $load_before before, $load_after after, on $cores cores (includes this benchmark); OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-} GOMP_SPINCOUNT=${GOMP_SPINCOUNT:-}"
 if awk -v l="$load_before" -v c="$cores" 'BEGIN {exit !(l > 0.5 * c)}'; then
   echo "warning: the machine was busy before the run (load $load_before on $cores cores): other jobs" \

@@ -7,6 +7,8 @@
                                         as bars: train_cpu against PyTorch, and against the FMA peak
   plot.py bench-gpu OUT.png TABLE.md    make bench-gpu's table (doc/results/gpu_speedup.md) as bars:
                                         ms per step of the CPU, the GPU in fp32 and in bf16, per model
+  plot.py bench-infer OUT.png TEXT      make bench-infer's tables: decode tokens/s against the batch
+                                        size, with the memory-bandwidth and FMA-peak limits beside it
 
 Each prints one line per series it drew (what it read, so that a reader or a test can check it),
 writes OUT through a temporary file (an existing OUT is replaced only by a finished picture), and
@@ -197,8 +199,68 @@ def plot_bench_gpu(out, path):
     save(fig, out)
 
 
+def read_bench_infer(path):
+    """[(name, title, rows)] from bench_infer.sh's output: each "== NAME: TITLE" line and the table
+    under it, rows (batch, tok/s, bandwidth limit, compute limit), a limit None where unmeasured."""
+    sweeps = []
+    for line in read_text(path).splitlines():
+        head = re.match(r'^== (\S+): (.*)$', line)
+        if head:
+            sweeps.append((head.group(1), head.group(2), []))
+            continue
+        row = re.match(r'^\s*(\d+)\s+([0-9.]+)\s+[0-9.]+\s+[0-9.]+\s+[0-9.]+\s+\S+\s+(\S+)\s+(\S+)\s', line)
+        if row and sweeps:
+            limit = [None if v == 'unmeasured' else float(v) for v in row.group(3, 4)]
+            sweeps[-1][2].append((int(row.group(1)), float(row.group(2)), *limit))
+    sweeps = [s for s in sweeps if s[2]]
+    if not sweeps:
+        fail(f'{path} has no bench-infer table (a "== infer: ..." line and rows "BATCH TOK/S ..." as make bench-infer prints them)')
+    return sweeps
+
+
+def plot_bench_infer(out, path):
+    """Decode tokens/s against the batch size (both axes log), one line per program, and for a
+    sweep whose limits were measured, the bandwidth limit (B x bandwidth / bytes per step, binding
+    at small batches) and the compute limit (FMA peak / FLOPs per token, at large ones)."""
+    sweeps = read_bench_infer(path)
+    text = read_text(path)
+    machine = re.search(r'^machine: ([^;]*)', text, re.M)
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for i, (name, title, rows) in enumerate(sweeps):
+        batches = [r[0] for r in rows]
+        tps = [r[1] for r in rows]
+        ax.plot(batches, tps, marker='o', color=f'C{2 * i}', linewidth=1.8, label=f'{name}: decode tok/s (measured)')
+        for b, t in zip(batches, tps):
+            ax.annotate(f'{t:.0f}', (b, t), textcoords='offset points', xytext=(0, -12), ha='center', fontsize=7)
+        line = f'{name}: {len(rows)} batch sizes, batch {batches[0]} at {tps[0]} tok/s to batch {batches[-1]} at {tps[-1]} tok/s ({tps[-1] / tps[0]:.1f}x)'
+        if all(r[2] is not None and r[3] is not None for r in rows):
+            ax.plot(batches, [r[2] for r in rows], linestyle='--', color=f'C{2 * i + 1}',
+                    label=f'{name}: memory-bandwidth limit (B x GB/s / bytes per step)')
+            ax.plot(batches, [r[3] for r in rows], linestyle=':', color='k',
+                    label=f'{name}: FMA-peak limit (peak / FLOPs per token)')
+            line += f'; bandwidth limit {rows[0][2]} to {rows[-1][2]} tok/s, compute limit {rows[-1][3]} tok/s'
+        else:
+            line += '; limits unmeasured'
+        print(line)
+    ax.set_xscale('log', base=2)
+    ax.set_yscale('log')
+    all_batches = sorted({r[0] for s in sweeps for r in s[2]})
+    ax.set_xticks(all_batches, [str(b) for b in all_batches])
+    ax.set_xlabel('batch size (sequences decoded together)')
+    ax.set_ylabel('decode tokens/s, all sequences together (log scale)')
+    ax.grid(True, which='both', alpha=0.3)
+    bottom, top = ax.get_ylim()
+    ax.set_ylim(bottom, top * 3)  # room for the legend above the curves
+    ax.legend(fontsize=7, loc='upper left')
+    model = re.search(r'model: (L=\S+ NH=\S+ C=\S+)', sweeps[0][1])
+    ax.set_title('make bench-infer' + (f': {model.group(1)}' if model else '') +
+                 (f', {machine.group(1)}' if machine else ''), fontsize=9)
+    save(fig, out)
+
+
 def main(argv):
-    if len(argv) < 2 or argv[0] not in ('loss', 'bench-cpu', 'bench-gpu'):
+    if len(argv) < 2 or argv[0] not in ('loss', 'bench-cpu', 'bench-gpu', 'bench-infer'):
         print(__doc__.strip(), file=sys.stderr)
         return 2
     kind, out, inputs = argv[0], argv[1], argv[2:]
@@ -208,6 +270,8 @@ def main(argv):
         fail(f'{kind} takes one input file, got {len(inputs)}')
     elif kind == 'bench-cpu':
         plot_bench_cpu(out, inputs[0])
+    elif kind == 'bench-infer':
+        plot_bench_infer(out, inputs[0])
     else:
         plot_bench_gpu(out, inputs[0])
     return 0
