@@ -33,8 +33,8 @@
 #   bash dev/bench/bench_infer.sh                 random GPT-2 124M weights (-e d12)
 #   MODEL=data/gpt2_124M.safetensors bash dev/bench/bench_infer.sh    any model infer reads
 #   knobs: TOKENS=64 (new tokens per request), BATCHES="1 2 4 8 16 32 64",
-#          GPU_BATCHES="1 2 4 8 16 32 64 128 256", ROUNDS=1 (runs per batch; the table shows the
-#          median run by tok/s)
+#          GPU_BATCHES="1 2 4 8 16 32 64 128 256", ROUNDS=1 (sweeps; the table shows each
+#          batch's median run by tok/s)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 CC=${CC:-gcc}
@@ -46,6 +46,7 @@ GPU_BATCHES=${GPU_BATCHES:-1 2 4 8 16 32 64 128 256}
 ROUNDS=${ROUNDS:-1}
 PROMPT="The history of the city begins with a small settlement on the river, where"
 [ -x ./infer ] || { echo "bench_infer: ./infer not built (make infer)" >&2; exit 1; }
+[ "$ROUNDS" -ge 1 ] 2>/dev/null || { echo "bench_infer: ROUNDS=$ROUNDS: give 1 or more" >&2; exit 1; }
 [ "$TOKENS" -ge 2 ] 2>/dev/null || { echo "bench_infer: TOKENS=$TOKENS: give 2 or more (the first token of each request comes from its prefill)" >&2; exit 1; }
 dir=build/bench/infer
 mkdir -p "$dir"
@@ -87,19 +88,20 @@ peaks=()    # every FMA peak measured, GFLOP/s
 bw_now() { ./build/membw | awk '{print $2}'; }
 peak_now() { local p; p=$(./build/fma_peak | awk '{print $2}'); peaks+=("$p"); }
 
-# One sweep over the batch sizes with one program; MEASURE=1 measures membw and fma_peak around
-# every run. Leaves the model line of the last run in $model_line.
+# ROUNDS sweeps over the batch sizes with one program, one run per batch each; a batch's row is
+# its median run by decode tok/s. The sweeps alternate (1 2 4 ... 64, 1 2 4 ... 64) so that another
+# job's burst of a few seconds disturbs one run of a batch, not all of them. MEASURE=1 measures
+# membw and fma_peak around every run. Leaves the model line of the last run in $model_line.
 sweep() {  # NAME PROGRAM MEASURE BATCH...
   local name=$1 prog=$2 measure=$3; shift 3
-  local B r bw_before bw_after bw line runs
-  rows=()
-  bw_before=-
+  local B r l err bw_before=- bw_after bw line round=""
+  local -A runs=()
+  for B in "$@"; do write_requests "$dir/requests_$B.jsonl" "$B"; done
   [ "$measure" = 1 ] && { bw_before=$(bw_now); peak_now; }
-  for B in "$@"; do
-    write_requests "$dir/requests_$B.jsonl" "$B"
-    runs=()
-    for ((r = 1; r <= ROUNDS; r++)); do
-      local l err=$dir/${name}_$B.err
+  for ((r = 1; r <= ROUNDS; r++)); do
+    [ "$ROUNDS" -gt 1 ] && round=" (round $r of $ROUNDS)"
+    for B in "$@"; do
+      err=$dir/${name}_$B.err
       l=$(load)
       "$prog" -e "$MODEL" -f "$dir/requests_$B.jsonl" -b "$B" -E 0 > "$dir/${name}_$B.out" 2> "$err" ||
         { echo "bench_infer: $prog -e $MODEL -f $dir/requests_$B.jsonl -b $B -E 0 failed:" >&2; cat "$err" >&2; exit 1; }
@@ -118,12 +120,14 @@ sweep() {  # NAME PROGRAM MEASURE BATCH...
       line=$(awk -v B="$B" -v gen="$gen" -v steps="$steps" -v dsec="$dsec" -v prompt="$prompt" -v psec="$psec" 'BEGIN {
         printf "%d %.1f %.2f %.1f", B, (gen - B) / dsec, 1000 * dsec / steps, prompt / psec }')
       line="$line $l $bw $params $L $C $maxT $((prompt / B)) $TOKENS"
-      echo "  $name -b $B: $(echo "$line" | awk '{ printf "%s decode tok/s, %s ms/token, prefill %s tok/s", $2, $3, $4 }')" \
+      echo "  $name -b $B$round: $(echo "$line" | awk '{ printf "%s decode tok/s, %s ms/token, prefill %s tok/s", $2, $3, $4 }')" \
            "(load $l$([ "$bw" != - ] && echo ", memory read $bw GB/s"))"
-      runs+=("$line")
+      runs[$B]+="$line"$'\n'
     done
-    # the median run by decode tok/s
-    rows+=("$(printf '%s\n' "${runs[@]}" | sort -g -k2 | awk -v n="${#runs[@]}" 'NR == int((n + 1) / 2)')")
+  done
+  rows=()
+  for B in "$@"; do
+    rows+=("$(printf '%s' "${runs[$B]}" | sort -g -k2 | awk -v n="$ROUNDS" 'NR == int((n + 1) / 2)')")
   done
   model_line=$(grep '^model:' "$dir/${name}_$B.err")
 }
@@ -157,7 +161,7 @@ threads=$(./build/fma_peak 1000 | sed 's/.*threads \([0-9]*\).*/\1/')
 # the model name alone can hide the generation ("AMD EPYC"): family 25 is Zen 3/4, 26 is Zen 5
 echo "machine: $(cpuinfo 'model name') (family $(cpuinfo 'cpu family'), model $(cpuinfo 'model')), $cores cores, $threads OpenMP threads; load average $load_before before the run"
 echo "sweep: ./infer -e $MODEL -f REQUESTS -b B -E 0 for B in $BATCHES: B requests of \"$PROMPT\"," \
-     "$TOKENS new tokens each, temperature 1, seeds 1..B; $ROUNDS run(s) per batch"
+     "$TOKENS new tokens each, temperature 1, seeds 1..B; $ROUNDS sweep(s), the median run of each batch"
 sweep infer ./infer 1 $BATCHES
 peak=$(printf '%s\n' "${peaks[@]}" | sort -g | tail -1)
 low=$(printf '%s\n' "${peaks[@]}" | sort -g | head -1)
