@@ -81,19 +81,19 @@ grep -qx "d12: CPU 40000.0 ms/step, GPU fp32 160.0 ms (250x), bf16 50.0 ms (800x
   { bad "the bench-gpu chart does not show the d12 row:"; cat "$dir/bench_gpu.out"; }
 cat > "$dir/infer.txt" <<'TABLE'
 machine: a text in the form of dev/bench/bench_infer.sh, 2 cores, 2 OpenMP threads; load average 0.50 before the run
-  infer -b 1: 50.0 decode tok/s, 20.00 ms/token, prefill 300.0 tok/s (load 0.50, memory read 30.0 GB/s)
+  infer -b 1: 50.0 decode tok/s, 20.00 ms/token, prefill 300.0 tok/s (load 0.50, others 1%, memory read 30.0 GB/s)
 
 == infer: decode throughput by batch size (model: L=12 NH=12 C=768 V=50257 maxT=1024, 124475904 parameters, cpu, 2 threads, fp32); FMA peak 230.0 GFLOP/s
-batch    tok/s ms/token prefill tok/s  load read GB/s bandwidth limit compute limit   % of binding % of FMA peak
-    1     50.0    20.00         300.0  0.50      30.0            60.0         900.0        83% (bw)          5.6%
-    8    300.0    26.67         310.0  0.60      30.0           470.0         900.0        64% (bw)         33.3%
-   64    640.0   100.00         305.0  0.70      29.0          2600.0         900.0        71% (fma)        71.1%
+batch    tok/s ms/token prefill tok/s  load others read GB/s bandwidth limit compute limit   % of binding % of FMA peak
+    1     50.0    20.00         300.0  0.50     1%      30.0            60.0         900.0        83% (bw)          5.6%
+    8    300.0    26.67         310.0  0.60     0%      30.0           470.0         900.0        64% (bw)         33.3%
+   64    640.0   100.00         305.0  0.70     2%      29.0          2600.0         900.0        71% (fma)        71.1%
 bench_infer: batch 64 = 12.8x the tokens/s of batch 1; batch 64 at 71.1% of the FMA peak (goal: >= 12x and >= 50%: met)
 
 == infer_gpu: decode throughput by batch size (model: L=12 NH=12 C=768 V=50257 maxT=1024, 124475904 parameters, a GPU, bf16); limits unmeasured
-batch    tok/s ms/token prefill tok/s  load read GB/s bandwidth limit compute limit   % of binding % of FMA peak
-    1    400.0     2.50        5000.0  0.50         -      unmeasured    unmeasured              -             -
-  256  51200.0     5.00        5000.0  0.50         -      unmeasured    unmeasured              -             -
+batch    tok/s ms/token prefill tok/s  load others read GB/s bandwidth limit compute limit   % of binding % of FMA peak
+    1    400.0     2.50        5000.0  0.50     0%         -      unmeasured    unmeasured              -             -
+  256  51200.0     5.00        5000.0  0.50     0%         -      unmeasured    unmeasured              -             -
 TABLE
 "$PY" dev/bench/plot.py bench-infer "$dir/bench_infer.png" "$dir/infer.txt" > "$dir/bench_infer.out" 2>&1 || { bad "bench-infer chart:"; cat "$dir/bench_infer.out"; }
 is_png "$dir/bench_infer.png" || bad "no bench-infer chart"

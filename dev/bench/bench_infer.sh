@@ -62,6 +62,12 @@ $CC $CFLAGS -o build/fma_peak dev/bench/fma_peak.c
 cores=$(getconf _NPROCESSORS_ONLN)
 load() { cut -d' ' -f1 /proc/loadavg; }
 load_before=$(load)
+# The load average is a minute's mean, too slow to tell one disturbed run from the next. So each
+# run also gets "others": the share of all cores' time that other processes used during it, from
+# the machine's busy time (/proc/stat) less infer's own (this shell's reaped children, in
+# /proc/$$/stat). It counts model loading too, when infer leaves a core idle, so a few % is noise.
+busy_jiffies() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 }' /proc/stat; }
+child_jiffies() { awk '{ print $16 + $17 }' /proc/$$/stat; }
 
 # B requests, one JSON line each
 write_requests() {  # FILE B
@@ -83,7 +89,7 @@ read_report() {  # stderr file
     END { print params, v["L"], v["C"], v["maxT"], req, failed, prompt, gen, steps, dsec, psec, peak }' "$1"
 }
 
-rows=()     # per batch: "B tok/s ms/token prefill_tok/s load GB/s params L C maxT prompt_per_req tokens_per_req"
+rows=()     # per batch: "B tok/s ms/token prefill_tok/s load others GB/s params L C maxT prompt_per_req tokens_per_req"
 peaks=()    # every FMA peak measured, GFLOP/s
 bw_now() { ./build/membw | awk '{print $2}'; }
 peak_now() { local p; p=$(./build/fma_peak | awk '{print $2}'); peaks+=("$p"); }
@@ -103,8 +109,13 @@ sweep() {  # NAME PROGRAM MEASURE BATCH...
     for B in "$@"; do
       err=$dir/${name}_$B.err
       l=$(load)
+      local t0=$EPOCHREALTIME all0 own0 others
+      all0=$(busy_jiffies); own0=$(child_jiffies)
       "$prog" -e "$MODEL" -f "$dir/requests_$B.jsonl" -b "$B" -E 0 > "$dir/${name}_$B.out" 2> "$err" ||
         { echo "bench_infer: $prog -e $MODEL -f $dir/requests_$B.jsonl -b $B -E 0 failed:" >&2; cat "$err" >&2; exit 1; }
+      others=$(awk -v all="$(( $(busy_jiffies) - all0 ))" -v own="$(( $(child_jiffies) - own0 ))" -v t0="$t0" -v t1="$EPOCHREALTIME" \
+                   -v hz="$(getconf CLK_TCK)" -v cores="$cores" 'BEGIN {
+                 o = 100 * (all - own) / hz / ((t1 - t0) * cores); printf "%.0f%%", o < 0 ? 0 : o }')
       bw=-
       if [ "$measure" = 1 ]; then
         bw_after=$(bw_now); peak_now
@@ -119,9 +130,9 @@ sweep() {  # NAME PROGRAM MEASURE BATCH...
       [ "$peak" = "$B" ] || echo "  note: $name -b $B decoded at most $peak sequences together (the key-value pool is too small?)"
       line=$(awk -v B="$B" -v gen="$gen" -v steps="$steps" -v dsec="$dsec" -v prompt="$prompt" -v psec="$psec" 'BEGIN {
         printf "%d %.1f %.2f %.1f", B, (gen - B) / dsec, 1000 * dsec / steps, prompt / psec }')
-      line="$line $l $bw $params $L $C $maxT $((prompt / B)) $TOKENS"
+      line="$line $l $others $bw $params $L $C $maxT $((prompt / B)) $TOKENS"
       echo "  $name -b $B$round: $(echo "$line" | awk '{ printf "%s decode tok/s, %s ms/token, prefill %s tok/s", $2, $3, $4 }')" \
-           "(load $l$([ "$bw" != - ] && echo ", memory read $bw GB/s"))"
+           "(load $l, others $others$([ "$bw" != - ] && echo ", memory read $bw GB/s"))"
       runs[$B]+="$line"$'\n'
     done
   done
@@ -137,10 +148,10 @@ table() {  # TITLE LIMITS
   echo
   echo "== $1"
   printf '%s\n' "${rows[@]}" | awk -v limits="$2" -v peak="${peak:-0}" '
-    BEGIN { printf "%5s %8s %8s %13s %5s %9s %15s %13s %14s %13s\n", "batch", "tok/s", "ms/token", "prefill tok/s", "load",
-                   "read GB/s", "bandwidth limit", "compute limit", "% of binding", "% of FMA peak" }
+    BEGIN { printf "%5s %8s %8s %13s %5s %6s %9s %15s %13s %14s %13s\n", "batch", "tok/s", "ms/token", "prefill tok/s", "load",
+                   "others", "read GB/s", "bandwidth limit", "compute limit", "% of binding", "% of FMA peak" }
     {
-      B = $1; tps = $2; bw = $6; params = $7; L = $8; C = $9; maxT = $10; P = $11; n = $12
+      B = $1; tps = $2; bw = $7; params = $8; L = $9; C = $10; maxT = $11; P = $12; n = $13
       pos = P + n / 2                        # positions attended, averaged over the decode steps
       w = params - maxT * C                  # all parameters but wpe
       if (limits) {
@@ -148,10 +159,10 @@ table() {  # TITLE LIMITS
         flops = 2 * w + 4 * L * C * pos
         bwl = B * bw * 1e9 / bytes; cl = peak * 1e9 / flops
         bind = bwl < cl ? bwl : cl
-        printf "%5d %8.1f %8.2f %13.1f %5.2f %9.1f %15.1f %13.1f %9.0f%% (%s) %12.1f%%\n", B, tps, $3, $4, $5, bw, bwl, cl,
+        printf "%5d %8.1f %8.2f %13.1f %5.2f %6s %9.1f %15.1f %13.1f %9.0f%% (%s) %12.1f%%\n", B, tps, $3, $4, $5, $6, bw, bwl, cl,
                100 * tps / bind, bwl < cl ? "bw" : "fma", 100 * tps * flops / (peak * 1e9)
       } else {
-        printf "%5d %8.1f %8.2f %13.1f %5.2f %9s %15s %13s %14s %13s\n", B, tps, $3, $4, $5, "-", "unmeasured", "unmeasured", "-", "-"
+        printf "%5d %8.1f %8.2f %13.1f %5.2f %6s %9s %15s %13s %14s %13s\n", B, tps, $3, $4, $5, $6, "-", "unmeasured", "unmeasured", "-", "-"
       }
     }'
 }
@@ -168,7 +179,7 @@ low=$(printf '%s\n' "${peaks[@]}" | sort -g | head -1)
 cpu_rows=("${rows[@]}")
 cpu_table=$(table "infer: decode throughput by batch size ($model_line); FMA peak $peak GFLOP/s (highest of ${#peaks[@]} measurements, lowest $low)" 1)
 echo "$cpu_table"
-read -r params L C maxT P n < <(echo "${rows[0]}" | awk '{ print $7, $8, $9, $10, $11, $12 }')
+read -r params L C maxT P n < <(echo "${rows[0]}" | awk '{ print $8, $9, $10, $11, $12, $13 }')
 awk -v params="$params" -v L="$L" -v C="$C" -v maxT="$maxT" -v P="$P" -v n="$n" 'BEGIN {
   pos = P + n / 2; w = params - maxT * C
   printf "per decode step: %.1f MB of weights (float32, all but wpe) + %.2f MB of cache per sequence; per token %.3f GFLOP" \
@@ -177,8 +188,8 @@ awk -v params="$params" -v L="$L" -v C="$C" -v maxT="$maxT" -v P="$P" -v n="$n" 
 awk -v lo="$low" -v hi="$peak" 'BEGIN { if (lo < 0.85 * hi) print "note: the FMA peak varied during the run: other processes were using the cores, the timings are disturbed" }'
 
 # the summary: the largest batch against batch 1, and the issue's goal when the sweep has 1 and 64
-first=$(echo "${cpu_rows[0]}" | awk '{print $1, $2}')
-last=$(echo "${cpu_rows[${#cpu_rows[@]}-1]}" | awk '{print $1, $2}')
+first=$(echo "${cpu_rows[0]}" | awk '{print $1, $2, $6}')
+last=$(echo "${cpu_rows[${#cpu_rows[@]}-1]}" | awk '{print $1, $2, $6}')
 pct_peak=$(echo "$cpu_table" | awk -v B="${last%% *}" '$1 == B { gsub("%", "", $NF); print $NF }')
 awk -v f="$first" -v l="$last" -v pct="$pct_peak" 'BEGIN {
   split(f, a, " "); split(l, b, " "); x = b[2] / a[2]
@@ -187,6 +198,8 @@ awk -v f="$first" -v l="$last" -v pct="$pct_peak" 'BEGIN {
     verdict = (x >= 12 && pct >= 50) ? "met" : (x >= 12) ? "12x met, 50% not" : (pct >= 50) ? "50% met, 12x not" : "not met"
     printf " (goal: >= 12x and >= 50%%: %s)", verdict
   }
+  if (a[3] + 0 > 10 || b[3] + 0 > 10)
+    printf "; but other processes used %s and %s of the cores during these two runs, so the ratios are unreliable: rerun when the machine is idle, or with ROUNDS=3", a[3], b[3]
   printf "\n" }'
 
 # the GPU twin, where there is one

@@ -208,7 +208,7 @@ def read_bench_infer(path):
         if head:
             sweeps.append((head.group(1), head.group(2), []))
             continue
-        row = re.match(r'^\s*(\d+)\s+([0-9.]+)\s+[0-9.]+\s+[0-9.]+\s+[0-9.]+\s+\S+\s+(\S+)\s+(\S+)\s', line)
+        row = re.match(r'^\s*(\d+)\s+([0-9.]+)\s+[0-9.]+\s+[0-9.]+\s+[0-9.]+\s+\d+%\s+\S+\s+(\S+)\s+(\S+)\s', line)
         if row and sweeps:
             limit = [None if v == 'unmeasured' else float(v) for v in row.group(3, 4)]
             sweeps[-1][2].append((int(row.group(1)), float(row.group(2)), *limit))
