@@ -122,12 +122,13 @@ sweep() {  # NAME PROGRAM MEASURE BATCH...
         bw=$(awk -v a="$bw_before" -v b="$bw_after" 'BEGIN { printf "%.1f", (a + b) / 2 }')
         bw_before=$bw_after
       fi
-      read -r params L C maxT req failed prompt gen steps dsec psec peak < <(read_report "$err")
+      local params L C maxT req failed prompt gen steps dsec psec peak_batch
+      read -r params L C maxT req failed prompt gen steps dsec psec peak_batch < <(read_report "$err")
       if [ "$req" != "$B" ] || [ "$failed" != 0 ] || [ "$gen" != $((B * TOKENS)) ]; then
         echo "bench_infer: $prog at -b $B answered $req requests ($failed failed) with $gen tokens, expected $B with $((B * TOKENS))" >&2
         exit 1
       fi
-      [ "$peak" = "$B" ] || echo "  note: $name -b $B decoded at most $peak sequences together (the key-value pool is too small?)"
+      [ "$peak_batch" = "$B" ] || echo "  note: $name -b $B decoded at most $peak_batch sequences together (the key-value pool is too small?)"
       line=$(awk -v B="$B" -v gen="$gen" -v steps="$steps" -v dsec="$dsec" -v prompt="$prompt" -v psec="$psec" 'BEGIN {
         printf "%d %.1f %.2f %.1f", B, (gen - B) / dsec, 1000 * dsec / steps, prompt / psec }')
       line="$line $l $others $bw $params $L $C $maxT $((prompt / B)) $TOKENS"
