@@ -82,8 +82,12 @@ static void generator_gpu_build(GeneratorGPU<floatX>* g, GPT2Config c, const siz
     g->max_pages = kv_pages_for(c.max_seq_len);
     size_t L = c.num_layers, C = c.channels, R = g->rows, Vp = c.padded_vocab_size;
     size_t pool = L * num_pages * KV_PAGE * C;
-    g->scratch_size = attention_paged_scratch_floats(slots > 1 ? slots : 1, g->rows, c.num_heads,
-                                                     C / c.num_heads, c.max_seq_len);
+    // the attention's scratch for the larger of the two passes the engine runs: one token of each
+    // slot, or one whole prompt
+    int NH = c.num_heads, hs = (int)C / NH;
+    size_t decode = attention_paged_scratch_floats(slots, 1, NH, hs, c.max_seq_len);
+    size_t prefill = attention_paged_scratch_floats(1, c.max_seq_len, NH, hs, c.max_seq_len);
+    g->scratch_size = decode > prefill ? decode : prefill;
     // the pieces, each on a 256-byte boundary
     size_t piece[16], n = 0;
     piece[n++] = pool * sizeof(floatX);               // key
