@@ -54,6 +54,7 @@
 #define EXP_FAST exp     // checks them)
 #define coshf cosh
 #define fabsf fabs
+#define fmaf fma     // the plain-C GEMM kernel's fused multiply-add (gpt2/cpu_math.h: MM_FMA)
 #define powf pow
 #define fmaxf fmax
 #define fminf fmin
