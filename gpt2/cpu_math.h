@@ -98,9 +98,10 @@ typedef float mm_vec;
 #define MM_NR (MM_NR_VECS * MM_LANES)
 #define MM_KC 256
 #define MM_MC 256
-#define MM_NC 2048
+// NC in whole NR-wide micro-panels (2048 for the ISAs' tiles): gemm_pack_b's panels start at
+// multiples of NR, and a block of columns must start on one of them to find its panels there.
+#define MM_NC ((2048 + MM_NR - 1) / MM_NR * MM_NR)
 #define MM_MC_PAD ((MM_MC + MM_MR - 1) / MM_MR * MM_MR)   // whole micro-panels
-#define MM_NC_PAD ((MM_NC + MM_NR - 1) / MM_NR * MM_NR)
 
 static int mm_min(int a, int b) { return a < b ? a : b; }
 
@@ -162,15 +163,15 @@ static MM_ALWAYS_INLINE void mm_kernel_rows(int rows, int kc, const float* ap, c
 // The micro-kernel for an mr-row tile: one copy of the body per row count, each with `rows` a
 // constant, so that its loops over rows unroll and keep the accumulators in registers. An edge
 // tile of mr < MR rows (M = 1 in a decode step) then runs mr rows of FMAs, not MR of which MR - mr
-// are zero padding. Cases past this build's MR are never reached, and compile to nothing.
-#if MM_MR > 14
-#error "mm_kernel has cases for up to 14 rows: add more for a taller register tile"
-#endif
+// are zero padding. Cases past this build's MR are never reached, and compile to nothing; a
+// tile taller than 14 rows (none of the ISAs' own) runs its tiles of more than 14 rows through
+// the body with a variable row count: the same arithmetic, its accumulators in memory.
 static void mm_kernel(int kc, const float* ap, const float* bp, float* c, size_t ldc, int mr, int nr) {
 #define MM_ROWS(r) case r: if (r <= MM_MR) mm_kernel_rows(r, kc, ap, bp, c, ldc, nr); break;
     switch (mr) {
         MM_ROWS(1) MM_ROWS(2) MM_ROWS(3) MM_ROWS(4) MM_ROWS(5) MM_ROWS(6) MM_ROWS(7)
         MM_ROWS(8) MM_ROWS(9) MM_ROWS(10) MM_ROWS(11) MM_ROWS(12) MM_ROWS(13) MM_ROWS(14)
+        default: mm_kernel_rows(mr, kc, ap, bp, c, ldc, nr); break;
     }
 #undef MM_ROWS
 }
@@ -271,7 +272,7 @@ typedef struct {
 
 // C (M x N, row stride ldc) += A . columns j0..j0+N-1 of B, on one thread, blocked as described
 // above; c points at the first column of the slice. A(i, p) is a[i * rsa + p * csa]. packed_a
-// holds MC_PAD x KC floats and packed_b KC x NC_PAD (unused when B comes packed), both 64-byte
+// holds MC_PAD x KC floats and packed_b KC x NC (unused when B comes packed), both 64-byte
 // aligned. Each KC x nc block of B is packed here, or found where gemm_pack_b put it: both give
 // the kernel the same panels, so both give the same bits.
 static void gemm_block(float* c, size_t ldc, const float* a, size_t rsa, size_t csa,
@@ -311,7 +312,7 @@ static void gemm_block(float* c, size_t ldc, const float* a, size_t rsa, size_t 
 static void gemm_threads(float* c, size_t ldc, const float* a, size_t rsa, size_t csa,
                          const mm_operand* b, int M, int N, int K) {
     int threads = num_threads();
-    size_t b_floats = b->packed != NULL ? 0 : (size_t)MM_KC * MM_NC_PAD;
+    size_t b_floats = b->packed != NULL ? 0 : (size_t)MM_KC * MM_NC;
     size_t per_thread = ((size_t)MM_MC_PAD * MM_KC + b_floats + 15) / 16 * 16;
     float* scratch = (float*)malloc_check((threads * per_thread + 16) * sizeof(float));
     float* aligned = (float*)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
