@@ -4,7 +4,7 @@
 # checkpoint (L=2 NH=4 C=64 maxT=64, V=320) with the byte-level tokenizer of gpt2_ref.py:
 #   1. float32 (-w fp32): the greedy answers of 6 requests of different lengths, decoded 4 at a
 #      time over pages of different lengths, equal ./infer's, text and counts; so does one prompt
-#      with -p;
+#      with -p, and so does a model with heads of 4 channels (attention for any head size);
 #   2. bf16 (-w bf16, the prefill through flash attention): the share of greedy tokens that agree
 #      with ./infer before the first that differs is printed, and the first token of every
 #      request must agree (bf16 rounds the logits, the CPU does not);
@@ -68,6 +68,23 @@ grep -q "^kv pages: peak [0-9]* of" "$dir/fp32.err" && ok "infer_gpu reports the
 build/emu/infer_gpu -w fp32 -e "$dir/m.bin" -k "$dir/tok.bin" -p "Hello" -n 10 -T 0 -E 0 > "$dir/one_gpu.out" 2>"$dir/one_gpu.err"
 cmp -s "$dir/one_cpu.out" "$dir/one_gpu.out" && [ -s "$dir/one_gpu.out" ] && ok "one prompt with -p: infer_gpu prints what infer prints" ||
   { bad "-p: infer_gpu printed other text than infer"; cat "$dir/one_gpu.err"; }
+
+# heads of 4 channels (the kernel for any head size), past one chunk of positions
+"$PY" dev/reference/gpt2_ref.py make-model --model "$dir/m4.bin" --tokens "$dir/t4.bin" --V 320 --maxT 96 --L 2 \
+  --NH 2 --C 8 --ntokens 10 --scale 0.5 > /dev/null || { echo "FAIL: make-model"; exit 1; }
+printf '{"prompt": "abc", "max_tokens": 80, "temperature": 0}\n{"prompt": "hello world", "max_tokens": 30}\n' > "$dir/r4.jsonl"
+./infer -e "$dir/m4.bin" -k "$dir/tok.bin" -f "$dir/r4.jsonl" -E 0 > "$dir/hs4_cpu.out" 2>/dev/null
+build/emu/infer_gpu -w fp32 -e "$dir/m4.bin" -k "$dir/tok.bin" -f "$dir/r4.jsonl" -E 0 > "$dir/hs4_gpu.out" 2>"$dir/hs4.err" ||
+  { bad "heads of 4: infer_gpu exits non-zero"; tail -2 "$dir/hs4.err"; }
+"$PY" - "$dir/hs4_cpu.out" "$dir/hs4_gpu.out" <<'EOF' || status=1
+import json, sys
+keys = ("text", "completion_tokens", "finish_reason")
+A = [json.loads(l) for l in open(sys.argv[1])]
+B = [json.loads(l) for l in open(sys.argv[2])]
+if len(A) != 2 or [[a[k] for k in keys] for a in A] != [[b[k] for k in keys] for b in B]:
+    print("FAIL: heads of 4: infer_gpu -w fp32 answers differ from infer's"); sys.exit(1)
+print("ok    heads of 4 (any head size), 83 positions, greedy and sampled: infer_gpu -w fp32 = infer")
+EOF
 
 # ---- 2. bf16: agreement with the CPU
 run bf16 build/emu/infer_gpu -w bf16

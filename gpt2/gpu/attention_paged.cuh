@@ -291,16 +291,62 @@ static void attention_paged_launch(floatX* out, PagedPartials part, const LayerC
     launch_check(attention_paged_forward_kernel);
 }
 
+// Any other head size (the kernels above are compiled for 16, 32, 64 and 128; the tests' tiny
+// models have heads of 4 or 8): one thread per output element (token, head, channel), each
+// running the whole online softmax over its token's positions, the scores recomputed by every
+// channel of the head. hs times the work of the kernels above, and simple: the way models with
+// unusual heads still generate.
+template <typename floatX>
+__global__ void attention_paged_any_kernel(floatX* out, const floatX* key, const floatX* value, const int* pages,
+                                           const int* pos, const floatX* qkv, int B, int T, int C, int NH,
+                                           int max_pages, float scale) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)B * T * C) return;
+    int hs = C / NH, c = (int)(idx % C), h = c / hs, i = c % hs;
+    size_t bt = idx / C;
+    int b = (int)(bt / T), t = (int)(bt % T);
+    const int* table = pages + (size_t)b * max_pages;
+    const floatX* q = qkv + bt * 3 * C + h * hs;
+    float maxval = -INFINITY, sum = 0.0f, o = 0.0f;
+    for (int t2 = 0; t2 <= pos[b] + t; t2++) {
+        size_t row = kv_row(table, t2, h, NH, hs);
+        float score = 0.0f;
+        for (int j = 0; j < hs; j++) score += to_float(q[j]) * to_float(key[row + j]);
+        score *= scale;
+        if (score > maxval) {  // rescale to the new maximum (exp(-inf) = 0)
+            float r = expf(maxval - score);
+            sum *= r;
+            o *= r;
+            maxval = score;
+        }
+        float w = expf(score - maxval);
+        sum += w;
+        o += w * to_float(value[row + i]);
+    }
+    out[idx] = from_float<floatX>(o / sum);
+}
+
 // out (B,T,C) = the attention of the T new tokens of each of B sequences, qkv (B,T,3C), against
 // their paged caches, whose keys and values they join first (gpt2/kv_pages.h:
 // attention_forward_paged, with the same arguments). cache->key, value, pages, pos and scratch
-// are device memory; max_len must be the largest pos[b] + T. Head sizes 16, 32, 64 and 128.
+// are device memory; max_len must be the largest pos[b] + T. Head sizes 16, 32, 64 and 128 run
+// the split kernels; any other, attention_paged_any_kernel.
 template <typename floatX>
 static void attention_paged_forward_gpu(floatX* out, const LayerCacheOf<floatX>* cache, const floatX* qkv, int B,
                                         int T, int C, int NH) {
     int hs = NH > 0 && C % NH == 0 ? C / NH : 0;
-    if (hs != 16 && hs != 32 && hs != 64 && hs != 128)
-        fail("attention_paged_forward_gpu: head size C/NH = %d/%d is not supported (16, 32, 64 or 128)", C, NH);
+    if (hs == 0) fail("attention_paged_forward_gpu: C=%d is not a multiple of NH=%d", C, NH);
+    if (hs != 16 && hs != 32 && hs != 64 && hs != 128) {
+        kv_store_kernel<floatX><<<ceil_div((size_t)B * T * C, 256), 256>>>(cache->key, cache->value, qkv,
+                                                                            cache->pages, cache->pos, B, T, C, NH,
+                                                                            cache->max_pages);
+        launch_check(kv_store_kernel);
+        attention_paged_any_kernel<floatX><<<ceil_div((size_t)B * T * C, 256), 256>>>(
+            out, cache->key, cache->value, cache->pages, cache->pos, qkv, B, T, C, NH, cache->max_pages,
+            attention_scale(hs));
+        launch_check(attention_paged_any_kernel);
+        return;
+    }
     if (!aligned16(qkv) || !aligned16(cache->key) || !aligned16(cache->value))
         fail("attention_paged_forward_gpu: qkv and the pool must be 16-byte aligned (read 16 bytes at a time)");
     kv_store_kernel<floatX><<<ceil_div((size_t)B * T * C, 256), 256>>>(cache->key, cache->value, qkv, cache->pages,
