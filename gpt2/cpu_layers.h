@@ -165,13 +165,25 @@ void matmul_backward_naive(float* dinp, float* dweight, float* dbias, const floa
     }
 }
 
-// out (BT, OC) = bias, or 0 without one: where the fast forward products start adding.
-void matmul_bias_fill(float* out, const float* bias, int BT, int OC) {
-    #pragma omp parallel for
-    for (int bt = 0; bt < BT; bt++) {
+// out (BT, OC) = bias, or 0 without one: where the fast forward products start adding. On all
+// threads only when there is much to write: starting and joining the threads (even an OpenMP
+// region that its `if` keeps on one) takes as long as writing tens of thousands of floats,
+// longer than the few rows of a decode step take.
+#define MATMUL_FILL_PARALLEL_MIN 65536
+static void matmul_bias_fill_rows(float* out, const float* bias, int bt0, int bt1, int OC) {
+    for (int bt = bt0; bt < bt1; bt++) {
         float* y = out + (size_t)bt * OC;
         for (int o = 0; o < OC; o++) y[o] = bias != NULL ? bias[o] : 0.0f;
     }
+}
+
+void matmul_bias_fill(float* out, const float* bias, int BT, int OC) {
+    if ((size_t)BT * OC < MATMUL_FILL_PARALLEL_MIN) {
+        matmul_bias_fill_rows(out, bias, 0, BT, OC);
+        return;
+    }
+    #pragma omp parallel for
+    for (int bt = 0; bt < BT; bt++) matmul_bias_fill_rows(out, bias, bt, bt + 1, OC);
 }
 
 void matmul_forward_fast(float* out, const float* inp, const float* weight, const float* bias,
