@@ -5,14 +5,22 @@
 //
 //   gcc -O3 -march=native -fopenmp dev/bench/bench_matmul.c -o build/bench_matmul -lm
 //   ./build/bench_matmul [reps=5] [naive=0]
+//   ./build/bench_matmul packed [reps=7]
 //
 // Per layer (x12): qkv C->3C, attproj C->C, fc C->4C, fcproj 4C->C; then the output layer
 // C->Vp (Vp = 50304), the largest single product. Forward = out; backward = dinp and dW (dbias
 // is free next to them). Each time is the fastest of `reps` runs (other processes can only make
 // a run slower); the last line adds the matmuls up to one training step.
+//
+// `packed`: generation's products, the same five shapes at M = 1, 8 and 64 rows (a decode step of
+// 1, 8, 64 sequences): matmul_forward_packed against matmul_forward, and at M = 1 against a
+// matrix-vector product of dot products (omp simd). Generation reads each weight once per step,
+// from memory, not from cache: each product cycles through copies of its weight (at least
+// 128 MiB of them, 4x the L3), one call per copy, and each pass starts with the caches emptied of
+// the pass before. The products take turns pass by pass; times are the median over `reps` passes.
 
-#include "../gpt2/cpu_layers.h"
-#include "../gpt2/random.h"
+#include "../../gpt2/cpu_layers.h"
+#include "../../gpt2/random.h"
 
 static float* random_array(size_t n, uint64_t* rng) {
     float* x = (float*)malloc_check(n * sizeof(float));
@@ -20,17 +28,18 @@ static float* random_array(size_t n, uint64_t* rng) {
     return x;
 }
 
-int main(int argc, char** argv) {
-    int reps = argc > 1 ? atoi(argv[1]) : 5;
-    int naive = argc > 2 ? atoi(argv[2]) : 0;
-    int BT = 256, C = 768, Vp = 50304;
-    struct { const char* name; int in, out, count; } shapes[5] = {
-        {"qkv", C, 3 * C, 12}, {"attproj", C, C, 12}, {"fc", C, 4 * C, 12},
-        {"fcproj", 4 * C, C, 12}, {"lm head", C, Vp, 1}};
+typedef struct { const char* name; int in, out, count; } Shape;
+#define NUM_SHAPES 5
+static const Shape shapes[NUM_SHAPES] = {
+    {"qkv", 768, 3 * 768, 12}, {"attproj", 768, 768, 12}, {"fc", 768, 4 * 768, 12},
+    {"fcproj", 4 * 768, 768, 12}, {"lm head", 768, 50304, 1}};
+
+static void bench_training(int reps, int naive) {
+    int BT = 256;
     uint64_t rng = 1;
     double step_seconds = 0.0, step_flops = 0.0;
     printf("B*T = %d, %d threads; GFLOP/s counts 2 per multiply-add\n", BT, num_threads());
-    for (int s = 0; s < 5; s++) {
+    for (int s = 0; s < NUM_SHAPES; s++) {
         int IC = shapes[s].in, OC = shapes[s].out;
         float* inp = random_array((size_t)BT * IC, &rng);
         float* weight = random_array((size_t)OC * IC, &rng);
@@ -72,5 +81,131 @@ int main(int argc, char** argv) {
     }
     printf("all matmuls of one training step: %.1f ms, %.1f GFLOP/s\n", step_seconds * 1e3,
            step_flops / step_seconds * 1e-9);
+}
+
+// ---------- generation: the weight packed once ----------
+
+// A decode step's product as dot products: out (OC) = weight (OC, C) . inp (C) + bias, each
+// output a vectorised sum (in another order than the GEMM's, so its bits differ).
+static void matvec_simd(float* out, const float* inp, const float* weight, const float* bias,
+                        int C, int OC) {
+    #pragma omp parallel for schedule(static)
+    for (int o = 0; o < OC; o++) {
+        const float* w = weight + (size_t)o * C;
+        float sum = 0.0f;
+        #pragma omp simd reduction(+:sum)
+        for (int i = 0; i < C; i++) sum += w[i] * inp[i];
+        out[o] = sum + bias[o];
+    }
+}
+
+static int compare_double(const void* a, const void* b) {
+    double x = *(const double*)a, y = *(const double*)b;
+    return (x > y) - (x < y);
+}
+
+enum { PACKED, FORWARD, MATVEC, NUM_PRODUCTS };
+
+// Reads 256 MiB (8x the L3) so that the next pass finds none of the last one's weights in cache:
+// without it, a pass that streams the same weights as the pass before it (matmul_forward and the
+// matrix-vector product read the same plain copies) finds the end of them still in L3.
+static void evict_caches(void) {
+    static float* buffer = NULL;
+    size_t n = (size_t)64 << 20;
+    if (buffer == NULL) buffer = (float*)calloc_check(n, sizeof(float));
+    float sum = 0.0f;
+    #pragma omp parallel for reduction(+:sum)
+    for (size_t i = 0; i < n; i += 16) sum += buffer[i];   // one float per 64-byte line
+    if (sum != 0.0f) printf("(never printed: the buffer is zero)\n");
+}
+
+static double median(double* x, int n) {
+    qsort(x, (size_t)n, sizeof(double), compare_double);
+    return x[n / 2];
+}
+
+// Times the products (MATVEC only at M = 1) in reps passes, each pass one call per copy of the
+// weight: PACKED on the packed copies, the others on the plain ones. The products take turns pass
+// by pass, so that a busy moment of the machine falls on all of them. seconds: the median time
+// per call of each; ratio: the median over passes of each one's time / PACKED's in the same pass
+// (how many times faster the packed product is: the steadier figure on a shared machine).
+static void time_products(double* seconds, double* ratio, int reps, float* out, const float* inp,
+                          float** weights, float** packed, int copies, const float* bias, int M,
+                          int C, int OC) {
+    int n = M == 1 ? NUM_PRODUCTS : MATVEC;
+    double* times = (double*)malloc_check((size_t)n * reps * sizeof(double));
+    double* ratios = (double*)malloc_check((size_t)n * reps * sizeof(double));
+    for (int r = 0; r < reps; r++) {
+        for (int which = 0; which < n; which++) {
+            evict_caches();
+            double t0 = now_seconds();
+            for (int k = 0; k < copies; k++) {
+                if (which == PACKED) matmul_forward_packed(out, inp, packed[k], bias, 1, M, C, OC);
+                else if (which == FORWARD) matmul_forward(out, inp, weights[k], bias, 1, M, C, OC);
+                else matvec_simd(out, inp, weights[k], bias, C, OC);
+            }
+            times[which * reps + r] = (now_seconds() - t0) / copies;
+            ratios[which * reps + r] = times[which * reps + r] / times[PACKED * reps + r];
+        }
+    }
+    for (int which = 0; which < n; which++) {
+        seconds[which] = median(times + which * reps, reps);
+        ratio[which] = median(ratios + which * reps, reps);
+    }
+    free(times);
+    free(ratios);
+}
+
+static void bench_packed(int reps) {
+    int rows[3] = {1, 8, 64};
+    uint64_t rng = 1;
+    printf("generation's products, weights cycled through >= 128 MiB of copies, median of %d "
+           "passes, %d threads; GFLOP/s counts 2 per multiply-add, xN: packed is N times as fast "
+           "(median of the passes' ratios); GB/s: the weight's bytes per second\n", reps,
+           num_threads());
+    printf("%-8s %12s %3s  %-22s %-30s %s\n", "product", "C -> OC", "M", "matmul_forward_packed",
+           "matmul_forward", "matvec (omp simd)");
+    for (int s = 0; s < NUM_SHAPES; s++) {
+        int C = shapes[s].in, OC = shapes[s].out;
+        size_t wsize = (size_t)OC * C, psize = packed_weight_size(C, OC);
+        int copies = (int)((128u << 20) / (wsize * sizeof(float)) + 1);
+        float** weights = (float**)malloc_check(copies * sizeof(float*));
+        float** packed = (float**)malloc_check(copies * sizeof(float*));
+        for (int k = 0; k < copies; k++) {
+            weights[k] = random_array(wsize, &rng);
+            packed[k] = (float*)aligned_alloc_check(64, psize * sizeof(float));
+            pack_weight(packed[k], weights[k], C, OC);
+        }
+        float* bias = random_array(OC, &rng);
+        float* inp = random_array((size_t)rows[2] * C, &rng);
+        float* out = random_array((size_t)rows[2] * OC, &rng);
+        for (int m = 0; m < 3; m++) {
+            int M = rows[m];
+            double flops = 2.0 * M * C * OC, gb = wsize * sizeof(float) * 1e-9;
+            double t[NUM_PRODUCTS], x[NUM_PRODUCTS];
+            time_products(t, x, reps, out, inp, weights, packed, copies, bias, M, C, OC);
+            printf("%-8s %5d -> %5d %3d  %6.1f GFLOP/s %5.1f GB/s  %6.1f GFLOP/s %5.1f GB/s x%.2f",
+                   shapes[s].name, C, OC, M, flops / t[PACKED] * 1e-9, gb / t[PACKED],
+                   flops / t[FORWARD] * 1e-9, gb / t[FORWARD], x[FORWARD]);
+            if (M == 1) {
+                printf("  %6.1f GFLOP/s %5.1f GB/s x%.2f", flops / t[MATVEC] * 1e-9, gb / t[MATVEC],
+                       x[MATVEC]);
+            }
+            printf("\n");
+        }
+        for (int k = 0; k < copies; k++) {
+            free(weights[k]);
+            free(packed[k]);
+        }
+        free(weights); free(packed); free(bias); free(inp); free(out);
+    }
+}
+
+int main(int argc, char** argv) {
+    if (argc > 1 && strcmp(argv[1], "packed") == 0) {
+        bench_packed(argc > 2 ? atoi(argv[2]) : 7);
+    } else {
+        bench_training(argc > 1 ? atoi(argv[1]) : 5, argc > 2 ? atoi(argv[2]) : 0);
+    }
     return 0;
 }
