@@ -46,9 +46,10 @@ static inline int num_threads(void) {
 // micro-panels, in the order the kernel reads them, so the kernel reads both with unit stride
 // whatever the layout of the original. Where that order is a transpose of the original (weight^T
 // in the forward pass, inp and dout as A), it is transposed 16 x 16 floats at a time in
-// registers. Edge panels are padded with zeros; the kernel computes full NR-wide tiles and writes
-// back only the part inside C, and has a version for each row count, so that a tile of fewer
-// than MR rows (a single row in a decode step) costs only its own rows.
+// registers. Edge panels of B are padded with zero columns; the kernel computes full NR-wide
+// tiles and writes back only the part inside C. It has a version for each row count, so that a
+// tile of fewer than MR rows (a single row in a decode step) costs only its own rows: the A
+// micro-panel of such a tile is packed only as high as its rows.
 //
 // Threads: C is cut into one slice per thread along its longer side (columns of out and dinp,
 // rows of dW for every layer except the MLP projection), in whole tiles, and each thread runs the
@@ -122,8 +123,7 @@ static int mm_min(int a, int b) { return a < b ? a : b; }
 #endif
 
 // The micro-kernel body for a tile of `rows` rows (rows <= MR): C tile (rows x nr of it inside C,
-// row stride ldc) += the first `rows` rows of a packed A micro-panel (MR x kc) . packed B
-// micro-panel (kc x NR). Every element of C gets the same arithmetic whatever `rows` is: a sum
+// row stride ldc) += packed A micro-panel (rows x kc) . packed B micro-panel (kc x NR). Every element of C gets the same arithmetic whatever `rows` is: a sum
 // that starts at zero, one MM_FMA per k in order, then one add into C. So a row's result does not
 // depend on how many rows share its tile, which the packed product's batch invariance rests on.
 static MM_ALWAYS_INLINE void mm_kernel_rows(int rows, int kc, const float* ap, const float* bp,
@@ -138,7 +138,7 @@ static MM_ALWAYS_INLINE void mm_kernel_rows(int rows, int kc, const float* ap, c
         mm_vec bv[MM_NR_VECS];
         MM_UNROLL for (int v = 0; v < MM_NR_VECS; v++) bv[v] = b[v];
         MM_UNROLL for (int i = 0; i < rows; i++) {
-            float a = ap[(size_t)p * MM_MR + i];   // broadcast to every lane by the multiply
+            float a = ap[(size_t)p * rows + i];   // broadcast to every lane by the multiply
             MM_UNROLL for (int v = 0; v < MM_NR_VECS; v++) acc[i][v] = MM_FMA(acc[i][v], a, bv[v]);
         }
     }
@@ -291,9 +291,10 @@ static void gemm_block(float* c, size_t ldc, const float* a, size_t rsa, size_t 
             }
             for (int ic = 0; ic < M; ic += MM_MC) {
                 int mc = mm_min(MM_MC, M - ic);
-                for (int i = 0; i < mc; i += MM_MR) {   // the last one's padding rows unread
+                for (int i = 0; i < mc; i += MM_MR) {   // the last one as high as its tile
+                    int rows = mm_min(MM_MR, mc - i);
                     mm_pack_panel(packed_a + (size_t)i * kc, a + (ic + i) * rsa + pc * csa, rsa,
-                                  csa, mm_min(MM_MR, mc - i), MM_MR, kc);
+                                  csa, rows, rows, kc);
                 }
                 for (int j = 0; j < nc; j += MM_NR) {        // one B micro-panel, from L1,
                     for (int i = 0; i < mc; i += MM_MR) {    // against every A micro-panel in L2
