@@ -17,7 +17,8 @@
 // matrix-vector product of dot products (omp simd). Generation reads each weight once per step,
 // from memory, not from cache: each product cycles through copies of its weight (at least
 // 128 MiB of them, 4x the L3), one call per copy, and each pass starts with the caches emptied of
-// the pass before. The products take turns pass by pass; times are the median over `reps` passes.
+// the pass before. The products take turns, in an order that rotates; times are the median over
+// `reps` rounds.
 
 #include "../../gpt2/cpu_layers.h"
 #include "../../gpt2/random.h"
@@ -112,7 +113,10 @@ enum { PACKED, FORWARD, MATVEC, NUM_PRODUCTS };
 static void evict_caches(void) {
     static float* buffer = NULL;
     size_t n = (size_t)64 << 20;
-    if (buffer == NULL) buffer = (float*)calloc_check(n, sizeof(float));
+    if (buffer == NULL) {   // written, so that it is memory: unwritten, it reads one zero page
+        buffer = (float*)malloc_check(n * sizeof(float));
+        memset(buffer, 0, n * sizeof(float));
+    }
     float sum = 0.0f;
     #pragma omp parallel for reduction(+:sum)
     for (size_t i = 0; i < n; i += 16) sum += buffer[i];   // one float per 64-byte line
@@ -124,11 +128,13 @@ static double median(double* x, int n) {
     return x[n / 2];
 }
 
-// Times the products (MATVEC only at M = 1) in reps passes, each pass one call per copy of the
-// weight: PACKED on the packed copies, the others on the plain ones. The products take turns pass
-// by pass, so that a busy moment of the machine falls on all of them. seconds: the median time
-// per call of each; ratio: the median over passes of each one's time / PACKED's in the same pass
-// (how many times faster the packed product is: the steadier figure on a shared machine).
+// Times the products (MATVEC only at M = 1) in reps rounds, each round one pass of each product,
+// each pass one call per copy of the weight: PACKED on the packed copies, the others on the plain
+// ones. The products take turns, so that a busy moment of the machine falls on all of them, in an
+// order that rotates from round to round, so that none always follows the same one. seconds: the
+// median time per call of each; ratio: the median over rounds of each one's time / PACKED's in
+// the same round (how many times faster the packed product is: the steadier figure on a shared
+// machine).
 static void time_products(double* seconds, double* ratio, int reps, float* out, const float* inp,
                           float** weights, float** packed, int copies, const float* bias, int M,
                           int C, int OC) {
@@ -136,7 +142,8 @@ static void time_products(double* seconds, double* ratio, int reps, float* out, 
     double* times = (double*)malloc_check((size_t)n * reps * sizeof(double));
     double* ratios = (double*)malloc_check((size_t)n * reps * sizeof(double));
     for (int r = 0; r < reps; r++) {
-        for (int which = 0; which < n; which++) {
+        for (int turn = 0; turn < n; turn++) {
+            int which = (turn + r) % n;
             evict_caches();
             double t0 = now_seconds();
             for (int k = 0; k < copies; k++) {
@@ -145,6 +152,8 @@ static void time_products(double* seconds, double* ratio, int reps, float* out, 
                 else matvec_simd(out, inp, weights[k], bias, C, OC);
             }
             times[which * reps + r] = (now_seconds() - t0) / copies;
+        }
+        for (int which = 0; which < n; which++) {
             ratios[which * reps + r] = times[which * reps + r] / times[PACKED * reps + r];
         }
     }
@@ -160,8 +169,8 @@ static void bench_packed(int reps) {
     int rows[3] = {1, 8, 64};
     uint64_t rng = 1;
     printf("generation's products, weights cycled through >= 128 MiB of copies, median of %d "
-           "passes, %d threads; GFLOP/s counts 2 per multiply-add, xN: packed is N times as fast "
-           "(median of the passes' ratios); GB/s: the weight's bytes per second\n", reps,
+           "rounds, %d threads; GFLOP/s counts 2 per multiply-add, xN: packed is N times as fast "
+           "(median of the rounds' ratios); GB/s: the weight's bytes per second\n", reps,
            num_threads());
     printf("%-8s %12s %3s  %-22s %-30s %s\n", "product", "C -> OC", "M", "matmul_forward_packed",
            "matmul_forward", "matvec (omp simd)");
