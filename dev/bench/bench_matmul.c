@@ -5,7 +5,7 @@
 //
 //   gcc -O3 -march=native -fopenmp dev/bench/bench_matmul.c -o build/bench_matmul -lm
 //   ./build/bench_matmul [reps=5] [naive=0]
-//   ./build/bench_matmul packed [reps=7]
+//   ./build/bench_matmul packed [reps=7] [cached]
 //
 // Per layer (x12): qkv C->3C, attproj C->C, fc C->4C, fcproj 4C->C; then the output layer
 // C->Vp (Vp = 50304), the largest single product. Forward = out; backward = dinp and dW (dbias
@@ -18,7 +18,8 @@
 // from memory, not from cache: each product cycles through copies of its weight (at least
 // 128 MiB of them, 4x the L3), one call per copy, and each pass starts with the caches emptied of
 // the pass before. The products take turns, in an order that rotates; times are the median over
-// `reps` rounds.
+// `reps` rounds. `cached`: one copy of each weight and the caches left alone, so that the weights
+// stay in L3 where they fit (all but the output layer's) and the kernels' own speed shows.
 
 #include "../../gpt2/cpu_layers.h"
 #include "../../gpt2/random.h"
@@ -135,16 +136,16 @@ static double median(double* x, int n) {
 // median time per call of each; ratio: the median over rounds of each one's time / PACKED's in
 // the same round (how many times faster the packed product is: the steadier figure on a shared
 // machine).
-static void time_products(double* seconds, double* ratio, int reps, float* out, const float* inp,
-                          float** weights, float** packed, int copies, const float* bias, int M,
-                          int C, int OC) {
+static void time_products(double* seconds, double* ratio, int reps, int cached, float* out,
+                          const float* inp, float** weights, float** packed, int copies,
+                          const float* bias, int M, int C, int OC) {
     int n = M == 1 ? NUM_PRODUCTS : MATVEC;
     double* times = (double*)malloc_check((size_t)n * reps * sizeof(double));
     double* ratios = (double*)malloc_check((size_t)n * reps * sizeof(double));
     for (int r = 0; r < reps; r++) {
         for (int turn = 0; turn < n; turn++) {
             int which = (turn + r) % n;
-            evict_caches();
+            if (!cached) evict_caches();
             double t0 = now_seconds();
             for (int k = 0; k < copies; k++) {
                 if (which == PACKED) matmul_forward_packed(out, inp, packed[k], bias, 1, M, C, OC);
@@ -165,19 +166,19 @@ static void time_products(double* seconds, double* ratio, int reps, float* out, 
     free(ratios);
 }
 
-static void bench_packed(int reps) {
+static void bench_packed(int reps, int cached) {
     int rows[3] = {1, 8, 64};
     uint64_t rng = 1;
-    printf("generation's products, weights cycled through >= 128 MiB of copies, median of %d "
-           "rounds, %d threads; GFLOP/s counts 2 per multiply-add, xN: packed is N times as fast "
-           "(median of the rounds' ratios); GB/s: the weight's bytes per second\n", reps,
-           num_threads());
+    printf("generation's products, %s, median of %d rounds, %d threads; GFLOP/s counts 2 per multiply-add, xN: packed is N times as fast "
+           "(median of the rounds' ratios); GB/s: the weight's bytes per second\n",
+           cached ? "one copy of each weight, cached" : "weights cycled through >= 128 MiB of copies",
+           reps, num_threads());
     printf("%-8s %12s %3s  %-22s %-30s %s\n", "product", "C -> OC", "M", "matmul_forward_packed",
            "matmul_forward", "matvec (omp simd)");
     for (int s = 0; s < NUM_SHAPES; s++) {
         int C = shapes[s].in, OC = shapes[s].out;
         size_t wsize = (size_t)OC * C, psize = packed_weight_size(C, OC);
-        int copies = (int)((128u << 20) / (wsize * sizeof(float)) + 1);
+        int copies = cached ? 1 : (int)((128u << 20) / (wsize * sizeof(float)) + 1);
         float** weights = (float**)malloc_check(copies * sizeof(float*));
         float** packed = (float**)malloc_check(copies * sizeof(float*));
         for (int k = 0; k < copies; k++) {
@@ -192,7 +193,7 @@ static void bench_packed(int reps) {
             int M = rows[m];
             double flops = 2.0 * M * C * OC, gb = wsize * sizeof(float) * 1e-9;
             double t[NUM_PRODUCTS], x[NUM_PRODUCTS];
-            time_products(t, x, reps, out, inp, weights, packed, copies, bias, M, C, OC);
+            time_products(t, x, reps, cached, out, inp, weights, packed, copies, bias, M, C, OC);
             printf("%-8s %5d -> %5d %3d  %6.1f GFLOP/s %5.1f GB/s  %6.1f GFLOP/s %5.1f GB/s x%.2f",
                    shapes[s].name, C, OC, M, flops / t[PACKED] * 1e-9, gb / t[PACKED],
                    flops / t[FORWARD] * 1e-9, gb / t[FORWARD], x[FORWARD]);
@@ -212,7 +213,7 @@ static void bench_packed(int reps) {
 
 int main(int argc, char** argv) {
     if (argc > 1 && strcmp(argv[1], "packed") == 0) {
-        bench_packed(argc > 2 ? atoi(argv[2]) : 7);
+        bench_packed(argc > 2 ? atoi(argv[2]) : 7, argc > 3 && strcmp(argv[3], "cached") == 0);
     } else {
         bench_training(argc > 1 ? atoi(argv[1]) : 5, argc > 2 ? atoi(argv[2]) : 0);
     }
