@@ -123,9 +123,10 @@ static int mm_min(int a, int b) { return a < b ? a : b; }
 #endif
 
 // The micro-kernel body for a tile of `rows` rows (rows <= MR): C tile (rows x nr of it inside C,
-// row stride ldc) += packed A micro-panel (rows x kc) . packed B micro-panel (kc x NR). Every element of C gets the same arithmetic whatever `rows` is: a sum
-// that starts at zero, one MM_FMA per k in order, then one add into C. So a row's result does not
-// depend on how many rows share its tile, which the packed product's batch invariance rests on.
+// row stride ldc) += packed A micro-panel (rows x kc) . packed B micro-panel (kc x NR). Every
+// element of C gets the same arithmetic whatever `rows` is: a sum that starts at zero, one MM_FMA
+// per k in order, then one add into C. So a row's result does not depend on how many rows share
+// its tile, which the packed product's batch invariance rests on.
 static MM_ALWAYS_INLINE void mm_kernel_rows(int rows, int kc, const float* ap, const float* bp,
                                             float* c, size_t ldc, int nr) {
     const mm_vec zero = {0};
@@ -162,8 +163,8 @@ static MM_ALWAYS_INLINE void mm_kernel_rows(int rows, int kc, const float* ap, c
 
 // The micro-kernel for an mr-row tile: one copy of the body per row count, each with `rows` a
 // constant, so that its loops over rows unroll and keep the accumulators in registers. An edge
-// tile of mr < MR rows (M = 1 in a decode step) then runs mr rows of FMAs, not MR of which MR - mr
-// are zero padding. Cases past this build's MR are never reached, and compile to nothing; a
+// tile of mr < MR rows (M = 1 in a decode step) then runs mr rows of FMAs, not MR rows of which
+// MR - mr are padding. Cases past this build's MR are never reached, and compile to nothing; a
 // tile taller than 14 rows (none of the ISAs' own) runs its tiles of more than 14 rows through
 // the body with a variable row count: the same arithmetic, its accumulators in memory.
 static void mm_kernel(int kc, const float* ap, const float* bp, float* c, size_t ldc, int mr, int nr) {

@@ -169,8 +169,9 @@ static void time_products(double* seconds, double* ratio, int reps, int cached, 
 static void bench_packed(int reps, int cached) {
     int rows[3] = {1, 8, 64};
     uint64_t rng = 1;
-    printf("generation's products, %s, median of %d rounds, %d threads; GFLOP/s counts 2 per multiply-add, xN: packed is N times as fast "
-           "(median of the rounds' ratios); GB/s: the weight's bytes per second\n",
+    printf("generation's products, %s, median of %d rounds, %d threads; GFLOP/s counts 2 per "
+           "multiply-add, xN: packed is N times as fast (median of the rounds' ratios); GB/s: the "
+           "weight's bytes per second\n",
            cached ? "one copy of each weight, cached" : "weights cycled through >= 128 MiB of copies",
            reps, num_threads());
     printf("%-8s %12s %3s  %-22s %-30s %s\n", "product", "C -> OC", "M", "matmul_forward_packed",
