@@ -33,17 +33,13 @@
 typedef struct {
     float* params;                  // (num_parameters) on the GPU
     bf16* params16;                 // (num_parameters) the bf16 copy; NULL in fp32
-    GeneratorGPU<float> gen32;      // the generator of -w fp32
-    GeneratorGPU<bf16> gen16;       // of -w bf16
+    EngineDevice generator;         // GeneratorGPU<bf16> or <float> (gpt2/gpu/generate.cuh)
     int is_bf16;
 } InferGPU;
 
-static void gpu_forward_fp32(void* ctx, const EnginePass* pass, float* logits) {
-    generator_gpu_forward(&((InferGPU*)ctx)->gen32, pass, logits);
-}
-
-static void gpu_forward_bf16(void* ctx, const EnginePass* pass, float* logits) {
-    generator_gpu_forward(&((InferGPU*)ctx)->gen16, pass, logits);
+static void gpu_forward(void* ctx, const EnginePass* pass, float* logits) {
+    EngineDevice* generator = &((InferGPU*)ctx)->generator;
+    generator->forward(generator->ctx, pass, logits);
 }
 
 static size_t gpu_value_bytes(const char* precision) {
@@ -68,24 +64,23 @@ static void gpu_build(const GPT2* model, int slots, int pages, const char* preci
     if (g->is_bf16) {
         cuda_check(cudaMalloc((void**)&g->params16, n * sizeof(bf16)));
         float_to_bf16_gpu(g->params16, g->params, n);
-        generator_gpu_build(&g->gen16, c, model->param_sizes, g->params, (const bf16*)g->params16, &LAYERS_BF16_INFER,
-                            slots, pages);
-        device->forward = gpu_forward_bf16;
+        g->generator = generator_gpu_device(c, model->param_sizes, g->params, (const bf16*)g->params16,
+                                            &LAYERS_BF16_INFER, slots, pages);
     } else {
-        generator_gpu_build(&g->gen32, c, model->param_sizes, g->params, (const float*)NULL, &LAYERS_GPU_INFER, slots,
-                            pages);
-        device->forward = gpu_forward_fp32;
+        g->generator = generator_gpu_device(c, model->param_sizes, g->params, (const float*)NULL, &LAYERS_GPU_INFER,
+                                            slots, pages);
     }
     device->ctx = g;
+    device->forward = gpu_forward;
 }
 
 static void gpu_free(EngineDevice* device) {
     InferGPU* g = (InferGPU*)device->ctx;
     if (g->is_bf16) {
-        generator_gpu_free(&g->gen16);
+        generator_gpu_device_free<bf16>(&g->generator);
         cuda_check(cudaFree(g->params16));
     } else {
-        generator_gpu_free(&g->gen32);
+        generator_gpu_device_free<float>(&g->generator);
     }
     cuda_check(cudaFree(g->params));
     free(g);

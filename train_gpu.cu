@@ -104,25 +104,15 @@ static void gpt2_logits_to_host_gpu(const GPT2* model, int position, float* out)
 // The samples' generator: infer_gpu's (gpt2/gpu/generate.cuh) over the weights being trained,
 // for one sequence, with a pool of `pages` pages.
 static void gpt2_generator_build_gpu(GPT2* model, int pages, EngineDevice* device) {
-    GeneratorGPU<float>* g = (GeneratorGPU<float>*)malloc_check(sizeof(GeneratorGPU<float>));
-    generator_gpu_build(g, model->config, model->param_sizes, model->params_memory, (const float*)NULL,
-                        &LAYERS_GPU_INFER, 1, pages);
-    device->ctx = g;
-    device->forward = [](void* ctx, const EnginePass* pass, float* logits) {
-        generator_gpu_forward((GeneratorGPU<float>*)ctx, pass, logits);
-    };
-}
-
-static void gpt2_generator_free_gpu(EngineDevice* device) {
-    generator_gpu_free((GeneratorGPU<float>*)device->ctx);
-    free(device->ctx);
+    *device = generator_gpu_device(model->config, model->param_sizes, model->params_memory, (const float*)NULL,
+                                   &LAYERS_GPU_INFER, 1, pages);
 }
 
 // The model's training operations for gpt2/run.h's loop, on a device copy of the run's model.
 static const Trainer TRAINER_GPU = {
     gpt2_forward_gpu, gpt2_zero_grad_gpu, gpt2_backward_gpu, all_reduce_gradients_gpu, gpt2_clip_gradients_gpu,
     gpt2_update_gpu, gpt2_logits_to_host_gpu, gpt2_to_host_gpu, synchronize_gpu, peak_flops_gpu,
-    gpt2_generator_build_gpu, gpt2_generator_free_gpu,
+    gpt2_generator_build_gpu, generator_gpu_device_free<float>,
 };
 
 // ---------- the model in mixed precision (bf16) ----------
@@ -202,24 +192,14 @@ static void gpt2_logits_to_host_bf16(const GPT2* model, int position, float* out
 
 // The samples' generator in bf16, over the bf16 copy of the weights being trained.
 static void gpt2_generator_build_bf16(GPT2* model, int pages, EngineDevice* device) {
-    GeneratorGPU<bf16>* g = (GeneratorGPU<bf16>*)malloc_check(sizeof(GeneratorGPU<bf16>));
-    generator_gpu_build(g, model->config, model->param_sizes, model->params_memory,
-                        (const bf16*)((GPT2BF16*)model)->params16, &LAYERS_BF16_INFER, 1, pages);
-    device->ctx = g;
-    device->forward = [](void* ctx, const EnginePass* pass, float* logits) {
-        generator_gpu_forward((GeneratorGPU<bf16>*)ctx, pass, logits);
-    };
-}
-
-static void gpt2_generator_free_bf16(EngineDevice* device) {
-    generator_gpu_free((GeneratorGPU<bf16>*)device->ctx);
-    free(device->ctx);
+    *device = generator_gpu_device(model->config, model->param_sizes, model->params_memory,
+                                   (const bf16*)((GPT2BF16*)model)->params16, &LAYERS_BF16_INFER, 1, pages);
 }
 
 static const Trainer TRAINER_BF16 = {
     gpt2_forward_bf16, gpt2_zero_grad_gpu, gpt2_backward_bf16, all_reduce_gradients_gpu, gpt2_clip_gradients_gpu,
     gpt2_update_bf16, gpt2_logits_to_host_bf16, gpt2_to_host_gpu, synchronize_gpu, peak_flops_bf16,
-    gpt2_generator_build_bf16, gpt2_generator_free_bf16,
+    gpt2_generator_build_bf16, generator_gpu_device_free<bf16>,
 };
 
 // ---------- main ----------

@@ -43,8 +43,28 @@ typedef struct {
     const int* pages;    // (B, max_pages) their page tables
     int max_pages;
     int max_len;         // the largest pos[b] + T
-    int prefill;         // 1: B = 1 and pos = 0, a whole prompt
+    int prefill;         // 1: every pos[b] is 0, whole prompts
 } EnginePass;
+
+// The pass of T tokens of each of B sequences at positions pos (B), with their page tables
+// (B, max_pages); how far it reaches and whether it is a prefill follow from pos.
+static inline EnginePass engine_pass(int B, int T, const int* tokens, const int* pos, const int* pages,
+                                     int max_pages) {
+    EnginePass p;
+    p.B = B;
+    p.T = T;
+    p.tokens = tokens;
+    p.pos = pos;
+    p.pages = pages;
+    p.max_pages = max_pages;
+    p.max_len = 0;
+    p.prefill = 1;
+    for (int b = 0; b < B; b++) {
+        if (pos[b] + T > p.max_len) p.max_len = pos[b] + T;
+        if (pos[b] != 0) p.prefill = 0;
+    }
+    return p;
+}
 
 // A device: its forward pass over the pages it holds, writing each sequence's last logits,
 // (B, Vp) floats, to logits in host memory.
@@ -352,16 +372,8 @@ static inline int engine_admit(Engine* e, Request* req, int* ids, int P) {
 
     // prefill: the whole prompt in one pass, alone
     sequence_grow(e, s, P);
-    EnginePass pass;
-    pass.B = 1;
-    pass.T = P;
-    pass.tokens = ids;
     e->pass_pos[0] = 0;
-    pass.pos = e->pass_pos;
-    pass.pages = s->pages;
-    pass.max_pages = e->max_pages;
-    pass.max_len = P;
-    pass.prefill = 1;
+    EnginePass pass = engine_pass(1, P, ids, e->pass_pos, s->pages, e->max_pages);
     double t0 = now_seconds();
     e->device.forward(e->device.ctx, &pass, e->logits);
     e->prefill_seconds += now_seconds() - t0;
@@ -377,7 +389,7 @@ static inline int engine_admit(Engine* e, Request* req, int* ids, int P) {
 // One decode step of every active sequence: their last tokens through the model as one batch,
 // then one new token each.
 static inline void engine_decode(Engine* e) {
-    int B = 0, max_len = 0;
+    int B = 0;
     for (int i = 0; i < e->slots; i++) {
         Sequence* s = &e->seq[i];
         if (s->req.prompt == NULL) continue;
@@ -386,20 +398,11 @@ static inline void engine_decode(Engine* e) {
         e->pass_tokens[B] = s->next;
         e->pass_pos[B] = s->len;
         memcpy(e->pass_pages + (size_t)B * e->max_pages, s->pages, (size_t)kv_pages_for(s->len + 1) * sizeof(int));
-        if (s->len + 1 > max_len) max_len = s->len + 1;
         B++;
     }
     if (B == 0) return;
     if (B > e->peak_batch) e->peak_batch = B;
-    EnginePass pass;
-    pass.B = B;
-    pass.T = 1;
-    pass.tokens = e->pass_tokens;
-    pass.pos = e->pass_pos;
-    pass.pages = e->pass_pages;
-    pass.max_pages = e->max_pages;
-    pass.max_len = max_len;
-    pass.prefill = 0;
+    EnginePass pass = engine_pass(B, 1, e->pass_tokens, e->pass_pos, e->pass_pages, e->max_pages);
     double t0 = now_seconds();
     e->device.forward(e->device.ctx, &pass, e->logits);
     e->decode_seconds += now_seconds() - t0;

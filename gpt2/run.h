@@ -469,16 +469,8 @@ static inline void run_sample(Run* run, const Trainer* dev, GPT2* model, int ste
     printf("--- sample at step %d ---\n", step);
     for (int t = 1; t <= n; t++) {
         if (dev->generator_build != NULL) {
-            EnginePass pass;  // token t-1 at position t-1
-            int pos = t - 1;
-            pass.B = 1;
-            pass.T = 1;
-            pass.tokens = tokens + t - 1;
-            pass.pos = &pos;
-            pass.pages = table;
-            pass.max_pages = pages;
-            pass.max_len = t;
-            pass.prefill = t == 1;
+            int pos = t - 1;  // token t-1 at position t-1
+            EnginePass pass = engine_pass(1, 1, tokens + t - 1, &pos, table, pages);
             gen.forward(gen.ctx, &pass, logits);
         } else {
             dev->forward(model, tokens, NULL, 1, t);

@@ -85,15 +85,7 @@ static void kvcache_free(KVCache* cache) {
 // Runs tokens[0..T-1] at positions pos..pos+T-1; the logits of the last, and of all of them in
 // all_logits (T, Vp) when not NULL.
 static const float* kvcache_forward(KVCache* cache, const int* tokens, int T, float* all_logits) {
-    EnginePass pass;
-    pass.B = 1;
-    pass.T = T;
-    pass.tokens = tokens;
-    pass.pos = &cache->pos;
-    pass.pages = cache->pages;
-    pass.max_pages = 64;
-    pass.max_len = cache->pos + T;
-    pass.prefill = cache->pos == 0;
+    EnginePass pass = engine_pass(1, T, tokens, &cache->pos, cache->pages, 64);
     generator_forward(&cache->g, &pass, cache->logits, all_logits);
     cache->pos += T;
     return cache->logits;

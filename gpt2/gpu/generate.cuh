@@ -199,4 +199,30 @@ static void generator_gpu_forward(GeneratorGPU<floatX>* g, const EnginePass* pas
     }
 }
 
+// ---------- the generator as the engine's device ----------
+
+template <typename floatX>
+static void generator_gpu_device_forward(void* ctx, const EnginePass* pass, float* logits) {
+    generator_gpu_forward((GeneratorGPU<floatX>*)ctx, pass, logits);
+}
+
+// A generator (generator_gpu_build's arguments) as the engine's device (gpt2/engine.h): what
+// infer_gpu runs and train_gpu's samples call. generator_gpu_device_free frees it.
+template <typename floatX>
+static EngineDevice generator_gpu_device(GPT2Config c, const size_t* sizes, float* params_memory, const floatX* copy16,
+                                         const LayersOf<floatX>* layers, int slots, int num_pages) {
+    GeneratorGPU<floatX>* g = (GeneratorGPU<floatX>*)malloc_check(sizeof(GeneratorGPU<floatX>));
+    generator_gpu_build(g, c, sizes, params_memory, copy16, layers, slots, num_pages);
+    EngineDevice device;
+    device.ctx = g;
+    device.forward = generator_gpu_device_forward<floatX>;
+    return device;
+}
+
+template <typename floatX>
+static void generator_gpu_device_free(EngineDevice* device) {
+    generator_gpu_free((GeneratorGPU<floatX>*)device->ctx);
+    free(device->ctx);
+}
+
 #endif // GPT2_GPU_GENERATE_CUH
