@@ -77,6 +77,17 @@ else
   MPI_STATUS := MPI off (MPI=0)
 endif
 
+# The HTTP server of infer and infer_gpu (--serve, doc/serve.md) is built where libmicrohttpd is
+# found (apt-get install libmicrohttpd-dev); without it they build and say so when asked to serve.
+SERVE_LIBS := $(shell pkg-config --libs libmicrohttpd 2>/dev/null)
+ifneq ($(strip $(SERVE_LIBS)),)
+  SERVE_FLAGS := -DGPT2_SERVE $(shell pkg-config --cflags libmicrohttpd 2>/dev/null)
+  SERVE_LIBS += -lpthread
+  SERVE_STATUS := server on
+else
+  SERVE_STATUS := server off (no libmicrohttpd found: apt-get install libmicrohttpd-dev)
+endif
+
 ifeq ($(MATMUL),naive)
   MATMUL_FLAGS := -DMATMUL_NAIVE
 else ifneq ($(MATMUL),fast)
@@ -91,7 +102,7 @@ GPU_HEADERS := $(HEADERS) $(wildcard gpt2/gpu/*.cuh)
 
 # train_cpu and infer are rebuilt when the compiler or its flags change (MATMUL=naive, another
 # CC), not only when a source does: build/flags holds the last ones, rewritten when they differ.
-BUILD_FLAGS := $(CC) $(CFLAGS) $(MATMUL_FLAGS) $(MPI_FLAGS)
+BUILD_FLAGS := $(CC) $(CFLAGS) $(MATMUL_FLAGS) $(MPI_FLAGS) $(SERVE_FLAGS)
 $(shell mkdir -p build && echo '$(BUILD_FLAGS)' | cmp -s - build/flags || echo '$(BUILD_FLAGS)' > build/flags)
 
 CPU_PROGRAMS := tokenizer train_cpu infer
@@ -162,7 +173,7 @@ endif
 .PHONY: all data test plot lessons fuzz fuzz-targets fuzz-coverage bench bench-tokenizer bench-cpu bench-infer bench-dp clean gpu-status gpu-checks gpu-emu race-emu bench-gpu train_gpu_emu infer_gpu_emu
 
 all: $(ALL_TARGETS) gpu-status
-	@echo "built: $(ALL_TARGETS) ($(OMP_STATUS), $(MPI_STATUS))"
+	@echo "built: $(ALL_TARGETS) ($(OMP_STATUS), $(MPI_STATUS), $(SERVE_STATUS))"
 
 gpu-status:
 ifeq ($(NVCC),)
@@ -184,7 +195,7 @@ train_cpu: train_cpu.c $(HEADERS) build/flags | data
 	$(CC) $(CFLAGS) $(MATMUL_FLAGS) $(MPI_FLAGS) -o $@ train_cpu.c $(LDLIBS) $(MPI_LIBS)
 
 infer: infer.c $(HEADERS) build/flags | data
-	$(CC) $(CFLAGS) $(MATMUL_FLAGS) -o $@ infer.c $(LDLIBS)
+	$(CC) $(CFLAGS) $(MATMUL_FLAGS) $(SERVE_FLAGS) -o $@ infer.c $(LDLIBS) $(SERVE_LIBS)
 
 train_gpu: train_gpu.cu $(GPU_HEADERS) $(NVCC_STAMP) | data
 ifeq ($(NVCC),)
@@ -201,7 +212,7 @@ ifeq ($(NVCC),)
 else
 	$(nvcc_new_enough)
 	@echo "infer_gpu: compute capability $(GPU_ARCH) ($(GPU_ARCH_WHY)) + PTX $(GPU_ARCH_PTX)"
-	$(NVCC) $(NVCC_FLAGS) -o $@ infer_gpu.cu $(NVCC_LIBS)
+	$(NVCC) $(NVCC_FLAGS) $(SERVE_FLAGS) -o $@ infer_gpu.cu $(NVCC_LIBS) $(SERVE_LIBS)
 endif
 
 # GPU checks (dev/gpu/gpu_check.cu): every kernel and the whole model against the CPU, then timings;
@@ -280,9 +291,9 @@ build/emu/race_check_asan: build/emu/race_check.cpp dev/emu/cuda_emu.h
 build/emu/train_gpu: build/emu/train_gpu.cpp dev/emu/cuda_emu.h build/flags | data
 	$(CXX) -O2 $(EMU_CXXFLAGS) $(MPI_FLAGS) $< -o $@ $(MPI_LIBS)
 build/emu/infer_gpu: build/emu/infer_gpu.cpp dev/emu/cuda_emu.h build/flags | data
-	$(CXX) -O2 $(EMU_CXXFLAGS) $< -o $@
+	$(CXX) -O2 $(EMU_CXXFLAGS) $(SERVE_FLAGS) $< -o $@ $(SERVE_LIBS)
 build/emu/infer_gpu_race: build/emu/infer_gpu.cpp dev/emu/cuda_emu.h build/flags | data
-	$(call emu_race_build)
+	$(call emu_race_build,$(SERVE_FLAGS),$(SERVE_LIBS))
 build/emu/gpu_check_race: build/emu/gpu_check.cpp dev/emu/cuda_emu.h
 	$(call emu_race_build)
 build/emu/race_check: build/emu/race_check.cpp dev/emu/cuda_emu.h

@@ -8,11 +8,12 @@
 #include "io.h"
 
 // The value of the flag argv[i], or NULL for -h and --help (the caller prints its usage). A word
-// that is not a two-letter flag, or a flag without a value, is an error.
+// that is not a flag (-x, or --word), or a flag without a value, is an error.
 static inline const char* flag_value(int argc, char** argv, int i) {
     const char* flag = argv[i];
     if (strcmp(flag, "-h") == 0 || strcmp(flag, "--help") == 0) return NULL;
-    if (flag[0] != '-' || strlen(flag) != 2) fail("unexpected argument '%s' (see -h)", flag);
+    int is_flag = flag[0] == '-' && (strlen(flag) == 2 || (flag[1] == '-' && flag[2] != '\0'));
+    if (!is_flag) fail("unexpected argument '%s' (see -h)", flag);
     if (i + 1 >= argc) fail("%s needs a value (see -h)", flag);
     return argv[i + 1];
 }

@@ -89,7 +89,8 @@ typedef struct {
     double first_token;  // seconds since the start, when its first token was sampled
 } Sequence;
 
-// A request's answer, kept until every request before it has been answered.
+// A request's answer; in order (Engine.in_order), kept until every request before it has been
+// answered.
 typedef struct {
     int done;
     int failed;
@@ -97,12 +98,14 @@ typedef struct {
     unsigned char* text;
     size_t text_len;
     int prompt_tokens, completion_tokens;
-    const char* finish_reason;  // "stop" (end-of-text) or "length" (max_tokens or the context)
+    const char* finish_reason;  // "stop" (end-of-text or a stop string), "length" (max_tokens or
+                                // the context), or "cancelled" (engine_cancel)
     double ttft_ms, total_ms;
 } EngineResult;
 
 // Called with every token a sequence generates, as it is generated (the single-prompt mode
-// prints them), and with every answer, in the order of the requests; NULL: none.
+// prints them; a token that completes a stop string is not handed on), and with every answer,
+// in the order of the requests or as each is done (in_order); NULL: none.
 typedef void (*EngineTokenFn)(void* user, const Request* req, int token);
 typedef void (*EngineResultFn)(void* user, const EngineResult* result);
 
@@ -113,6 +116,8 @@ typedef struct {
     int slots;               // sequences decoded together at most (-b)
     int max_pages;           // pages of one whole context
     int stop_at_eot;         // -E
+    int in_order;            // 1 (the default): answers handed on in the order of the requests'
+                             // ids (a file's); 0: each as soon as it is done (a server's)
     PagePool pool;
     Sequence* seq;           // (slots); seq[i].req.prompt == NULL: the slot is free
     int active;
@@ -162,6 +167,7 @@ static inline void engine_build(Engine* e, const GPT2Config* config, const Token
     e->slots = slots;
     e->max_pages = kv_pages_for(config->max_seq_len);
     e->stop_at_eot = stop_at_eot;
+    e->in_order = 1;
     page_pool_build(&e->pool, num_pages);
     e->seq = (Sequence*)calloc_check((size_t)slots, sizeof(Sequence));
     for (int i = 0; i < slots; i++) {
@@ -232,16 +238,30 @@ static inline void engine_flush(Engine* e) {
 }
 
 // A request that cannot run: its error record, in its turn. Takes over req.
+// An answer is complete: in order, it waits for those before it; else it is handed on now.
+static inline void engine_done(Engine* e, const EngineResult* result) {
+    if (e->in_order) {
+        *engine_result(e, result->req.id) = *result;
+        engine_flush(e);
+        return;
+    }
+    EngineResult r = *result;
+    if (e->on_result != NULL) e->on_result(e->user, &r);
+    request_free(&r.req);
+    free(r.text);
+}
+
 static inline void engine_reject(Engine* e, Request* req) {
-    engine_expect(e, req->id);
-    EngineResult* r = engine_result(e, req->id);
-    r->done = 1;
-    r->failed = 1;
-    r->req = *req;
+    if (e->in_order) engine_expect(e, req->id);
+    EngineResult r;
+    memset(&r, 0, sizeof(r));
+    r.done = 1;
+    r.failed = 1;
+    r.req = *req;
     memset(req, 0, sizeof(*req));
     e->requests++;
     e->failed++;
-    engine_flush(e);
+    engine_done(e, &r);
 }
 
 // ---------- sequences ----------
@@ -272,17 +292,17 @@ static inline void sequence_grow(Engine* e, Sequence* s, int T) {
 // The sequence in slot i has ended: its answer is complete, its pages go back to the pool.
 static inline void engine_finish(Engine* e, int i, const char* finish_reason) {
     Sequence* s = &e->seq[i];
-    EngineResult* r = engine_result(e, s->req.id);
-    double now = now_seconds() - e->start;
-    r->done = 1;
-    r->req = s->req;
-    r->text = s->text;
-    r->text_len = s->text_len;
-    r->prompt_tokens = s->P;
-    r->completion_tokens = s->generated;
-    r->finish_reason = finish_reason;
-    r->ttft_ms = 1000.0 * s->first_token;
-    r->total_ms = 1000.0 * now;
+    EngineResult r;
+    memset(&r, 0, sizeof(r));
+    r.done = 1;
+    r.req = s->req;
+    r.text = s->text;
+    r.text_len = s->text_len;
+    r.prompt_tokens = s->P;
+    r.completion_tokens = s->generated;
+    r.finish_reason = finish_reason;
+    r.ttft_ms = 1000.0 * s->first_token;
+    r.total_ms = 1000.0 * (now_seconds() - e->start);
     e->completion_tokens += s->generated;
     page_pool_release(&e->pool, s->pages, kv_pages_for(s->len), s->promised);
     sampler_free(&s->sampler);
@@ -290,7 +310,32 @@ static inline void engine_finish(Engine* e, int i, const char* finish_reason) {
     s->text_len = s->text_cap = 0;
     memset(&s->req, 0, sizeof(s->req));
     e->active--;
-    engine_flush(e);
+    engine_done(e, &r);
+}
+
+// Ends the sequence in slot i before its time (a server's client has gone): its slot and pages
+// are free for the next step; its answer, what it has so far, says "cancelled".
+static inline void engine_cancel(Engine* e, int i) {
+    engine_finish(e, i, "cancelled");
+}
+
+// Where the first of the sequence's stop strings begins in its text, if one ends after byte
+// `before` (the text's length before its last token); -1 if none does. Every stop string was
+// looked for after the tokens before, so only one that the last token completes can be new.
+static inline long sequence_stop_at(const Sequence* s, size_t before) {
+    long at = -1;
+    for (int k = 0; k < s->req.num_stop; k++) {
+        size_t n = s->req.stop_len[k];
+        if (n > s->text_len) continue;
+        size_t first = before >= n ? before - n + 1 : 0;
+        for (size_t j = first; j + n <= s->text_len && (at < 0 || j < (size_t)at); j++) {
+            if (memcmp(s->text + j, s->req.stop[k], n) == 0) {
+                at = (long)j;
+                break;
+            }
+        }
+    }
+    return at;
 }
 
 // A token sampled for the sequence in slot i: it ends the sequence (end-of-text, or the last
@@ -303,7 +348,14 @@ static inline void engine_take_token(Engine* e, int i, int token) {
         return;
     }
     s->generated++;
+    size_t before = s->text_len;
     sequence_append_text(s, e->tok, token);
+    long stop = sequence_stop_at(s, before);
+    if (stop >= 0) {  // the completion ends before its stop string
+        s->text_len = (size_t)stop;
+        engine_finish(e, i, "stop");
+        return;
+    }
     if (e->on_token != NULL) e->on_token(e->user, &s->req, token);
     if (s->generated == s->max_new) {
         engine_finish(e, i, "length");
@@ -355,7 +407,7 @@ static inline int engine_admit(Engine* e, Request* req, int* ids, int P) {
     int i = 0;
     while (e->seq[i].req.prompt != NULL) i++;
     Sequence* s = &e->seq[i];
-    engine_expect(e, req->id);
+    if (e->in_order) engine_expect(e, req->id);
     s->req = *req;
     memset(req, 0, sizeof(*req));
     GenParams g = s->req.params;

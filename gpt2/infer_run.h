@@ -9,6 +9,9 @@
 #include "cli.h"
 #include "checkpoint.h"
 #include "engine.h"
+#ifdef GPT2_SERVE
+#include "server.h"
+#endif
 
 typedef struct {
     const char* model;       // -e
@@ -21,6 +24,10 @@ typedef struct {
     GenParams gen;           // -n -T -K -P -S: each request's defaults
     int max_new_given;       // -n was given
     int stop_at_eot;         // -E
+    const char* serve;       // --serve HOST:PORT: answer OpenAI's completions API over HTTP
+    int queue;               // -q: with --serve, choices waiting for a slot at most
+    double time_limit;       // -t: with --serve, seconds a request may take
+    int connections;         // -c: with --serve, open connections at most
 } InferConfig;
 
 static void infer_usage(const char* prog) {
@@ -32,17 +39,25 @@ static void infer_usage(const char* prog) {
             "  -f FILE   answer the requests of FILE instead, one JSON object per line ('-': standard input),\n"
             "            {\"prompt\": ..., \"max_tokens\", \"temperature\", \"top_k\", \"top_p\", \"seed\"}: one JSON\n"
             "            line each on standard output, in input order (doc/infer.md)\n"
-            "  -b N      with -f: sequences generated together, at most (default 8)\n"
+            "  --serve HOST:PORT  serve OpenAI's completions API over HTTP instead (doc/serve.md): POST\n"
+            "            /v1/completions, GET /v1/models, GET /health; HOST defaults to 127.0.0.1, PORT 0 takes\n"
+            "            any free port; SIGINT or SIGTERM stops it\n"
+            "  -q N      with --serve: choices waiting for a slot, at most; more get HTTP 429 (default 256)\n"
+            "  -t SECS   with --serve: seconds a request may take, waiting included (default 600)\n"
+            "  -c N      with --serve: open connections, at most (default 256)\n"
+            "  -b N      with -f or --serve: sequences generated together, at most (default 8)\n"
             "  -m PAGES  pages of %d positions in the key-value cache's pool (default: every sequence a\n"
             "            whole context, within 2 GiB, and never less than one whole context)\n"
             "  -w PREC   precision of the weights and the cache: fp32 or bf16 (infer: fp32; infer_gpu: bf16\n"
             "            where the GPU has bf16 tensor cores, else fp32)\n"
             "  -k FILE   tokenizer file (default data/gpt2_tokenizer.bin)\n"
-            "  -n N      new tokens at most (default: until end-of-text or the context is full)\n"
+            "  -n N      new tokens at most (default: until end-of-text or the context is full; with --serve,\n"
+            "            a request's max_tokens default, else 16 as OpenAI's)\n"
             "  -T TEMP   temperature; 0 = greedy (default 1)\n"
             "  -K K      top-k: sample among the K most likely tokens; 0 = off (default 0)\n"
             "  -P P      top-p: among the most likely tokens that together reach P; 1 = off (default 1)\n"
-            "  -S SEED   random seed for sampling (and for a dN model's weights) (default 1337)\n"
+            "  -S SEED   random seed for sampling (and for a dN model's weights) (default 1337; with --serve,\n"
+            "            a request without \"seed\" samples with a fresh one)\n"
             "  -E 0      do not stop at end-of-text (default 1: stop)\n"
             "  -h        this help\n"
             "With -p (or the prompt on standard input) the continuation goes to standard output as it is\n"
@@ -63,6 +78,9 @@ static InferConfig infer_parse_args(int argc, char** argv) {
     c.gen.top_p = 1.0f;
     c.gen.seed = 1337;
     c.stop_at_eot = 1;
+    c.queue = 256;
+    c.time_limit = 600;
+    c.connections = 256;
     for (int i = 1; i < argc; i += 2) {
         const char* flag = argv[i];
         const char* val = flag_value(argc, argv, i);
@@ -70,7 +88,11 @@ static InferConfig infer_parse_args(int argc, char** argv) {
             infer_usage(argv[0]);
             exit(0);
         }
-        switch (flag[1]) {
+        if (strcmp(flag, "--serve") == 0) {
+            c.serve = val;
+            continue;
+        }
+        switch (flag[0] == '-' && flag[1] != '-' ? flag[1] : 0) {
             case 'e': c.model = val; break;
             case 'k': c.tokenizer = val; break;
             case 'p': c.prompt = val; break;
@@ -84,6 +106,9 @@ static InferConfig infer_parse_args(int argc, char** argv) {
             case 'P': c.gen.top_p = parse_float_arg(flag, val, 0.0f); break;
             case 'S': c.gen.seed = (uint64_t)parse_int_arg(flag, val, 0); break;
             case 'E': c.stop_at_eot = parse_int_arg(flag, val, 0); break;
+            case 'q': c.queue = parse_int_arg(flag, val, 0); break;
+            case 't': c.time_limit = parse_float_arg(flag, val, 0.001f); break;
+            case 'c': c.connections = parse_int_arg(flag, val, 1); break;
             default: fail("unknown option %s (see -h)", flag);
         }
     }
@@ -95,6 +120,11 @@ static InferConfig infer_parse_args(int argc, char** argv) {
         fail("-w expects fp32 or bf16, got '%s'", c.precision);
     }
     if (c.requests != NULL && c.prompt != NULL) fail("-p and -f: give one prompt or a file of requests, not both");
+    if (c.serve != NULL && (c.requests != NULL || c.prompt != NULL)) {
+        fail("--serve answers requests over HTTP: give no -p or -f with it");
+    }
+    if (c.connections > 65536) fail("-c expects at most 65536 connections, got %d", c.connections);
+    if (c.queue > 1000000) fail("-q expects at most 1000000 choices, got %d", c.queue);
     return c;
 }
 
@@ -247,6 +277,38 @@ static int infer_requests(const InferConfig* cfg, const GPT2* model, const Token
     return failed > 0 ? 1 : 0;
 }
 
+// ---------- a server of OpenAI's completions API ----------
+
+// The model's name, as the server gives it: its file's name, without the directories.
+static const char* infer_model_name(const char* path) {
+    const char* slash = strrchr(path, '/');
+    return slash != NULL && slash[1] != '\0' ? slash + 1 : path;
+}
+
+static int infer_serve(const InferConfig* cfg, const GPT2* model, const Tokenizer* tok, EngineDevice device,
+                       int num_pages, const char* device_name) {
+#ifdef GPT2_SERVE
+    Engine e;
+    engine_build(&e, &model->config, tok, device, cfg->slots, num_pages, cfg->stop_at_eot);
+    infer_report_model(model, device_name);
+    ServerOptions opt;
+    opt.address = cfg->serve;
+    opt.model = infer_model_name(cfg->model);
+    opt.defaults = cfg->gen;
+    if (!cfg->max_new_given) opt.defaults.max_tokens = 16;  // OpenAI's default
+    opt.queue = cfg->queue;
+    opt.time_limit = cfg->time_limit;
+    opt.connections = cfg->connections;
+    int status = server_run(&e, &opt);
+    engine_free(&e);
+    return status;
+#else
+    (void)model, (void)tok, (void)device, (void)num_pages, (void)device_name;
+    fail("--serve %s: this build has no HTTP server; install libmicrohttpd (apt-get install libmicrohttpd-dev) "
+         "and build again (make clean && make)", cfg->serve);
+#endif
+}
+
 // A device, as infer_main drives it:
 typedef struct {
     // starts the device (after the flags are read: -h needs none); writes its name, returns the
@@ -262,6 +324,9 @@ typedef struct {
 // prompt or the requests; returns the exit status.
 static int infer_main(int argc, char** argv, const InferDevice* dev) {
     InferConfig cfg = infer_parse_args(argc, argv);
+#ifdef GPT2_SERVE
+    if (cfg.serve != NULL) server_block_signals();  // before any thread starts (OpenMP's too)
+#endif
     char name[256];
     const char* precision = dev->init(name, sizeof(name));
     if (cfg.precision == NULL) cfg.precision = precision;
@@ -273,15 +338,16 @@ static int infer_main(int argc, char** argv, const InferDevice* dev) {
         fail("the tokenizer %s has %d tokens, more than the model's vocabulary (V=%d)", cfg.tokenizer, tok.vocab_size,
              model.config.vocab_size);
     }
-    int slots = cfg.requests != NULL ? cfg.slots : 1;
+    int slots = cfg.requests != NULL || cfg.serve != NULL ? cfg.slots : 1;
     size_t value_bytes = dev->value_bytes(cfg.precision);
     int pages = infer_pool_pages(&cfg, model.config, slots, value_bytes);
     EngineDevice device;
     dev->build(&model, slots, pages, cfg.precision, &device);
     size_t len = strlen(name);
     snprintf(name + len, sizeof(name) - len, ", %s", cfg.precision);
-    int status = cfg.requests != NULL ? infer_requests(&cfg, &model, &tok, device, pages, value_bytes, name)
-                                      : infer_one_prompt(&cfg, &model, &tok, device, pages, name);
+    int status = cfg.serve != NULL      ? infer_serve(&cfg, &model, &tok, device, pages, name)
+                 : cfg.requests != NULL ? infer_requests(&cfg, &model, &tok, device, pages, value_bytes, name)
+                                        : infer_one_prompt(&cfg, &model, &tok, device, pages, name);
     dev->free(&device);
     tokenizer_free(&tok);
     gpt2_free(&model);

@@ -2,7 +2,7 @@
 // (doc/formats.md, section 9). A file of requests holds one JSON object per line:
 //
 //   {"prompt": "Once upon a time", "max_tokens": 64, "temperature": 0.8, "top_k": 40,
-//    "top_p": 0.95, "seed": 7}
+//    "top_p": 0.95, "seed": 7, "stop": ["\n\n", "THE END"]}
 //
 // Only "prompt" is required; a field left out, or null, takes the caller's default (the command
 // line's flags). Other fields are ignored, as OpenAI's completions API ignores what it does not
@@ -34,6 +34,8 @@
 #define REQUEST_MAX_TOKENS (1 << 20)  // max_tokens and top_k at most: bounds against absurd
 #define REQUEST_MAX_TOP_K (1 << 20)   // values, far above GPT-2's context and vocabulary
 #define REQUEST_MAX_TEMPERATURE 100.0
+#define REQUEST_MAX_STOP 4             // stop strings in one request, as OpenAI's API allows
+#define REQUEST_MAX_STOP_BYTES 256     // bytes of one stop string (as UTF-8)
 #define REQUEST_SEED_LIMIT 9007199254740992.0  // 2^53: every integer below it is exact in a
                                                // double, so in JSON readers that read doubles
 
@@ -53,7 +55,12 @@ typedef struct {
     char* prompt;       // UTF-8, 0-terminated, malloc'd; NULL when the request is not valid. A
     size_t prompt_len;  //   \u0000 in the JSON is a 0 byte here, so prompt_len, not strlen, counts
     GenParams params;
+    char* stop[REQUEST_MAX_STOP];  // strings that end the completion where one first appears (it
+    size_t stop_len[REQUEST_MAX_STOP];  // is cut before it), each malloc'd and 0-terminated
+    int num_stop;
+    void* user;         // the caller's, carried along (a server: whom the answer goes to)
     char error[256];    // "" when the request is valid; else what is wrong with it
+    const char* error_field;  // the field the error is about, when it is one (OpenAI's "param")
 } Request;
 
 // ---------- one request ----------
@@ -61,42 +68,101 @@ typedef struct {
 // The fields a request may set; a bit each in the mask of those seen.
 enum {
     REQUEST_FIELD_PROMPT, REQUEST_FIELD_MAX_TOKENS, REQUEST_FIELD_TEMPERATURE, REQUEST_FIELD_TOP_K,
-    REQUEST_FIELD_TOP_P, REQUEST_FIELD_SEED, REQUEST_NUM_FIELDS
+    REQUEST_FIELD_TOP_P, REQUEST_FIELD_SEED, REQUEST_FIELD_STOP, REQUEST_NUM_FIELDS
 };
 static const char* const request_field_names[REQUEST_NUM_FIELDS] = {
-    "prompt", "max_tokens", "temperature", "top_k", "top_p", "seed"};
+    "prompt", "max_tokens", "temperature", "top_k", "top_p", "seed", "stop"};
 
-// Records what is wrong with q, unless something already is: the first complaint is the one
-// reported. (A JSON error found later replaces it, in request_parse.)
+// Records what is wrong with q, and the field it is about (NULL: none), unless something already
+// is: the first complaint is the one reported. (A JSON error found later replaces it, in
+// request_parse.)
+static inline void request_vcomplain(Request* q, const char* field, const char* fmt, va_list args) {
+    if (q->error[0] != '\0') return;
+    vsnprintf(q->error, sizeof(q->error), fmt, args);
+    q->error_field = field;
+}
+
 #if defined(__GNUC__)
-static inline void request_complain(Request* q, const char* fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+static inline void request_complain(Request* q, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+static inline void request_complain_about(Request* q, const char* field, const char* fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 #endif
 static inline void request_complain(Request* q, const char* fmt, ...) {
-    if (q->error[0] != '\0') return;
     va_list args;
     va_start(args, fmt);
-    vsnprintf(q->error, sizeof(q->error), fmt, args);
+    request_vcomplain(q, NULL, fmt, args);
     va_end(args);
 }
 
-// Reads a key and returns the field it names, or -1 for a key that is none of ours. The key is
-// compared as decoded, so "\u0074op_k" is top_k, and "top_k\u0000" is not.
-static inline int request_field(JsonReader* r) {
-    char key[16];  // longer than any field's name
+static inline void request_complain_about(Request* q, const char* field, const char* fmt, ...) {
+    va_list args;
+    va_start(args, fmt);
+    request_vcomplain(q, field, fmt, args);
+    va_end(args);
+}
+
+// Reads a key into key (0-terminated) when it is ASCII and shorter than cap; else key is "" (no
+// field's name is either). The key is compared as decoded, so "\u0074op_k" is top_k, and
+// "top_k\u0000" is not.
+static inline void request_key(JsonReader* r, char* key, size_t cap) {
     size_t len = 0;
     int fits = 1;
     uint32_t cp;
     json_string_begin(r);
     while (json_string_char(r, &cp)) {
-        if (cp < 0x80 && len < sizeof(key)) key[len++] = (char)cp;
-        else fits = 0;  // no field's name has more, or other than ASCII
+        if (cp != 0 && cp < 0x80 && len + 1 < cap) key[len++] = (char)cp;
+        else fits = 0;
     }
-    for (int field = 0; fits && field < REQUEST_NUM_FIELDS; field++) {
-        const char* name = request_field_names[field];
-        if (strlen(name) == len && memcmp(name, key, len) == 0) return field;
+    key[fits ? len : 0] = '\0';
+}
+
+// The index of name in names (count of them), or -1.
+static inline int request_lookup(const char* name, const char* const* names, int count) {
+    for (int i = 0; name[0] != '\0' && i < count; i++) {
+        if (strcmp(names[i], name) == 0) return i;
     }
     return -1;
+}
+
+// Reads a key and returns the field it names, or -1 for a key that is none of ours.
+static inline int request_field(JsonReader* r) {
+    char key[16];  // longer than any field's name
+    request_key(r, key, sizeof(key));
+    return request_lookup(key, request_field_names, REQUEST_NUM_FIELDS);
+}
+
+// One stop string (r at it) into q, or a complaint.
+static inline void request_stop_string(JsonReader* r, Request* q) {
+    if (json_peek(r) != '"') {
+        request_complain_about(q, "stop", "\"stop\" must be a string or an array of at most %d strings, got %s",
+                               REQUEST_MAX_STOP, json_kind_name(json_peek(r)));
+        json_skip_value(r);
+        return;
+    }
+    size_t cap = r->n - r->pos;  // as for the prompt: room for any string the text holds
+    char* s = (char*)malloc_check(cap);
+    size_t len = json_string(r, s, cap);
+    if (len == 0 || len > REQUEST_MAX_STOP_BYTES) {
+        request_complain_about(q, "stop", "a stop string must have 1 to %d bytes, got %zu", REQUEST_MAX_STOP_BYTES,
+                               len);
+        free(s);
+    } else if (q->num_stop == REQUEST_MAX_STOP) {
+        request_complain_about(q, "stop", "\"stop\" holds at most %d strings", REQUEST_MAX_STOP);
+        free(s);
+    } else {
+        q->stop[q->num_stop] = (char*)realloc_check(s, len + 1);
+        q->stop_len[q->num_stop++] = len;
+    }
+}
+
+// "stop": a string, or an array of them (null was taken as none already).
+static inline void request_stop_value(JsonReader* r, Request* q) {
+    if (json_peek(r) != '[') {
+        request_stop_string(r, q);
+        return;
+    }
+    r->pos++;
+    for (size_t i = 0; json_next(r, ']', i); i++) request_stop_string(r, q);
 }
 
 // A number (r at it): its value, its text as written into got (cut to fit, for a complaint), and
@@ -122,7 +188,7 @@ static inline void request_field_value(JsonReader* r, Request* q, int field) {
     if (field == REQUEST_FIELD_PROMPT) {
         if (c != '"') {
             json_skip_value(r);
-            request_complain(q, "\"prompt\" must be a string, got %s", json_kind_name(c));
+            request_complain_about(q, "prompt", "\"prompt\" must be a string, got %s", json_kind_name(c));
             return;
         }
         size_t cap = r->n - r->pos;  // the string's text, quotes included: room for it and its 0
@@ -132,6 +198,10 @@ static inline void request_field_value(JsonReader* r, Request* q, int field) {
         return;
     }
     if (json_accept_null(r)) return;  // the default stays
+    if (field == REQUEST_FIELD_STOP) {
+        request_stop_value(r, q);
+        return;
+    }
     char got[32];  // the value as written, or its kind
     double v = 0.0;
     int is_number = c == '-' || (c >= '0' && c <= '9'), is_integer = 0;
@@ -147,26 +217,27 @@ static inline void request_field_value(JsonReader* r, Request* q, int field) {
     switch (field) {
         case REQUEST_FIELD_MAX_TOKENS:
             if (is_integer && v >= 1 && v <= REQUEST_MAX_TOKENS) q->params.max_tokens = (int)v;
-            else request_complain(q, "\"%s\" must be an integer from 1 to %d, got %s", name,
+            else request_complain_about(q, name, "\"%s\" must be an integer from 1 to %d, got %s", name,
                                   REQUEST_MAX_TOKENS, got);
             break;
         case REQUEST_FIELD_TEMPERATURE:
             if (is_number && v >= 0 && v <= REQUEST_MAX_TEMPERATURE) q->params.temperature = (float)v;
-            else request_complain(q, "\"%s\" must be a number from 0 to %g, got %s", name,
+            else request_complain_about(q, name, "\"%s\" must be a number from 0 to %g, got %s", name,
                                   REQUEST_MAX_TEMPERATURE, got);
             break;
         case REQUEST_FIELD_TOP_K:
             if (is_integer && v >= 0 && v <= REQUEST_MAX_TOP_K) q->params.top_k = (int)v;
-            else request_complain(q, "\"%s\" must be an integer from 0 to %d, got %s", name,
+            else request_complain_about(q, name, "\"%s\" must be an integer from 0 to %d, got %s", name,
                                   REQUEST_MAX_TOP_K, got);
             break;
         case REQUEST_FIELD_TOP_P:  // and not 0 as a float either, as 1e-50 is
             if (is_number && v > 0 && v <= 1 && (float)v > 0) q->params.top_p = (float)v;
-            else request_complain(q, "\"%s\" must be a number in (0, 1], got %s", name, got);
+            else request_complain_about(q, name, "\"%s\" must be a number in (0, 1], got %s", name, got);
             break;
         case REQUEST_FIELD_SEED:
             if (is_integer && v >= 0 && v < REQUEST_SEED_LIMIT) q->params.seed = (uint64_t)v;
-            else request_complain(q, "\"%s\" must be a non-negative integer below 2^53, got %s", name, got);
+            else request_complain_about(q, name, "\"%s\" must be a non-negative integer below 2^53, got %s", name,
+                                        got);
             break;
     }
 }
@@ -189,14 +260,15 @@ static inline void request_object(JsonReader* r, Request* q) {
             json_skip_value(r);
         } else if (seen & (1u << field)) {
             json_skip_value(r);
-            request_complain(q, "\"%s\" is given twice", request_field_names[field]);
+            const char* name = request_field_names[field];
+            request_complain_about(q, name, "\"%s\" is given twice", name);
         } else {
             seen |= 1u << field;
             request_field_value(r, q, field);
         }
     }
     json_end(r);
-    if (!(seen & (1u << REQUEST_FIELD_PROMPT))) request_complain(q, "\"prompt\" is missing");
+    if (!(seen & (1u << REQUEST_FIELD_PROMPT))) request_complain_about(q, "prompt", "\"prompt\" is missing");
 }
 
 // Reads one request from the n bytes of text (one JSON object; whitespace around it is allowed,
@@ -205,11 +277,16 @@ static inline void request_object(JsonReader* r, Request* q) {
 // 0, with q->error saying what is wrong, q->prompt NULL and q->params the defaults. Text that is
 // not JSON is reported as such, before anything the JSON says: "not valid JSON: WHAT at byte N"
 // (N from 0); else the first thing wrong in the order of the text, "\"prompt\" is missing" last.
+static inline void request_free(Request* q);
+
 static inline int request_parse(Request* q, const char* text, size_t n, const GenParams* defaults) {
     q->prompt = NULL;
     q->prompt_len = 0;
     q->params = *defaults;
+    q->num_stop = 0;
+    q->user = NULL;
     q->error[0] = '\0';
+    q->error_field = NULL;
     // A JSON error writes "WHAT at byte N" into q->error after the prefix and jumps back here:
     // nothing the error path needs lives in a local variable that changes after setjmp (json_catch
     // says why).
@@ -218,12 +295,14 @@ static inline int request_parse(Request* q, const char* text, size_t n, const Ge
     JsonReader r = json_reader(text, n, "request", NULL);
     jmp_buf on_error;
     json_catch(&r, &on_error, q->error + prefix, sizeof(q->error) - prefix);
-    if (setjmp(on_error) == 0) request_object(&r, q);
-    else memcpy(q->error, bad_json, prefix);
+    if (setjmp(on_error) == 0) {
+        request_object(&r, q);
+    } else {
+        memcpy(q->error, bad_json, prefix);
+        q->error_field = NULL;
+    }
     if (q->error[0] == '\0') return 1;
-    free(q->prompt);
-    q->prompt = NULL;
-    q->prompt_len = 0;
+    request_free(q);
     q->params = *defaults;
     return 0;
 }
@@ -232,6 +311,8 @@ static inline void request_free(Request* q) {
     free(q->prompt);
     q->prompt = NULL;
     q->prompt_len = 0;
+    for (int i = 0; i < q->num_stop; i++) free(q->stop[i]);
+    q->num_stop = 0;
 }
 
 // ---------- a file of requests ----------
@@ -311,6 +392,9 @@ static inline int request_read(RequestReader* rr, Request* q, const GenParams* d
         q->prompt = NULL;
         q->prompt_len = 0;
         q->params = *defaults;
+        q->num_stop = 0;
+        q->user = NULL;
+        q->error_field = NULL;
         snprintf(q->error, sizeof(q->error), "the line is longer than %zu bytes", rr->max_line);
         return 1;
     }

@@ -1,0 +1,273 @@
+// gpt2/completions.h: the body of a request to OpenAI's completions API (POST /v1/completions),
+// read into what the engine needs: the prompts, how to generate, how many choices, and whether to
+// stream them. The server (gpt2/server.h) answers with it; doc/serve.md lists the fields.
+//
+//   {"model": "gpt2", "prompt": "Once upon a time", "max_tokens": 32, "temperature": 0.8,
+//    "top_p": 0.95, "seed": 7, "stop": ["\n\n"], "n": 2, "stream": true,
+//    "stream_options": {"include_usage": true}}
+//
+// "prompt" is a string, or an array of strings answered as one choice each (n choices each with
+// "n"). The fields of generation are read as a line of `infer -f` reads them (gpt2/requests.h),
+// "top_k" with them, an extension OpenAI does not have. Fields the server does not know are
+// ignored, as OpenAI's API ignores them; fields it knows but cannot honour (echo, logprobs,
+// suffix, best_of, the penalties, logit_bias) are accepted at their neutral values and refused
+// otherwise: a server that ignored "echo": true would answer something else than was asked.
+
+#ifndef GPT2_COMPLETIONS_H
+#define GPT2_COMPLETIONS_H
+
+#include "requests.h"
+
+#define COMPLETION_MAX_PROMPTS 64   // strings in one request's "prompt"
+#define COMPLETION_MAX_N 16         // choices per prompt ("n")
+#define COMPLETION_MAX_MODEL 256    // bytes of a "model" name kept (a longer one names no model)
+
+typedef struct {
+    Request req;          // how to generate (params, stop strings) and, when the body is not
+                          // valid, what is wrong (error, error_field); its prompt is unused
+    char** prompts;       // (num_prompts) each malloc'd, UTF-8, 0-terminated; may hold 0 bytes
+    size_t* prompt_lens;
+    int num_prompts;
+    int n;                // choices per prompt
+    int stream;           // answer as server-sent events, a token at a time
+    int include_usage;    // stream_options.include_usage: a last event with the usage
+    int seed_given;       // "seed" was given: the choices are reproducible
+    char* model;          // "model", malloc'd; NULL when not given
+} Completion;
+
+// The fields read here; the others a request may set are gpt2/requests.h's.
+enum {
+    COMPLETION_FIELD_MODEL, COMPLETION_FIELD_N, COMPLETION_FIELD_STREAM, COMPLETION_FIELD_STREAM_OPTIONS,
+    COMPLETION_FIELD_ECHO, COMPLETION_FIELD_LOGPROBS, COMPLETION_FIELD_SUFFIX, COMPLETION_FIELD_BEST_OF,
+    COMPLETION_FIELD_PRESENCE_PENALTY, COMPLETION_FIELD_FREQUENCY_PENALTY, COMPLETION_FIELD_LOGIT_BIAS,
+    COMPLETION_NUM_FIELDS
+};
+static const char* const completion_field_names[COMPLETION_NUM_FIELDS] = {
+    "model", "n", "stream", "stream_options", "echo", "logprobs", "suffix", "best_of", "presence_penalty",
+    "frequency_penalty", "logit_bias"};
+
+static inline void completion_free(Completion* c) {
+    for (int i = 0; i < c->num_prompts; i++) free(c->prompts[i]);
+    free(c->prompts);
+    free(c->prompt_lens);
+    free(c->model);
+    request_free(&c->req);
+    c->prompts = NULL;
+    c->prompt_lens = NULL;
+    c->num_prompts = 0;
+    c->model = NULL;
+}
+
+// One string of "prompt" (r at it; in an array or not) joins the prompts, or a complaint.
+static inline void completion_prompt_string(JsonReader* r, Completion* c, int in_array) {
+    if (json_peek(r) != '"') {
+        request_complain_about(&c->req, "prompt", "\"prompt\" must be a string or an array of strings, got %s%s",
+                               json_kind_name(json_peek(r)), in_array ? " in the array" : "");
+        json_skip_value(r);
+        return;
+    }
+    if (c->num_prompts == COMPLETION_MAX_PROMPTS) {
+        request_complain_about(&c->req, "prompt", "\"prompt\" holds at most %d strings", COMPLETION_MAX_PROMPTS);
+        json_skip_value(r);
+        return;
+    }
+    if (c->prompts == NULL) {
+        c->prompts = (char**)malloc_check(COMPLETION_MAX_PROMPTS * sizeof(char*));
+        c->prompt_lens = (size_t*)malloc_check(COMPLETION_MAX_PROMPTS * sizeof(size_t));
+    }
+    size_t cap = r->n - r->pos;  // room for any string the text holds
+    char* s = (char*)malloc_check(cap);
+    c->prompts[c->num_prompts] = s;  // owned by c from here, should the string turn out bad JSON
+    c->prompt_lens[c->num_prompts++] = 0;
+    size_t len = json_string(r, s, cap);
+    c->prompts[c->num_prompts - 1] = (char*)realloc_check(s, len + 1);
+    c->prompt_lens[c->num_prompts - 1] = len;
+}
+
+static inline void completion_prompt(JsonReader* r, Completion* c) {
+    int kind = json_peek(r);
+    if (kind != '[') {
+        completion_prompt_string(r, c, 0);
+        return;
+    }
+    r->pos++;
+    for (size_t i = 0; json_next(r, ']', i); i++) completion_prompt_string(r, c, 1);
+    if (c->num_prompts == 0) request_complain_about(&c->req, "prompt", "\"prompt\" is an empty array");
+}
+
+// A field that must hold its neutral value: null, or `neutral` (a number; or for a boolean 0,
+// false; or for an object, {}), since the server cannot do what another value asks.
+static inline void completion_neutral(JsonReader* r, Completion* c, const char* name, double neutral) {
+    if (json_accept_null(r)) return;
+    int kind = json_peek(r), ok = 0;
+    if (kind == 't' || kind == 'f') {
+        ok = json_bool(r) == (neutral != 0);
+    } else if (kind == '-' || (kind >= '0' && kind <= '9')) {
+        ok = json_number(r) == neutral;
+    } else if (kind == '{') {
+        size_t start = r->pos;
+        r->pos++;
+        ok = !json_next(r, '}', 0);  // {} only
+        if (!ok) {
+            r->pos = start;
+            json_skip_value(r);
+        }
+    } else {
+        json_skip_value(r);
+    }
+    if (!ok) request_complain_about(&c->req, name, "\"%s\" is not supported by this server (GPT-2 from gpt2/server.h); "
+                                    "leave it out", name);
+}
+
+static inline int completion_bool(JsonReader* r, Completion* c, const char* name) {
+    if (json_accept_null(r)) return 0;
+    int kind = json_peek(r);
+    if (kind == 't' || kind == 'f') return json_bool(r);
+    json_skip_value(r);
+    request_complain_about(&c->req, name, "\"%s\" must be true or false, got %s", name, json_kind_name(kind));
+    return 0;
+}
+
+static inline void completion_field_value(JsonReader* r, Completion* c, int field) {
+    const char* name = completion_field_names[field];
+    int kind = json_peek(r);
+    switch (field) {
+        case COMPLETION_FIELD_MODEL:
+            if (json_accept_null(r)) return;
+            if (kind != '"') {
+                json_skip_value(r);
+                request_complain_about(&c->req, name, "\"model\" must be a string, got %s", json_kind_name(kind));
+                return;
+            }
+            {
+                uint32_t cp;
+                size_t len = 0;
+                c->model = (char*)malloc_check(COMPLETION_MAX_MODEL + 1);
+                json_string_begin(r);
+                while (json_string_char(r, &cp)) {  // the name's first bytes, enough to compare
+                    unsigned char bytes[4];
+                    int nb = utf8_encode(cp, bytes);
+                    if (len + (size_t)nb <= COMPLETION_MAX_MODEL) memcpy(c->model + len, bytes, (size_t)nb);
+                    len += (size_t)nb;
+                }
+                c->model[len < COMPLETION_MAX_MODEL ? len : COMPLETION_MAX_MODEL] = '\0';
+            }
+            return;
+        case COMPLETION_FIELD_N: {
+            if (json_accept_null(r)) return;
+            char got[32];
+            int is_integer = 0;
+            double v = 0;
+            if (kind == '-' || (kind >= '0' && kind <= '9')) {
+                v = request_number(r, got, sizeof(got), &is_integer);
+            } else {
+                json_skip_value(r);
+                snprintf(got, sizeof(got), "%s", json_kind_name(kind));
+            }
+            if (is_integer && v >= 1 && v <= COMPLETION_MAX_N) c->n = (int)v;
+            else request_complain_about(&c->req, name, "\"n\" must be an integer from 1 to %d, got %s", COMPLETION_MAX_N,
+                                        got);
+            return;
+        }
+        case COMPLETION_FIELD_STREAM:
+            c->stream = completion_bool(r, c, name);
+            return;
+        case COMPLETION_FIELD_STREAM_OPTIONS:
+            if (json_accept_null(r)) return;
+            if (kind != '{') {
+                json_skip_value(r);
+                request_complain_about(&c->req, name, "\"stream_options\" must be an object, got %s",
+                                       json_kind_name(kind));
+                return;
+            }
+            r->pos++;
+            for (size_t i = 0; json_next(r, '}', i); i++) {
+                char key[16];
+                request_key(r, key, sizeof(key));
+                json_expect(r, ':');
+                if (strcmp(key, "include_usage") == 0) c->include_usage = completion_bool(r, c, "include_usage");
+                else json_skip_value(r);
+            }
+            return;
+        case COMPLETION_FIELD_ECHO: completion_neutral(r, c, name, 0); return;
+        case COMPLETION_FIELD_LOGPROBS:
+            if (!json_accept_null(r)) {
+                json_skip_value(r);
+                request_complain_about(&c->req, name, "\"logprobs\" is not supported by this server; leave it out");
+            }
+            return;
+        case COMPLETION_FIELD_SUFFIX:
+            if (!json_accept_null(r)) {
+                json_skip_value(r);
+                request_complain_about(&c->req, name, "\"suffix\" is not supported by this server (GPT-2 only "
+                                       "continues text); leave it out");
+            }
+            return;
+        case COMPLETION_FIELD_BEST_OF: completion_neutral(r, c, name, 1); return;
+        case COMPLETION_FIELD_PRESENCE_PENALTY: completion_neutral(r, c, name, 0); return;
+        case COMPLETION_FIELD_FREQUENCY_PENALTY: completion_neutral(r, c, name, 0); return;
+        case COMPLETION_FIELD_LOGIT_BIAS: completion_neutral(r, c, name, 0); return;
+    }
+}
+
+static inline void completion_object(JsonReader* r, Completion* c) {
+    int kind = json_peek(r);
+    if (kind != '{') {
+        json_skip_value(r);
+        json_end(r);
+        request_complain(&c->req, "the body must be a JSON object, got %s", json_kind_name(kind));
+        return;
+    }
+    r->pos++;
+    unsigned seen = 0, seen_ours = 0;  // a bit per field, of requests.h's and of ours
+    for (size_t i = 0; json_next(r, '}', i); i++) {
+        char key[32];  // longer than any field's name
+        request_key(r, key, sizeof(key));
+        json_expect(r, ':');
+        int field = request_lookup(key, request_field_names, REQUEST_NUM_FIELDS);
+        int ours = request_lookup(key, completion_field_names, COMPLETION_NUM_FIELDS);
+        const char* name = field >= 0 ? request_field_names[field] : ours >= 0 ? completion_field_names[ours] : NULL;
+        if ((field >= 0 && (seen & (1u << field))) || (ours >= 0 && (seen_ours & (1u << ours)))) {
+            json_skip_value(r);
+            request_complain_about(&c->req, name, "\"%s\" is given twice", name);
+        } else if (field == REQUEST_FIELD_PROMPT) {
+            seen |= 1u << field;
+            completion_prompt(r, c);
+        } else if (field >= 0) {
+            seen |= 1u << field;
+            request_field_value(r, &c->req, field);
+        } else if (ours >= 0) {
+            seen_ours |= 1u << ours;
+            completion_field_value(r, c, ours);
+        } else {
+            json_skip_value(r);
+        }
+    }
+    json_end(r);
+    if (!(seen & (1u << REQUEST_FIELD_PROMPT))) request_complain_about(&c->req, "prompt", "\"prompt\" is missing");
+    c->seed_given = (seen >> REQUEST_FIELD_SEED) & 1;
+}
+
+// Reads the n bytes of body into c: returns 1 when it is a valid request; else 0, with
+// c->req.error saying what is wrong ("not valid JSON: WHAT at byte N" before anything the JSON
+// says) and c->req.error_field the field, when it is about one. Either way completion_free(c)
+// frees what c holds.
+static inline int completion_parse(Completion* c, const char* body, size_t n, const GenParams* defaults) {
+    memset(c, 0, sizeof(*c));
+    c->req.params = *defaults;
+    c->n = 1;
+    static const char bad_json[] = "not valid JSON: ";
+    const size_t prefix = sizeof(bad_json) - 1;
+    JsonReader r = json_reader(body, n, "request", NULL);
+    jmp_buf on_error;
+    json_catch(&r, &on_error, c->req.error + prefix, sizeof(c->req.error) - prefix);
+    if (setjmp(on_error) == 0) {
+        completion_object(&r, c);
+    } else {
+        memcpy(c->req.error, bad_json, prefix);
+        c->req.error_field = NULL;
+    }
+    return c->req.error[0] == '\0';
+}
+
+#endif // GPT2_COMPLETIONS_H
