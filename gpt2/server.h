@@ -62,7 +62,10 @@ typedef struct ServerChoice {
     int cancel;             // the call has given up on it: the engine drops it at its next step
     unsigned char* text;    // generated so far
     size_t text_len, text_cap;
+    size_t* ends;           // (num_tokens) the text's length after each token, where events end
+    int num_tokens, tokens_cap;
     size_t sent;            // bytes of text streamed
+    int streamed;           // tokens streamed (their events sent)
     int completion_tokens;
     const char* finish_reason;  // once done: "stop" or "length"; NULL: cut short
     int ended;              // its last event is streamed
@@ -203,6 +206,11 @@ static void server_on_token(void* user, const Request* req, int token) {
         memcpy(ch->text + ch->text_len, bytes, n);
         ch->text_len += n;
     }
+    if (ch->num_tokens == ch->tokens_cap) {
+        ch->tokens_cap = 2 * ch->tokens_cap + 16;
+        ch->ends = (size_t*)realloc_check(ch->ends, (size_t)ch->tokens_cap * sizeof(size_t));
+    }
+    ch->ends[ch->num_tokens++] = ch->text_len;
     ch->completion_tokens++;
     pthread_cond_broadcast(&ch->call->changed);
     pthread_mutex_unlock(&s->lock);
@@ -367,6 +375,7 @@ static void server_call_free(ServerCall* c) {
     Server* s = c->srv;
     for (int i = 0; i < c->num_choices; i++) {
         free(c->choices[i].text);
+        free(c->choices[i].ends);
         request_free(&c->choices[i].req);
         free(c->choices[i].ids);
     }
@@ -452,19 +461,23 @@ static enum MHD_Result server_answer(struct MHD_Connection* conn, ServerCall* c)
 
 // ---------- answers: streamed as server-sent events ----------
 
+// The bytes at the end of text[0, end) of a character that has begun and not finished.
+static size_t server_unfinished(const unsigned char* text, size_t end) {
+    for (size_t back = 1; back <= 3 && back <= end; back++) {
+        unsigned char b = text[end - back];
+        if ((b & 0xC0) == 0x80) continue;  // a continuation byte: look further back
+        size_t want = b >= 0xF0 ? 4 : b >= 0xE0 ? 3 : b >= 0xC0 ? 2 : 1;
+        return b >= 0xC0 && want > back ? back : 0;
+    }
+    return 0;
+}
+
 // How much of a running choice's text may be streamed now: not the bytes of a character still
 // arriving (each event is valid UTF-8 on its own, and together they are the whole text), nor
 // what could be the start of a stop string (the completion ends before a stop string, and text
 // streamed cannot be taken back).
 static size_t server_stream_end(const ServerCall* c, const ServerChoice* ch) {
-    size_t end = ch->text_len, hold = 0;
-    for (size_t back = 1; back <= 3 && back <= end; back++) {
-        unsigned char b = ch->text[end - back];
-        if ((b & 0xC0) == 0x80) continue;  // a continuation byte: look further back
-        size_t want = b >= 0xF0 ? 4 : b >= 0xE0 ? 3 : b >= 0xC0 ? 2 : 1;
-        if (b >= 0xC0 && want > back) hold = back;  // a character begun, not finished
-        break;
-    }
+    size_t end = ch->text_len, hold = server_unfinished(ch->text, end);
     const Request* q = &c->body.req;
     for (int k = 0; k < q->num_stop; k++) {
         size_t m = q->stop_len[k] - 1 < end ? q->stop_len[k] - 1 : end;
@@ -482,28 +495,39 @@ static void server_write_event_end(FILE* f) {
     fputs("\n\n", f);
 }
 
-// The events for what the call's choices have that was not streamed yet (lock held); returns
-// whether every choice has had its last event.
+static void server_write_event(ServerCall* c, FILE* f, ServerChoice* ch, size_t end, const char* finish_reason) {
+    fputs("data: ", f);
+    server_write_head(c, f);
+    fputs(", \"choices\": [", f);
+    server_write_choice(f, ch->index, ch->text + ch->sent, end - ch->sent, finish_reason);
+    fputs("]", f);
+    if (c->body.include_usage) fputs(", \"usage\": null", f);
+    fputc('}', f);
+    server_write_event_end(f);
+    ch->sent = end;
+}
+
+// The events for what the call's choices have that was not streamed yet (lock held): one per
+// token, a token's text joining the next one's while it may not be sent yet (server_stream_end),
+// and a last one with the finish_reason and whatever text is left. Returns whether every choice
+// has had its last event.
 static int server_stream_events(ServerCall* c, FILE* f) {
     int ended = 1;
     for (int i = 0; i < c->num_choices; i++) {
         ServerChoice* ch = &c->choices[i];
         if (ch->ended) continue;
-        int done = ch->state == CHOICE_DONE;
+        int done = ch->state == CHOICE_DONE;  // then its text is final, a stop string cut from it
         size_t end = done ? ch->text_len : server_stream_end(c, ch);
-        if (end > ch->sent || done) {
-            fputs("data: ", f);
-            server_write_head(c, f);
-            fputs(", \"choices\": [", f);
-            server_write_choice(f, i, ch->text + ch->sent, end - ch->sent, done ? ch->finish_reason : NULL);
-            fputs("]", f);
-            if (c->body.include_usage) fputs(", \"usage\": null", f);
-            fputc('}', f);
-            server_write_event_end(f);
-            ch->sent = end;
-            ch->ended = done;
+        for (; ch->streamed < ch->num_tokens && ch->ends[ch->streamed] <= end; ch->streamed++) {
+            size_t e = ch->ends[ch->streamed];
+            if (e > ch->sent && server_unfinished(ch->text, e) == 0) server_write_event(c, f, ch, e, NULL);
         }
-        if (!ch->ended) ended = 0;
+        if (done) {
+            server_write_event(c, f, ch, ch->text_len, ch->finish_reason);
+            ch->ended = 1;
+        } else {
+            ended = 0;
+        }
     }
     return ended;
 }
