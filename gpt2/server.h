@@ -103,6 +103,7 @@ struct ServerCall {
     pthread_cond_t changed; // a choice has news
     double deadline;        // now_seconds() past which the request is cut short
     int fd;                 // the client's socket
+    double checked;         // when it was last looked at
     char id[32];
     long created;
     // streaming: the events made and not yet handed to libmicrohttpd
@@ -333,11 +334,14 @@ static int server_wait(Server* s, ServerCall* c) {
         until.tv_nsec -= 1000000000L;
     }
     pthread_cond_timedwait(&c->changed, &s->lock, &until);
-    pthread_mutex_unlock(&s->lock);
-    int gone = server_client_gone(c->fd);
-    pthread_mutex_lock(&s->lock);
-    if (gone) return WAIT_GONE;
     double now = now_seconds();
+    if (now - c->checked >= SERVER_POLL_MS * 1e-3) {  // not at every token: a system call or two
+        c->checked = now;
+        pthread_mutex_unlock(&s->lock);
+        int gone = server_client_gone(c->fd);
+        pthread_mutex_lock(&s->lock);
+        if (gone) return WAIT_GONE;
+    }
     if (now > c->deadline) return WAIT_TIMEOUT;
     if (s->stopping) {
         if (now > s->drain_end) return WAIT_STOPPING;
