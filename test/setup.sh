@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Installs what the tests need on a fresh Debian machine: PyTorch and NumPy for the reference model
-# (Debian's python3-torch, used through /usr/bin/python3), and the npm package tiktoken for the
-# tokenizer's exactness tests, Open MPI (openmpi-bin, libopenmpi-dev) for data-parallel training,
-# clang with libFuzzer (clang, libclang-rt-dev) for the fuzz targets, and matplotlib
-# (python3-matplotlib) for make plot and the benchmark charts.
+# (Debian's python3-torch, used through /usr/bin/python3), the npm packages tiktoken for the
+# tokenizer's exactness tests and openai (OpenAI's client library) for the server's test, Open MPI
+# (openmpi-bin, libopenmpi-dev) for data-parallel training, clang with libFuzzer (clang,
+# libclang-rt-dev) for the fuzz targets, matplotlib (python3-matplotlib) for make plot and the
+# benchmark charts, and libmicrohttpd (libmicrohttpd-dev) for infer's HTTP server (--serve; make
+# builds it in where it finds the library, so build again after installing it).
 # Nothing else reaches the network. Safe to run again.
 # TEST_OFFLINE=1 (a machine without a network, such as a lent GPU machine): installs nothing and
 # says what is missing; the tests that need it then skip, each saying why. PYTHON (the Makefile
@@ -25,9 +27,14 @@ command -v mpicc >/dev/null && command -v mpirun >/dev/null || need_apt+=(openmp
 # clang with libFuzzer and the sanitizers' runtime: the fuzz targets (test/fuzz/, make fuzz)
 echo 'int LLVMFuzzerTestOneInput(const char* d, long n) { return 0; }' \
   | clang -fsanitize=fuzzer,address,undefined -x c - -o /dev/null >/dev/null 2>&1 || need_apt+=(clang libclang-rt-dev)
+# libmicrohttpd: infer and infer_gpu serve OpenAI's completions API with it (--serve, test_serve)
+pkg-config --exists libmicrohttpd 2>/dev/null || need_apt+=(libmicrohttpd-dev pkg-config)
+need_npm=()
+[ -d test/node_modules/tiktoken ] || need_npm+=(tiktoken)
+[ -d test/node_modules/openai ] || need_npm+=(openai)
 if [ "${TEST_OFFLINE:-0}" = 1 ]; then
   [ ${#need_apt[@]} -gt 0 ] && echo "setup: offline (TEST_OFFLINE=1), not installing: ${need_apt[*]}"
-  [ -d test/node_modules/tiktoken ] || echo "setup: offline (TEST_OFFLINE=1), not installing: the npm package tiktoken"
+  [ ${#need_npm[@]} -gt 0 ] && echo "setup: offline (TEST_OFFLINE=1), not installing the npm packages: ${need_npm[*]}"
   exit 0
 fi
 if [ ${#need_apt[@]} -gt 0 ]; then
@@ -35,7 +42,7 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
-if [ ! -d test/node_modules/tiktoken ]; then
-  echo "setup: npm install tiktoken"
+if [ ${#need_npm[@]} -gt 0 ]; then
+  echo "setup: npm install ${need_npm[*]}"
   (cd test && npm install --no-audit --no-fund --loglevel=error >/dev/null)
 fi
