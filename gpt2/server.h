@@ -36,6 +36,7 @@
 #define SERVER_IDLE_SECONDS 30         // a connection with nothing to do is closed after this
 #define SERVER_POLL_MS 50              // how often a waiting request looks at its client
 #define SERVER_DRAIN_SECONDS 10        // on SIGINT/SIGTERM, what requests in flight have to finish
+#define SERVER_FAREWELL_SECONDS 1      // then, what their last events have to reach their clients
 
 typedef struct {
     const char* address;   // --serve HOST:PORT (HOST defaults to 127.0.0.1; PORT 0: any free one)
@@ -884,7 +885,8 @@ static void server_address(const char* spec, struct sockaddr_storage* addr, sock
 
 // Serves until SIGINT or SIGTERM, which the caller has blocked in every thread (server_block_signals,
 // before any thread starts): then no new request is taken, the ones in flight have
-// SERVER_DRAIN_SECONDS to finish (a second signal: none), and it returns 0.
+// SERVER_DRAIN_SECONDS to finish (a second signal: none) and SERVER_FAREWELL_SECONDS more to send
+// what they were cut short with, and it returns 0.
 static int server_run(Engine* e, const ServerOptions* opt) {
     Server s;
     memset(&s, 0, sizeof(s));
@@ -950,20 +952,23 @@ static int server_run(Engine* e, const ServerOptions* opt) {
     pthread_mutex_unlock(&s.lock);
     MHD_socket listen_fd = MHD_quiesce_daemon(s.daemon);
     if (listen_fd != MHD_INVALID_SOCKET) close(listen_fd);
-    // until every request is answered; each waiting one sees the end within SERVER_POLL_MS
+    // until every request is answered; each waiting one sees the end within SERVER_POLL_MS. A
+    // stream whose client does not read waits for room in its socket, not for the engine, and
+    // would hold the server until libmicrohttpd's idle timeout: past the farewell it is closed.
     struct timespec poll_time = {0, SERVER_POLL_MS * 1000000L};
     for (;;) {
         pthread_mutex_lock(&s.lock);
         int calls = s.calls;
+        double end = s.drain_end;
         pthread_mutex_unlock(&s.lock);
-        if (calls == 0) break;
+        if (calls == 0 || now_seconds() > end + SERVER_FAREWELL_SECONDS) break;
         if (sigtimedwait(&signals, NULL, &poll_time) > 0) {
             pthread_mutex_lock(&s.lock);
-            s.drain_end = 0;  // cut short now
+            s.drain_end = now_seconds();  // cut short now
             pthread_mutex_unlock(&s.lock);
         }
     }
-    MHD_stop_daemon(s.daemon);  // closes the idle connections
+    MHD_stop_daemon(s.daemon);  // closes the connections left, idle or not
     pthread_mutex_lock(&s.lock);
     s.quit = 1;
     pthread_cond_signal(&s.work);
