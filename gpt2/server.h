@@ -276,13 +276,15 @@ static void* server_engine_main(void* arg) {
             server_queue_remove(s, ch);
             ch->state = CHOICE_RUNNING;
             s->running++;
+            // the engine takes the tokens; a choice done at its first token (max_tokens 1, a stop
+            // string) may be freed by its call before the lock comes back: ch is not touched then
+            int* ids = ch->ids;
+            ch->ids = NULL;
             pthread_mutex_unlock(&s->lock);
-            int admitted = engine_admit(e, &ch->req, ch->ids, ch->P);  // prefill; may finish it
+            int admitted = engine_admit(e, &ch->req, ids, ch->P);  // prefill; may finish it
             pthread_mutex_lock(&s->lock);
-            if (admitted) {
-                ch->ids = NULL;
-                continue;
-            }
+            if (admitted) continue;
+            ch->ids = ids;
             s->running--;
             if (ch->cancel) {  // given up on while it was tried
                 server_choice_drop(ch);
