@@ -11,7 +11,9 @@
 #   3. the same float32 run in the emulator's other schedules (reverse, random warps with cp.async
 #      landing at random) and under its shared-memory race detector (build/emu/infer_gpu_race)
 #      gives the same answers;
-#   4. -w with another value, and -h, behave as infer's flags do.
+#   4. -w with another value, and -h, behave as infer's flags do;
+#   5. --serve (gpt2/server.h on the GPU's engine): a greedy request answered at once and streamed
+#      gets the text infer_gpu -f gives it (test_serve checks the server itself on the CPU).
 set -u
 . "$(dirname "$0")/lib.sh"
 PY=${PYTHON:-/usr/bin/python3}
@@ -117,4 +119,42 @@ build/emu/infer_gpu -e "$dir/m.bin" -k "$dir/tok.bin" -p x -w fp16 > /dev/null 2
 [ $? -eq 1 ] && grep -q "^error: -w expects fp32 or bf16" "$dir/w.err" && ok "-w fp16: one error line" ||
   { bad "-w fp16"; cat "$dir/w.err"; }
 build/emu/infer_gpu -h 2>&1 | grep -q -- "-f FILE" && ok "-h lists the flags" || bad "-h"
+
+# ---- 5. --serve
+serve_check() {
+  command -v curl > /dev/null || { echo "skipped --serve: no curl"; return; }
+  build/emu/infer_gpu -w fp32 -e "$dir/m.bin" -k "$dir/tok.bin" --serve 127.0.0.1:0 2> "$dir/serve.err" &
+  local pid=$! port="" body='{"prompt": "To be, or not to be", "max_tokens": 12, "temperature": 0}'
+  trap 'kill -9 '"$pid"' 2>/dev/null' EXIT
+  for _ in $(seq 200); do
+    port=$(sed -n 's|^serving .* on http://127\.0\.0\.1:\([0-9]*\)/v1 .*|\1|p' "$dir/serve.err")
+    [ -n "$port" ] || ! kill -0 "$pid" 2>/dev/null && break
+    sleep 0.05
+  done
+  if grep -q "this build has no HTTP server" "$dir/serve.err"; then
+    echo "skipped --serve: build/emu/infer_gpu was built without libmicrohttpd (apt-get install libmicrohttpd-dev)"
+    return
+  fi
+  [ -n "$port" ] || { bad "infer_gpu --serve did not start:"; cat "$dir/serve.err"; return; }
+  echo "$body" > "$dir/serve.jsonl"
+  build/emu/infer_gpu -w fp32 -e "$dir/m.bin" -k "$dir/tok.bin" -f "$dir/serve.jsonl" > "$dir/serve_f.out" 2> /dev/null
+  curl -sS --max-time 60 -d "$body" "http://127.0.0.1:$port/v1/completions" > "$dir/serve.out"
+  curl -sSN --max-time 60 -d "${body%\}}, \"stream\": true}" "http://127.0.0.1:$port/v1/completions" > "$dir/serve_stream.out"
+  "$PY" - "$dir" <<'EOF' || status=1
+import json, sys
+d = sys.argv[1]
+want = json.loads(open(f"{d}/serve_f.out").readline())
+whole = json.load(open(f"{d}/serve.out"))["choices"][0]
+raw = open(f"{d}/serve_stream.out").read()
+events = [json.loads(b[len("data: "):]) for b in raw.split("\n\n")[:-2]]
+streamed = "".join(c["text"] for e in events for c in e["choices"])
+if raw.split("\n\n")[-2:] != ["data: [DONE]", ""] or not (want["text"] == whole["text"] == streamed) or \
+   whole["finish_reason"] != want["finish_reason"] or events[-1]["choices"][0]["finish_reason"] != want["finish_reason"]:
+    print(f"FAIL: --serve: -f {want['text']!r}, at once {whole['text']!r}, streamed {streamed!r}"); sys.exit(1)
+print(f"ok    infer_gpu -w fp32 --serve: a greedy request at once and streamed ({len(events)} events) = infer_gpu -f")
+EOF
+  kill -TERM "$pid"
+  wait "$pid" && ok "infer_gpu --serve: SIGTERM, exit 0" || bad "infer_gpu --serve: SIGTERM, exit status $?"
+}
+serve_check
 exit $status
