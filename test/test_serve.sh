@@ -587,6 +587,7 @@ grep -q "^server: stopped after 1 requests (1 failed)" "$dir/twice.err" && ok "i
 
 # a stream whose client reads nothing, the server's socket to it full: a second SIGTERM stops all the same
 serve stalled d1 -b 16
+: > "$dir/stalled.log"
 "$PY" - "$url" > "$dir/stalled.log" 2>&1 <<'EOF' &
 import json, socket, sys, time, urllib.request
 url = sys.argv[1]
