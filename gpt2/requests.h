@@ -139,19 +139,24 @@ static inline void request_stop_string(JsonReader* r, Request* q) {
         json_skip_value(r);
         return;
     }
+    if (q->num_stop == REQUEST_MAX_STOP) {
+        request_complain_about(q, "stop", "\"stop\" holds at most %d strings", REQUEST_MAX_STOP);
+        json_skip_value(r);
+        return;
+    }
     size_t cap = r->n - r->pos;  // as for the prompt: room for any string the text holds
-    char* s = (char*)malloc_check(cap);
-    size_t len = json_string(r, s, cap);
+    int k = q->num_stop++;
+    q->stop[k] = (char*)malloc_check(cap);  // q's from here (request_free), should the string
+    q->stop_len[k] = 0;                     // turn out not to be JSON and the reader jump out
+    size_t len = json_string(r, q->stop[k], cap);
     if (len == 0 || len > REQUEST_MAX_STOP_BYTES) {
         request_complain_about(q, "stop", "a stop string must have 1 to %d bytes, got %zu", REQUEST_MAX_STOP_BYTES,
                                len);
-        free(s);
-    } else if (q->num_stop == REQUEST_MAX_STOP) {
-        request_complain_about(q, "stop", "\"stop\" holds at most %d strings", REQUEST_MAX_STOP);
-        free(s);
+        free(q->stop[k]);
+        q->num_stop--;
     } else {
-        q->stop[q->num_stop] = (char*)realloc_check(s, len + 1);
-        q->stop_len[q->num_stop++] = len;
+        q->stop[k] = (char*)realloc_check(q->stop[k], len + 1);
+        q->stop_len[k] = len;
     }
 }
 
