@@ -119,12 +119,13 @@ static inline void completion_neutral(JsonReader* r, Completion* c, const char* 
                                     "leave it out", name);
 }
 
-static inline int completion_bool(JsonReader* r, Completion* c, const char* name) {
+// true or false (null: false); a complaint about the body's field `field` names the value `name`.
+static inline int completion_bool(JsonReader* r, Completion* c, const char* field, const char* name) {
     if (json_accept_null(r)) return 0;
     int kind = json_peek(r);
     if (kind == 't' || kind == 'f') return json_bool(r);
     json_skip_value(r);
-    request_complain_about(&c->req, name, "\"%s\" must be true or false, got %s", name, json_kind_name(kind));
+    request_complain_about(&c->req, field, "\"%s\" must be true or false, got %s", name, json_kind_name(kind));
     return 0;
 }
 
@@ -170,7 +171,7 @@ static inline void completion_field_value(JsonReader* r, Completion* c, int fiel
             return;
         }
         case COMPLETION_FIELD_STREAM:
-            c->stream = completion_bool(r, c, name);
+            c->stream = completion_bool(r, c, name, name);
             return;
         case COMPLETION_FIELD_STREAM_OPTIONS:
             if (json_accept_null(r)) return;
@@ -185,8 +186,11 @@ static inline void completion_field_value(JsonReader* r, Completion* c, int fiel
                 char key[16];
                 request_key(r, key, sizeof(key));
                 json_expect(r, ':');
-                if (strcmp(key, "include_usage") == 0) c->include_usage = completion_bool(r, c, "include_usage");
-                else json_skip_value(r);
+                if (strcmp(key, "include_usage") == 0) {  // a complaint names the body's field
+                    c->include_usage = completion_bool(r, c, name, "stream_options.include_usage");
+                } else {
+                    json_skip_value(r);
+                }
             }
             return;
         case COMPLETION_FIELD_ECHO: completion_neutral(r, c, name, 0); return;
