@@ -143,15 +143,20 @@ static inline void completion_field_value(JsonReader* r, Completion* c, int fiel
             {
                 uint32_t cp;
                 size_t len = 0;
+                int cut = 0;  // a character did not fit: the name is kept up to the one before
                 c->model = (char*)malloc_check(COMPLETION_MAX_MODEL + 1);
+                c->model[0] = '\0';
                 json_string_begin(r);
-                while (json_string_char(r, &cp)) {  // the name's first bytes, enough to compare
+                while (json_string_char(r, &cp)) {  // the name's first characters, enough to compare
                     unsigned char bytes[4];
                     int nb = utf8_encode(cp, bytes);
-                    if (len + (size_t)nb <= COMPLETION_MAX_MODEL) memcpy(c->model + len, bytes, (size_t)nb);
-                    len += (size_t)nb;
+                    cut = cut || len + (size_t)nb > COMPLETION_MAX_MODEL;
+                    if (!cut) {
+                        memcpy(c->model + len, bytes, (size_t)nb);
+                        len += (size_t)nb;
+                        c->model[len] = '\0';
+                    }
                 }
-                c->model[len < COMPLETION_MAX_MODEL ? len : COMPLETION_MAX_MODEL] = '\0';
             }
             return;
         case COMPLETION_FIELD_N: {
