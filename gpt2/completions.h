@@ -31,7 +31,7 @@ typedef struct {
     int n;                // choices per prompt
     int stream;           // answer as server-sent events, a token at a time
     int include_usage;    // stream_options.include_usage: a last event with the usage
-    int seed_given;       // "seed" was given: the choices are reproducible
+    int seed_given;       // "seed" was given, not null: the choices are reproducible
     char* model;          // "model", malloc'd; NULL when not given
 } Completion;
 
@@ -244,6 +244,8 @@ static inline void completion_object(JsonReader* r, Completion* c) {
             completion_prompt(r, c);
         } else if (field >= 0) {
             seen |= 1u << field;
+            // "seed": null leaves the seeds to the server, as when it is left out
+            if (field == REQUEST_FIELD_SEED) c->seed_given = json_peek(r) != 'n';
             request_field_value(r, &c->req, field);
         } else if (ours >= 0) {
             seen_ours |= 1u << ours;
@@ -254,7 +256,6 @@ static inline void completion_object(JsonReader* r, Completion* c) {
     }
     json_end(r);
     if (!(seen & (1u << REQUEST_FIELD_PROMPT))) request_complain_about(&c->req, "prompt", "\"prompt\" is missing");
-    c->seed_given = (seen >> REQUEST_FIELD_SEED) & 1;
 }
 
 // Reads the n bytes of body into c: returns 1 when it is a valid request; else 0, with
