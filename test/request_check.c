@@ -1,8 +1,12 @@
 // test/request_check.c: the reader of requests and the writers of answers (gpt2/requests.h),
-// case by case: every field, the defaults, null, unknown fields, each complaint word for word,
-// text that is not JSON, a \u0000 in the prompt; files of requests with blank lines, a last line
-// without '\n', a line too long followed by a good one, standard input, a file that cannot be
-// read; and json_write_string on control characters and invalid UTF-8, its output read back by
+// case by case: every field, the defaults, null, unknown fields, each complaint word for word and
+// the field it names (error_field; none for text that is not JSON), a \u0000 in the prompt; stop
+// strings (a string, an array, none, at the limits of their count and length, of the wrong kind,
+// twice); the body of a request to the server (gpt2/completions.h): prompt arrays, n, stream and
+// stream_options, model, the fields the server cannot honour at their neutral values and not,
+// seeds, which complaint wins; files of requests with blank lines, a last line without '\n', a
+// line too long followed by a good one, standard input, a file that cannot be read; and
+// json_write_string on control characters and invalid UTF-8, its output read back by
 // gpt2/json.h. test_requests.sh builds it as C and as C++ (infer_gpu.cu includes the header).
 //
 //   request_check DIR    (DIR: where to write the files of requests)
@@ -12,14 +16,15 @@
 #include <math.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include "../gpt2/requests.h"
+#include "../gpt2/completions.h"
 
 static int passed = 0, failed = 0;
 
 static void check(int ok, const char* what, const char* detail) {
     if (ok) passed++;
     else failed++;
-    printf("%s %s%s%s\n", ok ? "ok  " : "FAIL", what, ok || detail == NULL ? "" : ": ", ok ? "" : detail);
+    int shown = !ok && detail != NULL;
+    printf("%s %s%s%s\n", ok ? "ok  " : "FAIL", what, shown ? ": " : "", shown ? detail : "");
 }
 
 static const GenParams defaults = {-1, 1.0f, 0, 1.0f, 1337};
@@ -55,15 +60,22 @@ static Request parses(const char* json, const char* prompt, size_t n) {
     return q;
 }
 
-// The request in json is refused with exactly the complaint want.
-static void refused(const char* json, const char* want) {
+static int same_name(const char* a, const char* b) {
+    return a == NULL || b == NULL ? a == b : strcmp(a, b) == 0;
+}
+
+// The request in json is refused with exactly the complaint want, about the field `field` (NULL:
+// none, as for text that is not JSON), and holds nothing: no prompt, no stop strings, the defaults.
+static void refused(const char* json, const char* field, const char* want) {
     Request q;
     int ok = request_parse(&q, json, strlen(json), &defaults);
     char what[1024], shown[512], detail[512];
-    snprintf(what, sizeof(what), "%s -> %s", printable(json, shown, sizeof(shown)), want);
-    snprintf(detail, sizeof(detail), "got \"%s\"", ok ? "(valid)" : q.error);
-    check(!ok && strcmp(q.error, want) == 0 && q.prompt == NULL && same_params(&q.params, &defaults),
-          what, detail);
+    snprintf(what, sizeof(what), "%s -> %s (%s)", printable(json, shown, sizeof(shown)), want,
+             field ? field : "no field");
+    snprintf(detail, sizeof(detail), "got \"%s\" (%s)", ok ? "(valid)" : q.error,
+             q.error_field ? q.error_field : "no field");
+    check(!ok && strcmp(q.error, want) == 0 && same_name(q.error_field, field) && q.prompt == NULL &&
+          q.num_stop == 0 && same_params(&q.params, &defaults), what, detail);
     request_free(&q);
 }
 
@@ -108,68 +120,317 @@ static void check_fields(void) {
 
 static void check_complaints(void) {
     printf("--- complaints\n");
-    refused("{\"prompt\": \"a\", \"max_tokens\": \"64\"}",
+    refused("{\"prompt\": \"a\", \"max_tokens\": \"64\"}", "max_tokens",
             "\"max_tokens\" must be an integer from 1 to 1048576, got a string");
-    refused("{\"prompt\": \"a\", \"max_tokens\": -3}", "\"max_tokens\" must be an integer from 1 to 1048576, got -3");
-    refused("{\"prompt\": \"a\", \"max_tokens\": 0}", "\"max_tokens\" must be an integer from 1 to 1048576, got 0");
-    refused("{\"prompt\": \"a\", \"max_tokens\": -0}", "\"max_tokens\" must be an integer from 1 to 1048576, got -0");
-    refused("{\"prompt\": \"a\", \"max_tokens\": 1048577}",
+    refused("{\"prompt\": \"a\", \"max_tokens\": -3}", "max_tokens",
+            "\"max_tokens\" must be an integer from 1 to 1048576, got -3");
+    refused("{\"prompt\": \"a\", \"max_tokens\": 0}", "max_tokens",
+            "\"max_tokens\" must be an integer from 1 to 1048576, got 0");
+    refused("{\"prompt\": \"a\", \"max_tokens\": -0}", "max_tokens",
+            "\"max_tokens\" must be an integer from 1 to 1048576, got -0");
+    refused("{\"prompt\": \"a\", \"max_tokens\": 1048577}", "max_tokens",
             "\"max_tokens\" must be an integer from 1 to 1048576, got 1048577");
-    refused("{\"prompt\": \"a\", \"max_tokens\": 64.0}", "\"max_tokens\" must be an integer from 1 to 1048576, got 64.0");
-    refused("{\"prompt\": \"a\", \"max_tokens\": 6.4e1}",
+    refused("{\"prompt\": \"a\", \"max_tokens\": 64.0}", "max_tokens",
+            "\"max_tokens\" must be an integer from 1 to 1048576, got 64.0");
+    refused("{\"prompt\": \"a\", \"max_tokens\": 6.4e1}", "max_tokens",
             "\"max_tokens\" must be an integer from 1 to 1048576, got 6.4e1");
-    refused("{\"prompt\": \"a\", \"max_tokens\": 123456789012345678901234567890123456789}",
+    refused("{\"prompt\": \"a\", \"max_tokens\": 123456789012345678901234567890123456789}", "max_tokens",
             "\"max_tokens\" must be an integer from 1 to 1048576, got 1234567890123456789012345678...");
-    refused("{\"prompt\": \"a\", \"max_tokens\": [64]}",
+    refused("{\"prompt\": \"a\", \"max_tokens\": [64]}", "max_tokens",
             "\"max_tokens\" must be an integer from 1 to 1048576, got an array");
-    refused("{\"prompt\": \"a\", \"temperature\": true}", "\"temperature\" must be a number from 0 to 100, got true");
-    refused("{\"prompt\": \"a\", \"temperature\": -0.5}", "\"temperature\" must be a number from 0 to 100, got -0.5");
-    refused("{\"prompt\": \"a\", \"temperature\": 100.5}", "\"temperature\" must be a number from 0 to 100, got 100.5");
-    refused("{\"prompt\": \"a\", \"temperature\": \"hot\"}", "\"temperature\" must be a number from 0 to 100, got a string");
-    refused("{\"prompt\": \"a\", \"top_k\": -1}", "\"top_k\" must be an integer from 0 to 1048576, got -1");
-    refused("{\"prompt\": \"a\", \"top_k\": 2.5}", "\"top_k\" must be an integer from 0 to 1048576, got 2.5");
-    refused("{\"prompt\": \"a\", \"top_k\": 1e6}", "\"top_k\" must be an integer from 0 to 1048576, got 1e6");
-    refused("{\"prompt\": \"a\", \"top_k\": {}}", "\"top_k\" must be an integer from 0 to 1048576, got an object");
-    refused("{\"prompt\": \"a\", \"top_p\": 0}", "\"top_p\" must be a number in (0, 1], got 0");
-    refused("{\"prompt\": \"a\", \"top_p\": 1.01}", "\"top_p\" must be a number in (0, 1], got 1.01");
-    refused("{\"prompt\": \"a\", \"top_p\": -0.5}", "\"top_p\" must be a number in (0, 1], got -0.5");
-    refused("{\"prompt\": \"a\", \"top_p\": 1e-50}", "\"top_p\" must be a number in (0, 1], got 1e-50");
-    refused("{\"prompt\": \"a\", \"top_p\": false}", "\"top_p\" must be a number in (0, 1], got false");
-    refused("{\"prompt\": \"a\", \"seed\": -1}", "\"seed\" must be a non-negative integer below 2^53, got -1");
-    refused("{\"prompt\": \"a\", \"seed\": 9007199254740992}",
+    refused("{\"prompt\": \"a\", \"temperature\": true}", "temperature",
+            "\"temperature\" must be a number from 0 to 100, got true");
+    refused("{\"prompt\": \"a\", \"temperature\": -0.5}", "temperature",
+            "\"temperature\" must be a number from 0 to 100, got -0.5");
+    refused("{\"prompt\": \"a\", \"temperature\": 100.5}", "temperature",
+            "\"temperature\" must be a number from 0 to 100, got 100.5");
+    refused("{\"prompt\": \"a\", \"temperature\": \"hot\"}", "temperature",
+            "\"temperature\" must be a number from 0 to 100, got a string");
+    refused("{\"prompt\": \"a\", \"top_k\": -1}", "top_k", "\"top_k\" must be an integer from 0 to 1048576, got -1");
+    refused("{\"prompt\": \"a\", \"top_k\": 2.5}", "top_k", "\"top_k\" must be an integer from 0 to 1048576, got 2.5");
+    refused("{\"prompt\": \"a\", \"top_k\": 1e6}", "top_k", "\"top_k\" must be an integer from 0 to 1048576, got 1e6");
+    refused("{\"prompt\": \"a\", \"top_k\": {}}", "top_k",
+            "\"top_k\" must be an integer from 0 to 1048576, got an object");
+    refused("{\"prompt\": \"a\", \"top_p\": 0}", "top_p", "\"top_p\" must be a number in (0, 1], got 0");
+    refused("{\"prompt\": \"a\", \"top_p\": 1.01}", "top_p", "\"top_p\" must be a number in (0, 1], got 1.01");
+    refused("{\"prompt\": \"a\", \"top_p\": -0.5}", "top_p", "\"top_p\" must be a number in (0, 1], got -0.5");
+    refused("{\"prompt\": \"a\", \"top_p\": 1e-50}", "top_p", "\"top_p\" must be a number in (0, 1], got 1e-50");
+    refused("{\"prompt\": \"a\", \"top_p\": false}", "top_p", "\"top_p\" must be a number in (0, 1], got false");
+    refused("{\"prompt\": \"a\", \"seed\": -1}", "seed", "\"seed\" must be a non-negative integer below 2^53, got -1");
+    refused("{\"prompt\": \"a\", \"seed\": 9007199254740992}", "seed",
             "\"seed\" must be a non-negative integer below 2^53, got 9007199254740992");
-    refused("{\"prompt\": \"a\", \"seed\": 7.5}", "\"seed\" must be a non-negative integer below 2^53, got 7.5");
-    refused("{\"prompt\": \"a\", \"seed\": \"7\"}", "\"seed\" must be a non-negative integer below 2^53, got a string");
-    refused("{}", "\"prompt\" is missing");
-    refused("{\"max_tokens\": 5, \"Prompt\": \"a\"}", "\"prompt\" is missing");
-    refused("{\"prompt\": 42}", "\"prompt\" must be a string, got a number");
-    refused("{\"prompt\": null}", "\"prompt\" must be a string, got null");
-    refused("{\"prompt\": [\"a\", \"b\"]}", "\"prompt\" must be a string, got an array");
-    refused("{\"prompt\": \"a\", \"top_k\": 1, \"top_k\": 2}", "\"top_k\" is given twice");
-    refused("{\"prompt\": \"a\", \"prompt\": \"b\"}", "\"prompt\" is given twice");
-    refused("[{\"prompt\": \"a\"}]", "a request must be a JSON object, got an array");
-    refused("\"a\"", "a request must be a JSON object, got a string");
-    refused("42", "a request must be a JSON object, got a number");
-    refused("null", "a request must be a JSON object, got null");
+    refused("{\"prompt\": \"a\", \"seed\": 7.5}", "seed",
+            "\"seed\" must be a non-negative integer below 2^53, got 7.5");
+    refused("{\"prompt\": \"a\", \"seed\": \"7\"}", "seed",
+            "\"seed\" must be a non-negative integer below 2^53, got a string");
+    refused("{}", "prompt", "\"prompt\" is missing");
+    refused("{\"max_tokens\": 5, \"Prompt\": \"a\"}", "prompt", "\"prompt\" is missing");
+    refused("{\"prompt\": 42}", "prompt", "\"prompt\" must be a string, got a number");
+    refused("{\"prompt\": null}", "prompt", "\"prompt\" must be a string, got null");
+    refused("{\"prompt\": [\"a\", \"b\"]}", "prompt", "\"prompt\" must be a string, got an array");
+    refused("{\"prompt\": \"a\", \"top_k\": 1, \"top_k\": 2}", "top_k", "\"top_k\" is given twice");
+    refused("{\"prompt\": \"a\", \"prompt\": \"b\"}", "prompt", "\"prompt\" is given twice");
+    refused("[{\"prompt\": \"a\"}]", NULL, "a request must be a JSON object, got an array");
+    refused("\"a\"", NULL, "a request must be a JSON object, got a string");
+    refused("42", NULL, "a request must be a JSON object, got a number");
+    refused("null", NULL, "a request must be a JSON object, got null");
     // the first complaint in the text is the one given, "missing" last
-    refused("{\"max_tokens\": 0, \"top_k\": -1}", "\"max_tokens\" must be an integer from 1 to 1048576, got 0");
+    refused("{\"max_tokens\": 0, \"top_k\": -1}", "max_tokens",
+            "\"max_tokens\" must be an integer from 1 to 1048576, got 0");
     // text that is not JSON: that first, whatever came before
-    refused("{\"prompt\": \"a\", \"seed\": 1e999}", "not valid JSON: number out of range (beyond 1.8e308) at byte 24");
-    refused("{\"prompt\": \"a\"} x", "not valid JSON: unexpected text after the JSON value at byte 16");
-    refused("{\"prompt\": \"a\"}{}", "not valid JSON: unexpected text after the JSON value at byte 15");
-    refused("{\"max_tokens\": 0, \"prompt\": \"a\"", "not valid JSON: expected ',' or '}' at byte 31");
-    refused("{\"prompt\": \"a\xff\"}", "not valid JSON: invalid UTF-8 in string at byte 13");
-    refused("{\"prompt\": \"a\xed\xa0\x80\"}", "not valid JSON: invalid UTF-8 in string at byte 13");
-    refused("{\"prompt\": \"a\tb\"}", "not valid JSON: control character in string at byte 13");
-    refused("{\"prompt\": \"\\ud800\"}", "not valid JSON: lone surrogate in \\u escape at byte 18");
-    refused("{\"prompt\": \"abc", "not valid JSON: unterminated string at byte 15");
-    refused("{\"prompt\": NaN}", "not valid JSON: expected a value at byte 11");
-    refused("{\"prompt\": \"a\", \"top_p\": .5}", "not valid JSON: expected a value at byte 25");
-    refused("{'prompt': 'a'}", "not valid JSON: expected a string at byte 1");
-    refused("hello", "not valid JSON: expected a value at byte 0");
-    refused("", "not valid JSON: expected a value at byte 0");
-    refused("{\"prompt\": \"a\", \"x\": [[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]}",
+    refused("{\"prompt\": \"a\", \"seed\": 1e999}", NULL,
+            "not valid JSON: number out of range (beyond 1.8e308) at byte 24");
+    refused("{\"prompt\": \"a\"} x", NULL, "not valid JSON: unexpected text after the JSON value at byte 16");
+    refused("{\"prompt\": \"a\"}{}", NULL, "not valid JSON: unexpected text after the JSON value at byte 15");
+    refused("{\"max_tokens\": 0, \"prompt\": \"a\"", NULL, "not valid JSON: expected ',' or '}' at byte 31");
+    refused("{\"prompt\": \"a\xff\"}", NULL, "not valid JSON: invalid UTF-8 in string at byte 13");
+    refused("{\"prompt\": \"a\xed\xa0\x80\"}", NULL, "not valid JSON: invalid UTF-8 in string at byte 13");
+    refused("{\"prompt\": \"a\tb\"}", NULL, "not valid JSON: control character in string at byte 13");
+    refused("{\"prompt\": \"\\ud800\"}", NULL, "not valid JSON: lone surrogate in \\u escape at byte 18");
+    refused("{\"prompt\": \"abc", NULL, "not valid JSON: unterminated string at byte 15");
+    refused("{\"prompt\": NaN}", NULL, "not valid JSON: expected a value at byte 11");
+    refused("{\"prompt\": \"a\", \"top_p\": .5}", NULL, "not valid JSON: expected a value at byte 25");
+    refused("{'prompt': 'a'}", NULL, "not valid JSON: expected a string at byte 1");
+    refused("hello", NULL, "not valid JSON: expected a value at byte 0");
+    refused("", NULL, "not valid JSON: expected a value at byte 0");
+    refused("{\"prompt\": \"a\", \"x\": [[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]}", NULL,
             "not valid JSON: nested too deeply (more than 16 levels) at byte 37");
+}
+
+// ---------- stop strings ----------
+
+// The request in json (prompt "a") is valid, with the num stop strings want (of want_len bytes).
+static void stops(const char* json, int num, const char* const* want, const size_t* want_len, const char* what) {
+    Request q = parses(json, "a", 1);
+    int right = q.num_stop == num;
+    for (int k = 0; right && k < num; k++) {
+        right = q.stop_len[k] == want_len[k] && memcmp(q.stop[k], want[k], want_len[k]) == 0 &&
+                q.stop[k][want_len[k]] == '\0';
+    }
+    char detail[64];
+    snprintf(detail, sizeof(detail), "%d stop strings, or others", q.num_stop);
+    check(right, what, detail);
+    request_free(&q);
+}
+
+// {"prompt": "a", "stop": ["..."]} with a stop string of n copies of the UTF-8 character ch.
+static const char* long_stop(char* json, size_t cap, const char* ch, int n) {
+    size_t len = (size_t)snprintf(json, cap, "{\"prompt\": \"a\", \"stop\": [\"");
+    for (int i = 0; i < n; i++) len += (size_t)snprintf(json + len, cap - len, "%s", ch);
+    snprintf(json + len, cap - len, "\"]}");
+    return json;
+}
+
+static void check_stop(void) {
+    printf("--- stop strings\n");
+    static const char* const one[] = {"\n\n"};
+    static const size_t one_len[] = {2};
+    stops("{\"prompt\": \"a\", \"stop\": \"\\n\\n\"}", 1, one, one_len, "a string is one stop string");
+    static const char* const four[] = {"a", "THE END", "\0", "caf\xc3\xa9"};
+    static const size_t four_len[] = {1, 7, 1, 5};
+    stops("{\"prompt\": \"a\", \"stop\": [\"a\", \"THE END\", \"\\u0000\", \"caf\\u00e9\"]}", 4, four, four_len,
+          "an array of 4, the most (\\u0000 is a byte, \\u00e9 two)");
+    stops("{\"prompt\": \"a\", \"stop\": null}", 0, NULL, NULL, "null: none");
+    stops("{\"prompt\": \"a\", \"stop\": []}", 0, NULL, NULL, "an empty array: none");
+    char json[2048], x256[257], e256[257];
+    memset(x256, 'x', 256);
+    for (int i = 0; i < 128; i++) memcpy(e256 + 2 * i, "\xc3\xa9", 2);
+    const char* const longest[] = {x256};
+    const char* const longest_e[] = {e256};
+    static const size_t len256[] = {256};
+    stops(long_stop(json, sizeof(json), "x", 256), 1, longest, len256, "256 bytes: the longest");
+    stops(long_stop(json, sizeof(json), "\\u00e9", 128), 1, longest_e, len256, "128 characters of 2 bytes: 256 bytes");
+    refused(long_stop(json, sizeof(json), "x", 257), "stop", "a stop string must have 1 to 256 bytes, got 257");
+    refused(long_stop(json, sizeof(json), "\xc3\xa9", 129), "stop", "a stop string must have 1 to 256 bytes, got 258");
+    refused("{\"prompt\": \"a\", \"stop\": \"\"}", "stop", "a stop string must have 1 to 256 bytes, got 0");
+    refused("{\"prompt\": \"a\", \"stop\": [\"b\", \"\"]}", "stop", "a stop string must have 1 to 256 bytes, got 0");
+    refused("{\"prompt\": \"a\", \"stop\": [\"1\", \"2\", \"3\", \"4\", \"5\"]}", "stop",
+            "\"stop\" holds at most 4 strings");
+    refused("{\"prompt\": \"a\", \"stop\": 5}", "stop",
+            "\"stop\" must be a string or an array of at most 4 strings, got a number");
+    refused("{\"prompt\": \"a\", \"stop\": true}", "stop",
+            "\"stop\" must be a string or an array of at most 4 strings, got true");
+    refused("{\"prompt\": \"a\", \"stop\": {\"a\": \"b\"}}", "stop",
+            "\"stop\" must be a string or an array of at most 4 strings, got an object");
+    refused("{\"prompt\": \"a\", \"stop\": [\"b\", 1]}", "stop",
+            "\"stop\" must be a string or an array of at most 4 strings, got a number");
+    refused("{\"prompt\": \"a\", \"stop\": [[\"b\"]]}", "stop",
+            "\"stop\" must be a string or an array of at most 4 strings, got an array");
+    refused("{\"prompt\": \"a\", \"stop\": [null]}", "stop",
+            "\"stop\" must be a string or an array of at most 4 strings, got null");
+    refused("{\"prompt\": \"a\", \"stop\": \"b\", \"stop\": [\"c\"]}", "stop", "\"stop\" is given twice");
+    refused("{\"stop\": \"\", \"top_k\": -1, \"prompt\": \"a\"}", "stop",
+            "a stop string must have 1 to 256 bytes, got 0");
+    refused("{\"prompt\": \"a\", \"stop\": [\"b\", \"c", NULL, "not valid JSON: unterminated string at byte 32");
+}
+
+// ---------- bodies of the server's completions API (gpt2/completions.h) ----------
+
+static const GenParams server_defaults = {16, 1.0f, 0, 1.0f, 1337};  // the server's max_tokens, 16
+
+// The body in json is valid; c is the caller's to look at and to free (completion_free).
+static Completion body(const char* json) {
+    Completion c;
+    int ok = completion_parse(&c, json, strlen(json), &server_defaults);
+    char what[512];
+    check(ok && c.req.error[0] == '\0' && c.req.error_field == NULL, printable(json, what, sizeof(what)),
+          c.req.error);
+    return c;
+}
+
+// The body in json is refused with exactly the complaint want, about the field `field` (NULL: none).
+static void body_refused(const char* json, const char* field, const char* want) {
+    Completion c;
+    int ok = completion_parse(&c, json, strlen(json), &server_defaults);
+    char what[1024], shown[512], detail[512];
+    snprintf(what, sizeof(what), "%s -> %s (%s)", printable(json, shown, sizeof(shown)), want,
+             field ? field : "no field");
+    snprintf(detail, sizeof(detail), "got \"%s\" (%s)", ok ? "(valid)" : c.req.error,
+             c.req.error_field ? c.req.error_field : "no field");
+    check(!ok && strcmp(c.req.error, want) == 0 && same_name(c.req.error_field, field), what, detail);
+    completion_free(&c);
+}
+
+static void check_completions(void) {
+    printf("--- bodies of the completions API\n");
+    Completion c = body("{\"prompt\": \"Once\"}");
+    check(c.num_prompts == 1 && c.prompt_lens[0] == 4 && strcmp(c.prompts[0], "Once") == 0 && c.n == 1 &&
+          !c.stream && !c.include_usage && !c.seed_given && c.model == NULL && c.req.num_stop == 0 &&
+          same_params(&c.req.params, &server_defaults), "a prompt alone: one choice, the defaults (max_tokens 16)",
+          NULL);
+    completion_free(&c);
+    c = body("{\"model\": \"gpt2\", \"prompt\": \"Once\", \"max_tokens\": 32, \"temperature\": 0.8, \"top_k\": 40, "
+             "\"top_p\": 0.95, \"seed\": 7, \"stop\": [\"\\n\\n\", \"END\"], \"n\": 2, \"stream\": true, "
+             "\"stream_options\": {\"include_usage\": true}}");
+    GenParams every = {32, 0.8f, 40, 0.95f, 7};
+    check(c.model != NULL && strcmp(c.model, "gpt2") == 0 && same_params(&c.req.params, &every) &&
+          c.seed_given && c.n == 2 && c.stream && c.include_usage && c.req.num_stop == 2 &&
+          strcmp(c.req.stop[1], "END") == 0, "every field read", NULL);
+    completion_free(&c);
+
+    // prompt
+    c = body("{\"prompt\": [\"a\", \"bc\", \"\"]}");
+    check(c.num_prompts == 3 && strcmp(c.prompts[0], "a") == 0 && c.prompt_lens[1] == 2 &&
+          strcmp(c.prompts[1], "bc") == 0 && c.prompt_lens[2] == 0, "an array: a prompt each, \"\" one too", NULL);
+    completion_free(&c);
+    char json[1024];
+    size_t len = (size_t)snprintf(json, sizeof(json), "{\"prompt\": [\"0\"");
+    for (int i = 1; i < COMPLETION_MAX_PROMPTS; i++) {
+        len += (size_t)snprintf(json + len, sizeof(json) - len, ", \"%d\"", i);
+    }
+    snprintf(json + len, sizeof(json) - len, "]}");
+    c = body(json);
+    check(c.num_prompts == 64 && strcmp(c.prompts[63], "63") == 0, "64 prompts: the most", NULL);
+    completion_free(&c);
+    snprintf(json + len, sizeof(json) - len, ", \"64\"]}");
+    body_refused(json, "prompt", "\"prompt\" holds at most 64 strings");
+    body_refused("{\"prompt\": []}", "prompt", "\"prompt\" is an empty array");
+    body_refused("{\"prompt\": [\"a\", 1]}", "prompt",
+                 "\"prompt\" must be a string or an array of strings, got a number in the array");
+    body_refused("{\"prompt\": 42}", "prompt", "\"prompt\" must be a string or an array of strings, got a number");
+    body_refused("{\"prompt\": null}", "prompt", "\"prompt\" must be a string or an array of strings, got null");
+    body_refused("{\"n\": 2}", "prompt", "\"prompt\" is missing");
+    body_refused("{\"prompt\": \"a\", \"prompt\": [\"b\"]}", "prompt", "\"prompt\" is given twice");
+
+    // n
+    const char* n_ok[] = {"{\"prompt\": \"a\", \"n\": 1}", "{\"prompt\": \"a\", \"n\": 16}",
+                          "{\"prompt\": \"a\", \"n\": null}"};
+    const int n_want[] = {1, 16, 1};
+    for (int i = 0; i < 3; i++) {
+        c = body(n_ok[i]);
+        check(c.n == n_want[i], n_want[i] == 16 ? "n 16: the most" : "n 1, and null: 1", NULL);
+        completion_free(&c);
+    }
+    body_refused("{\"prompt\": \"a\", \"n\": 0}", "n", "\"n\" must be an integer from 1 to 16, got 0");
+    body_refused("{\"prompt\": \"a\", \"n\": 17}", "n", "\"n\" must be an integer from 1 to 16, got 17");
+    body_refused("{\"prompt\": \"a\", \"n\": 1.5}", "n", "\"n\" must be an integer from 1 to 16, got 1.5");
+    body_refused("{\"prompt\": \"a\", \"n\": \"2\"}", "n", "\"n\" must be an integer from 1 to 16, got a string");
+    body_refused("{\"prompt\": \"a\", \"n\": 1, \"n\": 2}", "n", "\"n\" is given twice");
+
+    // stream and stream_options
+    const char* streams[] = {"{\"prompt\": \"a\", \"stream\": true}", "{\"prompt\": \"a\", \"stream\": false}",
+                             "{\"prompt\": \"a\", \"stream\": null}"};
+    for (int i = 0; i < 3; i++) {
+        c = body(streams[i]);
+        check(c.stream == (i == 0), i == 0 ? "stream true" : "stream false, and null: not streamed", NULL);
+        completion_free(&c);
+    }
+    body_refused("{\"prompt\": \"a\", \"stream\": \"yes\"}", "stream",
+                 "\"stream\" must be true or false, got a string");
+    body_refused("{\"prompt\": \"a\", \"stream\": 1}", "stream", "\"stream\" must be true or false, got a number");
+    const char* options[] = {"{\"prompt\": \"a\", \"stream\": true, \"stream_options\": {\"include_usage\": true}}",
+                             "{\"prompt\": \"a\", \"stream\": true, \"stream_options\": {}}",
+                             "{\"prompt\": \"a\", \"stream_options\": null}",
+                             "{\"prompt\": \"a\", \"stream_options\": {\"other\": [1], \"include_usage\": false}}"};
+    for (int i = 0; i < 4; i++) {
+        c = body(options[i]);
+        check(c.include_usage == (i == 0), i == 0 ? "include_usage true" : "{}, null, false: no usage", NULL);
+        completion_free(&c);
+    }
+    body_refused("{\"prompt\": \"a\", \"stream_options\": []}", "stream_options",
+                 "\"stream_options\" must be an object, got an array");
+    body_refused("{\"prompt\": \"a\", \"stream_options\": {\"include_usage\": \"x\"}}", "stream_options",
+                 "\"stream_options.include_usage\" must be true or false, got a string");
+
+    // model
+    c = body("{\"prompt\": \"a\", \"model\": null}");
+    check(c.model == NULL, "model null: none given", NULL);
+    completion_free(&c);
+    len = (size_t)snprintf(json, sizeof(json), "{\"prompt\": \"a\", \"model\": \"");
+    memset(json + len, 'm', 255);
+    snprintf(json + len + 255, sizeof(json) - len - 255, "\\u00e9tc\"}");  // e-acute across byte 256
+    c = body(json);
+    check(c.model != NULL && strlen(c.model) == 255 && c.model[254] == 'm',
+          "a model name of 259 bytes is kept to the 255 before the character across byte 256", NULL);
+    completion_free(&c);
+    body_refused("{\"prompt\": \"a\", \"model\": 5}", "model", "\"model\" must be a string, got a number");
+
+    // the fields the server cannot honour: their neutral values, and others
+    const char* neutral = "{\"prompt\": \"a\", \"echo\": false, \"logprobs\": null, \"suffix\": null, \"best_of\": 1, "
+                          "\"presence_penalty\": 0, \"frequency_penalty\": 0.0, \"logit_bias\": {}}";
+    c = body(neutral);
+    completion_free(&c);
+    body_refused("{\"prompt\": \"a\", \"echo\": true}", "echo",
+                 "\"echo\" is not supported by this server (GPT-2 from gpt2/server.h); leave it out");
+    body_refused("{\"prompt\": \"a\", \"logprobs\": 1}", "logprobs",
+                 "\"logprobs\" is not supported by this server; leave it out");
+    body_refused("{\"prompt\": \"a\", \"suffix\": \"x\"}", "suffix",
+                 "\"suffix\" is not supported by this server (GPT-2 only continues text); leave it out");
+    body_refused("{\"prompt\": \"a\", \"best_of\": 2}", "best_of",
+                 "\"best_of\" is not supported by this server (GPT-2 from gpt2/server.h); leave it out");
+    body_refused("{\"prompt\": \"a\", \"presence_penalty\": 0.5}", "presence_penalty",
+                 "\"presence_penalty\" is not supported by this server (GPT-2 from gpt2/server.h); leave it out");
+    body_refused("{\"prompt\": \"a\", \"frequency_penalty\": -1}", "frequency_penalty",
+                 "\"frequency_penalty\" is not supported by this server (GPT-2 from gpt2/server.h); leave it out");
+    body_refused("{\"prompt\": \"a\", \"logit_bias\": {\"1\": 2}}", "logit_bias",
+                 "\"logit_bias\" is not supported by this server (GPT-2 from gpt2/server.h); leave it out");
+
+    // unknown fields, seeds, requests.h's fields in a body
+    c = body("{\"prompt\": \"a\", \"user\": \"u\", \"metadata\": {\"k\": [1, {\"x\": []}], \"v\": null}, "
+             "\"tools\": [[], {}], \"max_tokens\": 3}");
+    check(c.req.params.max_tokens == 3 && c.n == 1, "unknown fields are ignored, nested objects and arrays too", NULL);
+    completion_free(&c);
+    c = body("{\"prompt\": \"a\", \"seed\": 0}");
+    check(c.seed_given && c.req.params.seed == 0, "seed 0: given", NULL);
+    completion_free(&c);
+    c = body("{\"prompt\": \"a\", \"seed\": null}");
+    check(!c.seed_given && c.req.params.seed == server_defaults.seed, "seed null: not given, the default", NULL);
+    completion_free(&c);
+    body_refused("{\"prompt\": \"a\", \"max_tokens\": 0}", "max_tokens",
+                 "\"max_tokens\" must be an integer from 1 to 1048576, got 0");
+    body_refused("{\"prompt\": \"a\", \"stop\": [\"1\", \"2\", \"3\", \"4\", \"5\"]}", "stop",
+                 "\"stop\" holds at most 4 strings");
+    body_refused("[{\"prompt\": \"a\"}]", NULL, "the body must be a JSON object, got an array");
+
+    // the first complaint in the text is the one given, "missing" last; a JSON error before all
+    body_refused("{\"n\": 0, \"echo\": true, \"prompt\": \"a\"}", "n", "\"n\" must be an integer from 1 to 16, got 0");
+    body_refused("{\"echo\": true, \"n\": 0, \"prompt\": \"a\"}", "echo",
+                 "\"echo\" is not supported by this server (GPT-2 from gpt2/server.h); leave it out");
+    body_refused("{\"n\": 0}", "n", "\"n\" must be an integer from 1 to 16, got 0");
+    body_refused("{\"n\": 0, \"prompt\": \"a\"} x", NULL,
+                 "not valid JSON: unexpected text after the JSON value at byte 24");
+    body_refused("{\"echo\": true, \"prompt\": [\"a\", \"b", NULL, "not valid JSON: unterminated string at byte 33");
+    body_refused("", NULL, "not valid JSON: expected a value at byte 0");
 }
 
 // ---------- files of requests ----------
@@ -379,6 +640,8 @@ int main(int argc, char** argv) {
     dir = argv[1];
     check_fields();
     check_complaints();
+    check_stop();
+    check_completions();
     check_files();
     check_answers();
     printf("%d passed, %d failed\n", passed, failed);

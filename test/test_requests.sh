@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# The reader of requests and the writers of answers (gpt2/requests.h), case by case
-# (test/request_check.c): every field, defaults, null, unknown fields, each complaint word for
-# word, text that is not JSON, files with blank lines, a last line without '\n', a line over the
-# 4 MiB limit followed by a good one, standard input, unreadable files; json_write_string on
-# control characters and invalid UTF-8, read back. Built as C, and as C++ (infer_gpu.cu includes
-# the header), each build runs every check; the last line counts both. fuzz_request (test_fuzz)
-# runs the same reader on generated input.
+# The reader of requests and the writers of answers (gpt2/requests.h), and the body of a request
+# to the server (gpt2/completions.h), case by case (test/request_check.c): every field, defaults,
+# null, unknown fields, stop strings, each complaint word for word and the field it names, text
+# that is not JSON, files with blank lines, a last line without '\n', a line over the 4 MiB limit
+# followed by a good one, standard input, unreadable files; json_write_string on control
+# characters and invalid UTF-8, read back. Built as C, and as C++ (infer_gpu.cu includes the
+# header), each build runs every check; the last line counts both. fuzz_request and
+# fuzz_completion (test_fuzz) run the same readers on generated input.
 . "$(dirname "$0")/lib.sh"
 fresh_dir test_requests
 CXX=${CXX:-g++}
