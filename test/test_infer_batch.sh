@@ -12,7 +12,11 @@
 #      for 5 prompts run together at -b 4;
 #   4. one prompt with -p prints what the same request gets from -f;
 #   5. bad requests: one error record each naming the line and what is wrong, the others
-#      answered, exit status 1.
+#      answered, exit status 1;
+#   6. stop strings taken from the greedy answers of 3 (1 to 3 characters, one across two tokens,
+#      alone and in an array): each answer is its text cut before the string's first occurrence,
+#      with the tokens up to the one that completed it and finish_reason "stop"; a string that
+#      never occurs changes nothing.
 set -u
 . "$(dirname "$0")/lib.sh"
 PY=${PYTHON:-/usr/bin/python3}
@@ -187,4 +191,78 @@ EOF
 printf '{"prompt": "a", "max_tokens": 2}' | infer -f - -T 0 > "$dir/stdin.out" 2>/dev/null &&
   grep -q '"completion_tokens": 2' "$dir/stdin.out" && ok "-f - reads standard input; a last line without newline counts" ||
   bad "-f - with a last line without newline"
+
+# ---- 6. stop strings: the greedy answers of part 3 again, each with stop strings taken from its
+# own text; the answer must be that text cut before the string's first occurrence, with the tokens
+# up to the one that completed it, finish_reason "stop"; a string that never occurs changes nothing
+"$PY" - "$TOK" "$dir/greedy.jsonl" "$dir/torch.ids" "$dir/greedy.out" "$dir/stop.jsonl" "$dir/stop.want" <<'EOF' || status=1
+import json, struct, sys
+tok, prompts, ids, answers, out_requests, out_want = sys.argv[1:7]
+raw = open(tok, "rb").read()  # doc/formats.md, section 4: 256 int32, then a length byte and the bytes of each id
+pieces, pos = [], 1024
+for _ in range(struct.unpack("<256i", raw[:1024])[2]):
+    pieces.append(raw[pos + 1:pos + 1 + raw[pos]])
+    pos += 1 + raw[pos]
+reqs, wants = [], []
+for prompt, line, answer in zip(open(prompts), open(ids), open(answers)):
+    prompt, answer = json.loads(prompt)["prompt"], json.loads(answer)
+    toks = [pieces[int(t)] for t in line.split()]
+    text = b"".join(toks)
+    if text.decode("utf-8", "replace") != answer["text"]:
+        print("FAIL: the tokens of part 3 are not the text answered"); sys.exit(1)
+    ends = [sum(len(t) for t in toks[:k + 1]) for k in range(len(toks))]
+    s = text.decode("utf-8")
+    # a string across two tokens: the last characters of one and the first of the next, where the
+    # pair first occurs (so the string is completed by a later token than the one it starts in)
+    across = None
+    for k in range(len(toks) // 2, len(toks) - 1):
+        left, right = toks[k].decode("utf-8", "ignore"), toks[k + 1].decode("utf-8", "ignore")
+        for m in (1, 2):
+            cand = (left[-m:] + right[:1]).encode()
+            if left and right and text.find(cand) == ends[k] - len(left[-m:].encode()):
+                across = left[-m:] + right[:1]
+                break
+        if across: break
+    if across is None:
+        print("FAIL: no string across two tokens found in", repr(s)); sys.exit(1)
+    never = "@@@"
+    assert never not in s
+    for stop in (s[len(s) // 2], s[len(s) // 3:len(s) // 3 + 2], s[2 * len(s) // 3:2 * len(s) // 3 + 3], across,
+                 never, [never, across]):
+        strings = stop if isinstance(stop, list) else [stop]
+        found = [(text.find(x.encode()), x) for x in strings if text.find(x.encode()) >= 0]
+        if found:
+            at, x = min(found)
+            done = at + len(x.encode())
+            want = {"text": text[:at].decode("utf-8", "replace"), "finish_reason": "stop",
+                    "completion_tokens": next(k + 1 for k in range(len(toks)) if ends[k] >= done)}
+        else:
+            want = {k: answer[k] for k in ("text", "finish_reason", "completion_tokens")}
+        reqs.append({"prompt": prompt, "max_tokens": 20, "temperature": 0, "stop": stop})
+        wants.append(want)
+with open(out_requests, "w") as f:
+    for r in reqs: f.write(json.dumps(r) + "\n")
+with open(out_want, "w") as f:
+    for w in wants: f.write(json.dumps(w) + "\n")
+EOF
+infer -f "$dir/stop.jsonl" -b 4 > "$dir/stop.out" 2>/dev/null || bad "stop strings -b 4 exits 0"
+"$PY" - "$dir/stop.jsonl" "$dir/stop.out" "$dir/stop.want" "$dir/greedy.out" <<'EOF' || status=1
+import json, sys
+reqs = [json.loads(l) for l in open(sys.argv[1])]
+got = [json.loads(l) for l in open(sys.argv[2])]
+want = [json.loads(l) for l in open(sys.argv[3])]
+full = {json.loads(l)["id"]: json.loads(l) for l in open(sys.argv[4])}
+errs = []
+for i, (r, g, w) in enumerate(zip(reqs, got, want)):
+    if any(g.get(k) != w[k] for k in w):
+        errs.append(f"stop {r['stop']!r}: got {[g.get(k) for k in w]}, want {list(w.values())}")
+    if g.get("completion_tokens", 99) > full[i // 6]["completion_tokens"]:
+        errs.append(f"stop {r['stop']!r}: more tokens than without it")
+if len(got) != len(reqs): errs.append(f"{len(got)} answers to {len(reqs)} requests")
+cut = sum(w["finish_reason"] == "stop" for w in want)
+if errs:
+    print("FAIL: stop strings:"); [print("  ", e) for e in errs[:6]]; sys.exit(1)
+print(f"ok    stop strings: {len(reqs)} greedy requests, {cut} cut before the first occurrence of a string of 1 to 3 "
+      f"characters (one across two tokens each), finish_reason stop; one that never occurs changes nothing")
+EOF
 exit $status
