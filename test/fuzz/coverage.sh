@@ -45,6 +45,10 @@ functions() {
                    request_next_line request_read request_record_end request_write_error request_write_ms
                    request_write_result gpt2/json.h: json_catch json_kind_name json_write_string
                    gpt2/utf8.h: utf8_invalid_length" ;;
+    completion) echo "gpt2/completions.h: completion_free completion_prompt_string completion_prompt completion_neutral
+                      completion_bool completion_field_value completion_object completion_parse
+                      gpt2/requests.h: request_vcomplain request_key request_lookup request_stop_string
+                      request_stop_value request_number request_field_value" ;;
   esac
 }
 

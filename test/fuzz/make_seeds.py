@@ -244,6 +244,35 @@ def main():
     for name, text in requests.items():
         write("request", name, text)
 
+    # completion: bodies of the server's completions API (gpt2/completions.h) as clients send
+    # them: every field, a prompt array, streaming with its options, stop strings, the fields the
+    # server cannot honour at their neutral values and not, fields nobody knows, a body of
+    # requests.h's fields alone (read alike by request_parse), complaints, as many prompts as
+    # allowed, a long model name, and a body cut short
+    bodies = {
+        "every_field": {"model": "gpt2", "prompt": "Once upon a time", "max_tokens": 32, "temperature": 0.8,
+                        "top_k": 40, "top_p": 0.95, "seed": 7, "stop": ["\n\n", "THE END"], "n": 2,
+                        "stream": True, "stream_options": {"include_usage": True}},
+        "prompt_array": {"prompt": ["a", "caf\u00e9 \U0001F600", ""], "n": 16, "stop": "\n", "stream": False,
+                         "stream_options": None},
+        "neutral": {"prompt": "x", "echo": False, "logprobs": None, "suffix": None, "best_of": 1,
+                    "presence_penalty": 0, "frequency_penalty": 0.0, "logit_bias": {}, "user": "me"},
+        "not_neutral": {"prompt": "x", "echo": True, "logprobs": 1, "best_of": 2, "logit_bias": {"50256": -100}},
+        "unknown_nested": {"prompt": "x", "metadata": {"a": [1, {"b": None}], "c": "d"}, "tools": [[], {}],
+                           "stop": None, "seed": None},
+        "request_fields": {"prompt": "a\u0000b", "max_tokens": 5, "temperature": 0, "top_k": 0, "top_p": 1,
+                           "seed": 9007199254740991, "stop": ["a", "b", "c", "d"]},
+        "complaints": {"prompt": [], "n": 17, "stream": "yes", "stop": ["a", "b", "c", "d", "e"]},
+        "prompts_64": {"prompt": [str(i) for i in range(64)]},  # COMPLETION_MAX_PROMPTS
+    }
+    for name, body in bodies.items():
+        write("completion", name, json.dumps(body).encode())
+    # a model name near COMPLETION_MAX_MODEL (256 bytes), characters of 1 to 4 bytes across it
+    write("completion", "long_model", json.dumps({"prompt": "x", "model": "m" * 250 + "\u00e9\u4e2d\U0001F600" * 3},
+                                                 ensure_ascii=False).encode())
+    write("completion", "compact", b'{"prompt":["x","y"],"stop":[""],"n":1.5,"model":42}')
+    write("completion", "not_json", b'{"prompt": "a", "stop": ["ab')
+
 
 if __name__ == "__main__":
     main()
