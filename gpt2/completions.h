@@ -95,16 +95,17 @@ static inline void completion_prompt(JsonReader* r, Completion* c) {
     if (c->num_prompts == 0) request_complain_about(&c->req, "prompt", "\"prompt\" is an empty array");
 }
 
-// A field that must hold its neutral value: null, or `neutral` (a number; or for a boolean 0,
-// false; or for an object, {}), since the server cannot do what another value asks.
-static inline void completion_neutral(JsonReader* r, Completion* c, const char* name, double neutral) {
+// A field that must hold its neutral value, or be null: false (echo: a boolean, kind 'b'), the
+// number `neutral` (kind 'n'), or {} (logit_bias: an object, kind 'o'), since the server cannot do
+// what another value asks.
+static inline void completion_neutral(JsonReader* r, Completion* c, const char* name, char want, double neutral) {
     if (json_accept_null(r)) return;
     int kind = json_peek(r), ok = 0;
-    if (kind == 't' || kind == 'f') {
-        ok = json_bool(r) == (neutral != 0);
-    } else if (kind == '-' || (kind >= '0' && kind <= '9')) {
+    if (want == 'b' && (kind == 't' || kind == 'f')) {
+        ok = json_bool(r) == 0;
+    } else if (want == 'n' && (kind == '-' || (kind >= '0' && kind <= '9'))) {
         ok = json_number(r) == neutral;
-    } else if (kind == '{') {
+    } else if (want == 'o' && kind == '{') {
         size_t start = r->pos;
         r->pos++;
         ok = !json_next(r, '}', 0);  // {} only
@@ -198,7 +199,7 @@ static inline void completion_field_value(JsonReader* r, Completion* c, int fiel
                 }
             }
             return;
-        case COMPLETION_FIELD_ECHO: completion_neutral(r, c, name, 0); return;
+        case COMPLETION_FIELD_ECHO: completion_neutral(r, c, name, 'b', 0); return;
         case COMPLETION_FIELD_LOGPROBS:
             if (!json_accept_null(r)) {
                 json_skip_value(r);
@@ -212,10 +213,10 @@ static inline void completion_field_value(JsonReader* r, Completion* c, int fiel
                                        "continues text); leave it out");
             }
             return;
-        case COMPLETION_FIELD_BEST_OF: completion_neutral(r, c, name, 1); return;
-        case COMPLETION_FIELD_PRESENCE_PENALTY: completion_neutral(r, c, name, 0); return;
-        case COMPLETION_FIELD_FREQUENCY_PENALTY: completion_neutral(r, c, name, 0); return;
-        case COMPLETION_FIELD_LOGIT_BIAS: completion_neutral(r, c, name, 0); return;
+        case COMPLETION_FIELD_BEST_OF: completion_neutral(r, c, name, 'n', 1); return;
+        case COMPLETION_FIELD_PRESENCE_PENALTY: completion_neutral(r, c, name, 'n', 0); return;
+        case COMPLETION_FIELD_FREQUENCY_PENALTY: completion_neutral(r, c, name, 'n', 0); return;
+        case COMPLETION_FIELD_LOGIT_BIAS: completion_neutral(r, c, name, 'o', 0); return;
     }
 }
 

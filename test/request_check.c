@@ -404,6 +404,15 @@ static void check_completions(void) {
                  "\"frequency_penalty\" is not supported by this server (GPT-2 from gpt2/server.h); leave it out");
     body_refused("{\"prompt\": \"a\", \"logit_bias\": {\"1\": 2}}", "logit_bias",
                  "\"logit_bias\" is not supported by this server (GPT-2 from gpt2/server.h); leave it out");
+    // the neutral value of the field's own kind only: 0 is no echo's false, true no best_of's 1
+    body_refused("{\"prompt\": \"a\", \"echo\": 0}", "echo",
+                 "\"echo\" is not supported by this server (GPT-2 from gpt2/server.h); leave it out");
+    body_refused("{\"prompt\": \"a\", \"best_of\": true}", "best_of",
+                 "\"best_of\" is not supported by this server (GPT-2 from gpt2/server.h); leave it out");
+    body_refused("{\"prompt\": \"a\", \"logit_bias\": false}", "logit_bias",
+                 "\"logit_bias\" is not supported by this server (GPT-2 from gpt2/server.h); leave it out");
+    body_refused("{\"prompt\": \"a\", \"presence_penalty\": []}", "presence_penalty",
+                 "\"presence_penalty\" is not supported by this server (GPT-2 from gpt2/server.h); leave it out");
 
     // unknown fields, seeds, requests.h's fields in a body
     c = body("{\"prompt\": \"a\", \"user\": \"u\", \"metadata\": {\"k\": [1, {\"x\": []}], \"v\": null}, "
