@@ -5,6 +5,9 @@
 #                        (downloads, or copies from DATA_DIR=/path/to/local/folder when offline)
 #   make test            install test dependencies, build, run every test under test/
 #   make bench           all benchmarks (bench-tokenizer, bench-cpu, bench-infer)
+#   make bench-serve     infer --serve under load: CLIENTS clients streaming ROUNDS completions of
+#                        TOKENS tokens each over HTTP (Node's fetch), against infer -f at the same
+#                        batch (MODEL=d12 TOKENS=64 CLIENTS="1 8 32 64" ROUNDS=4; needs Node 18+)
 #   make bench-dp        data-parallel training on this machine: 1 and 2 processes under mpirun
 #   make plot LOG=DIR/main.log OUT=FILE.png
 #                        training and validation loss against the step (several logs: LOG="a b")
@@ -170,7 +173,7 @@ else
   ALL_TARGETS := $(CPU_PROGRAMS)
 endif
 
-.PHONY: all data test plot lessons fuzz fuzz-targets fuzz-coverage bench bench-tokenizer bench-cpu bench-infer bench-dp clean gpu-status gpu-checks gpu-emu race-emu bench-gpu train_gpu_emu infer_gpu_emu
+.PHONY: all data test plot lessons fuzz fuzz-targets fuzz-coverage bench bench-tokenizer bench-cpu bench-infer bench-serve bench-dp clean gpu-status gpu-checks gpu-emu race-emu bench-gpu train_gpu_emu infer_gpu_emu
 
 all: $(ALL_TARGETS) gpu-status
 	@echo "built: $(ALL_TARGETS) ($(OMP_STATUS), $(MPI_STATUS), $(SERVE_STATUS))"
@@ -351,7 +354,7 @@ bench: bench-tokenizer bench-cpu bench-infer
 bench-tokenizer: tokenizer data
 	bash dev/bench/bench_tokenizer.sh
 
-# bench-cpu, bench-infer and bench-gpu draw their tables as charts beside the text (dev/bench/plot.py); where
+# bench-cpu, bench-infer, bench-serve and bench-gpu draw their tables as charts beside the text (dev/bench/plot.py); where
 # matplotlib cannot be had (offline), they say so and keep the text.
 PLOT_SETUP := bash dev/bench/setup_plot.sh
 
@@ -366,6 +369,14 @@ bench-infer: infer
 	set -o pipefail; bash dev/bench/bench_infer.sh | tee build/bench/bench_infer.txt
 	$(PLOT_SETUP) && $(PYTHON) dev/bench/plot.py bench-infer build/bench/bench_infer.png build/bench/bench_infer.txt \
 	  || echo "bench-infer: no chart (the table is in build/bench/bench_infer.txt)"
+
+# infer's server under load from HTTP clients, against infer -f at the same batch (knobs: MODEL,
+# TOKENS, CLIENTS, ROUNDS; dev/bench/bench_serve.sh)
+bench-serve: infer
+	@mkdir -p build/bench
+	set -o pipefail; bash dev/bench/bench_serve.sh | tee build/bench/bench_serve.txt
+	$(PLOT_SETUP) && $(PYTHON) dev/bench/plot.py bench-serve build/bench/bench_serve.png build/bench/bench_serve.txt \
+	  || echo "bench-serve: no chart (the table is in build/bench/bench_serve.txt)"
 
 # data parallel on this machine's CPU: 1 and 2 processes, and the all-reduce's cost (doc/parallel.md)
 bench-dp: train_cpu

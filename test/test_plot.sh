@@ -7,7 +7,8 @@
 #      non-zero exit, and an existing picture left as it was
 #   4. the bench-cpu chart from the committed doc/results/bench_cpu.txt, the bench-gpu chart
 #      from a table in the form dev/bench/gpu_speedup.sh writes, and the bench-infer chart from
-#      tables in the form dev/bench/bench_infer.sh prints, each naming the figures it drew
+#      tables in the form dev/bench/bench_infer.sh prints, and the bench-serve chart from a table
+#      in the form dev/bench/bench_serve.sh prints, each naming the figures it drew
 set -u
 . "$(dirname "$0")/lib.sh"
 if ! out=$(TEST_OFFLINE=${TEST_OFFLINE:-0} bash dev/bench/setup_plot.sh 2>&1); then
@@ -100,5 +101,21 @@ is_png "$dir/bench_infer.png" || bad "no bench-infer chart"
 grep -qxF "infer: 3 batch sizes, batch 1 at 50.0 tok/s to batch 64 at 640.0 tok/s (12.8x); bandwidth limit 60.0 to 2600.0 tok/s, compute limit 900.0 tok/s" "$dir/bench_infer.out" &&
   grep -qxF "infer_gpu: 2 batch sizes, batch 1 at 400.0 tok/s to batch 256 at 51200.0 tok/s (128.0x); limits unmeasured" "$dir/bench_infer.out" ||
   { bad "the bench-infer chart does not show the two sweeps of the table:"; cat "$dir/bench_infer.out"; }
+cat > "$dir/serve.txt" <<'TABLE'
+machine: a text in the form of dev/bench/bench_serve.sh, 2 cores; Node v20.0.0; load average 0.50 before the run
+  server -b 1: 1 clients x 4 requests, 256 tokens in 256 events, 80.0 tok/s, TTFT p50 30.00 p99 40.00 ms (load 0.50, others 1%, client 3%, server 98%)
+
+== server: ./infer --serve against ./infer -f at the same batch (model: L=12 NH=12 C=768 V=50257 maxT=1024, 124475904 parameters, cpu, 2 threads, fp32)
+clients    tok/s offline tok/s % of offline TTFT p50 TTFT p99  ms/token p50  ms/token p99 offline ms/token  load others client
+      1     80.0         100.0        80.0%     30.0     40.0         12.00         13.00            10.00  0.50     1%     3%
+     64    900.0        1000.0        90.0%    900.0   1500.0         60.00         70.00            55.00  0.70     2%     5%
+(TTFT: ms from sending a request to its first token; ms/token: (last token - first) / (tokens - 1) per request; p50 and p99 over the requests)
+TABLE
+"$PY" dev/bench/plot.py bench-serve "$dir/bench_serve.png" "$dir/serve.txt" > "$dir/bench_serve.out" 2>&1 || { bad "bench-serve chart:"; cat "$dir/bench_serve.out"; }
+is_png "$dir/bench_serve.png" || bad "no bench-serve chart"
+grep -qxF "tokens/s: server 80.0 to 900.0, offline 100.0 to 1000.0, the server at 80.0% to 90.0% of the offline engine" "$dir/bench_serve.out" &&
+  grep -qxF "time to first token: p50 30.0 to 900.0 ms, p99 40.0 to 1500.0 ms" "$dir/bench_serve.out" &&
+  grep -qxF "ms per token after it: p50 12.0 to 60.0 ms, p99 13.0 to 70.0 ms" "$dir/bench_serve.out" ||
+  { bad "the bench-serve chart does not show the table's rows:"; cat "$dir/bench_serve.out"; }
 [ $status = 0 ] && echo "make plot, the ETA and the benchmark charts: ok"
 exit $status

@@ -9,6 +9,8 @@
                                         ms per step of the CPU, the GPU in fp32 and in bf16, per model
   plot.py bench-infer OUT.png TEXT      make bench-infer's tables: decode tokens/s against the batch
                                         size, with the memory-bandwidth and FMA-peak limits beside it
+  plot.py bench-serve OUT.png TEXT      make bench-serve's table: tokens/s of the server and of the
+                                        offline engine against the clients, and the server's latency
 
 Each prints one line per series it drew (what it read, so that a reader or a test can check it),
 writes OUT through a temporary file (an existing OUT is replaced only by a finished picture), and
@@ -259,8 +261,67 @@ def plot_bench_infer(out, path):
     save(fig, out)
 
 
+def read_bench_serve(path):
+    """The rows of bench_serve.sh's table (under its "== server:" line): (clients, tok/s, offline
+    tok/s, TTFT p50, TTFT p99, ms/token p50, ms/token p99), and the text."""
+    text = read_text(path)
+    rows, inside = [], False
+    number = r'\s+([0-9.]+)'
+    for line in text.splitlines():
+        if line.startswith('== server:'):
+            inside = True
+            continue
+        row = re.match(r'^\s*(\d+)' + number * 2 + r'\s+[0-9.]+%' + number * 4 + r'\s', line)
+        if inside and row:
+            rows.append((int(row.group(1)), *(float(v) for v in row.groups()[1:])))
+    if not rows:
+        fail(f'{path} has no bench-serve table (a "== server: ..." line and rows "CLIENTS TOK/S OFFLINE ..." as make bench-serve prints them)')
+    return rows, text
+
+
+def plot_bench_serve(out, path):
+    """Left: tokens/s against the number of clients, of the server (its clients' count) and of the
+    offline engine at the same batch, each server point labelled with its % of the offline one.
+    Right: the server's latency from the clients' side, time to first token and ms per token after
+    it, p50 (solid) and p99 (dashed), both axes log."""
+    rows, text = read_bench_serve(path)
+    machine = re.search(r'^machine: ([^;]*)', text, re.M)
+    model = re.search(r'model: (L=\S+ NH=\S+ C=\S+)', text)
+    plt = pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5))
+    clients = [r[0] for r in rows]
+    served, offline = [r[1] for r in rows], [r[2] for r in rows]
+    left.plot(clients, offline, marker='s', color='C1', linewidth=1.8, label='./infer -f, same requests, -b clients (offline)')
+    left.plot(clients, served, marker='o', color='C0', linewidth=1.8, label='./infer --serve -b clients, streamed to the clients')
+    for c, s, o in zip(clients, served, offline):
+        left.annotate(f'{s:.0f} ({100 * s / o:.0f}%)', (c, s), textcoords='offset points', xytext=(0, -13), ha='center', fontsize=7)
+    print(f'tokens/s: server {served[0]} to {served[-1]}, offline {offline[0]} to {offline[-1]}, '
+          f'the server at {100 * served[0] / offline[0]:.1f}% to {100 * served[-1] / offline[-1]:.1f}% of the offline engine')
+    left.set_ylabel('tokens/s, all requests together')
+    left.set_ylim(0, max(served + offline) * 1.25)
+    left.legend(fontsize=7, loc='upper left')
+    for k, (name, colour) in enumerate([('time to first token', 'C3'), ('ms per token after it', 'C2')]):
+        p50, p99 = [r[3 + 2 * k] for r in rows], [r[4 + 2 * k] for r in rows]
+        right.plot(clients, p50, marker='o', color=colour, linewidth=1.8, label=f'{name}, p50')
+        right.plot(clients, p99, marker='o', color=colour, linewidth=1.2, linestyle='--', label=f'{name}, p99')
+        print(f'{name}: p50 {p50[0]} to {p50[-1]} ms, p99 {p99[0]} to {p99[-1]} ms')
+    right.set_yscale('log')
+    right.set_ylabel('ms, per request (log scale)')
+    right.legend(fontsize=7, loc='upper left')
+    bottom, top = right.get_ylim()
+    right.set_ylim(bottom, top * 4)  # room for the legend above the curves
+    for ax in (left, right):
+        ax.set_xscale('log', base=2)
+        ax.set_xticks(clients, [str(c) for c in clients])
+        ax.set_xlabel('clients, one request at a time each (= the batch, -b)')
+        ax.grid(True, which='both', alpha=0.3)
+    fig.suptitle('make bench-serve' + (f': {model.group(1)}' if model else '') +
+                 (f', {machine.group(1)}' if machine else ''), fontsize=9)
+    save(fig, out)
+
+
 def main(argv):
-    if len(argv) < 2 or argv[0] not in ('loss', 'bench-cpu', 'bench-gpu', 'bench-infer'):
+    if len(argv) < 2 or argv[0] not in ('loss', 'bench-cpu', 'bench-gpu', 'bench-infer', 'bench-serve'):
         print(__doc__.strip(), file=sys.stderr)
         return 2
     kind, out, inputs = argv[0], argv[1], argv[2:]
@@ -272,6 +333,8 @@ def main(argv):
         plot_bench_cpu(out, inputs[0])
     elif kind == 'bench-infer':
         plot_bench_infer(out, inputs[0])
+    elif kind == 'bench-serve':
+        plot_bench_serve(out, inputs[0])
     else:
         plot_bench_gpu(out, inputs[0])
     return 0
