@@ -84,6 +84,7 @@ trap 'exit 130' INT TERM
 # ./infer --serve with C slots in the background; waits for its "serving ... on URL" line and sets
 # $url (the server's base), or fails
 start_server() {  # C ERR
+  : > "$2"  # emptied here, not by the background job's redirection, which may come after the first look
   ./infer -e "$MODEL" --serve 127.0.0.1:0 -b "$1" -E 0 -t "$TIMEOUT" -c $(($1 + 64)) 2> "$2" &
   server_pid=$!
   local deadline=$((SECONDS + TIMEOUT))
