@@ -5,11 +5,16 @@
 // Threads. HTTP is libmicrohttpd's (Debian's libmicrohttpd-dev), a thread per connection; that
 // thread reads the body, checks it (gpt2/completions.h), tokenizes its prompts, queues one choice
 // per prompt and "n", and then waits for its choices' text, answering at the end or streaming it
-// as it comes. One engine thread owns the engine: every step it drops the sequences whose client
+// as it comes. The engine's thread owns the engine: every step it drops the sequences whose client
 // has gone, admits waiting choices into free slots (continuous batching: a request that arrives
 // joins the batch at the next step), and runs one decode step of every active sequence. A lock
 // (Server.lock) guards what the two kinds of thread share: the queue, each choice's state and
-// text, and the figures /health reports; the engine runs without it.
+// text, and the figures /health reports; the engine runs without it. The engine's thread is the
+// program's first, the one that built the model, so that its OpenMP threads are the ones it
+// built with: a second thread running OpenMP regions would start a second pool of OpenMP threads,
+// and libgomp, counting more of its threads than cores, would then spin only briefly at every
+// barrier before it sleeps, and wake up late from each (make bench-serve measures the cost). A
+// thread of its own waits for SIGINT or SIGTERM and stops the server.
 //
 // Bounds. The body (SERVER_MAX_BODY), the prompt (the model's context), the choices of a request
 // and the choices waiting for a slot (-q; beyond it HTTP 429), connections (-c; libmicrohttpd
@@ -77,7 +82,7 @@ typedef struct {
     Engine* engine;
     ServerOptions opt;
     struct MHD_Daemon* daemon;
-    pthread_t engine_thread;
+    pthread_t signal_thread;  // waits for SIGINT or SIGTERM (the engine's is the caller's)
     pthread_mutex_t lock;
     pthread_cond_t work;    // the engine thread waits on it for choices, cancels or the end
     ServerChoice *head, *tail;  // the queue: choices waiting for a slot, first come first served
@@ -191,7 +196,7 @@ static void server_write_model(const Server* s, FILE* f) {
     fprintf(f, ", \"object\": \"model\", \"created\": %ld, \"owned_by\": \"local\"}", s->created);
 }
 
-// ---------- the engine's thread ----------
+// ---------- the engine's thread: the program's first ----------
 
 // The engine's callbacks, on its thread: a choice's token, and its end.
 static void server_on_token(void* user, const Request* req, int token) {
@@ -885,10 +890,55 @@ static void server_address(const char* spec, struct sockaddr_storage* addr, sock
     freeaddrinfo(res);
 }
 
+// The signal thread: waits for SIGINT or SIGTERM, which every thread has blocked
+// (server_block_signals); then no new request is taken, the ones in flight have
+// SERVER_DRAIN_SECONDS to finish (a second signal: none) and SERVER_FAREWELL_SECONDS more to send
+// what they were cut short with, and the engine's thread is told to end.
+static void* server_signal_main(void* arg) {
+    Server* s = (Server*)arg;
+    sigset_t signals;
+    sigemptyset(&signals);
+    sigaddset(&signals, SIGINT);
+    sigaddset(&signals, SIGTERM);
+    int sig;
+    sigwait(&signals, &sig);
+    fprintf(stderr, "server: %s: no new requests; those in flight have %d s to finish (again: stop now)\n",
+            sig == SIGINT ? "SIGINT" : "SIGTERM", SERVER_DRAIN_SECONDS);
+    pthread_mutex_lock(&s->lock);
+    s->stopping = 1;
+    s->drain_end = now_seconds() + SERVER_DRAIN_SECONDS;
+    pthread_mutex_unlock(&s->lock);
+    MHD_socket listen_fd = MHD_quiesce_daemon(s->daemon);
+    if (listen_fd != MHD_INVALID_SOCKET) close(listen_fd);
+    // until every request is answered; each waiting one sees the end within SERVER_POLL_MS. A
+    // stream whose client does not read waits for room in its socket, not for the engine, and
+    // would hold the server until libmicrohttpd's idle timeout: past the farewell it is closed.
+    struct timespec poll_time = {0, SERVER_POLL_MS * 1000000L};
+    for (;;) {
+        pthread_mutex_lock(&s->lock);
+        int calls = s->calls;
+        double end = s->drain_end;
+        pthread_mutex_unlock(&s->lock);
+        if (calls == 0 || now_seconds() > end + SERVER_FAREWELL_SECONDS) break;
+        if (sigtimedwait(&signals, NULL, &poll_time) > 0) {
+            pthread_mutex_lock(&s->lock);
+            s->drain_end = now_seconds();  // cut short now
+            pthread_mutex_unlock(&s->lock);
+        }
+    }
+    MHD_stop_daemon(s->daemon);  // closes the connections left, idle or not
+    pthread_mutex_lock(&s->lock);
+    s->quit = 1;
+    pthread_cond_signal(&s->work);
+    pthread_mutex_unlock(&s->lock);
+    return NULL;
+}
+
 // Serves until SIGINT or SIGTERM, which the caller has blocked in every thread (server_block_signals,
 // before any thread starts): then no new request is taken, the ones in flight have
 // SERVER_DRAIN_SECONDS to finish (a second signal: none) and SERVER_FAREWELL_SECONDS more to send
-// what they were cut short with, and it returns 0.
+// what they were cut short with, and it returns 0. The caller's thread runs the engine; call it
+// from the thread that built the model (see the header comment).
 static int server_run(Engine* e, const ServerOptions* opt) {
     Server s;
     memset(&s, 0, sizeof(s));
@@ -934,48 +984,13 @@ static int server_run(Engine* e, const ServerOptions* opt) {
             port = ntohs(a->sin_port);
         }
     }
-    if (pthread_create(&s.engine_thread, NULL, server_engine_main, &s) != 0) fail("server: cannot start a thread");
     fprintf(stderr, "serving %s on http://%s%s%s:%d/v1 (POST /v1/completions, GET /v1/models, GET /health): up to "
             "%d sequences at once (-b), %d choices waiting (-q), %d connections (-c), %g s a request (-t)\n",
             opt->model, bound.ss_family == AF_INET6 ? "[" : "", host, bound.ss_family == AF_INET6 ? "]" : "", port,
             e->slots, opt->queue, opt->connections, opt->time_limit);
-
-    sigset_t signals;
-    sigemptyset(&signals);
-    sigaddset(&signals, SIGINT);
-    sigaddset(&signals, SIGTERM);
-    int sig;
-    sigwait(&signals, &sig);
-    fprintf(stderr, "server: %s: no new requests; those in flight have %d s to finish (again: stop now)\n",
-            sig == SIGINT ? "SIGINT" : "SIGTERM", SERVER_DRAIN_SECONDS);
-    pthread_mutex_lock(&s.lock);
-    s.stopping = 1;
-    s.drain_end = now_seconds() + SERVER_DRAIN_SECONDS;
-    pthread_mutex_unlock(&s.lock);
-    MHD_socket listen_fd = MHD_quiesce_daemon(s.daemon);
-    if (listen_fd != MHD_INVALID_SOCKET) close(listen_fd);
-    // until every request is answered; each waiting one sees the end within SERVER_POLL_MS. A
-    // stream whose client does not read waits for room in its socket, not for the engine, and
-    // would hold the server until libmicrohttpd's idle timeout: past the farewell it is closed.
-    struct timespec poll_time = {0, SERVER_POLL_MS * 1000000L};
-    for (;;) {
-        pthread_mutex_lock(&s.lock);
-        int calls = s.calls;
-        double end = s.drain_end;
-        pthread_mutex_unlock(&s.lock);
-        if (calls == 0 || now_seconds() > end + SERVER_FAREWELL_SECONDS) break;
-        if (sigtimedwait(&signals, NULL, &poll_time) > 0) {
-            pthread_mutex_lock(&s.lock);
-            s.drain_end = now_seconds();  // cut short now
-            pthread_mutex_unlock(&s.lock);
-        }
-    }
-    MHD_stop_daemon(s.daemon);  // closes the connections left, idle or not
-    pthread_mutex_lock(&s.lock);
-    s.quit = 1;
-    pthread_cond_signal(&s.work);
-    pthread_mutex_unlock(&s.lock);
-    pthread_join(s.engine_thread, NULL);
+    if (pthread_create(&s.signal_thread, NULL, server_signal_main, &s) != 0) fail("server: cannot start a thread");
+    server_engine_main(&s);  // until the signal thread says quit
+    pthread_join(s.signal_thread, NULL);
     fprintf(stderr, "server: stopped after %ld requests (%ld failed); kv pages: peak %d of %d, %d in use\n",
             s.requests, s.failed, e->pool.peak, e->pool.num_pages, e->pool.in_use);
     free(s.cancels);
@@ -985,8 +1000,8 @@ static int server_run(Engine* e, const ServerOptions* opt) {
 }
 
 // Blocks SIGINT and SIGTERM in this thread and in every thread it starts from now on, so that
-// server_run's sigwait receives them; and ignores SIGPIPE (a client gone mid-answer is an error
-// on its connection, not the end of the server).
+// server_run's signal thread receives them; and ignores SIGPIPE (a client gone mid-answer is an
+// error on its connection, not the end of the server).
 static void server_block_signals(void) {
     sigset_t signals;
     sigemptyset(&signals);
