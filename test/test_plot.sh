@@ -106,7 +106,7 @@ machine: a text in the form of dev/bench/bench_serve.sh, 2 cores; Node v20.0.0; 
   server -b 1: 1 clients x 4 requests, 256 tokens in 256 events, 80.0 tok/s, TTFT p50 30.00 p99 40.00 ms (load 0.50, others 1%, client 3%, server 98%)
 
 == server: ./infer --serve against ./infer -f at the same batch (model: L=12 NH=12 C=768 V=50257 maxT=1024, 124475904 parameters, cpu, 2 threads, fp32)
-clients    tok/s offline tok/s % of offline TTFT p50 TTFT p99  ms/token p50  ms/token p99 offline ms/token  load others client
+clients    tok/s offline tok/s % of offline TTFT p50 TTFT p99  ms/token p50  ms/token p99 offline ms/token p50  load others client
       1     80.0         100.0        80.0%     30.0     40.0         12.00         13.00            10.00  0.50     1%     3%
      64    900.0        1000.0        90.0%    900.0   1500.0         60.00         70.00            55.00  0.70     2%     5%
 (TTFT: ms from sending a request to its first token; ms/token: (last token - first) / (tokens - 1) per request; p50 and p99 over the requests)

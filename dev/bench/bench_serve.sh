@@ -6,7 +6,7 @@
 #   offline  ./infer -e MODEL -f REQUESTS -b C -E 0 answers C * ROUNDS requests (the same short
 #            prompt, TOKENS new tokens each, temperature 1, seeds 1 .. C * ROUNDS); its tok/s is
 #            its report's: tokens generated / seconds from the engine's start to the last answer,
-#            prefills included
+#            prefills included; its ms/token is from its answers' ttft_ms and total_ms, as below
 #   server   ./infer -e MODEL --serve 127.0.0.1:0 -b C -E 0, and dev/bench/serve_load.js: C
 #            clients (Node's fetch, one connection each), each sending ROUNDS streamed completions
 #            back to back, the same C * ROUNDS requests; tok/s = tokens received / the wall time
@@ -23,8 +23,10 @@
 # HTTP, a thread per connection, events, and the clients' own round trips between requests),
 # and per request, from the client's side, the time to the first token and the time per token
 # after it ((last event - first) / (tokens - 1)), p50 and p99 over the C * ROUNDS requests
-# (nearest rank: below 100 requests, p99 is the largest). "offline ms/token" is the offline
-# engine's decode seconds / decode steps, for comparison with the server's per-token latency.
+# (nearest rank: below 100 requests, p99 is the largest). "offline ms/token p50" is the same
+# figure for the offline engine's answers: both count the decode steps a sequence waits for and
+# the prefills of the requests admitted meanwhile (a step admits waiting requests, prefilling
+# each, before it decodes).
 # The clients run on the same cores as the server: "client" is the share of all cores' time they
 # used while they sent requests (Node's own count), and "others" the share that processes other
 # than the server and the clients used during the server's run (the machine may be shared; a few
@@ -109,6 +111,7 @@ echo "runs: for C in $CLIENTS: ./infer -e $MODEL -f REQUESTS -b C -E 0 with C x 
      "-b C -E 0 with C clients (dev/bench/serve_load.js) sending the same requests, $ROUNDS each, streamed"
 
 rows=()  # per C: "C tok/s offline_tok/s ttft_p50 ttft_p99 per_token_p50 per_token_p99 offline_ms_token load others client"
+all_others=()  # "others" of every run, offline and server
 for C in $CLIENTS; do
   n=$((C * ROUNDS))
   for ((i = 1; i <= n; i++)); do
@@ -128,8 +131,11 @@ for C in $CLIENTS; do
     END { print req, failed, gen, tps, steps, dsec }' "$dir/offline_$C.err")
   [ "$req" = "$n" ] && [ "$failed" = 0 ] && [ "$gen" = $((n * TOKENS)) ] ||
     die "offline -b $C answered $req requests ($failed failed) with $gen tokens, expected $n with $((n * TOKENS))"
-  off_ms=$(awk -v s="$dsec" -v n="$steps" 'BEGIN { printf "%.2f", 1000 * s / n }')
-  echo "  offline -b $C: $n requests, $gen tokens, $off_tps tok/s, $off_ms ms/token (load $l, others $off_others)"
+  # its ms/token as the clients measure the server's: (last token - first) / (tokens - 1), p50
+  off_ms=$(sed -n 's/.*"ttft_ms": \([0-9.]*\), "total_ms": \([0-9.]*\).*/\1 \2/p' "$dir/offline_$C.jsonl" |
+             awk -v n="$TOKENS" '{ print ($2 - $1) / (n - 1) }' | sort -g | awk '{ v[NR] = $1 } END { printf "%.2f", v[int((NR + 1) / 2)] }')
+  echo "  offline -b $C: $n requests, $gen tokens, $off_tps tok/s, ms/token p50 $off_ms;" \
+       "decode steps $(awk -v s="$dsec" -v n="$steps" 'BEGIN { printf "%.2f", 1000 * s / n }') ms (load $l, others $off_others)"
 
   # the server, and C clients
   start_server "$C" "$dir/server_$C.err"
@@ -152,6 +158,7 @@ for C in $CLIENTS; do
        "TTFT p50 $(get ttft_p50) p99 $(get ttft_p99) ms, per token p50 $(get per_token_p50) p99 $(get per_token_p99) ms," \
        "gaps between events p50 $(get gap_p50) p99 $(get gap_p99) max $(get gap_max) ms (load $l, others $others, client $client," \
        "server $(share "$srv" "$secs"))"
+  all_others+=("$off_others" "$others")
   rows+=("$C $(get tok_s) $off_tps $(get ttft_p50) $(get ttft_p99) $(get per_token_p50) $(get per_token_p99) $off_ms $l $others $client")
 done
 
@@ -159,13 +166,18 @@ model_line=$(grep -m1 '^model:' "$dir/offline_$C.err")
 echo
 echo "== server: ./infer --serve against ./infer -f at the same batch ($model_line)"
 printf '%s\n' "${rows[@]}" | awk '
-  BEGIN { printf "%7s %8s %13s %12s %8s %8s %13s %13s %16s %5s %6s %6s\n", "clients", "tok/s", "offline tok/s", "% of offline",
-                 "TTFT p50", "TTFT p99", "ms/token p50", "ms/token p99", "offline ms/token", "load", "others", "client" }
-  { printf "%7d %8.1f %13.1f %11.1f%% %8.1f %8.1f %13.2f %13.2f %16.2f %5.2f %6s %6s\n", $1, $2, $3, 100 * $2 / $3, $4, $5, $6, $7, $8,
+  BEGIN { printf "%7s %8s %13s %12s %8s %8s %13s %13s %20s %5s %6s %6s\n", "clients", "tok/s", "offline tok/s", "% of offline",
+                 "TTFT p50", "TTFT p99", "ms/token p50", "ms/token p99", "offline ms/token p50", "load", "others", "client" }
+  { printf "%7d %8.1f %13.1f %11.1f%% %8.1f %8.1f %13.2f %13.2f %20.2f %5.2f %6s %6s\n", $1, $2, $3, 100 * $2 / $3, $4, $5, $6, $7, $8,
            $9, $10, $11 }'
 echo "(TTFT: ms from sending a request to its first token; ms/token: (last token - first) / (tokens - 1) per request; p50 and p99 over the requests)"
 load_after=$(load)
 echo "load average $load_before before, $load_after after, on $cores cores (includes this benchmark); OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-} GOMP_SPINCOUNT=${GOMP_SPINCOUNT:-}"
+busy=$(printf '%s\n' "${all_others[@]}" | awk '$1 + 0 > 10' | wc -l)
+if [ "$busy" -gt 0 ]; then
+  echo "warning: in $busy of ${#all_others[@]} runs other processes used over 10% of the cores (\"others\"; the offline" \
+       "runs' are above): their figures are disturbed; rerun when the machine is idle"
+fi
 if awk -v l="$load_before" -v c="$cores" 'BEGIN {exit !(l > 0.5 * c)}'; then
   echo "warning: the machine was busy before the run (load $load_before on $cores cores): other jobs share the cores; rerun when it is idle"
 fi
