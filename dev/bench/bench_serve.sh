@@ -154,7 +154,7 @@ for C in $CLIENTS; do
     { cat "$dir/server_$C.err" >&2; die "the server -b $C did not stop cleanly after $n requests"; }
   line=$(cat "$dir/load_$C.out")
   client=$(awk -v c="$(get cpu_seconds)" -v s="$(get seconds)" -v cores="$cores" 'BEGIN { printf "%.0f%%", 100 * c / (s * cores) }')
-  echo "  server -b $C: $n requests from $C clients, $(get tokens) tokens in $(get events) events, $(get tok_s) tok/s," \
+  echo "  server -b $C: $n requests from $C client(s), $(get tokens) tokens in $(get events) events, $(get tok_s) tok/s," \
        "TTFT p50 $(get ttft_p50) p99 $(get ttft_p99) ms, per token p50 $(get per_token_p50) p99 $(get per_token_p99) ms," \
        "gaps between events p50 $(get gap_p50) p99 $(get gap_p99) max $(get gap_max) ms (load $l, others $others, client $client," \
        "server $(share "$srv" "$secs"))"
