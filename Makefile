@@ -7,7 +7,8 @@
 #   make bench           all benchmarks (bench-tokenizer, bench-cpu, bench-infer)
 #   make bench-serve     infer --serve under load: CLIENTS clients streaming ROUNDS completions of
 #                        TOKENS tokens each over HTTP (Node's fetch), against infer -f at the same
-#                        batch (MODEL=d12 TOKENS=64 CLIENTS="1 8 32 64" ROUNDS=4; needs Node 18+)
+#                        batch, REPEATS sweeps (MODEL=d12 TOKENS=64 CLIENTS="1 8 32 64" ROUNDS=4
+#                        REPEATS=3; needs Node 18+)
 #   make bench-dp        data-parallel training on this machine: 1 and 2 processes under mpirun
 #   make plot LOG=DIR/main.log OUT=FILE.png
 #                        training and validation loss against the step (several logs: LOG="a b")
@@ -371,7 +372,7 @@ bench-infer: infer
 	  || echo "bench-infer: no chart (the table is in build/bench/bench_infer.txt)"
 
 # infer's server under load from HTTP clients, against infer -f at the same batch (knobs: MODEL,
-# TOKENS, CLIENTS, ROUNDS; dev/bench/bench_serve.sh)
+# TOKENS, CLIENTS, ROUNDS, REPEATS; dev/bench/bench_serve.sh)
 bench-serve: infer
 	@mkdir -p build/bench
 	set -o pipefail; bash dev/bench/bench_serve.sh | tee build/bench/bench_serve.txt

@@ -35,14 +35,16 @@
 #   bash dev/bench/bench_serve.sh                 random GPT-2 124M weights (-e d12)
 #   MODEL=data/gpt2_124M.safetensors bash dev/bench/bench_serve.sh    any model infer reads
 #   knobs: TOKENS=64 (new tokens per request), CLIENTS="1 8 32 64", ROUNDS=4 (requests per
-#          client), TIMEOUT=300 (seconds each run may take, the server's start included),
-#          NODE=node (Node.js 18 or newer)
+#          client), REPEATS=3 (sweeps; the table shows each C's median run of each, by tok/s),
+#          TIMEOUT=300 (seconds each run may take, the server's start included), NODE=node
+#          (Node.js 18 or newer)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 MODEL=${MODEL:-d12}
 TOKENS=${TOKENS:-64}
 CLIENTS=${CLIENTS:-1 8 32 64}
 ROUNDS=${ROUNDS:-4}
+REPEATS=${REPEATS:-3}
 TIMEOUT=${TIMEOUT:-300}
 NODE=${NODE:-node}
 PROMPT="The history of the city begins with a small settlement on the river, where"
@@ -51,7 +53,7 @@ die() { echo "bench_serve: $*" >&2; exit 1; }
 ./infer -h 2>&1 | grep -q -- '--serve' || die "./infer has no --serve (an older build? make infer)"
 node_major=$("$NODE" -p 'process.versions.node.split(".")[0]' 2>/dev/null) || die "no Node.js ($NODE): install Node 18 or newer, or give NODE=/path/to/node"
 [ "$node_major" -ge 18 ] || die "Node $("$NODE" --version) has no built-in fetch: install Node 18 or newer"
-for v in ROUNDS TOKENS TIMEOUT; do
+for v in ROUNDS REPEATS TOKENS TIMEOUT; do
   [ "${!v}" -ge 1 ] 2>/dev/null || die "$v=${!v}: give a whole number, 1 or more"
 done
 [ "$TOKENS" -ge 2 ] || die "TOKENS=$TOKENS: give 2 or more (the time per token is measured between the first token and the last)"
@@ -105,66 +107,87 @@ get() { echo "$line" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
 
 cpuinfo() { grep -m1 "^$1" /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'; }
 echo "machine: $(cpuinfo 'model name') (family $(cpuinfo 'cpu family'), model $(cpuinfo 'model')), $cores cores; Node $("$NODE" --version); load average $load_before before the run"
-echo "command: MODEL=$MODEL TOKENS=$TOKENS CLIENTS=\"$CLIENTS\" ROUNDS=$ROUNDS bash dev/bench/bench_serve.sh (what make bench-serve runs)"
+echo "command: MODEL=$MODEL TOKENS=$TOKENS CLIENTS=\"$CLIENTS\" ROUNDS=$ROUNDS REPEATS=$REPEATS bash dev/bench/bench_serve.sh (what make bench-serve runs)"
 echo "runs: for C in $CLIENTS: ./infer -e $MODEL -f REQUESTS -b C -E 0 with C x $ROUNDS requests" \
      "(\"$PROMPT\", $TOKENS new tokens, temperature 1, seeds 1..C*$ROUNDS), then ./infer -e $MODEL --serve 127.0.0.1:0" \
-     "-b C -E 0 with C clients (dev/bench/serve_load.js) sending the same requests, $ROUNDS each, streamed"
+     "-b C -E 0 with C clients (dev/bench/serve_load.js) sending the same requests, $ROUNDS each, streamed;" \
+     "$REPEATS sweep(s)"
 
-rows=()  # per C: "C tok/s offline_tok/s ttft_p50 ttft_p99 per_token_p50 per_token_p99 offline_ms_token load others client"
-all_others=()  # "others" of every run, offline and server
+# REPEATS sweeps over CLIENTS, each running the offline engine and then the server for every C;
+# a C's row takes the median run of each by tok/s (its latencies from the same run). The sweeps
+# alternate (1 8 32 64, 1 8 32 64, ...) so that a burst of other work disturbs one run of a C,
+# not all of them: on a virtual machine even the memory bandwidth varies with the neighbours.
 for C in $CLIENTS; do
   n=$((C * ROUNDS))
   for ((i = 1; i <= n; i++)); do
     printf '{"prompt": "%s", "max_tokens": %d, "temperature": 1, "seed": %d}\n' "$PROMPT" "$TOKENS" "$i"
   done > "$dir/requests_$C.jsonl"
+done
+declare -A off_runs=() srv_runs=()  # per C, a line per run: tok/s and the rest of its row
+all_others=()  # "others" of every run, offline and server
+for ((r = 1; r <= REPEATS; r++)); do
+  sweep=""
+  [ "$REPEATS" -gt 1 ] && sweep=" (sweep $r of $REPEATS)"
+  for C in $CLIENTS; do
+    n=$((C * ROUNDS))
+    # offline, the same requests at the same batch
+    l=$(load)
+    t0=$EPOCHREALTIME; all0=$(busy_ticks); own0=$(child_ticks)
+    timeout "$TIMEOUT" ./infer -e "$MODEL" -f "$dir/requests_$C.jsonl" -b "$C" -E 0 > "$dir/offline_$C.jsonl" 2> "$dir/offline_$C.err" ||
+      { cat "$dir/offline_$C.err" >&2; die "./infer -e $MODEL -f $dir/requests_$C.jsonl -b $C -E 0 failed (or took over $TIMEOUT s)"; }
+    secs=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { print b - a }')
+    off_others=$(share $(( $(busy_ticks) - all0 - ($(child_ticks) - own0) )) "$secs")
+    read -r req failed gen off_tps steps dsec < <(awk '
+      /^requests:/ { req = $2; failed = substr($3, 2); gen = $8; tps = $(NF-1) }
+      /^batch:/ { for (i = 1; i <= NF; i++) if ($i == "decode") { steps = $(i-1); dsec = $(i+3) } }
+      END { print req, failed, gen, tps, steps, dsec }' "$dir/offline_$C.err")
+    [ "$req" = "$n" ] && [ "$failed" = 0 ] && [ "$gen" = $((n * TOKENS)) ] ||
+      die "offline -b $C answered $req requests ($failed failed) with $gen tokens, expected $n with $((n * TOKENS))"
+    # its ms/token as the clients measure the server's: (last token - first) / (tokens - 1), p50
+    off_ms=$(sed -n 's/.*"ttft_ms": \([0-9.]*\), "total_ms": \([0-9.]*\).*/\1 \2/p' "$dir/offline_$C.jsonl" |
+               awk -v n="$TOKENS" '{ print ($2 - $1) / (n - 1) }' | sort -g | awk '{ v[NR] = $1 } END { printf "%.2f", v[int((NR + 1) / 2)] }')
+    echo "  offline -b $C$sweep: $n requests, $gen tokens, $off_tps tok/s, ms/token p50 $off_ms;" \
+         "decode steps $(awk -v s="$dsec" -v n="$steps" 'BEGIN { printf "%.2f", 1000 * s / n }') ms (load $l, others $off_others)"
+    off_runs[$C]+="$off_tps $off_ms"$'\n'
 
-  # offline, the same requests at the same batch
-  l=$(load)
-  t0=$EPOCHREALTIME; all0=$(busy_ticks); own0=$(child_ticks)
-  timeout "$TIMEOUT" ./infer -e "$MODEL" -f "$dir/requests_$C.jsonl" -b "$C" -E 0 > "$dir/offline_$C.jsonl" 2> "$dir/offline_$C.err" ||
-    { cat "$dir/offline_$C.err" >&2; die "./infer -e $MODEL -f $dir/requests_$C.jsonl -b $C -E 0 failed (or took over $TIMEOUT s)"; }
-  secs=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { print b - a }')
-  off_others=$(share $(( $(busy_ticks) - all0 - ($(child_ticks) - own0) )) "$secs")
-  read -r req failed gen off_tps steps dsec < <(awk '
-    /^requests:/ { req = $2; failed = substr($3, 2); gen = $8; tps = $(NF-1) }
-    /^batch:/ { for (i = 1; i <= NF; i++) if ($i == "decode") { steps = $(i-1); dsec = $(i+3) } }
-    END { print req, failed, gen, tps, steps, dsec }' "$dir/offline_$C.err")
-  [ "$req" = "$n" ] && [ "$failed" = 0 ] && [ "$gen" = $((n * TOKENS)) ] ||
-    die "offline -b $C answered $req requests ($failed failed) with $gen tokens, expected $n with $((n * TOKENS))"
-  # its ms/token as the clients measure the server's: (last token - first) / (tokens - 1), p50
-  off_ms=$(sed -n 's/.*"ttft_ms": \([0-9.]*\), "total_ms": \([0-9.]*\).*/\1 \2/p' "$dir/offline_$C.jsonl" |
-             awk -v n="$TOKENS" '{ print ($2 - $1) / (n - 1) }' | sort -g | awk '{ v[NR] = $1 } END { printf "%.2f", v[int((NR + 1) / 2)] }')
-  echo "  offline -b $C: $n requests, $gen tokens, $off_tps tok/s, ms/token p50 $off_ms;" \
-       "decode steps $(awk -v s="$dsec" -v n="$steps" 'BEGIN { printf "%.2f", 1000 * s / n }') ms (load $l, others $off_others)"
+    # the server, and C clients
+    start_server "$C" "$dir/server_$C.err"
+    l=$(load)
+    t0=$EPOCHREALTIME; all0=$(busy_ticks); own0=$(child_ticks); srv0=$(proc_ticks "$server_pid")
+    if ! timeout "$TIMEOUT" "$NODE" dev/bench/serve_load.js "$url" -c "$C" -r "$ROUNDS" -n "$TOKENS" -p "$PROMPT" -t "$TIMEOUT" \
+           -o "$dir/server_$C.jsonl" -x "$dir/offline_$C.jsonl" > "$dir/load_$C.out" 2> "$dir/load_$C.err"; then
+      cat "$dir/load_$C.out" "$dir/load_$C.err" >&2
+      die "the clients failed against ./infer --serve -b $C (or took over $TIMEOUT s; the server's log: $dir/server_$C.err)"
+    fi
+    secs=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { print b - a }')
+    srv=$(( $(proc_ticks "$server_pid") - srv0 )); client=$(( $(child_ticks) - own0 ))
+    others=$(share $(( $(busy_ticks) - all0 - srv - client )) "$secs")
+    stop_server
+    grep -q "^server: stopped after $n requests (0 failed)" "$dir/server_$C.err" ||
+      { cat "$dir/server_$C.err" >&2; die "the server -b $C did not stop cleanly after $n requests"; }
+    line=$(cat "$dir/load_$C.out")
+    client=$(awk -v c="$(get cpu_seconds)" -v s="$(get seconds)" -v cores="$cores" 'BEGIN { printf "%.0f%%", 100 * c / (s * cores) }')
+    echo "  server -b $C$sweep: $n requests from $C client(s), $(get tokens) tokens in $(get events) events, $(get tok_s) tok/s," \
+         "TTFT p50 $(get ttft_p50) p99 $(get ttft_p99) ms, per token p50 $(get per_token_p50) p99 $(get per_token_p99) ms," \
+         "gaps between events p50 $(get gap_p50) p99 $(get gap_p99) max $(get gap_max) ms (load $l, others $others, client $client," \
+         "server $(share "$srv" "$secs"))"
+    all_others+=("$off_others" "$others")
+    srv_runs[$C]+="$(get tok_s) $(get ttft_p50) $(get ttft_p99) $(get per_token_p50) $(get per_token_p99) $l $others $client"$'\n'
+  done
+done
 
-  # the server, and C clients
-  start_server "$C" "$dir/server_$C.err"
-  l=$(load)
-  t0=$EPOCHREALTIME; all0=$(busy_ticks); own0=$(child_ticks); srv0=$(proc_ticks "$server_pid")
-  if ! timeout "$TIMEOUT" "$NODE" dev/bench/serve_load.js "$url" -c "$C" -r "$ROUNDS" -n "$TOKENS" -p "$PROMPT" -t "$TIMEOUT" \
-         -o "$dir/server_$C.jsonl" -x "$dir/offline_$C.jsonl" > "$dir/load_$C.out" 2> "$dir/load_$C.err"; then
-    cat "$dir/load_$C.out" "$dir/load_$C.err" >&2
-    die "the clients failed against ./infer --serve -b $C (or took over $TIMEOUT s; the server's log: $dir/server_$C.err)"
-  fi
-  secs=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { print b - a }')
-  srv=$(( $(proc_ticks "$server_pid") - srv0 )); client=$(( $(child_ticks) - own0 ))
-  others=$(share $(( $(busy_ticks) - all0 - srv - client )) "$secs")
-  stop_server
-  grep -q "^server: stopped after $n requests (0 failed)" "$dir/server_$C.err" ||
-    { cat "$dir/server_$C.err" >&2; die "the server -b $C did not stop cleanly after $n requests"; }
-  line=$(cat "$dir/load_$C.out")
-  client=$(awk -v c="$(get cpu_seconds)" -v s="$(get seconds)" -v cores="$cores" 'BEGIN { printf "%.0f%%", 100 * c / (s * cores) }')
-  echo "  server -b $C: $n requests from $C client(s), $(get tokens) tokens in $(get events) events, $(get tok_s) tok/s," \
-       "TTFT p50 $(get ttft_p50) p99 $(get ttft_p99) ms, per token p50 $(get per_token_p50) p99 $(get per_token_p99) ms," \
-       "gaps between events p50 $(get gap_p50) p99 $(get gap_p99) max $(get gap_max) ms (load $l, others $others, client $client," \
-       "server $(share "$srv" "$secs"))"
-  all_others+=("$off_others" "$others")
-  rows+=("$C $(get tok_s) $off_tps $(get ttft_p50) $(get ttft_p99) $(get per_token_p50) $(get per_token_p99) $off_ms $l $others $client")
+median() { printf '%s' "$1" | sort -g -k1 | awk -v n="$REPEATS" 'NR == int((n + 1) / 2)'; }
+rows=()  # per C: "C tok/s offline_tok/s ttft_p50 ttft_p99 per_token_p50 per_token_p99 offline_ms_token load others client"
+for C in $CLIENTS; do
+  read -r off_tps off_ms < <(median "${off_runs[$C]}")
+  read -r tps rest < <(median "${srv_runs[$C]}")
+  read -r t50 t99 p50 p99 l others client <<< "$rest"
+  rows+=("$C $tps $off_tps $t50 $t99 $p50 $p99 $off_ms $l $others $client")
 done
 
 model_line=$(grep -m1 '^model:' "$dir/offline_$C.err")
 echo
-echo "== server: ./infer --serve against ./infer -f at the same batch ($model_line)"
+echo "== server: ./infer --serve against ./infer -f at the same batch ($model_line)$([ "$REPEATS" -gt 1 ] && echo "; each the median of $REPEATS runs")"
 printf '%s\n' "${rows[@]}" | awk '
   BEGIN { printf "%7s %8s %13s %12s %8s %8s %13s %13s %20s %5s %6s %6s\n", "clients", "tok/s", "offline tok/s", "% of offline",
                  "TTFT p50", "TTFT p99", "ms/token p50", "ms/token p99", "offline ms/token p50", "load", "others", "client" }
