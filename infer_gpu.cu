@@ -38,9 +38,6 @@ typedef struct {
 } InferGPU;
 
 static void gpu_forward(void* ctx, const EnginePass* pass, float* logits) {
-    // the calling thread's GPU: with --serve the engine runs on a thread of its own, whose current
-    // device is 0 until it is told otherwise
-    cuda_check(cudaSetDevice(cuda_device.index));
     EngineDevice* generator = &((InferGPU*)ctx)->generator;
     generator->forward(generator->ctx, pass, logits);
 }
