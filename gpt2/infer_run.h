@@ -78,9 +78,9 @@ static InferConfig infer_parse_args(int argc, char** argv) {
     c.gen.top_p = 1.0f;
     c.gen.seed = 1337;
     c.stop_at_eot = 1;
-    c.queue = 256;
-    c.time_limit = 600;
-    c.connections = 256;
+    c.queue = -1;  // -q -t -c: the defaults below, with --serve
+    c.time_limit = -1;
+    c.connections = -1;
     for (int i = 1; i < argc; i += 2) {
         const char* flag = argv[i];
         const char* val = flag_value(argc, argv, i);
@@ -123,6 +123,12 @@ static InferConfig infer_parse_args(int argc, char** argv) {
     if (c.serve != NULL && (c.requests != NULL || c.prompt != NULL)) {
         fail("--serve answers requests over HTTP: give no -p or -f with it");
     }
+    if (c.serve == NULL && (c.queue >= 0 || c.time_limit >= 0 || c.connections >= 0)) {
+        fail("-q, -t and -c bound a server: they go with --serve HOST:PORT");
+    }
+    if (c.queue < 0) c.queue = 256;
+    if (c.time_limit < 0) c.time_limit = 600;
+    if (c.connections < 0) c.connections = 256;
     if (c.connections > 65536) fail("-c expects at most 65536 connections, got %d", c.connections);
     if (c.queue > 1000000) fail("-q expects at most 1000000 choices, got %d", c.queue);
     return c;
@@ -325,7 +331,12 @@ typedef struct {
 static int infer_main(int argc, char** argv, const InferDevice* dev) {
     InferConfig cfg = infer_parse_args(argc, argv);
 #ifdef GPT2_SERVE
-    if (cfg.serve != NULL) server_block_signals();  // before any thread starts (OpenMP's too)
+    if (cfg.serve != NULL) {
+        struct sockaddr_storage addr;  // a bad address is told before the model is read
+        socklen_t addr_len;
+        server_address(cfg.serve, &addr, &addr_len);
+        server_block_signals();  // before any thread starts (OpenMP's too)
+    }
 #endif
     char name[256];
     const char* precision = dev->init(name, sizeof(name));
