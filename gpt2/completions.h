@@ -163,14 +163,8 @@ static inline void completion_field_value(JsonReader* r, Completion* c, int fiel
         case COMPLETION_FIELD_N: {
             if (json_accept_null(r)) return;
             char got[32];
-            int is_integer = 0;
-            double v = 0;
-            if (kind == '-' || (kind >= '0' && kind <= '9')) {
-                v = request_number(r, got, sizeof(got), &is_integer);
-            } else {
-                json_skip_value(r);
-                snprintf(got, sizeof(got), "%s", json_kind_name(kind));
-            }
+            int is_number, is_integer;
+            double v = request_scalar(r, got, sizeof(got), &is_number, &is_integer);
             if (is_integer && v >= 1 && v <= COMPLETION_MAX_N) c->n = (int)v;
             else request_complain_about(&c->req, name, "\"n\" must be an integer from 1 to %d, got %s", COMPLETION_MAX_N,
                                         got);

@@ -186,6 +186,19 @@ static inline double request_number(JsonReader* r, char* got, size_t cap, int* i
     return v;
 }
 
+// Any value (r at it), read as a number where it is one: returns it, with *is_number and
+// *is_integer (request_number); got is the number as written, or else the value's kind ("a
+// string"), for a complaint.
+static inline double request_scalar(JsonReader* r, char* got, size_t cap, int* is_number, int* is_integer) {
+    int c = json_peek(r);
+    *is_number = c == '-' || (c >= '0' && c <= '9');
+    *is_integer = 0;
+    if (*is_number) return request_number(r, got, cap, is_integer);
+    json_skip_value(r);
+    snprintf(got, cap, "%s", json_kind_name(c));
+    return 0.0;
+}
+
 // The value of a field (r just past its ':') into q, or a complaint. A value of the wrong kind or
 // out of range is still read through, so that a JSON error after it wins.
 static inline void request_field_value(JsonReader* r, Request* q, int field) {
@@ -208,14 +221,8 @@ static inline void request_field_value(JsonReader* r, Request* q, int field) {
         return;
     }
     char got[32];  // the value as written, or its kind
-    double v = 0.0;
-    int is_number = c == '-' || (c >= '0' && c <= '9'), is_integer = 0;
-    if (is_number) {
-        v = request_number(r, got, sizeof(got), &is_integer);
-    } else {
-        json_skip_value(r);
-        snprintf(got, sizeof(got), "%s", json_kind_name(c));
-    }
+    int is_number, is_integer;
+    double v = request_scalar(r, got, sizeof(got), &is_number, &is_integer);
     // v is checked against the range as a double, before it becomes an int or a float: a
     // conversion out of range is undefined behaviour in C
     const char* name = request_field_names[field];
