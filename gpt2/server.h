@@ -473,13 +473,16 @@ static enum MHD_Result server_answer(struct MHD_Connection* conn, ServerCall* c)
 
 // ---------- answers: streamed as server-sent events ----------
 
-// The bytes at the end of text[0, end) of a character that has begun and not finished.
+// The bytes at the end of text[0, end) that begin a character and could still be finished by the
+// bytes to come: an invalid sequence as the JSON writer counts them (utf8_invalid_length, one
+// U+FFFD each) that runs into the end. An event that ended there would replace them with U+FFFD
+// where the whole text has a character.
 static size_t server_unfinished(const unsigned char* text, size_t end) {
     for (size_t back = 1; back <= 3 && back <= end; back++) {
-        unsigned char b = text[end - back];
-        if ((b & 0xC0) == 0x80) continue;  // a continuation byte: look further back
-        size_t want = b >= 0xF0 ? 4 : b >= 0xE0 ? 3 : b >= 0xC0 ? 2 : 1;
-        return b >= 0xC0 && want > back ? back : 0;
+        const unsigned char* s = text + end - back;
+        uint32_t cp;
+        int lead = *s >= 0xC2 && *s <= 0xF4;  // a byte that begins a character of 2 to 4 bytes
+        if (lead && utf8_decode(s, back, &cp) == 0 && (size_t)utf8_invalid_length(s, back) == back) return back;
     }
     return 0;
 }
