@@ -28,6 +28,9 @@ typedef struct {
     int queue;               // -q: with --serve, choices waiting for a slot at most
     double time_limit;       // -t: with --serve, seconds a request may take
     int connections;         // -c: with --serve, open connections at most
+#ifdef GPT2_SERVE
+    struct sockaddr_storage serve_addr;  // --serve's address, resolved before the model is read
+#endif
 } InferConfig;
 
 static void infer_usage(const char* prog) {
@@ -299,6 +302,7 @@ static int infer_serve(const InferConfig* cfg, const GPT2* model, const Tokenize
     infer_report_model(model, device_name);
     ServerOptions opt;
     opt.address = cfg->serve;
+    opt.addr = cfg->serve_addr;
     opt.model = infer_model_name(cfg->model);
     opt.defaults = cfg->gen;
     if (!cfg->max_new_given) opt.defaults.max_tokens = 16;  // OpenAI's default
@@ -332,9 +336,7 @@ static int infer_main(int argc, char** argv, const InferDevice* dev) {
     InferConfig cfg = infer_parse_args(argc, argv);
 #ifdef GPT2_SERVE
     if (cfg.serve != NULL) {
-        struct sockaddr_storage addr;  // a bad address is told before the model is read
-        socklen_t addr_len;
-        server_address(cfg.serve, &addr, &addr_len);
+        server_address(cfg.serve, &cfg.serve_addr);  // a bad address is told before the model is read
         server_block_signals();  // before any thread starts (OpenMP's too)
     }
 #endif

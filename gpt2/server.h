@@ -45,6 +45,7 @@
 
 typedef struct {
     const char* address;   // --serve HOST:PORT (HOST defaults to 127.0.0.1; PORT 0: any free one)
+    struct sockaddr_storage addr;  // that address, resolved (server_address)
     const char* model;     // the model's name, as /v1/models gives it and "model" must say
     GenParams defaults;    // what a request does not set (max_tokens: 16, as OpenAI's)
     int queue;             // -q: choices waiting for a slot, at most
@@ -864,7 +865,7 @@ static void server_request_done(void* cls, struct MHD_Connection* conn, void** c
 // ---------- the server ----------
 
 // HOST:PORT, :PORT or PORT (on 127.0.0.1), [IPv6]:PORT, into *addr; fails with a clear message.
-static void server_address(const char* spec, struct sockaddr_storage* addr, socklen_t* len) {
+static void server_address(const char* spec, struct sockaddr_storage* addr) {
     char host[256];
     const char* colon = strrchr(spec, ':');
     const char* port = colon != NULL ? colon + 1 : spec;
@@ -888,8 +889,8 @@ static void server_address(const char* spec, struct sockaddr_storage* addr, sock
     hints.ai_flags = AI_NUMERICSERV;
     int err = getaddrinfo(host[0] != '\0' ? host : "127.0.0.1", port, &hints, &res);
     if (err != 0) fail("--serve %s: %s", spec, gai_strerror(err));
+    memset(addr, 0, sizeof(*addr));
     memcpy(addr, res->ai_addr, res->ai_addrlen);
-    *len = res->ai_addrlen;
     freeaddrinfo(res);
 }
 
@@ -956,9 +957,7 @@ static int server_run(Engine* e, const ServerOptions* opt) {
     e->on_result = server_on_result;
     e->user = &s;
 
-    struct sockaddr_storage addr;
-    socklen_t addr_len;
-    server_address(opt->address, &addr, &addr_len);
+    struct sockaddr_storage addr = opt->addr;
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ITC;
     if (addr.ss_family == AF_INET6) flags |= MHD_USE_IPv6;
     s.daemon = MHD_start_daemon(flags, 0, NULL, NULL, server_route, &s,
