@@ -206,7 +206,8 @@ void generator_forward(Generator* g, const EnginePass* pass, float* logits, floa
     for (int l = 0; l < cfg.num_layers; l++) {
         lc.key = g->t.key + l * layer_pool;
         lc.value = g->t.value + l * layer_pool;
-        block_forward(&LAYERS_INFER, generator_layer(g, l), a, a.residual3, &lc, B, T, C, cfg.num_heads);
+        block_forward(&LAYERS_INFER, generator_layer(g, l), a, a.residual3, &lc, B, T, C, cfg.num_heads,
+                      (const TensorGroup*)NULL);
     }
     // the output layer is tied to wte; generation needs only each sequence's last token
     if (all_logits != NULL) {

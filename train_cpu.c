@@ -31,67 +31,95 @@ static const Layers LAYERS_CPU = {
     .residual_fwd = residual_forward, .residual_bwd = residual_backward,
 };
 
-// Allocates activations (and their gradients, on the first backward pass) for batches of up to
-// B x T, and the model's copy of the inputs and targets.
+// The tensor-parallel group of a run split by -tp (gpt2/parallel.h): its sum is MPI's all-reduce
+// over the group, on host memory. NULL without -tp: the blocks run whole.
+static void tensor_group_sum(float* x, size_t n) { parallel_group_sum_floats(GROUP_TP, x, n); }
+static const TensorGroup* tensor_group(void) {
+    static TensorGroup group;
+    if (split.tp == 1) return NULL;
+    group.size = split.tp;
+    group.rank = split.tp_rank;
+    group.sum = tensor_group_sum;
+    return &group;
+}
+
+// Allocates activations for batches of up to B x T, num_slots of them (a pipeline stage keeps
+// several batches' at once), their gradients (for one, on the first backward pass), the model's
+// copy of the inputs and targets, and on a pipeline stage before the last, the gradient of its
+// output that the next stage sends.
 void gpt2_allocate_activations(GPT2* model, int B, int T) {
     free(model->acts_memory);
     free(model->grads_acts_memory);
     free(model->inputs);
     free(model->targets);
-    size_t layer[NUM_ACTIVATION_TENSORS];
+    free(model->pipe_grad);
+    size_t layer[NUM_ACTIVATION_TENSORS], slots = model->num_slots, BT = (size_t)B * T;
     model->capacity_B = B;
     model->capacity_T = T;
-    activation_sizes(model->act_sizes, layer, model->config, B, T);
+    shard_activation_sizes(model->act_sizes, layer, model->config, model->shard, B, T);
     model->num_activations = sum_sizes(model->act_sizes, NUM_ACTIVATION_TENSORS);
-    model->acts_memory = (float*)calloc_check(model->num_activations, sizeof(float));
+    model->acts_memory = (float*)calloc_check(slots * model->num_activations, sizeof(float));
     model->grads_acts_memory = NULL;
-    model->inputs = (int*)malloc_check((size_t)B * T * sizeof(int));
-    model->targets = (int*)malloc_check((size_t)B * T * sizeof(int));
+    model->inputs = (int*)malloc_check(slots * BT * sizeof(int));
+    model->targets = (int*)malloc_check(slots * BT * sizeof(int));
+    model->pipe_grad = model->shard.head ? NULL : (float*)calloc_check(BT * model->config.channels, sizeof(float));
+    model->activation_bytes = ((slots + 1) * model->num_activations + (model->shard.head ? 0 : BT * model->config.channels)) *
+                              sizeof(float);
 }
 
 // Points a group of activation tensors into memory, laid out for a batch of B x T (which fits
 // the allocation: a sample of batch 1 runs through the same buffers as training batches).
 // Returns how many floats of memory the layout uses.
-static size_t layout_activations(ActivationTensors* a, float* memory, GPT2Config c, int B, int T) {
+static size_t layout_activations(ActivationTensors* a, float* memory, const GPT2* model, int B, int T) {
     size_t sizes[NUM_ACTIVATION_TENSORS], layer[NUM_ACTIVATION_TENSORS];
-    activation_sizes(sizes, layer, c, B, T);
+    shard_activation_sizes(sizes, layer, model->config, model->shard, B, T);
     point_tensors((float**)a, memory, sizes, NUM_ACTIVATION_TENSORS);
     return sum_sizes(sizes, NUM_ACTIVATION_TENSORS);
 }
 
+// The activations of the model's current slot, laid out for B x T.
+static void layout_slot(GPT2* model, int B, int T) {
+    layout_activations(&model->acts, model->acts_memory + (size_t)model->slot * model->num_activations, model, B, T);
+}
+
 // The forward pass of a batch: inputs and targets are (B, T) token ids; targets may be NULL
-// (then no loss is computed). The mean loss over the B*T positions goes to model->mean_loss.
+// (then no loss is computed). The mean loss over the B*T positions goes to model->mean_loss. On
+// a pipeline stage, the stage's part, from the input in acts.encoded of the current slot; only
+// the last stage computes the loss.
 void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int T) {
     GPT2Config c = model->config;
     if (model->acts_memory == NULL || B > model->capacity_B || T > model->capacity_T) {
         gpt2_allocate_activations(model, B > model->capacity_B ? B : model->capacity_B,
                                   T > model->capacity_T ? T : model->capacity_T);
     }
-    layout_activations(&model->acts, model->acts_memory, c, B, T);
+    layout_slot(model, B, T);
     model->last_B = B;
     model->last_T = T;
-    memcpy(model->inputs, inputs, (size_t)B * T * sizeof(int));
-    gpt2_forward_layers(&LAYERS_CPU, model);
+    memcpy(gpt2_slot_inputs(model), inputs, (size_t)B * T * sizeof(int));
+    gpt2_forward_layers(&LAYERS_CPU, model, tensor_group());
+    model->mean_loss = -1.0f;
+    if (!model->shard.head) return;
     ActivationTensors a = model->acts;
     softmax_forward(a.probs, a.logits, B, T, c.vocab_size, c.padded_vocab_size);
-    model->mean_loss = -1.0f;
     if (targets == NULL) return;
-    memcpy(model->targets, targets, (size_t)B * T * sizeof(int));
-    crossentropy_forward(a.losses, a.probs, targets, B, T, c.padded_vocab_size);
+    int* slot_targets = gpt2_slot_targets(model);
+    memcpy(slot_targets, targets, (size_t)B * T * sizeof(int));
+    crossentropy_forward(a.losses, a.probs, slot_targets, B, T, c.padded_vocab_size);
     double sum = 0.0;
     for (size_t i = 0; i < (size_t)B * T; i++) sum += a.losses[i];
     model->mean_loss = (float)(sum / ((double)B * T));
 }
 
 void gpt2_zero_grad(GPT2* model) {
-    if (model->grads_memory != NULL) memset(model->grads_memory, 0, model->num_parameters * sizeof(float));
+    if (model->grads_memory != NULL) memset(model->grads_memory, 0, model->num_padded * sizeof(float));
 }
 
-// The backward pass of the last forward pass, which had targets. Parameter gradients accumulate
-// into model->grads: call gpt2_zero_grad first for a fresh step.
+// The backward pass of the current slot's last forward pass, which had targets (or, on a
+// pipeline stage before the last, whose output's gradient is in pipe_grad). Parameter gradients
+// accumulate into model->grads: call gpt2_zero_grad first for a fresh step.
 void gpt2_backward(GPT2* model) {
     if (model->grads_memory == NULL) {
-        model->grads_memory = (float*)calloc_check(model->num_parameters, sizeof(float));
+        model->grads_memory = (float*)calloc_check(model->num_padded, sizeof(float));
         point_tensors((float**)&model->grads, model->grads_memory, model->param_sizes, NUM_PARAMETER_TENSORS);
     }
     if (model->grads_acts_memory == NULL) {
@@ -99,16 +127,19 @@ void gpt2_backward(GPT2* model) {
     }
     GPT2Config c = model->config;
     int B = model->last_B, T = model->last_T;
+    layout_slot(model, B, T);  // a pipeline runs other slots' forward passes in between
     // the activation gradients accumulate too: they start from zero at every pass
-    size_t used = layout_activations(&model->grads_acts, model->grads_acts_memory, c, B, T);
+    size_t used = layout_activations(&model->grads_acts, model->grads_acts_memory, model, B, T);
     memset(model->grads_acts_memory, 0, used * sizeof(float));
-    // the loss is the mean over the B*T positions: each position's loss has gradient 1/(B*T)
-    ActivationTensors da = model->grads_acts;
-    float dloss_mean = 1.0f / (float)(B * T);
-    for (size_t i = 0; i < (size_t)B * T; i++) da.losses[i] = dloss_mean;
-    crossentropy_softmax_backward(da.logits, da.losses, model->acts.probs, model->targets, B, T,
-                                  c.vocab_size, c.padded_vocab_size);
-    gpt2_backward_layers(&LAYERS_CPU, model);
+    if (model->shard.head) {
+        // the loss is the mean over the B*T positions: each position's loss has gradient 1/(B*T)
+        ActivationTensors da = model->grads_acts;
+        float dloss_mean = 1.0f / (float)(B * T);
+        for (size_t i = 0; i < (size_t)B * T; i++) da.losses[i] = dloss_mean;
+        crossentropy_softmax_backward(da.logits, da.losses, model->acts.probs, gpt2_slot_targets(model), B, T,
+                                      c.vocab_size, c.padded_vocab_size);
+    }
+    gpt2_backward_layers(&LAYERS_CPU, model, tensor_group());
 }
 
 // Sum of squares of n floats in double, in fixed-size chunks added in a fixed order: the same
@@ -136,46 +167,48 @@ static double sum_of_squares(const float* x, size_t n) {
     return total;
 }
 
-// Scales the gradients by grad_scale (1 / the micro-steps and processes they were summed over:
-// gpt2/run.h's run_step), then so that their global L2 norm is at most max_norm, as PyTorch's
+static double gpt2_grad_squares(GPT2* model, size_t offset, size_t n) {
+    return sum_of_squares(model->grads_memory + offset, n);
+}
+
+static void gpt2_scale_grads(GPT2* model, size_t offset, size_t n, float factor) {
+    float* g = model->grads_memory + offset;
+    #pragma omp parallel for
+    for (long long i = 0; i < (long long)n; i++) g[i] *= factor;
+}
+
+// Scales the gradients of a whole model by grad_scale (1 / the micro-steps and processes they
+// were summed over), then so that their global L2 norm is at most max_norm, as PyTorch's
 // clip_grad_norm_ does (coefficient max_norm / (norm + 1e-6), applied only when below 1), in one
-// pass. Returns the norm after the scale, before clipping.
+// pass. Returns the norm after the scale, before clipping. (gpt2/run.h's run_step does the same
+// for a model split over processes, whose norm is summed over them.)
 float gpt2_clip_gradients(GPT2* model, float grad_scale, float max_norm) {
-    float norm = (float)(grad_scale * sqrt(sum_of_squares(model->grads_memory, model->num_parameters)));
+    float norm = (float)(grad_scale * sqrt(gpt2_grad_squares(model, 0, model->num_parameters)));
     float factor = clip_factor(norm, grad_scale, max_norm);
-    if (factor != 1.0f) {
-        float* g = model->grads_memory;
-        #pragma omp parallel for
-        for (long long i = 0; i < (long long)model->num_parameters; i++) g[i] *= factor;
-    }
+    if (factor != 1.0f) gpt2_scale_grads(model, 0, model->num_parameters, factor);
     return norm;
 }
 
-// The gradients summed over the processes of a data-parallel run, with MPI (gpt2/parallel.h).
-static void gpt2_all_reduce(GPT2* model) {
-    parallel_sum_floats(model->grads_memory, model->num_parameters);
-}
-
-// One AdamW step (t counts from 1), adamw_update (gpt2/arithmetic.h) on every parameter, with
-// weight decay only on the matrices (PARAMETERS[k].decay).
+// One AdamW step (t counts from 1), adamw_update (gpt2/arithmetic.h) on the parameters
+// [opt_offset, opt_offset + opt_count) (all of them, but under ZeRO-1), with weight decay only
+// on the matrices (PARAMETERS[k].decay). m and v hold the moments of those parameters.
 void gpt2_update(GPT2* model, float lr, float beta1, float beta2, float eps, float weight_decay, int t) {
     if (model->m_memory == NULL) {
-        model->m_memory = (float*)calloc_check(model->num_parameters, sizeof(float));
-        model->v_memory = (float*)calloc_check(model->num_parameters, sizeof(float));
+        model->m_memory = (float*)calloc_check(model->opt_count, sizeof(float));
+        model->v_memory = (float*)calloc_check(model->opt_count, sizeof(float));
     }
     AdamWStep s = adamw_step(lr, beta1, beta2, eps, t);
-    size_t offset = 0;
+    size_t lo = model->opt_offset, hi = lo + model->opt_count, start = 0;
+    float *p = model->params_memory, *g = model->grads_memory, *m = model->m_memory, *v = model->v_memory;
     for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        size_t end = start + model->param_sizes[k];
+        size_t from = start > lo ? start : lo, to = end < hi ? end : hi;  // tensor k's part in the range
+        start = end;
         float decay = PARAMETERS[k].decay ? 1.0f - lr * weight_decay : 1.0f;
-        float* p = model->params_memory + offset;
-        float* g = model->grads_memory + offset;
-        float* m = model->m_memory + offset;
-        float* v = model->v_memory + offset;
         #pragma omp parallel for
-        for (long long i = 0; i < (long long)model->param_sizes[k]; i++) {
-            p[i] = adamw_update(p[i], g[i], &m[i], &v[i], s, decay);
+        for (long long i = (long long)from; i < (long long)to; i++) {
+            p[i] = adamw_update(p[i], g[i], &m[i - lo], &v[i - lo], s, decay);
         }
-        offset += model->param_sizes[k];
     }
 }
 
@@ -184,10 +217,27 @@ static void gpt2_logits_to_host(const GPT2* model, int position, float* out) {
     memcpy(out, model->acts.logits + (size_t)position * Vp, Vp * sizeof(float));
 }
 
-// The model's training operations for gpt2/run.h's loop; the model is the run's host model.
+// A pipeline stage's buffer of slot `slot` (gpt2/run.h: STAGE_IN ...), in host memory.
+static void* gpt2_stage_buffer(GPT2* model, int which, int slot, int B, int T, size_t* bytes) {
+    *bytes = (size_t)B * T * model->config.channels * sizeof(float);
+    ActivationTensors a;
+    if (which == STAGE_DOUT) return model->pipe_grad;
+    if (which == STAGE_DIN) {
+        layout_activations(&a, model->grads_acts_memory, model, B, T);
+        return a.encoded;
+    }
+    layout_activations(&a, model->acts_memory + (size_t)slot * model->num_activations, model, B, T);
+    if (which == STAGE_IN) return a.encoded;
+    return shard_activations_of_layer(a, model->config, model->shard, B, T, model->shard.num_layers - 1).residual3;
+}
+
+// The model's training operations for gpt2/run.h's loop; the model is the run's host model (or
+// this process's part of it), and MPI moves its host arrays between processes.
 static const Trainer TRAINER_CPU = {
-    gpt2_forward, gpt2_zero_grad, gpt2_backward, gpt2_all_reduce, gpt2_clip_gradients, gpt2_update,
+    gpt2_forward, gpt2_zero_grad, gpt2_backward, gpt2_grad_squares, gpt2_scale_grads, gpt2_update,
     gpt2_logits_to_host, NULL, NULL, NULL, NULL, NULL,  // samples: the whole sequence rerun per token
+    parallel_group_sum_floats, parallel_reduce_scatter_floats, parallel_all_gather_floats, parallel_exchange,
+    gpt2_stage_buffer, NULL,
 };
 
 // ---------- main ----------
@@ -206,10 +256,11 @@ int main(int argc, char** argv) {
     parallel_check_same("options", key);
     Run run;
     run_open(&run, cfg, NULL);  // the model (fresh, loaded or resumed), the data, -o DIR
-    GPT2* model = &run.model;  // trained where it is, in host memory
+    GPT2* model = run_part(&run);  // trained where it is, in host memory: the whole, or this process's part
     gpt2_allocate_activations(model, cfg.micro_batch, cfg.T);
     run_train(&run, &TRAINER_CPU, model);
     run_close(&run);
+    parallel_split_free();
     parallel_finalize();
     return 0;
 }

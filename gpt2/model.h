@@ -148,28 +148,117 @@ static const ParameterSpec PARAMETERS[NUM_PARAMETER_TENSORS] = {
     {"lnfw", 0, INIT_ONES},       {"lnfb", 0, INIT_ZEROS},
 };
 
-// sizes[i]: the floats of tensor i; layer[i]: the floats of one layer's slice of it, 0 for the
-// four tensors that are not per layer (wte, wpe, lnfw, lnfb).
-static inline void parameter_sizes(size_t* sizes, size_t* layer, GPT2Config c) {
-    size_t Vp = c.padded_vocab_size, C = c.channels, maxT = c.max_seq_len, L = c.num_layers;
+// ---------- the part of the model a process holds: its shard ----------
+// Under model parallelism (doc/parallel.md) each process holds a part of the model. Pipeline
+// parallelism gives it the layers [first_layer, first_layer + num_layers), with the embedding on
+// the first stage and the final layernorm and the output layer on the last (both hold wte, which
+// ties them). Tensor parallelism gives it part tp_rank of tp of every block of those layers:
+// NH/tp of the heads (their rows of qkvw, and the same columns of attprojw) and 4C/tp of the
+// MLP's width (rows of fcw, columns of fcprojw), the rest of the block whole. A process alone
+// holds the whole model, shard_whole.
+typedef struct {
+    int first_layer, num_layers;
+    int tp, tp_rank;
+    int embed;  // holds wte and wpe and runs the encoder: the first stage
+    int head;   // holds lnf and wte and computes the logits: the last stage
+} Shard;
+
+static inline Shard shard_whole(GPT2Config c) {
+    Shard s = {0, c.num_layers, 1, 0, 1, 1};
+    return s;
+}
+
+// Stage pp_rank of pp, part tp_rank of tp. The L layers go to the stages in order, L / pp each,
+// the first L mod pp stages one more: the last stage, which also computes the logits, gets fewer.
+static inline Shard shard_of(GPT2Config c, int tp, int tp_rank, int pp, int pp_rank) {
+    int L = c.num_layers, base = L / pp, extra = L % pp;
+    Shard s;
+    s.first_layer = pp_rank * base + (pp_rank < extra ? pp_rank : extra);
+    s.num_layers = base + (pp_rank < extra ? 1 : 0);
+    s.tp = tp;
+    s.tp_rank = tp_rank;
+    s.embed = pp_rank == 0;
+    s.head = pp_rank == pp - 1;
+    return s;
+}
+
+// sizes[i]: the floats of tensor i in a shard; layer[i]: the floats of one layer's slice of it, 0
+// for the four tensors that are not per layer (wte, wpe, lnfw, lnfb), which a stage holds whole
+// or not at all. H = C/tp: the shard's channels of attention (4H of the MLP's).
+static inline void shard_parameter_sizes(size_t* sizes, size_t* layer, GPT2Config c, Shard s) {
+    size_t Vp = c.padded_vocab_size, C = c.channels, maxT = c.max_seq_len, H = C / s.tp;
     memset(layer, 0, NUM_PARAMETER_TENSORS * sizeof(size_t));
     layer[LN1W] = C;
     layer[LN1B] = C;
-    layer[QKVW] = 3 * C * C;
-    layer[QKVB] = 3 * C;
-    layer[ATTPROJW] = C * C;
+    layer[QKVW] = 3 * H * C;
+    layer[QKVB] = 3 * H;
+    layer[ATTPROJW] = C * H;
     layer[ATTPROJB] = C;
     layer[LN2W] = C;
     layer[LN2B] = C;
-    layer[FCW] = 4 * C * C;
-    layer[FCB] = 4 * C;
-    layer[FCPROJW] = C * 4 * C;
+    layer[FCW] = 4 * H * C;
+    layer[FCB] = 4 * H;
+    layer[FCPROJW] = C * 4 * H;
     layer[FCPROJB] = C;
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) sizes[i] = L * layer[i];
-    sizes[WTE] = Vp * C;
-    sizes[WPE] = maxT * C;
-    sizes[LNFW] = C;
-    sizes[LNFB] = C;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) sizes[i] = (size_t)s.num_layers * layer[i];
+    sizes[WTE] = s.embed || s.head ? Vp * C : 0;
+    sizes[WPE] = s.embed ? maxT * C : 0;
+    sizes[LNFW] = s.head ? C : 0;
+    sizes[LNFB] = s.head ? C : 0;
+}
+
+// The whole model's.
+static inline void parameter_sizes(size_t* sizes, size_t* layer, GPT2Config c) {
+    shard_parameter_sizes(sizes, layer, c, shard_whole(c));
+}
+
+// One layer's slice of a weight of (rows, cols) floats (bias: cols 1), between the whole model
+// (global) and a shard (local), as tensor parallelism splits it: by rows (split 1, each of
+// `blocks` blocks of rows in tp parts: q, k and v are 3 blocks), by columns (split 2), or whole
+// (split 0). to_shard: 1 copies global into local, 0 back.
+static inline void shard_copy_slice(float* local, float* global, size_t rows, size_t cols, int split,
+                                    int blocks, Shard s, int to_shard) {
+    size_t n_rows = split == 1 ? rows / blocks / s.tp : rows, n_cols = split == 2 ? cols / s.tp : cols;
+    for (int b = 0; b < (split == 1 ? blocks : 1); b++) {
+        for (size_t r = 0; r < n_rows; r++) {
+            size_t g_row = split == 1 ? (size_t)b * (rows / blocks) + s.tp_rank * n_rows + r : r;
+            float* g = global + g_row * cols + (split == 2 ? s.tp_rank * n_cols : 0);
+            float* l = local + ((size_t)b * n_rows + r) * n_cols;
+            if (to_shard) memcpy(l, g, n_cols * sizeof(float));
+            else memcpy(g, l, n_cols * sizeof(float));
+        }
+    }
+}
+
+// Copies between a whole model's tensors (global, in file order) and a shard's (local): to_shard
+// 1 fills the shard, 0 puts the shard's values back where they belong in the whole model. Used
+// for the parameters and for AdamW's moments, which are laid out alike.
+static inline void shard_copy(float* local, float* global, GPT2Config c, Shard s, int to_shard) {
+    size_t gsizes[NUM_PARAMETER_TENSORS], glayer[NUM_PARAMETER_TENSORS];
+    size_t lsizes[NUM_PARAMETER_TENSORS], llayer[NUM_PARAMETER_TENSORS];
+    parameter_sizes(gsizes, glayer, c);
+    shard_parameter_sizes(lsizes, llayer, c, s);
+    size_t C = c.channels, goff = 0, loff = 0;
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        if (glayer[k] == 0 && lsizes[k] > 0) {  // wte, wpe, lnf: whole
+            shard_copy_slice(local + loff, global + goff, 1, lsizes[k], 0, 1, s, to_shard);
+        }
+        for (int l = 0; l < s.num_layers && glayer[k] > 0; l++) {
+            float* g = global + goff + (size_t)(s.first_layer + l) * glayer[k];
+            float* lo = local + loff + (size_t)l * llayer[k];
+            switch (k) {
+                case QKVW: shard_copy_slice(lo, g, 3 * C, C, 1, 3, s, to_shard); break;
+                case QKVB: shard_copy_slice(lo, g, 3 * C, 1, 1, 3, s, to_shard); break;
+                case FCW: shard_copy_slice(lo, g, 4 * C, C, 1, 1, s, to_shard); break;
+                case FCB: shard_copy_slice(lo, g, 4 * C, 1, 1, 1, s, to_shard); break;
+                case ATTPROJW: shard_copy_slice(lo, g, C, C, 2, 1, s, to_shard); break;
+                case FCPROJW: shard_copy_slice(lo, g, C, 4 * C, 2, 1, s, to_shard); break;
+                default: shard_copy_slice(lo, g, 1, glayer[k], 0, 1, s, to_shard); break;
+            }
+        }
+        goff += gsizes[k];
+        loff += lsizes[k];
+    }
 }
 
 // ---------- the activations ----------
@@ -215,36 +304,42 @@ FLOAT32_INSTANCE(ActivationTensors);
 typedef char activation_tensors_match_the_enum
     [sizeof(ActivationTensors) == NUM_ACTIVATION_TENSORS * sizeof(float*) ? 1 : -1];
 
-// As parameter_sizes, for a batch of B x T: the tensors of the float32 paths (att_lse is flash
-// attention's, the bf16 path's, which lays out its own activations).
-static inline void activation_sizes(size_t* sizes, size_t* layer, GPT2Config c, int B, int T) {
-    size_t C = c.channels, NH = c.num_heads, L = c.num_layers, Vp = c.padded_vocab_size;
+// As shard_parameter_sizes, for a batch of B x T: the tensors of the float32 paths (att_lse is
+// flash attention's, the bf16 path's, which lays out its own activations). A stage keeps
+// `encoded` as the stream entering its first block (the embeddings, or what the stage before
+// sent), and the final layernorm, logits and losses only when it is the last.
+static inline void shard_activation_sizes(size_t* sizes, size_t* layer, GPT2Config c, Shard s, int B, int T) {
+    size_t C = c.channels, H = C / s.tp, heads = c.num_heads / s.tp, Vp = c.padded_vocab_size;
     size_t BT = (size_t)B * T;
     memset(layer, 0, NUM_ACTIVATION_TENSORS * sizeof(size_t));
     layer[LN1] = BT * C;
     layer[LN1_MEAN] = BT;
     layer[LN1_RSTD] = BT;
-    layer[QKV] = BT * 3 * C;
-    layer[ATTY] = BT * C;
-    layer[PREATT] = BT * NH * T;
-    layer[ATT] = BT * NH * T;
+    layer[QKV] = BT * 3 * H;
+    layer[ATTY] = BT * H;
+    layer[PREATT] = BT * heads * T;
+    layer[ATT] = BT * heads * T;
     layer[ATTPROJ] = BT * C;
     layer[RESIDUAL2] = BT * C;
     layer[LN2] = BT * C;
     layer[LN2_MEAN] = BT;
     layer[LN2_RSTD] = BT;
-    layer[FCH] = BT * 4 * C;
-    layer[FCH_GELU] = BT * 4 * C;
+    layer[FCH] = BT * 4 * H;
+    layer[FCH_GELU] = BT * 4 * H;
     layer[FCPROJ] = BT * C;
     layer[RESIDUAL3] = BT * C;
-    for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) sizes[i] = L * layer[i];
+    for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) sizes[i] = (size_t)s.num_layers * layer[i];
     sizes[ENCODED] = BT * C;
-    sizes[LNF] = BT * C;
-    sizes[LNF_MEAN] = BT;
-    sizes[LNF_RSTD] = BT;
-    sizes[LOGITS] = BT * Vp;
-    sizes[PROBS] = BT * Vp;
-    sizes[LOSSES] = BT;
+    sizes[LNF] = s.head ? BT * C : 0;
+    sizes[LNF_MEAN] = s.head ? BT : 0;
+    sizes[LNF_RSTD] = s.head ? BT : 0;
+    sizes[LOGITS] = s.head ? BT * Vp : 0;
+    sizes[PROBS] = s.head ? BT * Vp : 0;
+    sizes[LOSSES] = s.head ? BT : 0;
+}
+
+static inline void activation_sizes(size_t* sizes, size_t* layer, GPT2Config c, int B, int T) {
+    shard_activation_sizes(sizes, layer, c, shard_whole(c), B, T);
 }
 
 // ---------- tensors in memory ----------
@@ -270,20 +365,30 @@ static inline void layer_views(float** view, float* const* all, const size_t* la
     for (int i = 0; i < n; i++) view[i] = all[i] + (size_t)l * layer[i];
 }
 
-static inline ParameterTensors parameters_of_layer(ParameterTensors p, GPT2Config c, int l) {
+// Layer l of a shard's parameters (l counts from its first layer).
+static inline ParameterTensors shard_parameters_of_layer(ParameterTensors p, GPT2Config c, Shard s, int l) {
     size_t sizes[NUM_PARAMETER_TENSORS], layer[NUM_PARAMETER_TENSORS];
-    parameter_sizes(sizes, layer, c);
+    shard_parameter_sizes(sizes, layer, c, s);
     ParameterTensors view;
     layer_views((float**)&view, (float* const*)&p, layer, NUM_PARAMETER_TENSORS, l);
     return view;
 }
 
-static inline ActivationTensors activations_of_layer(ActivationTensors a, GPT2Config c, int B, int T, int l) {
+static inline ParameterTensors parameters_of_layer(ParameterTensors p, GPT2Config c, int l) {
+    return shard_parameters_of_layer(p, c, shard_whole(c), l);
+}
+
+static inline ActivationTensors shard_activations_of_layer(ActivationTensors a, GPT2Config c, Shard s, int B, int T,
+                                                           int l) {
     size_t sizes[NUM_ACTIVATION_TENSORS], layer[NUM_ACTIVATION_TENSORS];
-    activation_sizes(sizes, layer, c, B, T);
+    shard_activation_sizes(sizes, layer, c, s, B, T);
     ActivationTensors view;
     layer_views((float**)&view, (float* const*)&a, layer, NUM_ACTIVATION_TENSORS, l);
     return view;
+}
+
+static inline ActivationTensors activations_of_layer(ActivationTensors a, GPT2Config c, int B, int T, int l) {
+    return shard_activations_of_layer(a, c, shard_whole(c), B, T, l);
 }
 
 // ---------- the model ----------
@@ -314,18 +419,73 @@ typedef struct {
     float* cpu_losses;         // train_gpu.cu only: a host copy of acts.losses
     size_t device_bytes;       // train_gpu.cu only: the GPU memory this model holds
     float mean_loss;           // of the last forward pass; -1 when it had no targets
+    // Under model parallelism and ZeRO (doc/parallel.md; the whole model alone: shard_whole,
+    // num_padded = opt_count = num_parameters, opt_offset 0, one slot, no pipe_grad):
+    Shard shard;               // the part of the model this process holds; the sizes above are its
+    size_t num_padded;         // floats in params_memory and grads_memory: num_parameters rounded up
+                               // to whole parts under ZeRO-1, one per data-parallel rank
+    size_t opt_offset;         // the parameters whose AdamW moments this process keeps and updates:
+    size_t opt_count;          // [opt_offset, opt_offset + opt_count); m and v hold opt_count floats
+    int num_slots;             // batches whose activations are kept at once (a pipeline stage holds
+    int slot;                  // several); the slot of the next forward and backward pass; inputs,
+                               // targets and the activations hold num_slots of theirs
+    float* pipe_grad;          // (B, T, C) the gradient of this stage's output, from the next stage
+    size_t activation_bytes;   // the activations of every slot and their gradients, as the device
+                               // lays them out
 } GPT2;
 
-// Allocates the parameters of a shape, their contents not set, and nothing else.
-static inline void gpt2_allocate_params(GPT2* model, GPT2Config config) {
+// The inputs and targets of the current slot.
+static inline int* gpt2_slot_inputs(const GPT2* model) {
+    return model->inputs + (size_t)model->slot * model->capacity_B * model->capacity_T;
+}
+static inline int* gpt2_slot_targets(const GPT2* model) {
+    return model->targets + (size_t)model->slot * model->capacity_B * model->capacity_T;
+}
+
+// Allocates the parameters of a shard of a shape, their contents not set, and nothing else,
+// params_memory rounded up to `parts` equal parts (ZeRO-1's, else 1), the padding zero.
+static inline void gpt2_allocate_shard(GPT2* model, GPT2Config config, Shard shard, int parts) {
     size_t layer[NUM_PARAMETER_TENSORS];
     memset(model, 0, sizeof(*model));
     model->config = config;
-    parameter_sizes(model->param_sizes, layer, config);
+    model->shard = shard;
+    shard_parameter_sizes(model->param_sizes, layer, config, shard);
     model->num_parameters = sum_sizes(model->param_sizes, NUM_PARAMETER_TENSORS);
-    model->params_memory = (float*)malloc_check(model->num_parameters * sizeof(float));
+    model->num_padded = (model->num_parameters + parts - 1) / parts * parts;
+    model->opt_count = model->num_parameters;
+    model->num_slots = 1;
+    model->params_memory = (float*)malloc_check(model->num_padded * sizeof(float));
+    memset(model->params_memory + model->num_parameters, 0, (model->num_padded - model->num_parameters) * sizeof(float));
     point_tensors((float**)&model->params, model->params_memory, model->param_sizes, NUM_PARAMETER_TENSORS);
     model->mean_loss = -1.0f;
+}
+
+// Allocates the parameters of a shape, their contents not set, and nothing else.
+static inline void gpt2_allocate_params(GPT2* model, GPT2Config config) {
+    gpt2_allocate_shard(model, config, shard_whole(config), 1);
+}
+
+// A shard of a whole host model: its parameters and, if the whole model has them, its AdamW
+// moments; with ZeRO-1 (parts > 1), the moments of part `part` of `parts` only, which this
+// process will keep and update.
+static inline void gpt2_shard_from(GPT2* model, const GPT2* whole, Shard shard, int parts, int part) {
+    gpt2_allocate_shard(model, whole->config, shard, parts);
+    shard_copy(model->params_memory, whole->params_memory, whole->config, shard, 1);
+    size_t part_size = model->num_padded / parts;
+    model->opt_offset = (size_t)part * part_size;
+    model->opt_count = part_size;
+    if (whole->m_memory == NULL) return;
+    float* moments = (float*)calloc_check(model->num_padded, sizeof(float));
+    float* out[2] = {NULL, NULL};
+    const float* in[2] = {whole->m_memory, whole->v_memory};
+    for (int i = 0; i < 2; i++) {
+        shard_copy(moments, (float*)in[i], whole->config, shard, 1);
+        out[i] = (float*)malloc_check(part_size * sizeof(float));
+        memcpy(out[i], moments + model->opt_offset, part_size * sizeof(float));
+    }
+    free(moments);
+    model->m_memory = out[0];
+    model->v_memory = out[1];
 }
 
 // Normal(0, std) into p[0..n), zero from index `valid` on. Each chunk of 64K numbers has its own
@@ -381,6 +541,7 @@ static inline void gpt2_free(GPT2* model) {
     free(model->inputs);
     free(model->targets);
     free(model->cpu_losses);
+    free(model->pipe_grad);
     memset(model, 0, sizeof(*model));
 }
 
@@ -473,6 +634,15 @@ OVER_FLOATX struct LayersOf {
 };
 FLOAT32_INSTANCE(Layers);
 
+// Tensor parallelism's group, as the block sees it (doc/parallel.md): its size, this process's
+// rank in it, and the device's sum of a tensor over the group's processes, in place (an
+// all-reduce). The block is given NULL when it runs whole on one device.
+OVER_FLOATX struct TensorGroupOf {
+    int size, rank;
+    void (*sum)(floatX* x, size_t n);
+};
+FLOAT32_INSTANCE(TensorGroup);
+
 // ---------- the transformer block, written once ----------
 // Every path runs these: the CPU, infer.c, the GPU in float32 and in bf16. Where a device has an
 // optional layer, the block_..._forward helpers call it in place of the plain ones.
@@ -492,15 +662,22 @@ OVER_FLOATX static inline void block_attention_forward(const OF(Layers)* f, OF(A
 
 // out = residual + (inp weight^T + bias): the projection that ends each half of the block, with
 // the residual add fused into it where the device has that, else into proj and then the add.
+// Split by tensor parallelism over its inputs (the heads, the MLP's width), each process's
+// product is a partial sum: the first adds the residual and the bias to its own, the others
+// nothing, and the group's sum of out is the whole.
 OVER_FLOATX static inline void block_matmul_residual_forward(const OF(Layers)* f, floatX* out, floatX* proj,
                                                              const floatX* inp, const floatX* weight, const float* bias,
-                                                             const floatX* residual, int B, int T, int C, int OC) {
-    if (f->matmul_residual_fwd != NULL) {
+                                                             const floatX* residual, int B, int T, int C, int OC,
+                                                             const OF(TensorGroup)* tp) {
+    if (tp != NULL && tp->rank != 0) {
+        f->matmul_fwd(out, inp, weight, (const float*)NULL, B, T, C, OC);
+    } else if (f->matmul_residual_fwd != NULL) {
         f->matmul_residual_fwd(out, inp, weight, bias, residual, B, T, C, OC);
-        return;
+    } else {
+        f->matmul_fwd(proj, inp, weight, bias, B, T, C, OC);
+        f->residual_fwd(out, residual, proj, (int)((size_t)B * T * OC));
     }
-    f->matmul_fwd(proj, inp, weight, bias, B, T, C, OC);
-    f->residual_fwd(out, residual, proj, (int)((size_t)B * T * OC));
+    if (tp != NULL) tp->sum(out, (size_t)B * T * OC);
 }
 
 // out = gelu(pre), pre = inp weight^T + bias: fused where the device has it.
@@ -517,20 +694,23 @@ OVER_FLOATX static inline void block_matmul_gelu_forward(const OF(Layers)* f, fl
 
 // One transformer block, pre-norm: x (B,T,C) is the residual stream entering it, w and a its
 // layer's parameters and activations; a.residual3 is the stream leaving it. cache: this layer's
-// key-value cache in generation, NULL in training.
+// key-value cache in generation, NULL in training. tp: NULL, or the tensor-parallel group whose
+// processes each hold H = C/tp->size of the attention's channels (its heads) and 4H of the MLP's,
+// and sum the partial products of the two projections that end the halves of the block.
 OVER_FLOATX static inline void block_forward(const OF(Layers)* f, OF(ParameterTensors) w, OF(ActivationTensors) a,
                                              const floatX* x, const OF(LayerCache)* cache, int B, int T, int C,
-                                             int NH) {
+                                             int NH, const OF(TensorGroup)* tp) {
+    int parts = tp != NULL ? tp->size : 1, H = C / parts;
     // attention: residual2 = x + attproj(attention(qkv(layernorm1(x))))
     f->layernorm_fwd(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1w, w.ln1b, B, T, C);
-    f->matmul_fwd(a.qkv, a.ln1, w.qkvw, w.qkvb, B, T, C, 3 * C);
-    block_attention_forward(f, a, cache, B, T, C, NH);
-    block_matmul_residual_forward(f, a.residual2, a.attproj, a.atty, w.attprojw, w.attprojb, x, B, T, C, C);
+    f->matmul_fwd(a.qkv, a.ln1, w.qkvw, w.qkvb, B, T, C, 3 * H);
+    block_attention_forward(f, a, cache, B, T, H, NH / parts);
+    block_matmul_residual_forward(f, a.residual2, a.attproj, a.atty, w.attprojw, w.attprojb, x, B, T, H, C, tp);
     // MLP: residual3 = residual2 + fcproj(gelu(fc(layernorm2(residual2))))
     f->layernorm_fwd(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w.ln2w, w.ln2b, B, T, C);
-    block_matmul_gelu_forward(f, a.fch_gelu, a.fch, a.ln2, w.fcw, w.fcb, B, T, C, 4 * C);
+    block_matmul_gelu_forward(f, a.fch_gelu, a.fch, a.ln2, w.fcw, w.fcb, B, T, C, 4 * H);
     block_matmul_residual_forward(f, a.residual3, a.fcproj, a.fch_gelu, w.fcprojw, w.fcprojb, a.residual2,
-                                  B, T, 4 * C, C);
+                                  B, T, 4 * H, C, tp);
 }
 
 // The backward of out = residual + proj: the gradient reaches both unchanged. A device whose
@@ -565,67 +745,83 @@ OVER_FLOATX static inline void block_attention_backward(const OF(Layers)* f, OF(
 }
 
 // The block in reverse: from the gradient of its output (da.residual3) to the gradients of its
-// parameters (dw, float32 on every path) and of its input (dx), accumulated (+=).
+// parameters (dw, float32 on every path) and of its input (dx), accumulated (+=). Under tensor
+// parallelism each process's products that begin the halves of the block give it its heads' or
+// its MLP part's share of the gradient of their input (dln1, dln2): summed over the group, that
+// is the whole of it. These two sums are the backward of the forward's two.
 OVER_FLOATX static inline void block_backward(const OF(Layers)* f, OF(ParameterTensors) w, ParameterTensors dw,
                                               OF(ActivationTensors) a, OF(ActivationTensors) da, const floatX* x,
-                                              floatX* dx, int B, int T, int C, int NH) {
-    int BTC = (int)((size_t)B * T * C);
+                                              floatX* dx, int B, int T, int C, int NH, const OF(TensorGroup)* tp) {
+    int BTC = (int)((size_t)B * T * C), parts = tp != NULL ? tp->size : 1, H = C / parts;
     // MLP: residual3 = residual2 + fcproj(gelu(fc(layernorm2(residual2))))
     block_residual_backward(f, da.residual2, da.fcproj, da.residual3, BTC);
     block_gelu_matmul_backward(f, da.fch, da.fch_gelu, dw.fcprojw, dw.fcprojb, da.fcproj, a.fch_gelu, w.fcprojw,
-                               a.fch, B, T, 4 * C, C);
-    f->matmul_bwd(da.ln2, dw.fcw, dw.fcb, da.fch, a.ln2, w.fcw, B, T, C, 4 * C);
+                               a.fch, B, T, 4 * H, C);
+    f->matmul_bwd(da.ln2, dw.fcw, dw.fcb, da.fch, a.ln2, w.fcw, B, T, C, 4 * H);
+    if (tp != NULL) tp->sum(da.ln2, (size_t)BTC);
     f->layernorm_bwd(da.residual2, dw.ln2w, dw.ln2b, da.ln2, a.residual2, w.ln2w, a.ln2_mean, a.ln2_rstd,
                      B, T, C);
     // attention: residual2 = x + attproj(attention(qkv(layernorm1(x))))
     block_residual_backward(f, dx, da.attproj, da.residual2, BTC);
-    f->matmul_bwd(da.atty, dw.attprojw, dw.attprojb, da.attproj, a.atty, w.attprojw, B, T, C, C);
-    block_attention_backward(f, a, da, B, T, C, NH);
-    f->matmul_bwd(da.ln1, dw.qkvw, dw.qkvb, da.qkv, a.ln1, w.qkvw, B, T, C, 3 * C);
+    f->matmul_bwd(da.atty, dw.attprojw, dw.attprojb, da.attproj, a.atty, w.attprojw, B, T, H, C);
+    block_attention_backward(f, a, da, B, T, H, NH / parts);
+    f->matmul_bwd(da.ln1, dw.qkvw, dw.qkvb, da.qkv, a.ln1, w.qkvw, B, T, C, 3 * H);
+    if (tp != NULL) tp->sum(da.ln1, (size_t)BTC);
     f->layernorm_bwd(dx, dw.ln1w, dw.ln1b, da.ln1, x, w.ln1w, a.ln1_mean, a.ln1_rstd, B, T, C);
 }
 
 // ---------- the forward and backward pass of the float32 paths ----------
 
 // The forward pass from model->inputs to acts.logits, for the batch the activations are laid out
-// for (model->last_B x last_T). The loss is the device's to compute.
-static inline void gpt2_forward_layers(const Layers* f, GPT2* model) {
+// for (model->last_B x last_T). The loss is the device's to compute. On a pipeline stage, of the
+// model's shard: the embeddings on the first stage (the others find their input in a.encoded,
+// from the stage before), its blocks, and the logits on the last. tp: the block's group, or NULL.
+static inline void gpt2_forward_layers(const Layers* f, GPT2* model, const TensorGroup* tp) {
     GPT2Config c = model->config;
+    Shard s = model->shard;
     int B = model->last_B, T = model->last_T, C = c.channels;
     ParameterTensors p = model->params;
     ActivationTensors a = model->acts;
-    f->encoder_fwd(a.encoded, model->inputs, p.wte, p.wpe, B, T, C);
+    if (s.embed) f->encoder_fwd(a.encoded, gpt2_slot_inputs(model), p.wte, p.wpe, B, T, C);
     const float* x = a.encoded;  // the residual stream entering block l
-    for (int l = 0; l < c.num_layers; l++) {
-        ActivationTensors al = activations_of_layer(a, c, B, T, l);
-        block_forward(f, parameters_of_layer(p, c, l), al, x, (const LayerCache*)NULL, B, T, C, c.num_heads);
+    for (int l = 0; l < s.num_layers; l++) {
+        ActivationTensors al = shard_activations_of_layer(a, c, s, B, T, l);
+        block_forward(f, shard_parameters_of_layer(p, c, s, l), al, x, (const LayerCache*)NULL, B, T, C,
+                      c.num_heads, tp);
         x = al.residual3;
     }
+    if (!s.head) return;
     f->layernorm_fwd(a.lnf, a.lnf_mean, a.lnf_rstd, x, p.lnfw, p.lnfb, B, T, C);
     f->matmul_fwd(a.logits, a.lnf, p.wte, NULL, B, T, C, c.padded_vocab_size);  // tied to wte
 }
 
 // The backward pass, from the gradient of the loss with respect to the logits (grads_acts.logits,
-// which the device computes) to every parameter's gradient, accumulated into model->grads.
-static inline void gpt2_backward_layers(const Layers* f, GPT2* model) {
+// which the device computes) to every parameter's gradient, accumulated into model->grads. A
+// stage other than the last starts from model->pipe_grad, the gradient of its output that the
+// next stage sent; its first block leaves the gradient of its input in grads_acts.encoded.
+static inline void gpt2_backward_layers(const Layers* f, GPT2* model, const TensorGroup* tp) {
     GPT2Config c = model->config;
-    int B = model->last_B, T = model->last_T, C = c.channels, L = c.num_layers;
+    Shard s = model->shard;
+    int B = model->last_B, T = model->last_T, C = c.channels, L = s.num_layers;
     ParameterTensors p = model->params, g = model->grads;
     ActivationTensors a = model->acts, da = model->grads_acts;
-    f->matmul_bwd(da.lnf, g.wte, NULL, da.logits, a.lnf, p.wte, B, T, C, c.padded_vocab_size);
-    ActivationTensors last = activations_of_layer(a, c, B, T, L - 1);
-    ActivationTensors dlast = activations_of_layer(da, c, B, T, L - 1);
-    f->layernorm_bwd(dlast.residual3, g.lnfw, g.lnfb, da.lnf, last.residual3, p.lnfw, a.lnf_mean, a.lnf_rstd,
-                     B, T, C);
-    for (int l = L - 1; l >= 0; l--) {
-        // the block's input: the embeddings for block 0, else the previous block's output
-        const float* x = l == 0 ? a.encoded : activations_of_layer(a, c, B, T, l - 1).residual3;
-        float* dx = l == 0 ? da.encoded : activations_of_layer(da, c, B, T, l - 1).residual3;
-        block_backward(f, parameters_of_layer(p, c, l), parameters_of_layer(g, c, l),
-                       activations_of_layer(a, c, B, T, l), activations_of_layer(da, c, B, T, l), x, dx,
-                       B, T, C, c.num_heads);
+    ActivationTensors last = shard_activations_of_layer(a, c, s, B, T, L - 1);
+    ActivationTensors dlast = shard_activations_of_layer(da, c, s, B, T, L - 1);
+    if (s.head) {
+        f->matmul_bwd(da.lnf, g.wte, NULL, da.logits, a.lnf, p.wte, B, T, C, c.padded_vocab_size);
+        f->layernorm_bwd(dlast.residual3, g.lnfw, g.lnfb, da.lnf, last.residual3, p.lnfw, a.lnf_mean, a.lnf_rstd,
+                         B, T, C);
     }
-    f->encoder_bwd(g.wte, g.wpe, da.encoded, model->inputs, B, T, C);
+    for (int l = L - 1; l >= 0; l--) {
+        // the block's input: the stage's input for its first block, else the previous block's output
+        const float* x = l == 0 ? a.encoded : shard_activations_of_layer(a, c, s, B, T, l - 1).residual3;
+        float* dx = l == 0 ? da.encoded : shard_activations_of_layer(da, c, s, B, T, l - 1).residual3;
+        ActivationTensors dl = shard_activations_of_layer(da, c, s, B, T, l);
+        if (l == L - 1 && !s.head) dl.residual3 = model->pipe_grad;
+        block_backward(f, shard_parameters_of_layer(p, c, s, l), shard_parameters_of_layer(g, c, s, l),
+                       shard_activations_of_layer(a, c, s, B, T, l), dl, x, dx, B, T, C, c.num_heads, tp);
+    }
+    if (s.embed) f->encoder_bwd(g.wte, g.wpe, da.encoded, gpt2_slot_inputs(model), B, T, C);
 }
 
 #endif // GPT2_MODEL_H

@@ -14,6 +14,7 @@
 #ifndef GPT2_PARALLEL_H
 #define GPT2_PARALLEL_H
 
+#include <limits.h>
 #include "io.h"
 
 #ifdef USE_MPI
@@ -30,6 +31,48 @@ typedef struct {
 } Processes;
 
 static Processes procs = {0, 1, 0, 0};
+
+// ---------- the split of a run: data, tensor and pipeline parallel (doc/parallel.md) ----------
+// The world's ranks form a grid of tp x pp x dp. The tp ranks of a tensor-parallel group share
+// every block of their stage, each with a part of its heads and of its MLP; the pp stages of a
+// pipeline hold consecutive layers; the dp replicas each train the whole (split) model on their
+// own part of every batch. Ranks are numbered tp fastest, then pp, then dp: the ranks of one
+// tensor-parallel group are neighbours, as they exchange the most.
+
+enum { GROUP_TP, GROUP_PP, GROUP_DP, GROUP_EMBED, GROUP_MODEL, GROUP_WORLD, NUM_GROUPS };
+static const char* const GROUP_NAMES[NUM_GROUPS] = {"tp", "pp", "dp", "embed", "model", "world"};
+
+typedef struct {
+    int tp, pp, dp;                 // the grid: tp x pp x dp = the processes of the run
+    int tp_rank, pp_rank, dp_rank;  // this process's place in it
+    int zero;                       // 1: ZeRO stage 1, AdamW's moments split over the dp ranks
+    int gpipe;                      // 1: the pipeline runs all forwards, then all backwards
+    // what this process sent in the current step, in bytes, and the seconds it spent in
+    // collectives and transfers, per group (parallel_account); reset by parallel_step_begin
+    double sent[NUM_GROUPS];
+    double comm_seconds;
+} Split;
+
+static Split split = {1, 1, 1, 0, 0, 0, 0, 0, {0}, 0.0};
+
+static inline int split_is_model_parallel(void) { return split.tp > 1 || split.pp > 1; }
+
+// The grid position of a rank, and back (tp fastest, then pp, then dp).
+static inline int split_rank_of(int tp_rank, int pp_rank, int dp_rank) {
+    return tp_rank + split.tp * (pp_rank + split.pp * dp_rank);
+}
+
+// What one process sends for a collective of `bytes` over a group of n, by the ring algorithms
+// NCCL and MPI use for large arrays: an all-reduce sends 2 (n-1)/n of the array, a reduce-scatter
+// or an all-gather (n-1)/n.
+static inline void parallel_account(int group, double bytes, double seconds) {
+    split.sent[group] += bytes;
+    split.comm_seconds += seconds;
+}
+static inline void parallel_step_begin(void) {
+    memset(split.sent, 0, sizeof(split.sent));
+    split.comm_seconds = 0.0;
+}
 
 // The number of processes mpirun (Open MPI, MPICH, Slurm's PMI) says it started, read from the
 // environment it gives them; 0 when the program was not started by a launcher.
@@ -142,6 +185,158 @@ static inline int parallel_local_same(const char* text) {
     return same;
 }
 
+// ---------- the grid's groups, and collectives over them on host memory ----------
+// train_cpu's tensors are in host memory, and MPI moves them; train_gpu's NCCL moves its device
+// tensors (gpt2/gpu/multi_gpu.cuh) over the same groups. Scalars (losses, norms) go through MPI
+// in both programs.
+
+static MPI_Comm split_comms[NUM_GROUPS];  // MPI_COMM_NULL where this rank is in no such group
+
+static inline MPI_Comm split_comm(int group) { return split_comms[group]; }
+
+static inline int split_group_size(int group) {
+    int n = 1;
+    if (procs.mpi && split_comms[group] != MPI_COMM_NULL) MPI_Comm_size(split_comms[group], &n);
+    return n;
+}
+
+// Makes the grid of a run of tp x pp x dp processes (dp = the processes / (tp x pp)) and its
+// groups; one clear error when the processes do not fill it.
+static inline void parallel_split_init(int tp, int pp) {
+    if (procs.size % (tp * pp) != 0) {
+        if (procs.rank != 0) parallel_await_stop();  // rank 0 says why, once
+        fail("-tp %d -pp %d need a multiple of tp x pp = %d processes, and this run has %d", tp, pp, tp * pp,
+             procs.size);
+    }
+    split.tp = tp;
+    split.pp = pp;
+    split.dp = procs.size / (tp * pp);
+    split.tp_rank = procs.rank % tp;
+    split.pp_rank = procs.rank / tp % pp;
+    split.dp_rank = procs.rank / (tp * pp);
+    for (int g = 0; g < NUM_GROUPS; g++) split_comms[g] = MPI_COMM_NULL;
+    if (!procs.mpi) return;
+    int t = split.tp_rank, p = split.pp_rank, d = split.dp_rank;
+    int is_end = p == 0 || p == pp - 1;  // the first and last stages both hold wte (tied)
+    MPI_Comm_split(MPI_COMM_WORLD, p + pp * d, t, &split_comms[GROUP_TP]);
+    MPI_Comm_split(MPI_COMM_WORLD, t + tp * d, p, &split_comms[GROUP_PP]);
+    MPI_Comm_split(MPI_COMM_WORLD, t + tp * p, d, &split_comms[GROUP_DP]);
+    MPI_Comm_split(MPI_COMM_WORLD, is_end ? t + tp * d : MPI_UNDEFINED, p, &split_comms[GROUP_EMBED]);
+    MPI_Comm_split(MPI_COMM_WORLD, d, t + tp * p, &split_comms[GROUP_MODEL]);
+    MPI_Comm_dup(MPI_COMM_WORLD, &split_comms[GROUP_WORLD]);
+}
+
+static inline void parallel_split_free(void) {
+    if (!procs.mpi) return;
+    for (int g = 0; g < NUM_GROUPS; g++) {
+        if (split_comms[g] != MPI_COMM_NULL) MPI_Comm_free(&split_comms[g]);
+    }
+}
+
+static inline void check_int_count(size_t n) {
+    if (n > (size_t)INT_MAX) fail("a transfer of %zu values is too large for one MPI call", n);
+}
+
+// x[0..n) = the sum over the group of every member's x, on every member.
+static inline void parallel_group_sum_floats(int group, float* x, size_t n) {
+    int k = split_group_size(group);
+    if (k == 1) return;
+    double t0 = now_seconds();
+    const size_t chunk = (size_t)1 << 30;  // MPI counts are int
+    for (size_t i = 0; i < n; i += chunk) {
+        int count = (int)(n - i < chunk ? n - i : chunk);
+        MPI_Allreduce(MPI_IN_PLACE, x + i, count, MPI_FLOAT, MPI_SUM, split_comm(group));
+    }
+    parallel_account(group, 2.0 * (k - 1) / k * n * sizeof(float), now_seconds() - t0);
+}
+
+static inline double parallel_group_sum(int group, double x) {
+    if (split_group_size(group) > 1) MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_SUM, split_comm(group));
+    return x;
+}
+
+// x holds n = k x part floats over a group of k. After it, part r of x (r: this member's rank in
+// the group) holds the sum over the group of every member's part r; the other parts are left as
+// they were. ZeRO's reduce-scatter of the gradients.
+static inline void parallel_reduce_scatter_floats(int group, float* x, size_t n) {
+    int k = split_group_size(group), r = 0;
+    if (k == 1) return;
+    double t0 = now_seconds();
+    size_t part = n / k;
+    check_int_count(part);
+    MPI_Comm_rank(split_comm(group), &r);
+    float* sum = (float*)malloc_check(part * sizeof(float));
+    MPI_Reduce_scatter_block(x, sum, (int)part, MPI_FLOAT, MPI_SUM, split_comm(group));
+    memcpy(x + (size_t)r * part, sum, part * sizeof(float));
+    free(sum);
+    parallel_account(group, (double)(k - 1) / k * n * sizeof(float), now_seconds() - t0);
+}
+
+// x holds n = k x part floats over a group of k; member r's part r goes to every member.
+static inline void parallel_all_gather_floats(int group, float* x, size_t n) {
+    int k = split_group_size(group);
+    if (k == 1) return;
+    double t0 = now_seconds();
+    check_int_count(n / k);
+    MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x, (int)(n / k), MPI_FLOAT, split_comm(group));
+    parallel_account(group, (double)(k - 1) / k * n * sizeof(float), now_seconds() - t0);
+}
+
+// One exchange between neighbouring pipeline stages: `send` (or NULL) to stage `peer` and `recv`
+// (or NULL) from it, `bytes` each way. A send is synchronous (MPI_Issend: it completes only once
+// the peer has received it), as NCCL's send is on a GPU, so that a schedule which would deadlock
+// there deadlocks here too, whatever the message size; a send and a receive with the same peer
+// are posted together, as NCCL's grouped send and receive are.
+static inline void parallel_exchange(const void* send, void* recv, size_t bytes, int peer) {
+    double t0 = now_seconds();
+    check_int_count(bytes);
+    MPI_Request req[2];
+    int n = 0;
+    if (recv != NULL) MPI_Irecv(recv, (int)bytes, MPI_BYTE, peer, 0, split_comm(GROUP_PP), &req[n++]);
+    if (send != NULL) MPI_Issend(send, (int)bytes, MPI_BYTE, peer, 0, split_comm(GROUP_PP), &req[n++]);
+    MPI_Waitall(n, req, MPI_STATUSES_IGNORE);
+    parallel_account(GROUP_PP, send != NULL ? (double)bytes : 0.0, now_seconds() - t0);
+}
+
+// The root's int to every member of the group.
+static inline int parallel_group_bcast_int(int group, int x, int root) {
+    if (split_group_size(group) > 1) MPI_Bcast(&x, 1, MPI_INT, root, split_comm(group));
+    return x;
+}
+
+// Point to point between world ranks, for gathering checkpoints on rank 0.
+static inline void parallel_send_floats(const float* x, size_t n, int to) {
+    check_int_count(n);
+    MPI_Send(x, (int)n, MPI_FLOAT, to, 1, MPI_COMM_WORLD);
+}
+static inline void parallel_recv_floats(float* x, size_t n, int from) {
+    check_int_count(n);
+    MPI_Recv(x, (int)n, MPI_FLOAT, from, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+}
+
+// x holds n = k x part floats over a group of k; part r of member r goes to the member of rank 0
+// in the group, whose x is then whole (ZeRO's moments, gathered for a checkpoint).
+static inline void parallel_gather_floats(int group, float* x, size_t n) {
+    int k = split_group_size(group), r = 0;
+    if (k == 1) return;
+    check_int_count(n / k);
+    MPI_Comm_rank(split_comm(group), &r);
+    if (r == 0) MPI_Gather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x, (int)(n / k), MPI_FLOAT, 0, split_comm(group));
+    else MPI_Gather(x + (size_t)r * (n / k), (int)(n / k), MPI_FLOAT, NULL, 0, MPI_FLOAT, 0, split_comm(group));
+}
+
+// Every process's line of text (up to 255 characters), printed by rank 0 in rank order.
+static inline void parallel_print_lines(const char* line) {
+    enum { LEN = 256 };
+    char mine[LEN];
+    snprintf(mine, sizeof(mine), "%s", line);
+    char* all = procs.rank == 0 ? (char*)malloc_check((size_t)procs.size * LEN) : NULL;
+    MPI_Gather(mine, LEN, MPI_CHAR, all, LEN, MPI_CHAR, 0, MPI_COMM_WORLD);
+    if (procs.rank != 0) return;
+    for (int r = 0; r < procs.size; r++) printf("%s\n", all + (size_t)r * LEN);
+    free(all);
+}
+
 #else  // built without MPI: always the only process
 
 static inline void parallel_init(int* argc, char*** argv) {
@@ -160,6 +355,21 @@ static inline int parallel_first_rank(int yes) { return yes ? 0 : -1; }
 static inline void parallel_await_stop(void) { exit(1); }
 static inline void parallel_check_same(const char* what, const char* key) {}
 static inline int parallel_local_same(const char* text) { return -1; }
+static inline int split_group_size(int group) { return 1; }
+static inline void parallel_split_init(int tp, int pp) {
+    if (tp * pp > 1) fail("-tp %d -pp %d need %d processes under mpirun, and this program was built without MPI", tp, pp, tp * pp);
+}
+static inline void parallel_split_free(void) {}
+static inline void parallel_group_sum_floats(int group, float* x, size_t n) {}
+static inline double parallel_group_sum(int group, double x) { return x; }
+static inline void parallel_reduce_scatter_floats(int group, float* x, size_t n) {}
+static inline void parallel_all_gather_floats(int group, float* x, size_t n) {}
+static inline void parallel_exchange(const void* send, void* recv, size_t bytes, int peer) {}
+static inline int parallel_group_bcast_int(int group, int x, int root) { return x; }
+static inline void parallel_send_floats(const float* x, size_t n, int to) {}
+static inline void parallel_recv_floats(float* x, size_t n, int from) {}
+static inline void parallel_gather_floats(int group, float* x, size_t n) {}
+static inline void parallel_print_lines(const char* line) { printf("%s\n", line); }
 
 #endif
 

@@ -55,6 +55,10 @@ typedef struct {
     uint64_t seed;                // -S
     int shuffle;                  // -R
     const char* precision;        // -p: train_gpu's arithmetic, fp32 or bf16; NULL: the program's default
+    int tp;                       // -tp: tensor-parallel processes, sharing every block
+    int pp;                       // -pp: pipeline stages, each with consecutive layers
+    int zero;                     // -z: 1 splits AdamW's moments over the data-parallel processes (ZeRO-1)
+    int gpipe;                    // -ps: 1 for GPipe's schedule (all forwards, then all backwards), 0 for 1F1B
 } TrainConfig;
 
 // The default runs, both on Tiny Shakespeare. train_cpu: a 4-layer GPT-2 (C=256, 4 heads, 16M
@@ -86,6 +90,10 @@ static inline TrainConfig train_config_defaults(int on_gpu) {
     c.seed = 1337;
     c.shuffle = 0;
     c.precision = NULL;
+    c.tp = 1;
+    c.pp = 1;
+    c.zero = 0;
+    c.gpipe = 0;
     return c;
 }
 
@@ -116,6 +124,11 @@ static inline void print_usage(const char* prog, TrainConfig d) {
             "  -R 1      shuffle the order of batches, from the seed (default %d)\n"
             "  -p P      arithmetic: fp32, or bf16 (train_gpu only: mixed precision on tensor cores; its default\n"
             "            on GPUs of compute capability 8.0 and newer)\n"
+            "  -tp N     tensor parallel: every block split over N processes by heads and MLP width (default 1)\n"
+            "  -pp N     pipeline parallel: the layers split into N stages of consecutive layers (default 1)\n"
+            "  -ps S     pipeline schedule of the micro-steps: 1f1b or gpipe (default 1f1b)\n"
+            "  -z 1      ZeRO-1: AdamW's moments and update split over the data-parallel processes (default 0)\n"
+            "            (under mpirun -np P: data parallel over P / (tp x pp) replicas; doc/parallel.md)\n"
             "  -h        this help\n",
             prog, d.train_file, d.val_file, d.init, d.tokenizer_file, d.micro_batch, d.T, d.max_steps,
             d.learning_rate, d.warmup_steps, d.final_lr_frac, d.weight_decay, d.val_every,
@@ -128,6 +141,15 @@ static inline TrainConfig train_config_parse(int argc, char** argv, TrainConfig 
     TrainConfig c = defaults;
     for (int i = 1; i < argc; i += 2) {
         const char* flag = argv[i];
+        if (strcmp(flag, "-tp") == 0 || strcmp(flag, "-pp") == 0 || strcmp(flag, "-ps") == 0) {
+            if (i + 1 >= argc) fail("%s needs a value (see -h)", flag);
+            const char* v = argv[i + 1];
+            if (flag[1] == 't') c.tp = parse_int_arg(flag, v, 1);
+            else if (flag[2] == 'p') c.pp = parse_int_arg(flag, v, 1);
+            else if (strcmp(v, "1f1b") == 0 || strcmp(v, "gpipe") == 0) c.gpipe = v[0] == 'g';
+            else fail("-ps expects 1f1b or gpipe, got '%s'", v);
+            continue;
+        }
         const char* val = flag_value(argc, argv, i);
         if (val == NULL) {
             print_usage(argv[0], defaults);
@@ -156,6 +178,10 @@ static inline TrainConfig train_config_parse(int argc, char** argv, TrainConfig 
             case 'S': c.seed = (uint64_t)parse_int_arg(flag, val, 0); break;
             case 'R': c.shuffle = parse_int_arg(flag, val, 0); break;
             case 'p': c.precision = val; break;
+            case 'z':
+                c.zero = parse_int_arg(flag, val, 0);
+                if (c.zero > 1) fail("-z expects 0 or 1 (ZeRO stage 1), got %d", c.zero);
+                break;
             default: fail("unknown option %s (see -h)", flag);
         }
     }
@@ -167,11 +193,11 @@ static inline TrainConfig train_config_parse(int argc, char** argv, TrainConfig 
 // The options every process of a run must share, as text, for parallel_check_same. File names
 // are left out: on several machines, each may keep its copy of the data at another path.
 static inline void train_config_key(const TrainConfig* c, char* key, size_t n) {
-    snprintf(key, n, "-e %s -b %d -t %d -d %d -x %d -l %g -u %d -q %g -c %g -v %d -m %d -s %d -g %d -n %d -y %d -S %llu -R %d -p %s",
+    snprintf(key, n, "-e %s -b %d -t %d -d %d -x %d -l %g -u %d -q %g -c %g -v %d -m %d -s %d -g %d -n %d -y %d -S %llu -R %d -p %s -tp %d -pp %d -z %d -ps %d",
              c->init, c->micro_batch, c->T, c->total_batch, c->max_steps, c->learning_rate, c->warmup_steps,
              c->final_lr_frac, c->weight_decay, c->val_every, c->val_batches, c->sample_every, c->gen_tokens,
              c->checkpoint_every, c->resume, (unsigned long long)c->seed, c->shuffle,
-             c->precision != NULL ? c->precision : "default");
+             c->precision != NULL ? c->precision : "default", c->tp, c->pp, c->zero, c->gpipe);
 }
 
 // ---------- the schedule and the divergence stop ----------
@@ -231,7 +257,9 @@ static inline int find_latest_checkpoint(const char* dir, int max_step) {
 typedef struct {
     TrainConfig cfg;
     GPT2 model;            // the model in host memory: trained there by train_cpu, copied to and
-                           // from the GPU by train_gpu; on resume it holds the AdamW moments too
+                           // from the GPU by train_gpu; on resume it holds the AdamW moments too.
+                           // Split by -tp, -pp or -z, only rank 0 keeps it, to gather checkpoints in
+    GPT2 part;             // this process's part of it then (run_part), in host memory
     DataLoader train, val;
     Tokenizer tokenizer;
     Tokenizer* tok;        // NULL: samples print as token ids
@@ -240,6 +268,7 @@ typedef struct {
     int micro_steps;       // forward and backward passes of B x T per step, on each process
     float loss;            // the last step's loss: the mean over its micro-steps and processes
     double reduce_time;    // seconds of the last step spent summing gradients over the processes
+    int split;             // 1: the model or its optimizer is split over the processes (run_part)
     uint64_t sample_rng;
     FILE* log;             // DIR/main.log, or NULL without -o
     char path[4096];
@@ -281,14 +310,14 @@ static TrainState run_resume(Run* run) {
 // takes, one clear error when -d is not a whole number of passes of B x T on every process.
 static inline void run_split_batch(Run* run, long long resumed_tokens) {
     const TrainConfig* c = &run->cfg;
-    long long pass = (long long)c->micro_batch * c->T * procs.size;  // tokens of one pass of every process
+    long long pass = (long long)c->micro_batch * c->T * split.dp;  // tokens of one pass of every replica
     long long total = c->total_batch > 0 ? c->total_batch : resumed_tokens > 0 ? resumed_tokens : pass;
     if (total % pass != 0) {
         char what[64];
         if (c->total_batch > 0) snprintf(what, sizeof(what), "-d %lld", total);
         else snprintf(what, sizeof(what), "the resumed run's batch of %lld tokens (-d)", total);
-        fail("%s is not a multiple of B x T x processes = %d x %d x %d = %lld tokens: each step is a whole "
-             "number of micro-steps of B x T on every process", what, c->micro_batch, c->T, procs.size, pass);
+        fail("%s is not a multiple of B x T x data-parallel processes = %d x %d x %d = %lld tokens: each step is "
+             "a whole number of micro-steps of B x T on every process", what, c->micro_batch, c->T, split.dp, pass);
     }
     run->step_tokens = total;
     run->micro_steps = (int)(total / pass);
@@ -308,12 +337,21 @@ static inline void run_open_inputs(Run* run, TrainConfig cfg, void (*check_model
     run_split_batch(run, cfg.resume ? (long long)state.global_batch * state.T : 0);
     GPT2Config mc = run->model.config;
     if (cfg.T > mc.max_seq_len) fail("-t %d is longer than the model's context maxT=%d", cfg.T, mc.max_seq_len);
+    if (mc.num_heads % cfg.tp != 0) {
+        fail("-tp %d must divide the model's %d heads: tensor parallelism gives each process whole heads", cfg.tp,
+             mc.num_heads);
+    }
+    if (cfg.pp > mc.num_layers) {
+        fail("-pp %d: the model has %d layers, and every pipeline stage needs at least one", cfg.pp, mc.num_layers);
+    }
     if (check_model != NULL) check_model(mc);
-    dataloader_init(&run->train, cfg.train_file, cfg.micro_batch, cfg.T, procs.rank, procs.size, run->micro_steps,
+    // the data is split over the data-parallel replicas: the processes of one replica (its tensor-
+    // parallel parts and pipeline stages) read the same batches
+    dataloader_init(&run->train, cfg.train_file, cfg.micro_batch, cfg.T, split.dp_rank, split.dp, run->micro_steps,
                     mc.vocab_size, cfg.shuffle, cfg.seed);
     if (cfg.resume) dataloader_seek(&run->train, state.epoch, (size_t)state.batch_index);
     if (cfg.val_every > 0) {
-        dataloader_init(&run->val, cfg.val_file, cfg.micro_batch, cfg.T, procs.rank, procs.size, run->micro_steps,
+        dataloader_init(&run->val, cfg.val_file, cfg.micro_batch, cfg.T, split.dp_rank, split.dp, run->micro_steps,
                         mc.vocab_size, 0, 0);
     }
     // the tokenizer only prints samples: without one, samples print as token ids
@@ -334,6 +372,9 @@ static inline void run_open_inputs(Run* run, TrainConfig cfg, void (*check_model
 // would find, is then reported once. Only when all of them have is -o DIR made and its main.log
 // opened (by rank 0), so that a run that cannot start leaves nothing behind.
 static inline void run_open(Run* run, TrainConfig cfg, void (*check_model)(GPT2Config)) {
+    parallel_split_init(cfg.tp, cfg.pp);  // the grid of processes, and its groups
+    split.zero = cfg.zero;
+    split.gpipe = cfg.gpipe;
     rank0_first_begin();
     run_open_inputs(run, cfg, check_model);
     rank0_first_end();
@@ -348,7 +389,35 @@ static inline void run_open(Run* run, TrainConfig cfg, void (*check_model)(GPT2C
     }
 }
 
+// The model this process trains, in host memory: the whole run's model, or, when the run splits
+// it (-tp, -pp, or -z with several data-parallel processes), this process's shard of it, with the
+// AdamW moments of its part when resuming (gpt2_shard_from). Then only rank 0 keeps the whole
+// model, to gather checkpoints in. model->num_slots: the batches whose activations the device
+// keeps at once: a pipeline stage holds those it has run forward and not yet backward, up to
+// all of a step's under GPipe, and under 1F1B at most as many as there are stages from it to
+// the last (doc/parallel.md).
+static inline GPT2* run_part(Run* run) {
+    const TrainConfig* c = &run->cfg;
+    run->split = split_is_model_parallel() || (c->zero && split.dp > 1);
+    GPT2* model = &run->model;
+    if (run->split) {
+        Shard s = shard_of(run->model.config, split.tp, split.tp_rank, split.pp, split.pp_rank);
+        int parts = c->zero ? split.dp : 1;
+        gpt2_shard_from(&run->part, &run->model, s, parts, c->zero ? split.dp_rank : 0);
+        if (procs.rank != 0) {  // keep only its shape
+            GPT2Config config = run->model.config;
+            gpt2_free(&run->model);
+            run->model.config = config;
+        }
+        model = &run->part;
+    }
+    int M = run->micro_steps, ahead = split.pp - split.pp_rank;
+    model->num_slots = split.pp == 1 ? 1 : split.gpipe || ahead > M ? M : ahead;
+    return model;
+}
+
 static inline void run_close(Run* run) {
+    gpt2_free(&run->part);
     if (run->log) fclose_check(run->log, "main.log");
     if (run->tok) tokenizer_free(run->tok);
     dataloader_free(&run->train);
@@ -358,21 +427,28 @@ static inline void run_close(Run* run) {
 
 // ---------- what a device does: the Trainer ----------
 
+// The buffers a pipeline stage sends and receives (Trainer.stage_buffer), each B x T x C of the
+// device's activation type: the stream entering the stage (from the stage before) and leaving it
+// (to the next), and their gradients, which travel the other way.
+enum { STAGE_IN, STAGE_OUT, STAGE_DOUT, STAGE_DIN };
+
 // A model's training operations on one device, over GPT2 structs whose tensors live there.
+// Forward and backward passes run on the model's current slot (model->slot).
 typedef struct {
-    // the mean loss of a batch (host arrays (B, T)) into model->mean_loss; targets may be NULL
+    // the mean loss of a batch (host arrays (B, T)) into model->mean_loss; targets may be NULL.
+    // Only the last pipeline stage has a loss; the others leave mean_loss at -1
     void (*forward)(GPT2* model, const int* inputs, const int* targets, int B, int T);
     void (*zero_grad)(GPT2* model);
     void (*backward)(GPT2* model);  // the parameter gradients add up over backward passes
-    // the gradients into their sum over the processes of a data-parallel run, on every process
-    void (*all_reduce)(GPT2* model);
-    // scales the gradients by grad_scale, then clips their norm to max_norm; returns the norm
-    // after the scale and before clipping
-    float (*clip_gradients)(GPT2* model, float grad_scale, float max_norm);
+    // the sum of the squares of the gradients [offset, offset + n), in double, in a fixed order
+    double (*grad_squares)(GPT2* model, size_t offset, size_t n);
+    void (*scale_grads)(GPT2* model, size_t offset, size_t n, float factor);
+    // AdamW on the parameters [opt_offset, opt_offset + opt_count), whose moments the model keeps
     void (*update)(GPT2* model, float lr, float beta1, float beta2, float eps, float weight_decay, int t);
     // the Vp logits at `position` of the last forward pass (batch 1), into a host array
     void (*logits_to_host)(const GPT2* model, int position, float* out);
-    // the parameters and AdamW moments into the run's host model; NULL when the model is that one
+    // the parameters and AdamW moments into a host model of the same shard; NULL when the model
+    // is that one
     void (*to_host)(const GPT2* model, GPT2* host);
     void (*synchronize)(void);   // waits for the device's queued work; NULL when nothing is queued
     double (*peak_flops)(void);  // FLOP/s that MFU is counted against; NULL: no MFU
@@ -380,6 +456,19 @@ typedef struct {
     // pages (infer's engine device), for the samples; NULL: the samples rerun the whole sequence.
     void (*generator_build)(GPT2* model, int pages, EngineDevice* device);
     void (*generator_free)(EngineDevice* device);
+    // The device's collectives over a group of processes (gpt2/parallel.h's GROUP_...), in place
+    // on its memory: the sum on every member (all-reduce); part r of n floats summed onto member
+    // r (reduce-scatter); part r of member r to every member (all-gather). And one exchange with
+    // a neighbouring pipeline stage (send or recv may be NULL).
+    void (*sum)(int group, float* x, size_t n);
+    void (*reduce_scatter)(int group, float* x, size_t n);
+    void (*all_gather)(int group, float* x, size_t n);
+    void (*exchange)(const void* send, void* recv, size_t bytes, int peer);
+    // a pipeline buffer (STAGE_...) of slot `slot`, laid out for B x T, and its size in bytes
+    void* (*stage_buffer)(GPT2* model, int which, int slot, int B, int T, size_t* bytes);
+    // called after the parameters were all-gathered (ZeRO-1): a device that keeps a copy of them
+    // (train_gpu's bf16) refreshes it; NULL: nothing to do
+    void (*params_gathered)(GPT2* model);
 } Trainer;
 
 // Training FLOPs per token, as PaLM (appendix B) and llm.c count them: 6 per parameter (forward
@@ -397,22 +486,137 @@ static inline double run_mfu(const Run* run, const Trainer* dev, const GPT2* mod
     return 100.0 * flops_per_token(model, c->T) * tokens / seconds / dev->peak_flops();
 }
 
+// main.log (rank 0 only: the other processes have none).
+static inline void run_log(Run* run, int step, const char* what, float value) {
+    if (run->log == NULL) return;
+    fprintf(run->log, "s:%d %s:%f\n", step, what, value);
+    fflush(run->log);
+}
+
+// ---------- the pipeline ----------
+// Under -pp each process runs its stage's layers; a micro-batch's activations flow from stage to
+// stage and their gradients flow back (doc/parallel.md). Without -pp, one stage: the exchanges
+// below do nothing, and a step is forward, backward, for each micro-step.
+
+static inline int pipe_slot(const GPT2* model, int micro) { return micro % model->num_slots; }
+
+// With the next stage: this stage's output of slot send_slot to it (-1: none), and, with `recv`,
+// the gradient of an output from it, for the next backward pass (into model->pipe_grad).
+static inline void pipe_next(const Trainer* dev, GPT2* model, int send_slot, int recv, int B, int T) {
+    if (model->shard.head || (send_slot < 0 && !recv)) return;
+    size_t bytes = 0;
+    void* out = send_slot >= 0 ? dev->stage_buffer(model, STAGE_OUT, send_slot, B, T, &bytes) : NULL;
+    void* grad = recv ? dev->stage_buffer(model, STAGE_DOUT, 0, B, T, &bytes) : NULL;
+    dev->exchange(out, grad, bytes, split.pp_rank + 1);
+}
+
+// With the previous stage: with `send`, the gradient of this stage's input from the last
+// backward pass to it, and the input of slot recv_slot from it (-1: none).
+static inline void pipe_prev(const Trainer* dev, GPT2* model, int send, int recv_slot, int B, int T) {
+    if (model->shard.embed || (!send && recv_slot < 0)) return;
+    size_t bytes = 0;
+    void* grad = send ? dev->stage_buffer(model, STAGE_DIN, 0, B, T, &bytes) : NULL;
+    void* in = recv_slot >= 0 ? dev->stage_buffer(model, STAGE_IN, recv_slot, B, T, &bytes) : NULL;
+    dev->exchange(grad, in, bytes, split.pp_rank - 1);
+}
+
+// The loss this process adds to the step's: the last stage's, once per tensor-parallel group.
+static inline double stage_loss(const GPT2* model) {
+    return model->shard.head && model->shard.tp_rank == 0 ? model->mean_loss : 0.0;
+}
+
+// The forward pass of micro-step `micro` on this stage, on its slot; returns its loss share.
+static inline double pipe_forward(Run* run, const Trainer* dev, GPT2* model, int micro) {
+    const TrainConfig* c = &run->cfg;
+    dataloader_next_batch(&run->train);  // every stage reads the batches in order; the first uses
+    model->slot = pipe_slot(model, micro);  // the inputs, the last the targets
+    dev->forward(model, run->train.inputs, run->train.targets, c->micro_batch, c->T);
+    return stage_loss(model);
+}
+
+static inline void pipe_backward(const Trainer* dev, GPT2* model, int micro) {
+    model->slot = pipe_slot(model, micro);
+    dev->backward(model);
+}
+
+// The forward and backward passes of one step's micro-steps on this stage, in the order of the
+// schedule, with the exchanges between stages; returns the sum of this process's loss shares.
+// 1F1B (Megatron-LM's, without interleaving): stage s of P first runs P-1-s forward passes
+// (warm-up), then alternates one forward and one backward, then runs the backward passes left
+// (cool-down): it holds at most P-s micro-steps' activations. GPipe: every forward pass, then
+// every backward pass; it holds all M. Each send is paired with the receive the neighbour makes
+// at that moment (send_forward_recv_backward and send_backward_recv_forward), which is what keeps
+// two stages from both waiting to send.
+static inline double run_pipeline(Run* run, const Trainer* dev, GPT2* model) {
+    int B = run->cfg.micro_batch, T = run->cfg.T, M = run->micro_steps;
+    int ahead = split.pp - 1 - split.pp_rank;
+    int warmup = split.gpipe || ahead > M ? M : ahead, rest = M - warmup;
+    double loss = 0.0;
+    for (int i = 0; i < warmup; i++) {
+        pipe_prev(dev, model, 0, pipe_slot(model, i), B, T);
+        loss += pipe_forward(run, dev, model, i);
+        pipe_next(dev, model, pipe_slot(model, i), 0, B, T);
+    }
+    if (rest > 0) pipe_prev(dev, model, 0, pipe_slot(model, warmup), B, T);
+    for (int i = 0; i < rest; i++) {  // one forward, one backward
+        int f = warmup + i;
+        loss += pipe_forward(run, dev, model, f);
+        pipe_next(dev, model, pipe_slot(model, f), 1, B, T);
+        pipe_backward(dev, model, i);
+        pipe_prev(dev, model, 1, i == rest - 1 ? -1 : pipe_slot(model, f + 1), B, T);
+    }
+    for (int i = rest; i < M; i++) {  // cool-down: the backward passes left
+        pipe_next(dev, model, -1, 1, B, T);
+        pipe_backward(dev, model, i);
+        pipe_prev(dev, model, 1, -1, B, T);
+    }
+    return loss;
+}
+
+// The fraction of a step that each stage spends idle, waiting for the pipeline to fill and to
+// drain: (P-1) / (M+P-1) for P stages and M micro-steps, both schedules (1F1B saves memory, not
+// time), with a backward pass counted twice a forward.
+static inline double pipeline_bubble(int P, int M) { return (double)(P - 1) / (M + P - 1); }
+
+// One forward pass through the whole pipeline (validation, samples), on slot 0.
+static inline void run_pipeline_forward(const Trainer* dev, GPT2* model, const int* inputs, const int* targets,
+                                        int B, int T) {
+    model->slot = 0;
+    pipe_prev(dev, model, 0, 0, B, T);
+    dev->forward(model, inputs, targets, B, T);
+    pipe_next(dev, model, 0, 0, B, T);
+}
+
+// ---------- the summary ----------
+
 static inline void run_print_summary(const Run* run, const GPT2* model) {
     const TrainConfig* c = &run->cfg;
     GPT2Config mc = model->config;
+    size_t whole = run->split ? 0 : model->num_parameters;
+    if (run->split) {  // the parameters of the whole model
+        size_t sizes[NUM_PARAMETER_TENSORS], layer[NUM_PARAMETER_TENSORS];
+        parameter_sizes(sizes, layer, mc);
+        whole = sum_sizes(sizes, NUM_PARAMETER_TENSORS);
+    }
     printf("model: L=%d NH=%d C=%d V=%d (padded %d) maxT=%d, %zu parameters (%.1f MB)\n", mc.num_layers,
-           mc.num_heads, mc.channels, mc.vocab_size, mc.padded_vocab_size, mc.max_seq_len,
-           model->num_parameters, model->num_parameters * 4.0 / 1e6);
-    if (model->device_bytes > 0) {
+           mc.num_heads, mc.channels, mc.vocab_size, mc.padded_vocab_size, mc.max_seq_len, whole, whole * 4.0 / 1e6);
+    if (run->split) {
+        printf("split: %d processes = tp %d x pp %d x dp %d%s; memory, per process, below after step 1\n",
+               procs.size, split.tp, split.pp, split.dp, c->zero ? ", ZeRO-1 over dp" : "");
+    } else if (model->device_bytes > 0) {
         printf("GPU memory: %.2f GiB for parameters, gradients, AdamW m, v, activations and their gradients (B=%d, T=%d)\n",
                model->device_bytes / 1073741824.0, c->micro_batch, c->T);
     } else {
         printf("memory: parameters + gradients + AdamW m, v %.1f MB, activations + their gradients %.1f MB (B=%d, T=%d)\n",
                model->num_parameters * 16.0 / 1e6, model->num_activations * 8.0 / 1e6, c->micro_batch, c->T);
     }
-    printf("batch: %lld tokens per step = B=%d x T=%d x %d micro-step%s x %d process%s\n", run->step_tokens,
-           c->micro_batch, c->T, run->micro_steps, run->micro_steps > 1 ? "s" : "", procs.size,
-           procs.size > 1 ? "es" : "");
+    printf("batch: %lld tokens per step = B=%d x T=%d x %d micro-step%s x %d data-parallel process%s\n",
+           run->step_tokens, c->micro_batch, c->T, run->micro_steps, run->micro_steps > 1 ? "s" : "", split.dp,
+           split.dp > 1 ? "es" : "");
+    if (split.pp > 1) {
+        printf("pipeline: %d stages, %s schedule, %d micro-steps per step: bubble (P-1)/(M+P-1) = %.1f%%\n", split.pp,
+               c->gpipe ? "GPipe" : "1F1B", run->micro_steps, 100.0 * pipeline_bubble(split.pp, run->micro_steps));
+    }
     printf("train: %s (%zu tokens, %zu batches)%s, val: %s\n", c->train_file, run->train.num_tokens,
            run->train.num_batches, c->shuffle ? " shuffled" : "", c->val_every > 0 ? c->val_file : "off");
     printf("steps %d, lr %g (warmup %d, final fraction %g), weight decay %g, seed %llu, threads %d\n",
@@ -423,11 +627,25 @@ static inline void run_print_summary(const Run* run, const GPT2* model) {
     }
 }
 
-// main.log (rank 0 only: the other processes have none).
-static inline void run_log(Run* run, int step, const char* what, float value) {
-    if (run->log == NULL) return;
-    fprintf(run->log, "s:%d %s:%f\n", step, what, value);
-    fflush(run->log);
+// Each process's part of a split run, printed by rank 0 after the first step: its layers and
+// heads, the memory of its parameters, gradients, AdamW moments and activations, and the bytes it
+// sent in that step, by group.
+static inline void run_print_parts(const Run* run, const GPT2* model) {
+    if (!run->split) return;
+    Shard s = model->shard;
+    char line[256];
+    double mb = 1e6;
+    snprintf(line, sizeof(line),
+             "rank %d (tp %d, pp %d, dp %d): layers %d-%d, heads %d/%d | params %.1f MB, grads %.1f MB, AdamW %.1f MB, "
+             "activations %.1f MB | sent %.2f MB/step (tp %.2f, pp %.2f, dp %.2f, wte %.2f)",
+             procs.rank, split.tp_rank, split.pp_rank, split.dp_rank, s.first_layer, s.first_layer + s.num_layers - 1,
+             model->config.num_heads / s.tp, model->config.num_heads, model->num_parameters * 4.0 / mb,
+             model->num_padded * 4.0 / mb, model->opt_count * 8.0 / mb, model->activation_bytes / mb,
+             (split.sent[GROUP_TP] + split.sent[GROUP_PP] + split.sent[GROUP_DP] + split.sent[GROUP_EMBED]) / mb,
+             split.sent[GROUP_TP] / mb, split.sent[GROUP_PP] / mb, split.sent[GROUP_DP] / mb,
+             split.sent[GROUP_EMBED] / mb);
+    parallel_print_lines(line);
+    fflush(stdout);
 }
 
 // The mean loss over up to val_batches batches of the validation file, from its start, each
@@ -439,10 +657,10 @@ static inline void run_validate(Run* run, const Trainer* dev, GPT2* model, int s
     double sum = 0.0;
     for (int i = 0; i < n * run->micro_steps; i++) {
         dataloader_next_batch(val);
-        dev->forward(model, val->inputs, val->targets, val->B, val->T);
-        sum += model->mean_loss;
+        run_pipeline_forward(dev, model, val->inputs, val->targets, val->B, val->T);
+        sum += stage_loss(model);
     }
-    float loss = (float)(parallel_sum(sum) / ((double)n * run->micro_steps * procs.size));
+    float loss = (float)(parallel_group_sum(GROUP_WORLD, sum) / ((double)n * run->micro_steps * split.dp));
     if (procs.rank != 0) return;
     printf("step %d: val loss %.6f\n", step, loss);
     run_log(run, step, "tel", loss);
@@ -450,13 +668,16 @@ static inline void run_validate(Run* run, const Trainer* dev, GPT2* model, int s
 
 // Prints -g tokens of text that the model writes after an end-of-text token, each token drawn
 // from the softmax of the last position's logits. With the device's generator (train_gpu), each
-// token is one pass of its own against a key-value cache, as infer does; without one (train_cpu),
-// one forward pass over the whole sequence per token, the plain way.
+// token is one pass of its own against a key-value cache, as infer does; without one (train_cpu,
+// or a model split over processes), one forward pass over the whole sequence per token, the
+// plain way. A split model runs that pass through all of its processes, which every process of
+// the run calls this for: the last stage draws the token and hands it to the others.
 static inline void run_sample(Run* run, const Trainer* dev, GPT2* model, int step) {
     int V = model->config.vocab_size, Vp = model->config.padded_vocab_size;
     int n = run->cfg.gen_tokens < run->cfg.T - 1 ? run->cfg.gen_tokens : run->cfg.T - 1;
     int eot = run->tok != NULL ? run->tok->eot_token : GPT2_EOT;
     if (eot >= V) eot = V - 1;
+    int use_generator = dev->generator_build != NULL && !split_is_model_parallel();
     int* tokens = (int*)malloc_check((size_t)(n + 1) * sizeof(int));
     float* logits = (float*)malloc_check((size_t)Vp * sizeof(float));
     float* probs = (float*)malloc_check((size_t)Vp * sizeof(float));
@@ -464,35 +685,98 @@ static inline void run_sample(Run* run, const Trainer* dev, GPT2* model, int ste
     int pages = kv_pages_for(n + 1);
     int* table = (int*)malloc_check((size_t)pages * sizeof(int));
     for (int i = 0; i < pages; i++) table[i] = i;  // one sequence: the pool's pages in order
-    if (dev->generator_build != NULL) dev->generator_build(model, pages, &gen);
+    if (use_generator) dev->generator_build(model, pages, &gen);
     tokens[0] = eot;
-    printf("--- sample at step %d ---\n", step);
+    if (procs.rank == 0) printf("--- sample at step %d ---\n", step);
     for (int t = 1; t <= n; t++) {
-        if (dev->generator_build != NULL) {
+        float coin = random_f32(&run->sample_rng);  // drawn on every process: their states stay alike
+        if (use_generator) {
             int pos = t - 1;  // token t-1 at position t-1
             EnginePass pass = engine_pass(1, 1, tokens + t - 1, &pos, table, pages);
             gen.forward(gen.ctx, &pass, logits);
         } else {
-            dev->forward(model, tokens, NULL, 1, t);
-            dev->logits_to_host(model, t - 1, logits);
+            run_pipeline_forward(dev, model, tokens, NULL, 1, t);
+            if (model->shard.head) dev->logits_to_host(model, t - 1, logits);
         }
-        softmax_forward(probs, logits, 1, 1, V, Vp);
-        tokens[t] = sample_mult(probs, V, random_f32(&run->sample_rng));
-        print_token(run->tok, tokens[t]);
-        fflush(stdout);
+        if (model->shard.head) {
+            softmax_forward(probs, logits, 1, 1, V, Vp);
+            tokens[t] = sample_mult(probs, V, coin);
+        }
+        // the first process of the last stage's group, in the group of the whole model
+        tokens[t] = parallel_group_bcast_int(GROUP_MODEL, tokens[t], (split.pp - 1) * split.tp);
+        if (procs.rank == 0) {
+            print_token(run->tok, tokens[t]);
+            fflush(stdout);
+        }
     }
-    printf("\n---\n");
-    if (dev->generator_build != NULL) dev->generator_free(&gen);
+    if (procs.rank == 0) printf("\n---\n");
+    if (use_generator) dev->generator_free(&gen);
     free(table);
     free(tokens);
     free(logits);
     free(probs);
 }
 
-// Writes DIR/model_STEP.bin and DIR/state_STEP.bin: everything that resuming at STEP needs.
+// ---------- checkpoints ----------
+
+// Every process's shard, parameters and AdamW moments, into rank 0's whole model, run->model.
+// The moments split by ZeRO-1 are first gathered within each data-parallel group, onto its
+// first process; the processes of the first replica then send their shards to rank 0, which
+// puts each where it belongs (shard_copy). Every process calls it.
+static inline void run_gather(Run* run, const Trainer* dev, GPT2* model) {
+    GPT2* part = &run->part;
+    if (dev->to_host != NULL) dev->to_host(model, part);  // the GPU's shard to its host copy
+    size_t n = part->num_padded;
+    float* moments[2] = {part->m_memory, part->v_memory};
+    if (part->opt_count != part->num_parameters) {  // ZeRO-1: each holds a part of them
+        for (int i = 0; i < 2; i++) {
+            float* whole = (float*)calloc_check(n, sizeof(float));
+            memcpy(whole + part->opt_offset, moments[i], part->opt_count * sizeof(float));
+            parallel_gather_floats(GROUP_DP, whole, n);
+            moments[i] = whole;
+        }
+    }
+    if (split.dp_rank == 0) {
+        GPT2* host = &run->model;
+        if (procs.rank == 0 && host->m_memory == NULL) {
+            host->m_memory = (float*)calloc_check(host->num_parameters, sizeof(float));
+            host->v_memory = (float*)calloc_check(host->num_parameters, sizeof(float));
+        }
+        for (int r = 0; r < split.tp * split.pp; r++) {  // the first replica's processes, in rank order
+            Shard s = shard_of(part->config, split.tp, r % split.tp, split.pp, r / split.tp);
+            size_t sizes[NUM_PARAMETER_TENSORS], layer[NUM_PARAMETER_TENSORS];
+            shard_parameter_sizes(sizes, layer, part->config, s);
+            size_t count = sum_sizes(sizes, NUM_PARAMETER_TENSORS);
+            float* arrays[3] = {part->params_memory, moments[0], moments[1]};
+            float* whole[3] = {host->params_memory, host->m_memory, host->v_memory};
+            for (int i = 0; i < 3; i++) {
+                if (procs.rank == 0) {
+                    float* buf = arrays[i];
+                    if (r != 0) {
+                        buf = (float*)malloc_check(count * sizeof(float));
+                        parallel_recv_floats(buf, count, r);
+                    }
+                    shard_copy(buf, whole[i], part->config, s, 0);
+                    if (r != 0) free(buf);
+                } else if (r == procs.rank) {
+                    parallel_send_floats(arrays[i], count, 0);
+                }
+            }
+        }
+    }
+    for (int i = 0; i < 2; i++) {
+        if (moments[i] != part->m_memory && moments[i] != part->v_memory) free(moments[i]);
+    }
+}
+
+// Writes DIR/model_STEP.bin and DIR/state_STEP.bin: everything that resuming at STEP needs. A
+// split run gathers its parts on rank 0 first (every process calls this then); the files are
+// whole llm.c files, which a run under any split resumes from.
 static inline void run_save(Run* run, const Trainer* dev, GPT2* model, int step) {
     GPT2* host = &run->model;
-    if (dev->to_host != NULL) dev->to_host(model, host);
+    if (run->split) run_gather(run, dev, model);
+    else if (dev->to_host != NULL) dev->to_host(model, host);
+    if (procs.rank != 0) return;
     snprintf(run->path, sizeof(run->path), "%s/model_%08d.bin", run->cfg.output_dir, step);
     write_checkpoint(run->path, host->config, host->params_memory, host->num_parameters);
     TrainState state;
@@ -506,6 +790,8 @@ static inline void run_save(Run* run, const Trainer* dev, GPT2* model, int step)
     write_state(run->path, state, host->m_memory, host->v_memory, host->num_parameters);
     printf("wrote %s/model_%08d.bin and state_%08d.bin\n", run->cfg.output_dir, step, step);
 }
+
+// ---------- the progress line ----------
 
 // The progress line of one step; the first step of a run is left out of the average (it touches
 // freshly allocated memory), unless it is the only one. tok/s counts the tokens of every
@@ -531,7 +817,10 @@ static inline void run_print_step(Run* run, const Trainer* dev, const GPT2* mode
     }
     printf(" | ETA %s", format_duration(eta, sizeof(eta), per_step * (c->max_steps - step)));
     printf(" | %lld tok/step, %d micro-step%s", run->step_tokens, run->micro_steps, run->micro_steps > 1 ? "s" : "");
-    if (procs.mpi) printf(" x %d process%s, all-reduce %.1f ms", procs.size, procs.size > 1 ? "es" : "", run->reduce_time * 1e3);
+    if (procs.mpi) {
+        printf(" x %d process%s, all-reduce %.1f ms", procs.size, procs.size > 1 ? "es" : "", run->reduce_time * 1e3);
+        if (run->split) printf(", comm %.1f ms", split.comm_seconds * 1e3);
+    }
     printf("\n");
     fflush(stdout);
 }
@@ -546,40 +835,89 @@ static inline void run_print_average(const Run* run, const Trainer* dev, const G
 
 // ---------- the training loop ----------
 
+// Whether the gradients of tensor k are counted in the global norm on this process: a tensor
+// that several processes of one replica hold whole (every tensor that tensor parallelism does
+// not split, on each of the group's processes; wte on both the first and the last stage) counts
+// once, on the first of them.
+static inline int grad_counted_here(int k, const GPT2* model) {
+    int split_by_tp = k == QKVW || k == QKVB || k == ATTPROJW || k == FCW || k == FCB || k == FCPROJW;
+    if (!split_by_tp && model->shard.tp_rank != 0) return 0;
+    if (k == WTE && model->shard.head && !model->shard.embed) return 0;
+    return 1;
+}
+
+// The sum of the squares of the gradients this process counts toward the global norm: those of
+// its optimizer part under ZeRO-1 (the summed gradients of the rest are another's), every one
+// otherwise, each counted once (grad_counted_here), adjacent ranges in one call.
+static inline double run_grad_squares(const Trainer* dev, GPT2* model) {
+    size_t lo = model->opt_offset, hi = model->opt_offset + model->opt_count, start = 0;
+    size_t run_lo = 0, run_hi = 0;
+    double sum = 0.0;
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        size_t a = start > lo ? start : lo, end = start + model->param_sizes[k], b = end < hi ? end : hi;
+        start = end;
+        if (a >= b || !grad_counted_here(k, model)) continue;
+        if (a != run_hi) {
+            if (run_hi > run_lo) sum += dev->grad_squares(model, run_lo, run_hi - run_lo);
+            run_lo = a;
+        }
+        run_hi = b;
+    }
+    if (run_hi > run_lo) sum += dev->grad_squares(model, run_lo, run_hi - run_lo);
+    return sum;
+}
+
+// The gradients of every process's micro-steps summed where they belong: wte's two copies (the
+// first stage's embedding, the last stage's output layer) over the pipeline's ends, then each
+// gradient over the data-parallel replicas: every replica gets the sum (all-reduce), or under
+// ZeRO-1 each its own part of it (reduce-scatter).
+static inline void run_sum_gradients(Run* run, const Trainer* dev, GPT2* model) {
+    if (split.pp > 1 && (model->shard.embed || model->shard.head)) {
+        dev->sum(GROUP_EMBED, model->grads.wte, model->param_sizes[WTE]);
+    }
+    if (split.dp == 1) return;
+    if (run->cfg.zero) dev->reduce_scatter(GROUP_DP, model->grads_memory, model->num_padded);
+    else dev->sum(GROUP_DP, model->grads_memory, model->num_parameters);
+}
+
 // One optimizer step on the next training batch; returns the gradient norm before clipping.
 // The loss of each micro-step is a mean over its B x T positions, and its backward pass adds
-// that mean's gradient to the parameter gradients; summed over the micro-steps and processes,
-// the gradients are the sum of `parts` such gradients, and 1/parts of it is the gradient of the
-// step's loss, the mean over all its positions.
+// that mean's gradient to the parameter gradients; summed over the micro-steps and the
+// data-parallel replicas, the gradients are the sum of `parts` such gradients, and 1/parts of it
+// is the gradient of the step's loss, the mean over all its positions. The norm is the global
+// one, over every process's part (run_grad_squares), and the clip is the same everywhere.
 static inline float run_step(Run* run, const Trainer* dev, GPT2* model, int step, float lr) {
     const TrainConfig* c = &run->cfg;
+    parallel_step_begin();
     dev->zero_grad(model);
-    double loss_sum = 0.0;
-    for (int micro = 0; micro < run->micro_steps; micro++) {
-        dataloader_next_batch(&run->train);
-        dev->forward(model, run->train.inputs, run->train.targets, c->micro_batch, c->T);
-        dev->backward(model);
-        loss_sum += model->mean_loss;
-    }
+    double loss_sum = run_pipeline(run, dev, model);
     if (procs.mpi) {  // every process gets the sum of all of their gradients and losses
         if (dev->synchronize != NULL) dev->synchronize();  // the backward is queued: time only the sum
         double t0 = now_seconds();
-        dev->all_reduce(model);
-        loss_sum = parallel_sum(loss_sum);
+        run_sum_gradients(run, dev, model);
+        loss_sum = parallel_group_sum(GROUP_WORLD, loss_sum);
         if (dev->synchronize != NULL) dev->synchronize();
         run->reduce_time = now_seconds() - t0;
     }
-    int parts = run->micro_steps * procs.size;
+    int parts = run->micro_steps * split.dp;
     run->loss = (float)(loss_sum / parts);
-    float norm = dev->clip_gradients(model, 1.0f / (float)parts, 1.0f);
+    float grad_scale = 1.0f / (float)parts;
+    double squares = parallel_group_sum(c->zero ? GROUP_WORLD : GROUP_MODEL, run_grad_squares(dev, model));
+    float norm = (float)(grad_scale * sqrt(squares));
     check_step_finite(step, run->loss, norm);
+    float factor = clip_factor(norm, grad_scale, 1.0f);
+    if (factor != 1.0f) dev->scale_grads(model, model->opt_offset, model->opt_count, factor);
     dev->update(model, lr, ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, c->weight_decay, step);  // t counts from 1
+    if (c->zero && split.dp > 1) {  // every replica's updated part to every replica
+        dev->all_gather(GROUP_DP, model->params_memory, model->num_padded);
+        if (dev->params_gathered != NULL) dev->params_gathered(model);
+    }
     if (dev->synchronize != NULL) dev->synchronize();  // the work is queued: wait, then time it
     return norm;
 }
 
-// Trains `model` (the run's host model, or a device copy of it) from the run's start to -x steps.
-// Every process runs this loop; only rank 0 prints, samples and writes checkpoints.
+// Trains `model` (the run's host model, its part, or a device copy of either) from the run's
+// start to -x steps. Every process runs this loop; only rank 0 prints and writes checkpoints.
 static inline void run_train(Run* run, const Trainer* dev, GPT2* model) {
     const TrainConfig* c = &run->cfg;
     int rank0 = procs.rank == 0;
@@ -592,10 +930,14 @@ static inline void run_train(Run* run, const Trainer* dev, GPT2* model) {
         float lr = learning_rate_at(c, step);
         float norm = run_step(run, dev, model, step, lr);
         run_print_step(run, dev, model, step, norm, lr, now_seconds() - t0);
+        if (step == run->start_step + 1) run_print_parts(run, model);
         int last = step == c->max_steps;
         if (use_val && (step % c->val_every == 0 || last)) run_validate(run, dev, model, step);
-        if (rank0 && c->sample_every > 0 && (step % c->sample_every == 0 || last)) run_sample(run, dev, model, step);
-        if (rank0 && c->output_dir != NULL && ((c->checkpoint_every > 0 && step % c->checkpoint_every == 0) || last)) {
+        if (c->sample_every > 0 && (step % c->sample_every == 0 || last) && (rank0 || split_is_model_parallel())) {
+            run_sample(run, dev, model, step);
+        }
+        if (c->output_dir != NULL && ((c->checkpoint_every > 0 && step % c->checkpoint_every == 0) || last) &&
+            (rank0 || run->split)) {
             run_save(run, dev, model, step);
         }
     }

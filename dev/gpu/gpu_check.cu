@@ -1149,8 +1149,8 @@ static void check_block_generation(void) {
     PagedCase<float> pc = paged_case<float>(B, T, C, NH, pos);
     Layers cpu_layers = LAYERS_CPU;
     cpu_layers.attention_cached_fwd = attention_forward_paged;
-    block_forward(&cpu_layers, parameters_of_layer(model.params, c, 0), a, x, &pc.cpu, B, T, C, NH);
-    block_forward(&LAYERS_GPU_INFER, parameters_of_layer(d_all, c, 0), d_a, d_x, &pc.gpu, B, T, C, NH);
+    block_forward(&cpu_layers, parameters_of_layer(model.params, c, 0), a, x, &pc.cpu, B, T, C, NH, (const TensorGroup*)NULL);
+    block_forward(&LAYERS_GPU_INFER, parameters_of_layer(d_all, c, 0), d_a, d_x, &pc.gpu, B, T, C, NH, (const TensorGroup*)NULL);
     compare("block of generation atty", d_a.atty, a.atty, n_x, 1e-5f, 1e-5f);
     compare("block of generation out", d_a.residual3, a.residual3, n_x, 1e-5f, 1e-5f);
     free(acts); free(x);

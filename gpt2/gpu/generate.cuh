@@ -184,7 +184,7 @@ static void generator_gpu_forward(GeneratorGPU<floatX>* g, const EnginePass* pas
         lc.value = g->value + l * layer_pool;
         ParameterTensorsOf<floatX> wl = generator_weights<floatX>(parameters_of_layer(g->params, c, l),
                                                                   g->params_memory, g->copy16);
-        block_forward(g->layers, wl, a, a.encoded, &lc, B, T, C, c.num_heads);
+        block_forward(g->layers, wl, a, a.encoded, &lc, B, T, C, c.num_heads, (const TensorGroupOf<floatX>*)NULL);
     }
     // the last token of each sequence: row T-1 of the one sequence, or every row
     const floatX* last = a.residual3 + (size_t)(T - 1) * C;
