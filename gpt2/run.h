@@ -316,8 +316,9 @@ static inline void run_split_batch(Run* run, long long resumed_tokens) {
         char what[64];
         if (c->total_batch > 0) snprintf(what, sizeof(what), "-d %lld", total);
         else snprintf(what, sizeof(what), "the resumed run's batch of %lld tokens (-d)", total);
-        fail("%s is not a multiple of B x T x data-parallel processes = %d x %d x %d = %lld tokens: each step is "
-             "a whole number of micro-steps of B x T on every process", what, c->micro_batch, c->T, split.dp, pass);
+        fail("%s is not a multiple of B x T x %s = %d x %d x %d = %lld tokens: each step is a whole number of "
+             "micro-steps of B x T on every process", what, split_is_model_parallel() ? "data-parallel replicas" : "processes",
+             c->micro_batch, c->T, split.dp, pass);
     }
     run->step_tokens = total;
     run->micro_steps = (int)(total / pass);
@@ -610,9 +611,9 @@ static inline void run_print_summary(const Run* run, const GPT2* model) {
         printf("memory: parameters + gradients + AdamW m, v %.1f MB, activations + their gradients %.1f MB (B=%d, T=%d)\n",
                model->num_parameters * 16.0 / 1e6, model->num_activations * 8.0 / 1e6, c->micro_batch, c->T);
     }
-    printf("batch: %lld tokens per step = B=%d x T=%d x %d micro-step%s x %d data-parallel process%s\n",
-           run->step_tokens, c->micro_batch, c->T, run->micro_steps, run->micro_steps > 1 ? "s" : "", split.dp,
-           split.dp > 1 ? "es" : "");
+    printf("batch: %lld tokens per step = B=%d x T=%d x %d micro-step%s x %d %s%s\n", run->step_tokens,
+           c->micro_batch, c->T, run->micro_steps, run->micro_steps > 1 ? "s" : "", split.dp,
+           split_is_model_parallel() ? "data-parallel replica" : "process", split.dp == 1 ? "" : split_is_model_parallel() ? "s" : "es");
     if (split.pp > 1) {
         printf("pipeline: %d stages, %s schedule, %d micro-steps per step: bubble (P-1)/(M+P-1) = %.1f%%\n", split.pp,
                c->gpipe ? "GPipe" : "1F1B", run->micro_steps, 100.0 * pipeline_bubble(split.pp, run->micro_steps));
@@ -637,10 +638,11 @@ static inline void run_print_parts(const Run* run, const GPT2* model) {
     double mb = 1e6;
     snprintf(line, sizeof(line),
              "rank %d (tp %d, pp %d, dp %d): layers %d-%d, heads %d/%d | params %.1f MB, grads %.1f MB, AdamW %.1f MB, "
-             "activations %.1f MB | sent %.2f MB/step (tp %.2f, pp %.2f, dp %.2f, wte %.2f)",
+             "activations %.1f MB (%d slot%s) | sent %.2f MB/step (tp %.2f, pp %.2f, dp %.2f, wte %.2f)",
              procs.rank, split.tp_rank, split.pp_rank, split.dp_rank, s.first_layer, s.first_layer + s.num_layers - 1,
              model->config.num_heads / s.tp, model->config.num_heads, model->num_parameters * 4.0 / mb,
              model->num_padded * 4.0 / mb, model->opt_count * 8.0 / mb, model->activation_bytes / mb,
+             model->num_slots, model->num_slots > 1 ? "s" : "",
              (split.sent[GROUP_TP] + split.sent[GROUP_PP] + split.sent[GROUP_DP] + split.sent[GROUP_EMBED]) / mb,
              split.sent[GROUP_TP] / mb, split.sent[GROUP_PP] / mb, split.sent[GROUP_DP] / mb,
              split.sent[GROUP_EMBED] / mb);
