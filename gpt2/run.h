@@ -882,17 +882,29 @@ static inline void run_sum_gradients(Run* run, const Trainer* dev, GPT2* model) 
     else dev->sum(GROUP_DP, model->grads_memory, model->num_parameters);
 }
 
+// Scales the gradients by grad_scale (1 / the micro-steps and replicas they were summed over:
+// run_step), then so that their global L2 norm is at most max_norm, as PyTorch's clip_grad_norm_
+// does (coefficient max_norm / (norm + 1e-6), applied only when below 1). Returns the norm after
+// the scale, before clipping. The norm is the whole model's: a model split over processes sums
+// its parts' squares over them (run_grad_squares), and every process clips by the same factor.
+static inline float run_clip_gradients(const Trainer* dev, GPT2* model, int zero, float grad_scale, float max_norm) {
+    double squares = parallel_group_sum(zero ? GROUP_WORLD : GROUP_MODEL, run_grad_squares(dev, model));
+    float norm = (float)(grad_scale * sqrt(squares));
+    float factor = clip_factor(norm, grad_scale, max_norm);
+    if (factor != 1.0f) dev->scale_grads(model, model->opt_offset, model->opt_count, factor);
+    return norm;
+}
+
 // One optimizer step on the next training batch; returns the gradient norm before clipping.
 // The loss of each micro-step is a mean over its B x T positions, and its backward pass adds
 // that mean's gradient to the parameter gradients; summed over the micro-steps and the
 // data-parallel replicas, the gradients are the sum of `parts` such gradients, and 1/parts of it
-// is the gradient of the step's loss, the mean over all its positions. The norm is the global
-// one, over every process's part (run_grad_squares), and the clip is the same everywhere.
+// is the gradient of the step's loss, the mean over all its positions.
 static inline float run_step(Run* run, const Trainer* dev, GPT2* model, int step, float lr) {
     const TrainConfig* c = &run->cfg;
     parallel_step_begin();
     dev->zero_grad(model);
-    double loss_sum = run_pipeline(run, dev, model);
+    double loss_sum = run_pipeline(run, dev, model);  // each micro-step's forward and backward pass
     if (procs.mpi) {  // every process gets the sum of all of their gradients and losses
         if (dev->synchronize != NULL) dev->synchronize();  // the backward is queued: time only the sum
         double t0 = now_seconds();
@@ -903,14 +915,10 @@ static inline float run_step(Run* run, const Trainer* dev, GPT2* model, int step
     }
     int parts = run->micro_steps * split.dp;
     run->loss = (float)(loss_sum / parts);
-    float grad_scale = 1.0f / (float)parts;
-    double squares = parallel_group_sum(c->zero ? GROUP_WORLD : GROUP_MODEL, run_grad_squares(dev, model));
-    float norm = (float)(grad_scale * sqrt(squares));
+    float norm = run_clip_gradients(dev, model, c->zero, 1.0f / (float)parts, 1.0f);
     check_step_finite(step, run->loss, norm);
-    float factor = clip_factor(norm, grad_scale, 1.0f);
-    if (factor != 1.0f) dev->scale_grads(model, model->opt_offset, model->opt_count, factor);
     dev->update(model, lr, ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, c->weight_decay, step);  // t counts from 1
-    if (c->zero && split.dp > 1) {  // every replica's updated part to every replica
+    if (c->zero && split.dp > 1) {  // ZeRO-1: every replica's updated part to every replica
         dev->all_gather(GROUP_DP, model->params_memory, model->num_padded);
         if (dev->params_gathered != NULL) dev->params_gathered(model);
     }
