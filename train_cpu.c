@@ -12,7 +12,8 @@
 //                      starts, the gradient clipping, AdamW;
 //   gpt2/run.h         the training loop that runs them, shared with train_gpu.cu.
 // Under `mpirun -np N` it trains data parallel, each process on its part of every batch, the
-// gradients summed with MPI (gpt2/parallel.h, doc/parallel.md).
+// gradients summed with MPI; with -tp, -pp and -z 1 the model and its optimizer are split over
+// the processes too (gpt2/parallel.h, doc/parallel.md).
 // Build with `make MATMUL=naive` to run every matrix product on the plain loops that define it.
 
 #include "gpt2/model.h"

@@ -1,4 +1,5 @@
-// gpt2/parallel.h: the processes of a data-parallel run (doc/parallel.md).
+// gpt2/parallel.h: the processes of a parallel run (doc/parallel.md): data parallel, and the grid
+// of tensor, pipeline and data parallelism below (Split).
 //
 // Started by `mpirun -np N`, a training program built with MPI (the Makefile builds with it where
 // it finds mpicc, and defines USE_MPI) is one of N processes, its ranks 0..N-1. Each rank trains
