@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Exercise 1 (README.md beside this file): the warmup-stable-decay schedule, -z N. Runs a tiny
+# Exercise 1 (README.md beside this file): the warmup-stable-decay schedule, -w N. Runs a tiny
 # ./train_cpu with several schedules and compares the lr of every progress line with the formula
-# of the README, computed here; without -z the cosine schedule must be as it was. Then
-# key_check.c: -z must be part of train_config_key. Run from the root of the tree.
+# of the README, computed here; without -w the cosine schedule must be as it was. Then
+# key_check.c: -w must be part of train_config_key. Run from the root of the tree.
 set -uo pipefail
 here=doc/exercises/01-lr-schedule
 out=build/exercises/01
@@ -21,12 +21,12 @@ run() {
         exit 1; }
 }
 
-# NAME: the options (also what the formula below reads; -z absent = cosine)
+# NAME: the options (also what the formula below reads; -w absent = cosine)
 cases=(
-    "wsd       -x 12 -u 3 -z 4 -q 0.1 -l 0.004"
-    "nodecay   -x 6 -u 0 -z 0 -q 0.1 -l 0.003"
-    "alldecay  -x 8 -u 0 -z 8 -q 0 -l 0.002"
-    "halfway   -x 10 -u 2 -z 5 -q 0.5 -l 0.002"
+    "wsd       -x 12 -u 3 -w 4 -q 0.1 -l 0.004"
+    "nodecay   -x 6 -u 0 -w 0 -q 0.1 -l 0.003"
+    "alldecay  -x 8 -u 0 -w 8 -q 0 -l 0.002"
+    "halfway   -x 10 -u 2 -w 5 -q 0.5 -l 0.002"
     "cosine    -x 10 -u 3 -q 0.1 -l 0.004"
     "constant  -x 5"
 )
@@ -44,7 +44,7 @@ for case in sys.argv[2:]:
     opt = dict(zip(args[::2], args[1::2]))
     X, U = int(opt["-x"]), int(opt.get("-u", 0))
     lr, q = float(opt.get("-l", 1e-3)), float(opt.get("-q", 1))
-    D = int(opt["-z"]) if "-z" in opt else None
+    D = int(opt["-w"]) if "-w" in opt else None
 
     def expected(s):
         if s <= U:
@@ -71,7 +71,7 @@ for case in sys.argv[2:]:
     bad = [s for s in got if abs(got[s] - want[s]) > 6e-3 * abs(want[s]) + 1e-12]
     if bad:
         s = bad[0]
-        what = "cosine schedule (no -z) has changed" if D is None else "schedule differs from the README's formula"
+        what = "cosine schedule (no -w) has changed" if D is None else "schedule differs from the README's formula"
         print(f"{cmd}: the {what}: at step {s} the lr is {got[s]:.2e}, expected {want[s]:.2e}")
         print("  printed:  " + " ".join(f"{got[s]:.2e}" for s in sorted(got)))
         print("  expected: " + " ".join(f"{want[s]:.2e}" for s in sorted(got)))
@@ -82,4 +82,4 @@ cc=${CC:-gcc}
 "$cc" -O0 -fopenmp -I. "$here/key_check.c" -o "$out/key_check" -lm >"$out/key_check.log" 2>&1 || {
     echo "$here/key_check.c does not compile against gpt2/run.h ($out/key_check.log):"; head -n 3 "$out/key_check.log"; exit 1; }
 "$out/key_check" || exit 1
-echo "exercise 1: solved (the lr of every step follows the schedules, -z is in train_config_key)"
+echo "exercise 1: solved (the lr of every step follows the schedules, -w is in train_config_key)"
