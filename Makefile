@@ -285,6 +285,9 @@ build/emu/train_gpu.cpp: train_gpu.cu $(GPU_HEADERS) dev/emu/cuda_emu.py
 build/emu/infer_gpu.cpp: infer_gpu.cu $(GPU_HEADERS) dev/emu/cuda_emu.py
 	@mkdir -p build/emu
 	$(PYTHON) dev/emu/cuda_emu.py $< $@
+build/emu/nccl_check.cpp: dev/emu/nccl_check.cu dev/emu/cuda_emu.py
+	@mkdir -p build/emu
+	$(PYTHON) dev/emu/cuda_emu.py $< $@
 
 build/emu/gpu_check: build/emu/gpu_check.cpp dev/emu/cuda_emu.h
 	$(CXX) -O1 $(EMU_CXXFLAGS) $< -o $@
@@ -294,6 +297,9 @@ build/emu/race_check_asan: build/emu/race_check.cpp dev/emu/cuda_emu.h
 	$(CXX) -O1 $(EMU_CXXFLAGS) $< -o $@
 build/emu/train_gpu: build/emu/train_gpu.cpp dev/emu/cuda_emu.h build/flags | data
 	$(CXX) -O2 $(EMU_CXXFLAGS) $(MPI_FLAGS) $< -o $@ $(MPI_LIBS)
+# the emulator's NCCL (done with MPI) against NCCL's results: with MPI as train_gpu's build has it
+build/emu/nccl_check: build/emu/nccl_check.cpp dev/emu/cuda_emu.h build/flags
+	$(CXX) -O1 $(EMU_CXXFLAGS) $(MPI_FLAGS) $< -o $@ $(MPI_LIBS)
 build/emu/infer_gpu: build/emu/infer_gpu.cpp dev/emu/cuda_emu.h build/flags | data
 	$(CXX) -O2 $(EMU_CXXFLAGS) $(SERVE_FLAGS) $< -o $@ $(SERVE_LIBS)
 build/emu/infer_gpu_race: build/emu/infer_gpu.cpp dev/emu/cuda_emu.h build/flags | data

@@ -14,8 +14,13 @@
 #      with the kernel and the two lines marked in the source), an index past a __shared__
 #      array's end (reported by both builds) and a read of shared memory the block never wrote;
 #      then every kernel check under it.
+#   4. dev/emu/nccl_check.cu under mpirun with 2 and 4 ranks: the emulator's NCCL (done with MPI)
+#      against NCCL's results (all-reduce, reduce-scatter, all-gather, send/receive in and outside
+#      groups, split communicators, the calls it must refuse), then a receive whose send has
+#      another size, which must stop with a message. Skipped without MPI.
 set -u
 cd "$(dirname "$0")/.."
+. test/lib.sh  # mpi_run
 if ! command -v "${CXX:-g++}" >/dev/null; then echo "skipped: no C++ compiler (${CXX:-g++})"; exit 77; fi
 make -s gpu-emu race-emu || { echo "FAIL: the emulator's builds of gpu_check, instruction_check or race_check do not build"; exit 1; }
 export ASAN_OPTIONS=detect_leaks=0
@@ -88,5 +93,27 @@ build/emu/gpu_check_race --quick >build/emu/race.log 2>&1 ||
   { tail -20 build/emu/race.log; echo "FAIL: a kernel races on shared memory, or disagrees with the CPU"; status=1; }
 grep -c "^  ok" build/emu/race.log | sed 's/$/ checks ok, no race/'
 
-[ $status -eq 0 ] && echo "ok: every kernel agrees with the CPU under emulation, in every schedule, with no shared-memory race"
+echo "--- 4. the emulator's NCCL against NCCL's results, under mpirun ---"
+if ! command -v mpirun >/dev/null; then
+  echo "skipped: no mpirun (bash test/setup.sh installs openmpi-bin)"
+elif ! make -s build/emu/nccl_check; then
+  echo "FAIL: build/emu/nccl_check does not build"; status=1
+elif ! ldd build/emu/nccl_check | grep -q libmpi; then
+  echo "skipped: build/emu/nccl_check was built without MPI (no mpicc found), so is the emulator's NCCL"
+else
+  for np in 2 4; do
+    CUDA_EMU_DEVICES=4 MPI_TIMEOUT=60 mpi_run $np build/emu/nccl_check >build/emu/nccl.log 2>&1 ||
+      { cat build/emu/nccl.log; echo "FAIL: the emulator's NCCL with $np ranks (exit 124: a hang)"; status=1; }
+    grep -c "^ok" build/emu/nccl.log | sed "s/$/ checks ok with $np ranks/"
+  done
+  CUDA_EMU_DEVICES=2 MPI_TIMEOUT=60 mpi_run 2 build/emu/nccl_check mismatch >build/emu/nccl.log 2>&1
+  rc=$?
+  if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "ncclRecv of 4 elements from rank 0 met a send of another size" build/emu/nccl.log; then
+    echo "ok   mismatch: a receive of 4 elements from a send of 3 stops with a message"
+  else
+    cat build/emu/nccl.log; echo "FAIL mismatch: a receive of 4 elements from a send of 3 should stop with a message (exit $rc)"; status=1
+  fi
+fi
+
+[ $status -eq 0 ] && echo "ok: every kernel agrees with the CPU under emulation, in every schedule, with no shared-memory race; the emulator's NCCL gives NCCL's results"
 exit $status

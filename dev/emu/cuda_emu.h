@@ -1195,18 +1195,31 @@ static cudaError_t cudaEventDestroy(cudaEvent_t e) { free(e); return cudaSuccess
 
 // ---------- NCCL, over MPI ----------
 // Built with USE_MPI, train_gpu sums its gradients over the processes of a data-parallel run with
-// NCCL (ncclAllReduce). The emulator has no GPUs to connect: its NCCL is the few calls train_gpu
-// makes, done by MPI on the host memory that stands for device memory, with NCCL's checks of
-// their arguments. It checks train_gpu's use of them, not NCCL.
+// NCCL (ncclAllReduce); model parallelism (tensor, pipeline, ZeRO-1) also needs reduce-scatter,
+// all-gather, send and receive, and communicators split from the first. The emulator has no GPUs
+// to connect: its NCCL is those calls, done by MPI on the host memory that stands for device
+// memory, with NCCL's checks of their arguments, and nccl.h's names, numbers and signatures, so
+// that one source compiles against both. It checks the program's use of them, not NCCL. Every call
+// has finished when it returns, where NCCL's calls run later, on the stream: a program that reads
+// a result before it synchronises the stream is wrong on a GPU and not caught here.
 #ifdef USE_MPI
 #define OMPI_SKIP_MPICXX 1
 #define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
 #include <unistd.h>
+#include <vector>
 typedef enum { ncclSuccess = 0, ncclInvalidArgument = 4, ncclInvalidUsage = 5 } ncclResult_t;
-typedef enum { ncclFloat = 7 } ncclDataType_t;
-typedef enum { ncclSum = 0 } ncclRedOp_t;
+// The types the emulator knows, numbered as nccl.h numbers them; a program that names another
+// (ncclUint32, ncclInt64, ncclFloat16, ...) does not compile against it.
+typedef enum { ncclInt8 = 0, ncclChar = 0, ncclUint8 = 1, ncclInt32 = 2, ncclInt = 2, ncclFloat32 = 7, ncclFloat = 7,
+               ncclFloat64 = 8, ncclDouble = 8, ncclBfloat16 = 9 } ncclDataType_t;
+// NCCL's built-in operations, so that a program that names one compiles; only ncclSum is done.
+typedef enum { ncclSum = 0, ncclProd = 1, ncclMax = 2, ncclMin = 3, ncclAvg = 4 } ncclRedOp_t;
 typedef struct { char internal[128]; } ncclUniqueId;
+// ncclCommSplit's configuration: the emulator takes only NULL (the parent's), so the struct stays
+// undefined and there is no NCCL_CONFIG_INITIALIZER: a program that fills one does not compile here.
+typedef struct ncclConfig_v22800 ncclConfig_t;
+#define NCCL_SPLIT_NOCOLOR -1
 struct emu_nccl_comm { MPI_Comm comm; int rank, size; ncclUniqueId id; };
 typedef emu_nccl_comm* ncclComm_t;
 
@@ -1217,6 +1230,14 @@ static ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
     memset(id, 0, sizeof(*id));
     snprintf(id->internal, sizeof(id->internal), "emu-nccl-%ld-%ld", (long)getpid(), (long)time(NULL));
     return ncclSuccess;
+}
+static emu_nccl_comm* emu_nccl_comm_new(MPI_Comm m, ncclUniqueId id) {
+    emu_nccl_comm* c = new emu_nccl_comm;
+    c->comm = m;
+    MPI_Comm_rank(m, &c->rank);
+    MPI_Comm_size(m, &c->size);
+    c->id = id;
+    return c;
 }
 // Every rank must pass the id rank 0 made, its own MPI rank and the run's size.
 static ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank) {
@@ -1241,29 +1262,237 @@ static ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId 
     free(devices);
     MPI_Comm_free(&local);
     if (shared > 1) return ncclInvalidUsage;
-    emu_nccl_comm* c = new emu_nccl_comm;
-    MPI_Comm_dup(MPI_COMM_WORLD, &c->comm);
-    c->rank = rank;
-    c->size = nranks;
-    c->id = id;
-    *comm = c;
+    MPI_Comm world;
+    MPI_Comm_dup(MPI_COMM_WORLD, &world);
+    *comm = emu_nccl_comm_new(world, id);
     return ncclSuccess;
 }
+// NCCL_SPLIT_NOCOLOR's NULL may be destroyed: NCCL returns success for it.
+static ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+    if (comm == NULL) return ncclSuccess;
+    MPI_Comm_free(&comm->comm);
+    delete comm;
+    return ncclSuccess;
+}
+static ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
+    if (comm == NULL || count == NULL) return ncclInvalidArgument;
+    *count = comm->size;
+    return ncclSuccess;
+}
+static ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
+    if (comm == NULL || rank == NULL) return ncclInvalidArgument;
+    *rank = comm->rank;
+    return ncclSuccess;
+}
+// Collective over comm (every rank of it calls, NOCOLOR ones too): the ranks that pass one color
+// form a communicator, ranked by key, ties by their rank in comm (NCCL's order and MPI_Comm_split's);
+// NCCL_SPLIT_NOCOLOR gives NULL. Colors are non-negative, as MPI takes them (NCCL would also group
+// ranks under another negative number); config must be NULL.
+static ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config) {
+    if (comm == NULL || newcomm == NULL || config != NULL || (color < 0 && color != NCCL_SPLIT_NOCOLOR))
+        return ncclInvalidArgument;
+    MPI_Comm m;
+    MPI_Comm_split(comm->comm, color == NCCL_SPLIT_NOCOLOR ? MPI_UNDEFINED : color, key, &m);
+    *newcomm = m == MPI_COMM_NULL ? NULL : emu_nccl_comm_new(m, comm->id);
+    return ncclSuccess;
+}
+
+// A type's size in bytes and its MPI type; 0 for one the emulator does not know. bf16 travels as
+// its 16 bits and is summed by emu_nccl_bf16_add.
+static size_t emu_nccl_type(ncclDataType_t type, MPI_Datatype* mpi) {
+    switch (type) {
+    case ncclInt8: *mpi = MPI_INT8_T; return 1;
+    case ncclUint8: *mpi = MPI_UINT8_T; return 1;
+    case ncclInt32: *mpi = MPI_INT32_T; return 4;
+    case ncclFloat: *mpi = MPI_FLOAT; return 4;
+    case ncclDouble: *mpi = MPI_DOUBLE; return 8;
+    case ncclBfloat16: *mpi = MPI_UINT16_T; return 2;
+    }
+    return 0;
+}
+// bf16 sum, as MPI combines the ranks' values two at a time: both to float, added, rounded back
+// to bf16 (to nearest, ties to even). MPI picks the order of the pairs, and NCCL does not specify
+// its own: a bf16 sum over more than two ranks may differ between them in its last bits.
+static void emu_nccl_bf16_add(void* in, void* inout, int* n, MPI_Datatype*) {
+    const __nv_bfloat16* a = (const __nv_bfloat16*)in;
+    __nv_bfloat16* b = (__nv_bfloat16*)inout;
+    for (int i = 0; i < *n; i++) b[i] = __float2bfloat16(__bfloat162float(a[i]) + __bfloat162float(b[i]));
+}
+// The MPI operation that reduces type with op; 0 for a reduction the emulator does not do: ops
+// other than ncclSum, and the integer types, which NCCL sums too (and train_gpu does not).
+static int emu_nccl_sum(ncclDataType_t type, ncclRedOp_t op, MPI_Op* mpi) {
+    static MPI_Op bf16_sum = MPI_OP_NULL;
+    if (op != ncclSum) return 0;
+    if (type == ncclFloat || type == ncclDouble) *mpi = MPI_SUM;
+    else if (type != ncclBfloat16) return 0;
+    else {
+        if (bf16_sum == MPI_OP_NULL) MPI_Op_create(emu_nccl_bf16_add, 1, &bf16_sum);
+        *mpi = bf16_sum;
+    }
+    return 1;
+}
+// MPI counts are ints: one MPI call moves at most emu_nccl_chunk elements (all ranks' blocks
+// together), a larger operation takes several. dev/emu/nccl_check.cu lowers it to test that.
+static size_t emu_nccl_chunk = (size_t)1 << 30;
+
+// Between ncclGroupStart and the outermost ncclGroupEnd: the sends and receives queued, and the
+// first error of a call in the group, which ncclGroupEnd returns too, dropping the group, as NCCL does.
+struct emu_nccl_p2p { int send; void* buf; size_t count; MPI_Datatype type; size_t size; int peer; ncclComm_t comm; };
+static struct { int depth; ncclResult_t error; std::vector<emu_nccl_p2p> queued; } emu_nccl_group;
+static ncclResult_t emu_nccl_result(ncclResult_t r) {
+    if (r != ncclSuccess && emu_nccl_group.depth > 0 && emu_nccl_group.error == ncclSuccess) emu_nccl_group.error = r;
+    return r;
+}
+
+// A collective in a group is done at once, where NCCL would run it with the rest of the group at
+// ncclGroupEnd: the program may not read its result before then anyway.
 static ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op,
                                   ncclComm_t comm, cudaStream_t stream) {
-    if (comm == NULL || type != ncclFloat || op != ncclSum) return ncclInvalidArgument;
-    const size_t chunk = (size_t)1 << 30;
-    for (size_t i = 0; i < count; i += chunk) {
-        int n = (int)(count - i < chunk ? count - i : chunk);
-        float* out = (float*)recv + i;
-        MPI_Allreduce(send == recv ? MPI_IN_PLACE : (const float*)send + i, out, n, MPI_FLOAT, MPI_SUM, comm->comm);
+    MPI_Datatype t;
+    MPI_Op sum;
+    size_t size = emu_nccl_type(type, &t);
+    if (comm == NULL || size == 0 || !emu_nccl_sum(type, op, &sum)) return emu_nccl_result(ncclInvalidArgument);
+    for (size_t i = 0; i < count; i += emu_nccl_chunk) {
+        int n = (int)min(count - i, emu_nccl_chunk);
+        MPI_Allreduce(send == recv ? MPI_IN_PLACE : (const char*)send + i * size, (char*)recv + i * size, n, t, sum,
+                      comm->comm);
     }
     return ncclSuccess;
 }
-static ncclResult_t ncclCommDestroy(ncclComm_t comm) {
-    if (comm == NULL) return ncclInvalidArgument;
-    MPI_Comm_free(&comm->comm);
-    delete comm;
+// Rank r receives block r of the sum (recvcount elements from r * recvcount); in place when recv
+// is the rank's own block of send (recv == send + rank * recvcount), as NCCL allows. MPI's in-place
+// form would leave the result at the start of send: here it goes through a buffer instead, and
+// the other blocks of send are left as they were (NCCL does not say what it leaves there).
+static ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t recvcount, ncclDataType_t type,
+                                      ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+    MPI_Datatype t;
+    MPI_Op sum;
+    size_t size = emu_nccl_type(type, &t);
+    if (comm == NULL || size == 0 || !emu_nccl_sum(type, op, &sum)) return emu_nccl_result(ncclInvalidArgument);
+    size_t ranks = comm->size;
+    int whole = recvcount * ranks <= emu_nccl_chunk, in_place = recv == (const char*)send + comm->rank * recvcount * size;
+    // in pieces: the same n elements of every block, copied side by side, per call
+    size_t step = whole ? recvcount : max(emu_nccl_chunk / ranks, (size_t)1);
+    char* packed = whole ? NULL : (char*)malloc(ranks * step * size);
+    char* result = in_place ? (char*)malloc(step * size) : NULL;
+    for (size_t i = 0; i < recvcount; i += step) {
+        size_t n = min(recvcount - i, step);
+        for (size_t r = 0; !whole && r < ranks; r++)
+            memcpy(packed + r * n * size, (const char*)send + (r * recvcount + i) * size, n * size);
+        char* out = (char*)recv + i * size;
+        MPI_Reduce_scatter_block(whole ? send : packed, in_place ? result : out, (int)n, t, sum, comm->comm);
+        if (in_place) memcpy(out, result, n * size);
+    }
+    free(packed);
+    free(result);
+    return ncclSuccess;
+}
+// Rank r's sendcount elements land at recv + r * sendcount on every rank; in place when send is
+// the rank's own block of recv (send == recv + rank * sendcount), as NCCL allows.
+static ncclResult_t ncclAllGather(const void* send, void* recv, size_t sendcount, ncclDataType_t type,
+                                  ncclComm_t comm, cudaStream_t stream) {
+    MPI_Datatype t;
+    size_t size = emu_nccl_type(type, &t);
+    if (comm == NULL || size == 0) return emu_nccl_result(ncclInvalidArgument);
+    size_t ranks = comm->size;
+    if (sendcount * ranks <= emu_nccl_chunk) {
+        int n = (int)sendcount, in_place = send == (char*)recv + comm->rank * sendcount * size;
+        MPI_Allgather(in_place ? MPI_IN_PLACE : send, n, t, recv, n, t, comm->comm);
+        return ncclSuccess;
+    }
+    // in pieces: the same n elements of every rank's block gathered side by side, then each put in its place
+    size_t step = max(emu_nccl_chunk / ranks, (size_t)1);
+    char* packed = (char*)malloc(ranks * step * size);
+    for (size_t i = 0; i < sendcount; i += step) {
+        size_t n = min(sendcount - i, step);
+        MPI_Allgather((const char*)send + i * size, (int)n, t, packed, (int)n, t, comm->comm);
+        for (size_t r = 0; r < ranks; r++) memcpy((char*)recv + (r * sendcount + i) * size, packed + r * n * size, n * size);
+    }
+    free(packed);
+    return ncclSuccess;
+}
+
+// Send and receive. NCCL pairs a send with a receive of the same count and type from the other
+// side (it does not check that, and hangs or corrupts data when they differ): here a receive that
+// gets more than it asked for stops in MPI (MPI_ERR_TRUNCATE), one that gets less stops here.
+// Outside a group a send returns only once the receiver has matched it (MPI_Ssend), whatever its
+// size, as NCCL's send on a stream waits for its receive: so a schedule that would deadlock on
+// GPUs (two ranks that each send to the other first) deadlocks here too, and not only when the
+// message is too large for MPI to buffer. A receive is MPI_Recv. Between ncclGroupStart and
+// ncclGroupEnd (nested: the outermost end counts) they are queued and all posted at ncclGroupEnd
+// (MPI_Isend, MPI_Irecv, then MPI_Waitall): NCCL's way to pair sends and receives without deadlock.
+// A peer equal to the rank itself is a local copy in NCCL, which pairs it with its counterpart in
+// the same group: here too, in a group; outside one it could never be matched (the send waits for
+// a receive that its stream has after it) and is ncclInvalidUsage.
+static void emu_nccl_received(const emu_nccl_p2p& p, MPI_Status* status, int n) {
+    int got = -1;
+    MPI_Get_count(status, p.type, &got);
+    if (got == n) return;
+    fprintf(stderr, "cuda_emu: rank %d: ncclRecv of %zu elements from rank %d met a send of another size (NCCL "
+                    "needs the same count and type on both sides)\n", p.comm->rank, p.count, p.peer);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+}
+static ncclResult_t emu_nccl_p2p_call(int send, void* buf, size_t count, ncclDataType_t type, int peer, ncclComm_t comm) {
+    emu_nccl_p2p p = {send, buf, count, MPI_DATATYPE_NULL, 0, peer, comm};
+    p.size = emu_nccl_type(type, &p.type);
+    if (comm == NULL || p.size == 0 || peer < 0 || peer >= comm->size) return emu_nccl_result(ncclInvalidArgument);
+    if (emu_nccl_group.depth > 0) {
+        emu_nccl_group.queued.push_back(p);
+        return ncclSuccess;
+    }
+    if (peer == comm->rank) return ncclInvalidUsage;
+    size_t i = 0;
+    do {  // one message at least: NCCL pairs sends and receives of 0 elements too
+        int n = (int)min(count - i, emu_nccl_chunk);
+        MPI_Status status;
+        if (send) MPI_Ssend((char*)buf + i * p.size, n, p.type, peer, 0, comm->comm);
+        else MPI_Recv((char*)buf + i * p.size, n, p.type, peer, 0, comm->comm, &status);
+        if (!send) emu_nccl_received(p, &status, n);
+        i += n;
+    } while (i < count);
+    return ncclSuccess;
+}
+static ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
+                             cudaStream_t stream) {
+    return emu_nccl_p2p_call(1, (void*)sendbuff, count, type, peer, comm);
+}
+static ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
+                             cudaStream_t stream) {
+    return emu_nccl_p2p_call(0, recvbuff, count, type, peer, comm);
+}
+static ncclResult_t ncclGroupStart() {
+    emu_nccl_group.depth++;
+    return ncclSuccess;
+}
+static ncclResult_t ncclGroupEnd() {
+    if (emu_nccl_group.depth == 0) return ncclInvalidUsage;
+    if (--emu_nccl_group.depth > 0) return ncclSuccess;
+    std::vector<emu_nccl_p2p> queued;
+    queued.swap(emu_nccl_group.queued);
+    ncclResult_t error = emu_nccl_group.error;
+    emu_nccl_group.error = ncclSuccess;
+    if (error != ncclSuccess) return error;
+    std::vector<MPI_Request> requests;
+    std::vector<size_t> of;  // the operation of each request, and its elements
+    std::vector<int> elements;
+    for (size_t k = 0; k < queued.size(); k++) {
+        const emu_nccl_p2p& p = queued[k];
+        size_t i = 0;
+        do {
+            int n = (int)min(p.count - i, emu_nccl_chunk);
+            MPI_Request r;
+            if (p.send) MPI_Isend((char*)p.buf + i * p.size, n, p.type, p.peer, 0, p.comm->comm, &r);
+            else MPI_Irecv((char*)p.buf + i * p.size, n, p.type, p.peer, 0, p.comm->comm, &r);
+            requests.push_back(r);
+            of.push_back(k);
+            elements.push_back(n);
+            i += n;
+        } while (i < p.count);
+    }
+    std::vector<MPI_Status> status(requests.size());
+    MPI_Waitall((int)requests.size(), requests.data(), status.data());
+    for (size_t j = 0; j < requests.size(); j++)
+        if (!queued[of[j]].send) emu_nccl_received(queued[of[j]], &status[j], elements[j]);
     return ncclSuccess;
 }
 #endif
