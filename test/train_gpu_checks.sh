@@ -32,12 +32,12 @@
 #      tolerances (test_train_dp holds train_cpu's moments to PyTorch's gradient);
 #   5. the model split over 2 processes (doc/parallel.md), on a model whose sizes are no powers of
 #      two (V=97, 3 layers, 6 heads, C=48; C=96 in bf16, for flash attention's head sizes), 4
-#      micro-steps of B x T = 1 x 16 per step: under mpirun with NCCL, -tp 2 (3 heads and a part of
-#      the MLP each) and -pp 2 (1F1B over stages of 2 and 1 layers), against one process with the
-#      same flags: in fp32 train_cpu, with 1's tolerances (losses, norms and validation losses
-#      within 1e-5 relative; the checkpoint and AdamW state each gathers); in bf16 BINARY's own
-#      run, with bf16's (the split sums partial products in bf16). Skipped, saying so, without
-#      mpirun, MPI and NCCL, or 2 GPUs.
+#      micro-steps of B x T = 1 x 16 per step: under mpirun with NCCL, -tp 2 (3 heads and a part
+#      of the MLP each) and -pp 2 (1F1B over stages of 2 and 1 layers; in fp32 GPipe too),
+#      against one process with the same flags: in fp32 train_cpu, with 1's tolerances (losses,
+#      norms and validation losses within 1e-5 relative; the checkpoint and AdamW state each
+#      gathers); in bf16 BINARY's own run, with bf16's (the split sums partial products in
+#      bf16). Skipped, saying so, without mpirun, MPI and NCCL, or 2 GPUs.
 set -u
 . "$(dirname "$0")/lib.sh"
 BIN=${1:?usage: test/train_gpu_checks.sh TRAIN_GPU_BINARY fp32|bf16}
@@ -152,7 +152,11 @@ else
   # BINARY's own undivided run (the split sums the blocks' bf16 partial products in bf16)
   OMP_NUM_THREADS=1 "$ref" "${mp[@]}" -o "$dir/mp_one" >"$dir/mp_one.stdout" 2>&1 ||
     { echo "FAIL: $ref ${mp[*]} exited with $?:"; tail -5 "$dir/mp_one.stdout"; exit 1; }
-  for parts in "-tp 2:tp 2 x pp 1" "-pp 2:tp 1 x pp 2"; do
+  splits=("-tp 2:tp 2 x pp 1" "-pp 2:tp 1 x pp 2")
+  # fp32 also under GPipe's schedule: every forward pass before the backward passes, each slot
+  # keeping its own gradient of the loss
+  [ "$PREC" = fp32 ] && splits+=("-pp 2 -ps gpipe:tp 1 x pp 2")
+  for parts in "${splits[@]}"; do
     grid=${parts#*:}; parts=${parts%:*}; name=mp_${parts//[- ]/}
     mpi_run 2 "$BIN" "${mp[@]}" $parts -o "$dir/$name" >"$dir/$name.stdout" 2>&1 ||
       { echo "FAIL: mpirun -np 2 $BIN $parts exited with $?:"; tail -5 "$dir/$name.stdout"; status=1; continue; }
