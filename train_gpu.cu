@@ -3,7 +3,8 @@
 //
 //   make train_gpu && ./train_gpu        GPT-2 124M from scratch on Tiny Shakespeare, T=1024
 //   ./train_gpu -p fp32                  the float32 path, kernel for kernel the CPU's twin
-//   mpirun -np N ./train_gpu ...         data parallel on N GPUs, gradients summed by NCCL
+//   mpirun -np N ./train_gpu ...         data parallel on N GPUs, gradients summed by NCCL; with
+//                                        -tp, -pp, -z the model or its optimizer split over them
 //                                        (doc/parallel.md)
 //   GPU_DEBUG=1 ./train_gpu ...          wait after every kernel: a fault names its kernel
 //   make train_gpu_emu                   the same program on the CPU emulator: build/emu/train_gpu
@@ -31,16 +32,20 @@
 
 // ---------- the model on the GPU, in float32 ----------
 
-// The batch's tokens (host arrays (B, T)) to the GPU, for a forward pass of B x T.
+// The batch's tokens (host arrays (B, T)) to the GPU, into the current slot, for a forward pass
+// of B x T. Only the first pipeline stage, which runs the encoder, reads them.
 static void gpt2_inputs_to_gpu(GPT2* model, const int* inputs, int B, int T) {
     model->last_B = B;
     model->last_T = T;
-    cuda_check(cudaMemcpy(model->inputs, inputs, (size_t)B * T * sizeof(int), cudaMemcpyHostToDevice));
+    if (!model->shard.embed) return;
+    cuda_check(cudaMemcpy(gpt2_slot_inputs(model), inputs, (size_t)B * T * sizeof(int), cudaMemcpyHostToDevice));
 }
 
 // The end of a forward pass with targets (NULL: none, mean_loss -1): the fused classifier's
 // per-position losses, and the gradient of their mean with respect to the logits in dlogits,
 // ready for the backward pass; the mean loss summed on the host in double (both precisions).
+// Both paths pass dlogits = logits: each slot's logits become their own gradient, which its
+// backward pass reads (GPipe runs every forward pass of a step before the backward passes).
 template <typename floatX>
 static void gpt2_loss_gpu(GPT2* model, floatX* dlogits, float* losses, const floatX* logits, const int* targets) {
     GPT2Config c = model->config;
@@ -48,45 +53,63 @@ static void gpt2_loss_gpu(GPT2* model, floatX* dlogits, float* losses, const flo
     size_t BT = (size_t)B * T;
     model->mean_loss = -1.0f;
     if (targets == NULL) return;
-    cuda_check(cudaMemcpy(model->targets, targets, BT * sizeof(int), cudaMemcpyHostToDevice));
-    fused_classifier_gpu(dlogits, losses, logits, model->targets, B, T, c.vocab_size, c.padded_vocab_size);
+    int* slot_targets = gpt2_slot_targets(model);
+    cuda_check(cudaMemcpy(slot_targets, targets, BT * sizeof(int), cudaMemcpyHostToDevice));
+    fused_classifier_gpu(dlogits, losses, logits, slot_targets, B, T, c.vocab_size, c.padded_vocab_size);
     cuda_check(cudaMemcpy(model->cpu_losses, losses, BT * sizeof(float), cudaMemcpyDeviceToHost));
     double sum = 0.0;
     for (size_t i = 0; i < BT; i++) sum += model->cpu_losses[i];
     model->mean_loss = (float)(sum / (double)BT);
 }
 
-// The forward pass, as train_cpu.c's gpt2_forward: inputs and targets are host arrays (B, T);
-// targets may be NULL.
+// The forward pass, as train_cpu.c's gpt2_forward, on the current slot: inputs and targets are
+// host arrays (B, T); targets may be NULL. On a pipeline stage, its part (gpt2/model.h); only
+// the last stage computes the loss. With targets, the logits are then their gradient.
 void gpt2_forward_gpu(GPT2* model, const int* inputs, const int* targets, int B, int T) {
-    size_t sizes[NUM_ACTIVATION_TENSORS];
-    activation_sizes_gpu(sizes, model->config, B, T);  // laid out for this B and T, inside the allocation
-    point_tensors((float**)&model->acts, model->acts_memory, sizes, NUM_ACTIVATION_TENSORS);
-    point_tensors((float**)&model->grads_acts, model->grads_acts_memory, sizes, NUM_ACTIVATION_TENSORS);
+    gpt2_layout_slot_gpu(model, B, T);  // laid out for this B and T, inside the allocation
     gpt2_inputs_to_gpu(model, inputs, B, T);
-    gpt2_forward_layers(&LAYERS_GPU, model);
+    gpt2_forward_layers(&LAYERS_GPU, model, tensor_group_gpu<float>());
+    model->mean_loss = -1.0f;
+    if (!model->shard.head) return;
     ActivationTensors a = model->acts;
-    gpt2_loss_gpu(model, model->grads_acts.logits, a.losses, a.logits, targets);
+    gpt2_loss_gpu(model, a.logits, a.losses, a.logits, targets);
 }
 
+// The gradients to zero for a fresh step (num_padded: the padding stays 0), and the time of the
+// collectives since the last step (validation's, the samples') forgotten: not this step's.
 void gpt2_zero_grad_gpu(GPT2* model) {
-    cuda_check(cudaMemset(model->grads_memory, 0, model->num_parameters * sizeof(float)));
+    cuda_check(cudaMemset(model->grads_memory, 0, model->num_padded * sizeof(float)));
+    comm_time_discard();
 }
 
-// The backward pass of the last forward pass (which had targets), as gpt2_backward. Activation
-// gradients are zeroed here, except three that are written before they are read: logits (by the
-// forward's fused classifier), preatt and att (attention's scratch).
+// The backward pass of the current slot's last forward pass (which had targets, or on a stage
+// before the last, whose output's gradient is in pipe_grad), as gpt2_backward. Activation
+// gradients are zeroed here, except three that are written before they are read: logits (their
+// gradient, by the forward's fused classifier, in the logits themselves), preatt and att
+// (attention's scratch).
 void gpt2_backward_gpu(GPT2* model) {
-    size_t sizes[NUM_ACTIVATION_TENSORS];
-    activation_sizes_gpu(sizes, model->config, model->last_B, model->last_T);
+    gpt2_layout_slot_gpu(model, model->last_B, model->last_T);  // a pipeline runs other slots in between
+    size_t sizes[NUM_ACTIVATION_TENSORS], grad_sizes[NUM_ACTIVATION_TENSORS];
+    activation_sizes_gpu(sizes, grad_sizes, model->config, model->shard, model->last_B, model->last_T);
     float** dtensors = (float**)&model->grads_acts;
     for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) {
-        if (i == LOGITS || i == PREATT || i == ATT) continue;
-        cuda_check(cudaMemset(dtensors[i], 0, sizes[i] * sizeof(float)));
+        if (i == LOGITS || i == PREATT || i == ATT || grad_sizes[i] == 0) continue;
+        cuda_check(cudaMemset(dtensors[i], 0, grad_sizes[i] * sizeof(float)));
     }
-    gpt2_backward_layers(&LAYERS_GPU, model);
+    gpt2_backward_layers(&LAYERS_GPU, model, tensor_group_gpu<float>());
 }
 
+// The sum of the squares of the gradients [offset, offset + n), in double, in a fixed order.
+static double gpt2_grad_squares_gpu(GPT2* model, size_t offset, size_t n) {
+    return sum_of_squares_gpu(model->grads_memory + offset, n);
+}
+
+static void gpt2_scale_grads_gpu(GPT2* model, size_t offset, size_t n, float factor) {
+    scale_gpu(model->grads_memory + offset, n, factor);
+}
+
+// A whole model's gradients scaled and clipped in one call, as train_cpu.c's gpt2_clip_gradients
+// (gpt2/run.h's run_step does the same through grad_squares and scale_grads).
 float gpt2_clip_gradients_gpu(GPT2* model, float grad_scale, float max_norm) {
     return clip_gradients_gpu(model->grads_memory, model->num_parameters, grad_scale, max_norm);
 }
@@ -101,18 +124,35 @@ static void gpt2_logits_to_host_gpu(const GPT2* model, int position, float* out)
                           cudaMemcpyDeviceToHost));
 }
 
+// A pipeline stage's buffer (gpt2/run.h: STAGE_IN ...) of slot `slot`, in device memory: the
+// stream entering the stage (acts.encoded) and leaving it (its last block's residual3), the
+// gradient of its output (pipe_grad) and of its input (grads_acts.encoded).
+static void* gpt2_stage_buffer_gpu(GPT2* model, int which, int slot, int B, int T, size_t* bytes) {
+    *bytes = (size_t)B * T * model->config.channels * sizeof(float);
+    if (which == STAGE_DOUT) return model->pipe_grad;
+    if (which == STAGE_DIN) return model->grads_acts_memory;  // encoded is the first tensor
+    size_t sizes[NUM_ACTIVATION_TENSORS];
+    activation_sizes_gpu(sizes, NULL, model->config, model->shard, B, T);
+    ActivationTensors a;
+    point_tensors((float**)&a, model->acts_memory + (size_t)slot * model->num_activations, sizes, NUM_ACTIVATION_TENSORS);
+    if (which == STAGE_IN) return a.encoded;
+    return shard_activations_of_layer(a, model->config, model->shard, B, T, model->shard.num_layers - 1).residual3;
+}
+
 // The samples' generator: infer_gpu's (gpt2/gpu/generate.cuh) over the weights being trained,
-// for one sequence, with a pool of `pages` pages.
+// for one sequence, with a pool of `pages` pages (a whole model only: gpt2/run.h's run_sample).
 static void gpt2_generator_build_gpu(GPT2* model, int pages, EngineDevice* device) {
     *device = generator_gpu_device(model->config, model->param_sizes, model->params_memory, (const float*)NULL,
                                    &LAYERS_GPU_INFER, 1, pages);
 }
 
-// The model's training operations for gpt2/run.h's loop, on a device copy of the run's model.
+// The model's training operations for gpt2/run.h's loop, on a device copy of the run's model or
+// of this process's part of it; NCCL moves its device memory between the processes.
 static const Trainer TRAINER_GPU = {
-    gpt2_forward_gpu, gpt2_zero_grad_gpu, gpt2_backward_gpu, all_reduce_gradients_gpu, gpt2_clip_gradients_gpu,
-    gpt2_update_gpu, gpt2_logits_to_host_gpu, gpt2_to_host_gpu, synchronize_gpu, peak_flops_gpu,
+    gpt2_forward_gpu, gpt2_zero_grad_gpu, gpt2_backward_gpu, gpt2_grad_squares_gpu, gpt2_scale_grads_gpu,
+    gpt2_update_gpu, gpt2_logits_to_host_gpu, gpt2_to_host_gpu, synchronize_comm_gpu, peak_flops_gpu,
     gpt2_generator_build_gpu, generator_gpu_device_free<float>,
+    nccl_sum, nccl_reduce_scatter, nccl_all_gather, nccl_exchange, gpt2_stage_buffer_gpu, NULL,
 };
 
 // ---------- the model in mixed precision (bf16) ----------
@@ -134,51 +174,69 @@ static const Trainer TRAINER_GPU = {
 // they read (layernorm weights, biases, embeddings) are the float32 path's kernels, reading bf16
 // activations and float32 parameters.
 
-// The forward pass, as gpt2_forward_gpu, in bf16: the float32 embeddings, the blocks, the
-// logits from the bf16 copy of wte. With targets, the classifier overwrites the logits with the
-// gradient of the mean loss.
+// The forward pass, as gpt2_forward_gpu, in bf16, on the current slot: the float32 embeddings
+// (the first stage), the shard's blocks, the logits from the bf16 copy of wte (the last stage).
+// With targets, the classifier overwrites the logits with the gradient of the mean loss.
 void gpt2_forward_bf16(GPT2* model, const int* inputs, const int* targets, int B, int T) {
     GPT2BF16* m = (GPT2BF16*)model;
     GPT2Config c = model->config;
+    Shard s = model->shard;
     int C = c.channels;
     gpt2_inputs_to_gpu(model, inputs, B, T);
+    const TensorGroupOf<bf16>* tp = tensor_group_gpu<bf16>();
     ParameterTensors p = model->params;
     ActivationTensorsOf<bf16> a = activations_bf16(m, 0);
-    encoder_forward_gpu(a.encoded, model->inputs, p.wte, p.wpe, B, T, C);
-    const bf16* x = a.encoded;  // the residual stream entering block l
-    for (int l = 0; l < c.num_layers; l++) {
+    if (s.embed) encoder_forward_gpu(a.encoded, gpt2_slot_inputs(model), p.wte, p.wpe, B, T, C);
+    const bf16* x = a.encoded;  // the residual stream entering block l: the stage's input for the first
+    for (int l = 0; l < s.num_layers; l++) {
         ActivationTensorsOf<bf16> al = activations_bf16(m, l);
-        block_forward(&LAYERS_BF16, weights_bf16(m, parameters_of_layer(p, c, l)), al, x,
-                      (const LayerCacheOf<bf16>*)NULL, B, T, C, c.num_heads);
+        block_forward(&LAYERS_BF16, weights_bf16(m, shard_parameters_of_layer(p, c, s, l)), al, x,
+                      (const LayerCacheOf<bf16>*)NULL, B, T, C, c.num_heads, tp);
         x = al.residual3;
     }
+    model->mean_loss = -1.0f;
+    if (!s.head) return;
     layernorm_forward_gpu(a.lnf, a.lnf_mean, a.lnf_rstd, x, p.lnfw, p.lnfb, B, T, C);
     matmul_forward_bf16(a.logits, a.lnf, weights_bf16(m, p).wte, NULL, B, T, C, c.padded_vocab_size);
     gpt2_loss_gpu(model, a.logits, a.losses, a.logits, targets);
 }
 
-// The backward pass of the last forward pass (which had targets), as gpt2_backward_gpu, one
-// block at a time: the gradient of the residual stream enters each block from the one above.
+// The backward pass of the current slot's last forward pass, as gpt2_backward_gpu, one block at
+// a time: the gradient of the residual stream enters each block from the one above, in
+// dresidual, where a stage before the last has received the gradient of its output (its
+// stage_buffer STAGE_DOUT), and where the gradient of the stage's input is left (STAGE_DIN).
 void gpt2_backward_bf16(GPT2* model) {
     GPT2BF16* m = (GPT2BF16*)model;
     GPT2Config c = model->config;
-    int B = model->last_B, T = model->last_T, C = c.channels, L = c.num_layers;
+    Shard s = model->shard;
+    int B = model->last_B, T = model->last_T, C = c.channels, L = s.num_layers;
+    const TensorGroupOf<bf16>* tp = tensor_group_gpu<bf16>();
     ParameterTensors p = model->params, g = model->grads;
     ActivationTensorsOf<bf16> a = activations_bf16(m, 0), da = activation_grads_bf16(m);
-    matmul_backward_bf16(da.lnf, g.wte, NULL, a.logits, a.lnf, weights_bf16(m, p).wte, B, T, C, c.padded_vocab_size);
-    cuda_check(cudaMemset(da.residual3, 0, (size_t)B * T * C * sizeof(bf16)));
-    layernorm_backward_gpu(da.residual3, g.lnfw, g.lnfb, da.lnf, activations_bf16(m, L - 1).residual3, p.lnfw,
-                           a.lnf_mean, a.lnf_rstd, B, T, C);
+    if (s.head) {
+        matmul_backward_bf16(da.lnf, g.wte, NULL, a.logits, a.lnf, weights_bf16(m, p).wte, B, T, C,
+                             c.padded_vocab_size);
+        cuda_check(cudaMemset(da.residual3, 0, (size_t)B * T * C * sizeof(bf16)));
+        layernorm_backward_gpu(da.residual3, g.lnfw, g.lnfb, da.lnf, activations_bf16(m, L - 1).residual3, p.lnfw,
+                               a.lnf_mean, a.lnf_rstd, B, T, C);
+    }
     for (int l = L - 1; l >= 0; l--) {
         const bf16* x = l == 0 ? a.encoded : activations_bf16(m, l - 1).residual3;  // the block's input
-        block_backward(&LAYERS_BF16, weights_bf16(m, parameters_of_layer(p, c, l)), parameters_of_layer(g, c, l),
-                       activations_bf16(m, l), da, x, da.residual3, B, T, C, c.num_heads);
+        block_backward(&LAYERS_BF16, weights_bf16(m, shard_parameters_of_layer(p, c, s, l)),
+                       shard_parameters_of_layer(g, c, s, l), activations_bf16(m, l), da, x, da.residual3, B, T, C,
+                       c.num_heads, tp);
     }
-    encoder_backward_gpu(g.wte, g.wpe, (const bf16*)da.encoded, model->inputs, B, T, C);
+    if (s.embed) encoder_backward_gpu(g.wte, g.wpe, (const bf16*)da.encoded, gpt2_slot_inputs(model), B, T, C);
 }
 
 void gpt2_update_bf16(GPT2* model, float lr, float beta1, float beta2, float eps, float weight_decay, int t) {
     adamw_update_gpu(model, ((GPT2BF16*)model)->params16, lr, beta1, beta2, eps, weight_decay, t);
+}
+
+// After ZeRO-1's all-gather of the float32 parameters, the bf16 copy of all of them: rounding
+// to nearest gives each the bits its own process's AdamW wrote.
+static void gpt2_params_gathered_bf16(GPT2* model) {
+    float_to_bf16_gpu(((GPT2BF16*)model)->params16, model->params_memory, model->num_parameters);
 }
 
 static void gpt2_logits_to_host_bf16(const GPT2* model, int position, float* out) {
@@ -190,6 +248,18 @@ static void gpt2_logits_to_host_bf16(const GPT2* model, int position, float* out
     free(bits);
 }
 
+// A pipeline stage's buffer of slot `slot` in bf16: its input (encoded) and output (its last
+// block's residual3), and both their gradients in dresidual (gpt2_backward_bf16).
+static void* gpt2_stage_buffer_bf16(GPT2* model, int which, int slot, int B, int T, size_t* bytes) {
+    GPT2BF16* m = (GPT2BF16*)model;
+    *bytes = (size_t)B * T * model->config.channels * sizeof(bf16);
+    if (which == STAGE_DOUT || which == STAGE_DIN) return m->dresidual;
+    ActivationTensorsOf<bf16> a;
+    int l = which == STAGE_IN ? 0 : model->shard.num_layers - 1;
+    layout_activations_bf16(&a, m->acts_memory + (size_t)slot * m->slot_bytes, model->config, model->shard, B, T, l);
+    return which == STAGE_IN ? a.encoded : a.residual3;
+}
+
 // The samples' generator in bf16, over the bf16 copy of the weights being trained.
 static void gpt2_generator_build_bf16(GPT2* model, int pages, EngineDevice* device) {
     *device = generator_gpu_device(model->config, model->param_sizes, model->params_memory,
@@ -197,9 +267,10 @@ static void gpt2_generator_build_bf16(GPT2* model, int pages, EngineDevice* devi
 }
 
 static const Trainer TRAINER_BF16 = {
-    gpt2_forward_bf16, gpt2_zero_grad_gpu, gpt2_backward_bf16, all_reduce_gradients_gpu, gpt2_clip_gradients_gpu,
-    gpt2_update_bf16, gpt2_logits_to_host_bf16, gpt2_to_host_gpu, synchronize_gpu, peak_flops_bf16,
+    gpt2_forward_bf16, gpt2_zero_grad_gpu, gpt2_backward_bf16, gpt2_grad_squares_gpu, gpt2_scale_grads_gpu,
+    gpt2_update_bf16, gpt2_logits_to_host_bf16, gpt2_to_host_gpu, synchronize_comm_gpu, peak_flops_bf16,
     gpt2_generator_build_bf16, generator_gpu_device_free<bf16>,
+    nccl_sum, nccl_reduce_scatter, nccl_all_gather, nccl_exchange, gpt2_stage_buffer_bf16, gpt2_params_gathered_bf16,
 };
 
 // ---------- main ----------
@@ -242,27 +313,29 @@ int main(int argc, char** argv) {
     if (procs.rank == 0) cuda_device_print(bf16);
     Run run;
     run_open(&run, cfg, bf16 ? check_model_bf16 : NULL);  // the model on the host, the data, -o DIR
-    if (procs.mpi) nccl_init();
+    if (procs.mpi) nccl_init();  // after run_open, which makes the grid of processes NCCL's groups follow
+    GPT2* host = run_part(&run);  // the whole model, or this process's part of it (-tp, -pp, -z)
     size_t free_bytes, total_bytes;
     cuda_check(cudaMemGetInfo(&free_bytes, &total_bytes));
     if (procs.rank == 0) {
         printf("largest batch at T=%d in the %.1f GiB of free GPU memory: B=%d%s\n", cfg.T, free_bytes / 1073741824.0,
-               largest_batch(bf16 ? gpt2_bf16_bytes : gpt2_fp32_bytes, run.model.config, run.model.num_parameters,
-                             cfg.T, free_bytes), procs.size > 1 ? " per GPU" : "");
+               largest_batch_part(bf16, host, cfg.T, free_bytes),
+               run.split ? " per GPU (rank 0's part)" : procs.size > 1 ? " per GPU" : "");
     }
     if (bf16) {
         GPT2BF16 model;
-        gpt2_build_bf16(&model, &run.model, cfg.micro_batch, cfg.T);  // a copy of it on the GPU, trained there
+        gpt2_build_bf16(&model, host, cfg.micro_batch, cfg.T);  // a copy of it on the GPU, trained there
         run_train(&run, &TRAINER_BF16, &model.base);
         gpt2_free_bf16(&model);
     } else {
         GPT2 model;
-        gpt2_build_gpu(&model, &run.model, cfg.micro_batch, cfg.T);
+        gpt2_build_gpu(&model, host, cfg.micro_batch, cfg.T);
         run_train(&run, &TRAINER_GPU, &model);
         gpt2_free_gpu(&model);
     }
     run_close(&run);
     if (procs.mpi) nccl_free();
+    parallel_split_free();
     parallel_finalize();
     return 0;
 }

@@ -63,6 +63,22 @@ static inline int split_rank_of(int tp_rank, int pp_rank, int dp_rank) {
     return tp_rank + split.tp * (pp_rank + split.pp * dp_rank);
 }
 
+// This process's group of kind g, as MPI_Comm_split and ncclCommSplit make it from the world:
+// the processes of one color form a group, ordered in it by key; -1: in no such group (only
+// GROUP_EMBED, which holds the first and last stages, both with wte, tied).
+static inline int split_group_color(int g, int* key) {
+    int t = split.tp_rank, p = split.pp_rank, d = split.dp_rank, tp = split.tp, pp = split.pp;
+    int is_end = p == 0 || p == pp - 1;
+    switch (g) {
+        case GROUP_TP: *key = t; return p + pp * d;
+        case GROUP_PP: *key = p; return t + tp * d;
+        case GROUP_DP: *key = d; return t + tp * p;
+        case GROUP_EMBED: *key = p; return is_end ? t + tp * d : -1;
+        case GROUP_MODEL: *key = t + tp * p; return d;
+        default: *key = procs.rank; return 0;  // GROUP_WORLD
+    }
+}
+
 // What one process sends for a collective of `bytes` over a group of n, by the ring algorithms
 // NCCL and MPI use for large arrays: an all-reduce sends 2 (n-1)/n of the array, a reduce-scatter
 // or an all-gather (n-1)/n.
@@ -217,14 +233,11 @@ static inline void parallel_split_init(int tp, int pp) {
     split.dp_rank = procs.rank / (tp * pp);
     for (int g = 0; g < NUM_GROUPS; g++) split_comms[g] = MPI_COMM_NULL;
     if (!procs.mpi) return;
-    int t = split.tp_rank, p = split.pp_rank, d = split.dp_rank;
-    int is_end = p == 0 || p == pp - 1;  // the first and last stages both hold wte (tied)
-    MPI_Comm_split(MPI_COMM_WORLD, p + pp * d, t, &split_comms[GROUP_TP]);
-    MPI_Comm_split(MPI_COMM_WORLD, t + tp * d, p, &split_comms[GROUP_PP]);
-    MPI_Comm_split(MPI_COMM_WORLD, t + tp * p, d, &split_comms[GROUP_DP]);
-    MPI_Comm_split(MPI_COMM_WORLD, is_end ? t + tp * d : MPI_UNDEFINED, p, &split_comms[GROUP_EMBED]);
-    MPI_Comm_split(MPI_COMM_WORLD, d, t + tp * p, &split_comms[GROUP_MODEL]);
-    MPI_Comm_dup(MPI_COMM_WORLD, &split_comms[GROUP_WORLD]);
+    for (int g = 0; g < NUM_GROUPS; g++) {
+        int key, color = split_group_color(g, &key);
+        if (g == GROUP_WORLD) MPI_Comm_dup(MPI_COMM_WORLD, &split_comms[g]);
+        else MPI_Comm_split(MPI_COMM_WORLD, color >= 0 ? color : MPI_UNDEFINED, key, &split_comms[g]);
+    }
 }
 
 static inline void parallel_split_free(void) {

@@ -29,7 +29,15 @@
 #      step (B=8 x T=16), whose norm stays below 1 on every step (checked), where AdamW's m and v
 #      scale with the gradients: BINARY -b 1 -d 128 under mpirun as in 3 (on the emulator 2
 #      processes x 4 micro-steps; without mpirun, 8 micro-steps) against train_cpu -b 8 with 1's
-#      tolerances (test_train_dp holds train_cpu's moments to PyTorch's gradient).
+#      tolerances (test_train_dp holds train_cpu's moments to PyTorch's gradient);
+#   5. the model split over 2 processes (doc/parallel.md), on a model whose sizes are no powers of
+#      two (V=97, 3 layers, 6 heads, C=48; C=96 in bf16, for flash attention's head sizes), 4
+#      micro-steps of B x T = 1 x 16 per step: under mpirun with NCCL, -tp 2 (3 heads and a part
+#      of the MLP each) and -pp 2 (1F1B over stages of 2 and 1 layers; in fp32 GPipe too),
+#      against one process with the same flags: in fp32 train_cpu, with 1's tolerances (losses,
+#      norms and validation losses within 1e-5 relative; the checkpoint and AdamW state each
+#      gathers); in bf16 BINARY's own run, with bf16's (the split sums partial products in
+#      bf16). Skipped, saying so, without mpirun, MPI and NCCL, or 2 GPUs.
 set -u
 . "$(dirname "$0")/lib.sh"
 BIN=${1:?usage: test/train_gpu_checks.sh TRAIN_GPU_BINARY fp32|bf16}
@@ -126,5 +134,41 @@ if [ "$PREC" = fp32 ]; then
     "$dir/small_split.stdout" $STEPS || status=1
 fi
 
-[ $status -eq 0 ] && echo "ok: $BIN -p $PREC follows train_cpu, resumes bit for bit, and splits its batch"
+echo "--- 5. $BIN -p $PREC with the model split over 2 processes (-tp 2; -pp 2 over 4 micro-steps), against one process"
+if [ -n "$no_mpi" ]; then
+  echo "skipped: the model split under mpirun ($no_mpi)"
+elif [ "$np" -lt 2 ]; then
+  echo "skipped: the model split needs 2 GPUs, and this machine has $np"
+else
+  # sizes that are no powers of two: V=97, 3 layers (2 + 1 stages), 6 heads (3 per part), C=48,
+  # in bf16 C=96 (flash attention is built for head sizes from 16)
+  start=$SECONDS
+  if [ "$PREC" = fp32 ]; then C=48 MP_STEPS=10; ref="$dir/train_cpu"; else C=96 MP_STEPS=6; ref="$BIN"; fi
+  $PY dev/reference/gpt2_ref.py make-model --model "$dir/mp.bin" --tokens "$dir/mp_train.bin" --V 97 --maxT 24 \
+    --L 3 --NH 6 --C $C --ntokens 2000 --seed 13 >/dev/null || exit 1
+  mp=(-e "$dir/mp.bin" -i "$dir/mp_train.bin" -j "$dir/val.bin" -k "$dir/tok.bin" -b 1 -t 16 -d 64 -x $MP_STEPS
+      -l 3e-3 -u 2 -c 0.1 -v 5 -m 1 -s $MP_STEPS -g 3 -p $PREC)
+  # the reference: train_cpu in fp32 (float32 rounding apart, the same numbers); in bf16,
+  # BINARY's own undivided run (the split sums the blocks' bf16 partial products in bf16)
+  OMP_NUM_THREADS=1 "$ref" "${mp[@]}" -o "$dir/mp_one" >"$dir/mp_one.stdout" 2>&1 ||
+    { echo "FAIL: $ref ${mp[*]} exited with $?:"; tail -5 "$dir/mp_one.stdout"; exit 1; }
+  splits=("-tp 2:tp 2 x pp 1" "-pp 2:tp 1 x pp 2")
+  # fp32 also under GPipe's schedule: every forward pass before the backward passes, each slot
+  # keeping its own gradient of the loss
+  [ "$PREC" = fp32 ] && splits+=("-pp 2 -ps gpipe:tp 1 x pp 2")
+  for parts in "${splits[@]}"; do
+    grid=${parts#*:}; parts=${parts%:*}; name=mp_${parts//[- ]/}
+    mpi_run 2 "$BIN" "${mp[@]}" $parts -o "$dir/$name" >"$dir/$name.stdout" 2>&1 ||
+      { echo "FAIL: mpirun -np 2 $BIN $parts exited with $?:"; tail -5 "$dir/$name.stdout"; status=1; continue; }
+    grep -q "^split: 2 processes = $grid x dp 1" "$dir/$name.stdout" ||
+      { echo "FAIL: $parts: the run does not say it is split as $grid"; status=1; }
+    $PY test/compare_gpu_run.py --precision $PREC "$dir/mp_one" "$dir/mp_one.stdout" "$dir/$name" "$dir/$name.stdout" \
+      $MP_STEPS >"$dir/$name.compare" || { cat "$dir/$name.compare"; status=1; }
+    echo "$parts: $(grep -c '^ok' "$dir/$name.compare") checks ok; largest relative loss difference $(
+      sed -nE 's/.*loss .* \(rel ([^,)]+).*/\1/p' "$dir/$name.compare" | sort -g | tail -1)"
+  done
+  echo "(the model split: $((SECONDS - start)) s)"
+fi
+
+[ $status -eq 0 ] && echo "ok: $BIN -p $PREC follows train_cpu, resumes bit for bit, splits its batch and its model"
 exit $status

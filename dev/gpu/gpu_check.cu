@@ -418,6 +418,13 @@ static void check_classifier(int B, int T, int V, int Vp, int bench) {
     fused_classifier_gpu(d_dlogits, d_losses, d_logits, d_targets, B, T, V, Vp);
     compare("fused_classifier losses", d_losses, losses, BT, 1e-5f, 1e-5f);
     compare("fused_classifier dlogits", d_dlogits, dlogits, n, 1e-11f, 1e-4f);  // entries ~ p/(B*T)
+    // in place, as train_gpu runs it (each slot's logits become their gradient): the same bits
+    float* d_inplace = to_device(logits, n);
+    fused_classifier_gpu(d_inplace, d_losses, d_inplace, d_targets, B, T, V, Vp);
+    float* separate = to_host(d_dlogits, n);
+    compare("fused_classifier dlogits in place", d_inplace, separate, n, 0.0f, 0.0f);
+    free(separate);
+    cuda_check(cudaFree(d_inplace));
     if (bench) {
         time_both("fused_classifier", [&] { fused_classifier_gpu(d_dlogits, d_losses, d_logits, d_targets, B, T, V, Vp); },
                   [&] {
@@ -537,9 +544,12 @@ static void check_model(GPT2Config config, int B, int T, int steps) {
     gpt2_build_gpu(&gpu, &cpu, B, T);
     size_t BT = (size_t)B * T;
 
+    // the logits of a forward pass without targets: with them, the GPU's become their gradient
+    gpt2_forward(&cpu, inputs, NULL, B, T);
+    gpt2_forward_gpu(&gpu, inputs, NULL, B, T);
+    compare("model logits", gpu.acts.logits, cpu.acts.logits, BT * config.padded_vocab_size, 1e-4f, 1e-4f);
     gpt2_forward(&cpu, inputs, targets, B, T);
     gpt2_forward_gpu(&gpu, inputs, targets, B, T);
-    compare("model logits", gpu.acts.logits, cpu.acts.logits, BT * config.padded_vocab_size, 1e-4f, 1e-4f);
     compare_scalar("model loss", gpu.mean_loss, cpu.mean_loss, 0.0, 1e-5);
     gpt2_zero_grad(&cpu);
     gpt2_backward(&cpu);

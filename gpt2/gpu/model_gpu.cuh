@@ -3,6 +3,11 @@
 // gradients of training laid out (float32 as gpt2/model.h lays them out; the bf16 path's own
 // way), the bytes all of it takes and the largest batch that fits, and the way back to the host.
 // Files are read and written on the host (gpt2/checkpoint.h); train_gpu.cu runs the passes.
+//
+// The model on a GPU is built from a host model (gpt2/run.h: run_part): the whole run's, or, when
+// the run splits it over processes (doc/parallel.md), this process's part of it, whose shard
+// (its layers, its tensor-parallel part), padding (num_padded), AdamW range (opt_offset,
+// opt_count) and slots (num_slots: the batches a pipeline stage keeps at once) it takes over.
 
 #ifndef GPT2_GPU_MODEL_GPU_CUH
 #define GPT2_GPU_MODEL_GPU_CUH
@@ -11,70 +16,136 @@
 #include "cuda_utils.cuh"
 #include "elementwise.cuh"  // float_to_bf16_gpu
 
+// ---------- what a host model says of its part ----------
+
+// The shape of the part of the model a GPU trains: the whole model alone is shard_whole, its
+// parameters unpadded, all of them updated here, one slot.
+typedef struct {
+    GPT2Config config;
+    Shard shard;
+    size_t num_parameters, num_padded, opt_offset, opt_count;
+    int num_slots;
+} GPUPart;
+
+static GPUPart gpu_part_whole(GPT2Config c, size_t num_parameters) {
+    GPUPart p = {c, shard_whole(c), num_parameters, num_parameters, 0, num_parameters, 1};
+    return p;
+}
+
+// A host model's part; a model that never set these fields (0) is whole.
+static GPUPart gpu_part_of(const GPT2* host) {
+    GPUPart p = {host->config, host->shard, host->num_parameters, host->num_padded, host->opt_offset,
+                 host->opt_count, host->num_slots};
+    if (p.shard.tp == 0) p.shard = shard_whole(host->config);
+    if (p.num_padded < p.num_parameters) p.num_padded = p.num_parameters;
+    if (p.opt_count == 0) p.opt_count = p.num_parameters;
+    if (p.num_slots < 1) p.num_slots = 1;
+    return p;
+}
+
 // ---------- float32 ----------
 
-// The activation table of gpt2/model.h without probs: the fused classifier never stores them.
-static void activation_sizes_gpu(size_t* sizes, GPT2Config config, int B, int T) {
+// The activation table of gpt2/model.h for a shard without probs: the fused classifier never
+// stores them. Their gradients (grad_sizes, if not NULL) have no logits either: the classifier
+// writes the gradient of the loss over the logits of its own slot, where the backward finds it.
+static void activation_sizes_gpu(size_t* sizes, size_t* grad_sizes, GPT2Config config, Shard shard, int B, int T) {
     size_t layer[NUM_ACTIVATION_TENSORS];
-    activation_sizes(sizes, layer, config, B, T);
+    shard_activation_sizes(sizes, layer, config, shard, B, T);
     sizes[PROBS] = 0;
+    if (grad_sizes == NULL) return;
+    memcpy(grad_sizes, sizes, NUM_ACTIVATION_TENSORS * sizeof(size_t));
+    grad_sizes[LOGITS] = 0;
 }
 
 // The parameters, their gradients and the AdamW moments of a host model on the GPU, in float32,
-// with room for inputs and targets of capacity_B x capacity_T: what both precisions keep. The
-// gradients start at zero, and so do the moments of a fresh run (a resumed one brings its own).
+// with room for the inputs and targets of num_slots batches of capacity_B x capacity_T: what
+// both precisions keep. The parameters and gradients are num_padded floats (the padding zero),
+// the moments opt_count; the gradients start at zero, and so do the moments of a fresh run (a
+// resumed one brings its own).
 static void gpt2_build_parameters_gpu(GPT2* model, const GPT2* host, int capacity_B, int capacity_T) {
+    GPUPart part = gpu_part_of(host);
     memset(model, 0, sizeof(*model));
     model->config = host->config;
     memcpy(model->param_sizes, host->param_sizes, sizeof(model->param_sizes));
     model->num_parameters = host->num_parameters;
+    model->shard = part.shard;
+    model->num_padded = part.num_padded;
+    model->opt_offset = part.opt_offset;
+    model->opt_count = part.opt_count;
+    model->num_slots = part.num_slots;
     model->capacity_B = capacity_B;
     model->capacity_T = capacity_T;
-    size_t n = model->num_parameters, BT = (size_t)capacity_B * capacity_T;
-    cuda_check(cudaMalloc((void**)&model->params_memory, n * sizeof(float)));
-    cuda_check(cudaMalloc((void**)&model->grads_memory, n * sizeof(float)));
-    cuda_check(cudaMalloc((void**)&model->m_memory, n * sizeof(float)));
-    cuda_check(cudaMalloc((void**)&model->v_memory, n * sizeof(float)));
-    cuda_check(cudaMalloc((void**)&model->inputs, BT * sizeof(int)));
-    cuda_check(cudaMalloc((void**)&model->targets, BT * sizeof(int)));
+    size_t n = model->num_parameters, np = model->num_padded, no = model->opt_count;
+    size_t BT = (size_t)capacity_B * capacity_T, slots = model->num_slots;
+    cuda_check(cudaMalloc((void**)&model->params_memory, np * sizeof(float)));
+    cuda_check(cudaMalloc((void**)&model->grads_memory, np * sizeof(float)));
+    cuda_check(cudaMalloc((void**)&model->m_memory, no * sizeof(float)));
+    cuda_check(cudaMalloc((void**)&model->v_memory, no * sizeof(float)));
+    cuda_check(cudaMalloc((void**)&model->inputs, slots * BT * sizeof(int)));
+    cuda_check(cudaMalloc((void**)&model->targets, slots * BT * sizeof(int)));
+    cuda_check(cudaMemset(model->params_memory, 0, np * sizeof(float)));
     cuda_check(cudaMemcpy(model->params_memory, host->params_memory, n * sizeof(float), cudaMemcpyHostToDevice));
-    cuda_check(cudaMemset(model->grads_memory, 0, n * sizeof(float)));
+    cuda_check(cudaMemset(model->grads_memory, 0, np * sizeof(float)));
     if (host->m_memory != NULL) {
-        cuda_check(cudaMemcpy(model->m_memory, host->m_memory, n * sizeof(float), cudaMemcpyHostToDevice));
-        cuda_check(cudaMemcpy(model->v_memory, host->v_memory, n * sizeof(float), cudaMemcpyHostToDevice));
+        cuda_check(cudaMemcpy(model->m_memory, host->m_memory, no * sizeof(float), cudaMemcpyHostToDevice));
+        cuda_check(cudaMemcpy(model->v_memory, host->v_memory, no * sizeof(float), cudaMemcpyHostToDevice));
     } else {
-        cuda_check(cudaMemset(model->m_memory, 0, n * sizeof(float)));
-        cuda_check(cudaMemset(model->v_memory, 0, n * sizeof(float)));
+        cuda_check(cudaMemset(model->m_memory, 0, no * sizeof(float)));
+        cuda_check(cudaMemset(model->v_memory, 0, no * sizeof(float)));
     }
     point_tensors((float**)&model->params, model->params_memory, model->param_sizes, NUM_PARAMETER_TENSORS);
     point_tensors((float**)&model->grads, model->grads_memory, model->param_sizes, NUM_PARAMETER_TENSORS);
     model->cpu_losses = (float*)malloc_check(BT * sizeof(float));
     model->mean_loss = -1.0f;
-    model->device_bytes = 4 * n * sizeof(float) + 2 * BT * sizeof(int);
+    model->device_bytes = (2 * np + 2 * no) * sizeof(float) + 2 * slots * BT * sizeof(int);
 }
 
-// The bytes the float32 path needs on the GPU for a batch of B x T.
+// The bytes the float32 path needs on the GPU for a part and batches of B x T: parameters and
+// gradients, moments, the activations of every slot and the gradients of one, inputs and
+// targets, and before the last stage the gradient of its output.
+static size_t gpt2_fp32_part_bytes(GPUPart p, int B, int T) {
+    size_t sizes[NUM_ACTIVATION_TENSORS], grad_sizes[NUM_ACTIVATION_TENSORS], BT = (size_t)B * T;
+    activation_sizes_gpu(sizes, grad_sizes, p.config, p.shard, B, T);
+    size_t acts = p.num_slots * sum_sizes(sizes, NUM_ACTIVATION_TENSORS) + sum_sizes(grad_sizes, NUM_ACTIVATION_TENSORS);
+    size_t pipe = p.shard.head ? 0 : BT * p.config.channels;
+    return (2 * p.num_padded + 2 * p.opt_count + acts + pipe) * sizeof(float) + 2 * p.num_slots * BT * sizeof(int);
+}
+
+// The same for the whole model alone.
 static size_t gpt2_fp32_bytes(GPT2Config c, size_t num_parameters, int B, int T) {
-    size_t act_sizes[NUM_ACTIVATION_TENSORS];
-    activation_sizes_gpu(act_sizes, c, B, T);
-    return (4 * num_parameters + 2 * sum_sizes(act_sizes, NUM_ACTIVATION_TENSORS)) * sizeof(float) +
-           2 * (size_t)B * T * sizeof(int);
+    return gpt2_fp32_part_bytes(gpu_part_whole(c, num_parameters), B, T);
 }
 
 // A GPT2 whose tensors are all in device memory, for batches of up to capacity_B x capacity_T,
-// with the parameters (and, when resuming, the AdamW moments) of a host model.
+// with the parameters (and, when resuming, the AdamW moments) of a host model, whole or a part.
 void gpt2_build_gpu(GPT2* model, const GPT2* host, int capacity_B, int capacity_T) {
-    size_t act_sizes[NUM_ACTIVATION_TENSORS];
-    activation_sizes_gpu(act_sizes, host->config, capacity_B, capacity_T);
-    size_t na = sum_sizes(act_sizes, NUM_ACTIVATION_TENSORS);
-    require_free_memory(gpt2_fp32_bytes(host->config, host->num_parameters, capacity_B, capacity_T), capacity_B,
-                        capacity_T);
+    GPUPart part = gpu_part_of(host);
+    size_t sizes[NUM_ACTIVATION_TENSORS], grad_sizes[NUM_ACTIVATION_TENSORS];
+    activation_sizes_gpu(sizes, grad_sizes, host->config, part.shard, capacity_B, capacity_T);
+    size_t na = sum_sizes(sizes, NUM_ACTIVATION_TENSORS), ng = sum_sizes(grad_sizes, NUM_ACTIVATION_TENSORS);
+    require_free_memory(gpt2_fp32_part_bytes(part, capacity_B, capacity_T), capacity_B, capacity_T);
     gpt2_build_parameters_gpu(model, host, capacity_B, capacity_T);
-    memcpy(model->act_sizes, act_sizes, sizeof(act_sizes));
+    memcpy(model->act_sizes, sizes, sizeof(sizes));
     model->num_activations = na;
-    cuda_check(cudaMalloc((void**)&model->acts_memory, na * sizeof(float)));
-    cuda_check(cudaMalloc((void**)&model->grads_acts_memory, na * sizeof(float)));
-    model->device_bytes += 2 * na * sizeof(float);
+    size_t slots = model->num_slots, BT = (size_t)capacity_B * capacity_T;
+    cuda_check(cudaMalloc((void**)&model->acts_memory, slots * na * sizeof(float)));
+    cuda_check(cudaMalloc((void**)&model->grads_acts_memory, ng * sizeof(float)));
+    size_t pipe = model->shard.head ? 0 : BT * model->config.channels;
+    if (pipe > 0) cuda_check(cudaMalloc((void**)&model->pipe_grad, pipe * sizeof(float)));
+    model->activation_bytes = (slots * na + ng + pipe) * sizeof(float);
+    model->device_bytes += model->activation_bytes;
+}
+
+// The activations of the model's current slot and their gradients, laid out for B x T (inside
+// the allocation: a sample of batch 1 runs through the same buffers as training batches); the
+// gradient of the logits is the logits' own memory (activation_sizes_gpu).
+static void gpt2_layout_slot_gpu(GPT2* model, int B, int T) {
+    size_t sizes[NUM_ACTIVATION_TENSORS], grad_sizes[NUM_ACTIVATION_TENSORS];
+    activation_sizes_gpu(sizes, grad_sizes, model->config, model->shard, B, T);
+    point_tensors((float**)&model->acts, model->acts_memory + (size_t)model->slot * model->num_activations, sizes,
+                  NUM_ACTIVATION_TENSORS);
+    point_tensors((float**)&model->grads_acts, model->grads_acts_memory, grad_sizes, NUM_ACTIVATION_TENSORS);
+    model->grads_acts.logits = model->acts.logits;
 }
 
 void gpt2_free_gpu(GPT2* model) {
@@ -86,20 +157,23 @@ void gpt2_free_gpu(GPT2* model) {
     cuda_check(cudaFree(model->grads_acts_memory));
     cuda_check(cudaFree(model->inputs));
     cuda_check(cudaFree(model->targets));
+    cuda_check(cudaFree(model->pipe_grad));
     free(model->cpu_losses);
     memset(model, 0, sizeof(*model));
 }
 
-// The parameters and AdamW moments into the run's host model, to be saved.
+// The parameters and AdamW moments (the opt_count of them this GPU keeps) into a host model of
+// the same part: the run's, to be saved, or this process's part of it, to be gathered.
 static void gpt2_to_host_gpu(const GPT2* model, GPT2* host) {
-    size_t bytes = model->num_parameters * sizeof(float);
+    size_t moments = model->opt_count * sizeof(float);
     if (host->m_memory == NULL) {
-        host->m_memory = (float*)malloc_check(bytes);
-        host->v_memory = (float*)malloc_check(bytes);
+        host->m_memory = (float*)malloc_check(moments);
+        host->v_memory = (float*)malloc_check(moments);
     }
-    cuda_check(cudaMemcpy(host->params_memory, model->params_memory, bytes, cudaMemcpyDeviceToHost));
-    cuda_check(cudaMemcpy(host->m_memory, model->m_memory, bytes, cudaMemcpyDeviceToHost));
-    cuda_check(cudaMemcpy(host->v_memory, model->v_memory, bytes, cudaMemcpyDeviceToHost));
+    cuda_check(cudaMemcpy(host->params_memory, model->params_memory, model->num_parameters * sizeof(float),
+                          cudaMemcpyDeviceToHost));
+    cuda_check(cudaMemcpy(host->m_memory, model->m_memory, moments, cudaMemcpyDeviceToHost));
+    cuda_check(cudaMemcpy(host->v_memory, model->v_memory, moments, cudaMemcpyDeviceToHost));
 }
 
 // ---------- bf16 ----------
@@ -109,14 +183,18 @@ static void gpt2_to_host_gpu(const GPT2* model, GPT2* host) {
 // copy of the parameters, the activations, and the backward pass's buffers. The backward pass
 // goes one block at a time, so one block's worth of activation gradients is enough: dresidual,
 // the gradient of the residual stream, carried from block to block, and three scratch buffers.
+// Under tensor parallelism a block's own widths are H = C/tp of attention and 4H of the MLP.
+// Between pipeline stages dresidual is also where the gradient of the stage's output arrives
+// and where the gradient of its input is left (base.pipe_grad is not used).
 typedef struct {
     GPT2 base;
     bf16* params16;          // (num_parameters) the parameters, rounded to bf16 after every update
-    char* acts_memory;       // the activations, for up to capacity_B x capacity_T
+    char* acts_memory;       // the activations of num_slots batches of up to capacity_B x capacity_T
+    size_t slot_bytes;       // each slot's
     bf16* dresidual;         // (B, T, C)
     bf16* dbuf;              // (B, T, C)
-    bf16* dbuf4;             // (B, T, 4*C)
-    bf16* dqkv;              // (B, T, 3*C)
+    bf16* dbuf4;             // (B, T, 4*H)
+    bf16* dqkv;              // (B, T, 3*H)
     bf16* grads_acts_memory; // the four above, one allocation
 } GPT2BF16;
 
@@ -130,16 +208,18 @@ static ParameterTensorsOf<bf16> weights_bf16(const GPT2BF16* m, ParameterTensors
     return w;
 }
 
-// The activations of a batch of B x T laid out from `memory` (NULL: only counted), each tensor
-// on a 256-byte boundary (aligned for cp.async), the per-layer ones at layer l's slice; returns
-// the bytes they take. Those this path does without stay NULL: preatt and att (flash attention
-// keeps att_lse), attproj and fcproj (the products add the residual), probs (a fused classifier).
-static size_t layout_activations_bf16(ActivationTensorsOf<bf16>* a, char* memory, GPT2Config c, int B, int T,
-                                      int l) {
+// The activations of a batch of B x T of a shard laid out from `memory` (NULL: only counted),
+// each tensor on a 256-byte boundary (aligned for cp.async), the per-layer ones at layer l's
+// slice; returns the bytes they take. Those this path does without stay NULL: preatt and att
+// (flash attention keeps att_lse), attproj and fcproj (the products add the residual), probs (a
+// fused classifier). A stage's `encoded` is its input: the embeddings, or what the stage before
+// sent; lnf, logits and losses are the last stage's.
+static size_t layout_activations_bf16(ActivationTensorsOf<bf16>* a, char* memory, GPT2Config c, Shard s, int B,
+                                      int T, int l) {
     size_t sizes[NUM_ACTIVATION_TENSORS], layer[NUM_ACTIVATION_TENSORS], offset = 0;
-    activation_sizes(sizes, layer, c, B, T);
-    layer[ATT_LSE] = (size_t)B * T * c.num_heads;
-    sizes[ATT_LSE] = c.num_layers * layer[ATT_LSE];
+    shard_activation_sizes(sizes, layer, c, s, B, T);
+    layer[ATT_LSE] = (size_t)B * T * (c.num_heads / s.tp);
+    sizes[ATT_LSE] = s.num_layers * layer[ATT_LSE];
     memset(a, 0, sizeof(*a));
 #define PLACE(field, index)                                                                            \
     do {                                                                                               \
@@ -155,10 +235,17 @@ static size_t layout_activations_bf16(ActivationTensorsOf<bf16>* a, char* memory
     return offset;
 }
 
-static ActivationTensorsOf<bf16> activations_bf16(const GPT2BF16* m, int l) {
+// Layer l's activations of slot `slot`, laid out for the last forward pass's B x T.
+static ActivationTensorsOf<bf16> activations_bf16_of(const GPT2BF16* m, int slot, int l) {
     ActivationTensorsOf<bf16> a;
-    layout_activations_bf16(&a, m->acts_memory, m->base.config, m->base.last_B, m->base.last_T, l);
+    layout_activations_bf16(&a, m->acts_memory + (size_t)slot * m->slot_bytes, m->base.config, m->base.shard,
+                            m->base.last_B, m->base.last_T, l);
     return a;
+}
+
+// Those of the current slot.
+static ActivationTensorsOf<bf16> activations_bf16(const GPT2BF16* m, int l) {
+    return activations_bf16_of(m, m->base.slot, l);
 }
 
 // The gradients of one block's activations, in the four buffers. The residual stream's gradient is
@@ -175,30 +262,46 @@ static ActivationTensorsOf<bf16> activation_grads_bf16(const GPT2BF16* m) {
     return da;
 }
 
-// The bytes the bf16 path needs on the GPU for a batch of B x T.
-static size_t gpt2_bf16_bytes(GPT2Config c, size_t num_parameters, int B, int T) {
+// The elements of the four buffers of activation_grads_bf16, for B x T.
+static size_t grads_elements_bf16(GPT2Config c, Shard s, size_t BT) {
+    size_t C = c.channels, H = C / s.tp;
+    return BT * (2 * C + 7 * H);
+}
+
+// The bytes the bf16 path needs on the GPU for a part and batches of B x T.
+static size_t gpt2_bf16_part_bytes(GPUPart p, int B, int T) {
     ActivationTensorsOf<bf16> a;
-    size_t BT = (size_t)B * T, C = c.channels;
-    return 4 * num_parameters * sizeof(float) + num_parameters * sizeof(bf16) + 2 * BT * sizeof(int) +
-           layout_activations_bf16(&a, NULL, c, B, T, 0) + BT * 9 * C * sizeof(bf16);
+    size_t BT = (size_t)B * T;
+    return (2 * p.num_padded + 2 * p.opt_count) * sizeof(float) + p.num_parameters * sizeof(bf16) +
+           2 * p.num_slots * BT * sizeof(int) + p.num_slots * layout_activations_bf16(&a, NULL, p.config, p.shard, B, T, 0) +
+           grads_elements_bf16(p.config, p.shard, BT) * sizeof(bf16);
+}
+
+// The same for the whole model alone.
+static size_t gpt2_bf16_bytes(GPT2Config c, size_t num_parameters, int B, int T) {
+    return gpt2_bf16_part_bytes(gpu_part_whole(c, num_parameters), B, T);
 }
 
 void gpt2_build_bf16(GPT2BF16* m, const GPT2* host, int capacity_B, int capacity_T) {
     GPT2Config c = host->config;
-    size_t need = gpt2_bf16_bytes(c, host->num_parameters, capacity_B, capacity_T);
+    GPUPart part = gpu_part_of(host);
+    size_t need = gpt2_bf16_part_bytes(part, capacity_B, capacity_T);
     require_free_memory(need, capacity_B, capacity_T);
     GPT2* base = &m->base;
     gpt2_build_parameters_gpu(base, host, capacity_B, capacity_T);
-    size_t n = base->num_parameters, BT = (size_t)capacity_B * capacity_T, C = c.channels;
+    size_t n = base->num_parameters, BT = (size_t)capacity_B * capacity_T, C = c.channels, H = C / part.shard.tp;
     cuda_check(cudaMalloc((void**)&m->params16, n * sizeof(bf16)));
     float_to_bf16_gpu(m->params16, base->params_memory, n);
     ActivationTensorsOf<bf16> a;
-    cuda_check(cudaMalloc((void**)&m->acts_memory, layout_activations_bf16(&a, NULL, c, capacity_B, capacity_T, 0)));
-    cuda_check(cudaMalloc((void**)&m->grads_acts_memory, BT * 9 * C * sizeof(bf16)));
+    m->slot_bytes = layout_activations_bf16(&a, NULL, c, part.shard, capacity_B, capacity_T, 0);
+    cuda_check(cudaMalloc((void**)&m->acts_memory, base->num_slots * m->slot_bytes));
+    size_t grads = grads_elements_bf16(c, part.shard, BT);
+    cuda_check(cudaMalloc((void**)&m->grads_acts_memory, grads * sizeof(bf16)));
     m->dresidual = m->grads_acts_memory;
     m->dbuf = m->dresidual + BT * C;
     m->dbuf4 = m->dbuf + BT * C;
-    m->dqkv = m->dbuf4 + BT * 4 * C;
+    m->dqkv = m->dbuf4 + BT * 4 * H;
+    base->activation_bytes = base->num_slots * m->slot_bytes + grads * sizeof(bf16);
     base->device_bytes = need;
 }
 
@@ -212,12 +315,25 @@ void gpt2_free_bf16(GPT2BF16* m) {
 // ---------- both ----------
 
 // The largest B whose batches of B x T fit in `available` bytes (0: not even B = 1), for either
-// path's byte count, which grows linearly with B.
-static int largest_batch(size_t (*bytes)(GPT2Config, size_t, int, int), GPT2Config c, size_t num_parameters,
-                         int T, size_t available) {
-    size_t one = bytes(c, num_parameters, 1, T), per_b = bytes(c, num_parameters, 2, T) - one;
+// path's byte count bytes(B), which grows linearly with B.
+template <typename Bytes>
+static int largest_batch_of(Bytes bytes, size_t available) {
+    size_t one = bytes(1), per_b = bytes(2) - one;
     if (one > available) return 0;
     return 1 + (int)((available - one) / per_b);
+}
+
+// Of the whole model alone.
+static int largest_batch(size_t (*bytes)(GPT2Config, size_t, int, int), GPT2Config c, size_t num_parameters,
+                         int T, size_t available) {
+    return largest_batch_of([&](int B) { return bytes(c, num_parameters, B, T); }, available);
+}
+
+// Of a host model's part, in either precision.
+static int largest_batch_part(int use_bf16, const GPT2* host, int T, size_t available) {
+    GPUPart p = gpu_part_of(host);
+    return largest_batch_of([&](int B) { return use_bf16 ? gpt2_bf16_part_bytes(p, B, T) : gpt2_fp32_part_bytes(p, B, T); },
+                            available);
 }
 
 #endif // GPT2_GPU_MODEL_GPU_CUH

@@ -35,23 +35,32 @@ __global__ void scale_kernel(float* x, float s, size_t n) {
     if (i < n) x[i] *= s;
 }
 
-// The n gradients scaled by grad_scale and clipped to a global L2 norm of max_norm
-// (gpt2/arithmetic.h: clip_factor), as the CPU's gpt2_clip_gradients does; returns the norm after
-// the scale, before the clip.
-static float clip_gradients_gpu(float* grads, size_t n, float grad_scale, float max_norm) {
+// The sum of the squares of x[0..n), in double, in a fixed order (the two stages above): the same
+// bits on every run.
+static double sum_of_squares_gpu(const float* x, size_t n) {
     double* partial = (double*)scratch_floats(2 * (NORM_BLOCKS + 1));
-    norm_squared_kernel<<<NORM_BLOCKS, 256>>>(partial, grads, n);
+    norm_squared_kernel<<<NORM_BLOCKS, 256>>>(partial, x, n);
     launch_check(norm_squared_kernel);
     norm_finish_kernel<<<1, 256>>>(partial, NORM_BLOCKS);
     launch_check(norm_finish_kernel);
     double sum;
     cuda_check(cudaMemcpy(&sum, partial + NORM_BLOCKS, sizeof(double), cudaMemcpyDeviceToHost));
-    float norm = (float)(grad_scale * sqrt(sum));
+    return sum;
+}
+
+static void scale_gpu(float* x, size_t n, float factor) {
+    if (n == 0) return;
+    scale_kernel<<<ceil_div(n, 256), 256>>>(x, factor, n);
+    launch_check(scale_kernel);
+}
+
+// The n gradients scaled by grad_scale and clipped to a global L2 norm of max_norm
+// (gpt2/arithmetic.h: clip_factor), as the CPU's gpt2_clip_gradients does; returns the norm after
+// the scale, before the clip.
+static float clip_gradients_gpu(float* grads, size_t n, float grad_scale, float max_norm) {
+    float norm = (float)(grad_scale * sqrt(sum_of_squares_gpu(grads, n)));
     float factor = clip_factor(norm, grad_scale, max_norm);
-    if (factor != 1.0f) {
-        scale_kernel<<<ceil_div(n, 256), 256>>>(grads, factor, n);
-        launch_check(scale_kernel);
-    }
+    if (factor != 1.0f) scale_gpu(grads, n, factor);
     return norm;
 }
 
@@ -68,22 +77,26 @@ __global__ void adamw_kernel(float* params, bf16* params16, const float* grads, 
     if (params16 != NULL) params16[i] = __float2bfloat16(p);
 }
 
-// One AdamW step (t from 1) of a model's parameters on the GPU, as the CPU's gpt2_update: one
-// launch per tensor, weight decay on the matrices only (PARAMETERS[k].decay). params16, if not
-// NULL, receives the new parameters in bf16.
+// One AdamW step (t from 1) of a model's parameters on the GPU, as the CPU's gpt2_update: of the
+// parameters [opt_offset, opt_offset + opt_count) (all of them, but under ZeRO-1), whose moments
+// m and v hold (m[0] is parameter opt_offset's); one launch per tensor's part of that range,
+// weight decay on the matrices only (PARAMETERS[k].decay). params16, if not NULL, receives the
+// new parameters in bf16.
 static void adamw_update_gpu(GPT2* model, bf16* params16, float lr, float beta1, float beta2, float eps,
                              float weight_decay, int t) {
     AdamWStep s = adamw_step(lr, beta1, beta2, eps, t);
-    size_t offset = 0;
+    size_t lo = model->opt_offset, hi = lo + model->opt_count, start = 0;
     for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        size_t end = start + model->param_sizes[k];
+        size_t from = start > lo ? start : lo, to = end < hi ? end : hi;  // tensor k's part of the range
+        start = end;
+        if (from >= to) continue;
         float decay = PARAMETERS[k].decay ? 1.0f - lr * weight_decay : 1.0f;
-        size_t n = model->param_sizes[k];
-        adamw_kernel<<<ceil_div(n, 256), 256>>>(model->params_memory + offset,
-                                                params16 != NULL ? params16 + offset : NULL,
-                                                model->grads_memory + offset, model->m_memory + offset,
-                                                model->v_memory + offset, n, s, decay);
+        size_t n = to - from;
+        adamw_kernel<<<ceil_div(n, 256), 256>>>(model->params_memory + from, params16 != NULL ? params16 + from : NULL,
+                                                model->grads_memory + from, model->m_memory + (from - lo),
+                                                model->v_memory + (from - lo), n, s, decay);
         launch_check(adamw_kernel);
-        offset += n;
     }
 }
 
