@@ -41,7 +41,6 @@ static Processes procs = {0, 1, 0, 0};
 // tensor-parallel group are neighbours, as they exchange the most.
 
 enum { GROUP_TP, GROUP_PP, GROUP_DP, GROUP_EMBED, GROUP_MODEL, GROUP_WORLD, NUM_GROUPS };
-static const char* const GROUP_NAMES[NUM_GROUPS] = {"tp", "pp", "dp", "embed", "model", "world"};
 
 typedef struct {
     int tp, pp, dp;                 // the grid: tp x pp x dp = the processes of the run
@@ -57,11 +56,6 @@ typedef struct {
 static Split split = {1, 1, 1, 0, 0, 0, 0, 0, {0}, 0.0};
 
 static inline int split_is_model_parallel(void) { return split.tp > 1 || split.pp > 1; }
-
-// The grid position of a rank, and back (tp fastest, then pp, then dp).
-static inline int split_rank_of(int tp_rank, int pp_rank, int dp_rank) {
-    return tp_rank + split.tp * (pp_rank + split.pp * dp_rank);
-}
 
 // This process's group of kind g, as MPI_Comm_split and ncclCommSplit make it from the world:
 // the processes of one color form a group, ordered in it by key; -1: in no such group (only
