@@ -11,7 +11,7 @@
 #                        REPEATS=3; needs Node 18+)
 #   make bench-dp        data-parallel training on this machine: 1 and 2 processes under mpirun
 #   make bench-parallel  every split of training over 2 processes (dp, tp, pp, ZeRO-1) against 1:
-#                        ms/step, memory per process, communication (STEPS=20 B=8 T=64)
+#                        ms/step, memory per process, communication (STEPS=30 B=8 T=64)
 #   make plot LOG=DIR/main.log OUT=FILE.png
 #                        training and validation loss against the step (several logs: LOG="a b")
 #   make lessons         run the commands of doc/lessons/ and paste their output and code quotes

@@ -23,11 +23,11 @@
 # Writes the table and every run's whole output to doc/results/bench_parallel.txt (the runs also
 # to build/bench/par_NAME.txt) and prints the table.
 #
-#   bash dev/bench/bench_parallel.sh        knobs: STEPS=20, B=8 (even), T=64
+#   bash dev/bench/bench_parallel.sh        knobs: STEPS=30, B=8 (even), T=64
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . test/lib.sh
-STEPS=${STEPS:-20}
+STEPS=${STEPS:-30}
 B=${B:-8}
 T=${T:-64}
 RESULT=doc/results/bench_parallel.txt
