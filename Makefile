@@ -10,6 +10,8 @@
 #                        batch, REPEATS sweeps (MODEL=d12 TOKENS=64 CLIENTS="1 8 32 64" ROUNDS=4
 #                        REPEATS=3; needs Node 18+)
 #   make bench-dp        data-parallel training on this machine: 1 and 2 processes under mpirun
+#   make bench-parallel  every split of training over 2 processes (dp, tp, pp, ZeRO-1) against 1:
+#                        ms/step, memory per process, communication (STEPS=30 B=8 T=64)
 #   make plot LOG=DIR/main.log OUT=FILE.png
 #                        training and validation loss against the step (several logs: LOG="a b")
 #   make lessons         run the commands of doc/lessons/ and paste their output and code quotes
@@ -174,7 +176,7 @@ else
   ALL_TARGETS := $(CPU_PROGRAMS)
 endif
 
-.PHONY: all data test plot lessons fuzz fuzz-targets fuzz-coverage bench bench-tokenizer bench-cpu bench-infer bench-serve bench-dp clean gpu-status gpu-checks gpu-emu race-emu bench-gpu train_gpu_emu infer_gpu_emu
+.PHONY: all data test plot lessons fuzz fuzz-targets fuzz-coverage bench bench-tokenizer bench-cpu bench-infer bench-serve bench-dp bench-parallel clean gpu-status gpu-checks gpu-emu race-emu bench-gpu train_gpu_emu infer_gpu_emu
 
 all: $(ALL_TARGETS) gpu-status
 	@echo "built: $(ALL_TARGETS) ($(OMP_STATUS), $(MPI_STATUS), $(SERVE_STATUS))"
@@ -361,7 +363,7 @@ bench: bench-tokenizer bench-cpu bench-infer
 bench-tokenizer: tokenizer data
 	bash dev/bench/bench_tokenizer.sh
 
-# bench-cpu, bench-infer, bench-serve and bench-gpu draw their tables as charts beside the text (dev/bench/plot.py); where
+# bench-cpu, bench-infer, bench-serve, bench-parallel and bench-gpu draw their tables as charts beside the text (dev/bench/plot.py); where
 # matplotlib cannot be had (offline), they say so and keep the text.
 PLOT_SETUP := bash dev/bench/setup_plot.sh
 
@@ -388,6 +390,13 @@ bench-serve: infer
 # data parallel on this machine's CPU: 1 and 2 processes, and the all-reduce's cost (doc/parallel.md)
 bench-dp: train_cpu
 	bash dev/bench/bench_dp.sh
+
+# tensor, pipeline and data parallel and ZeRO-1 on this machine's CPU, 2 processes each, against 1:
+# the table and the runs' output in doc/results/bench_parallel.txt, the chart beside it
+bench-parallel: train_cpu
+	bash dev/bench/bench_parallel.sh
+	$(PLOT_SETUP) && $(PYTHON) dev/bench/plot.py bench-parallel doc/results/bench_parallel.png doc/results/bench_parallel.txt \
+	  || echo "bench-parallel: no chart (the table is in doc/results/bench_parallel.txt)"
 
 bench-gpu: train_cpu train_gpu
 	bash dev/bench/gpu_speedup.sh

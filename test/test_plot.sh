@@ -7,8 +7,9 @@
 #      non-zero exit, and an existing picture left as it was
 #   4. the bench-cpu chart from the committed doc/results/bench_cpu.txt, the bench-gpu chart
 #      from a table in the form dev/bench/gpu_speedup.sh writes, and the bench-infer chart from
-#      tables in the form dev/bench/bench_infer.sh prints, and the bench-serve chart from a table
-#      in the form dev/bench/bench_serve.sh prints, each naming the figures it drew
+#      tables in the form dev/bench/bench_infer.sh prints, the bench-serve chart from a table
+#      in the form dev/bench/bench_serve.sh prints, and the bench-parallel chart from the committed
+#      doc/results/bench_parallel.txt, each naming the figures it drew
 set -u
 . "$(dirname "$0")/lib.sh"
 if ! out=$(TEST_OFFLINE=${TEST_OFFLINE:-0} bash dev/bench/setup_plot.sh 2>&1); then
@@ -117,5 +118,18 @@ grep -qxF "tokens/s: server 80.0 to 900.0, offline 100.0 to 1000.0, the server a
   grep -qxF "time to first token: p50 30.0 to 900.0 ms, p99 40.0 to 1500.0 ms" "$dir/bench_serve.out" &&
   grep -qxF "ms per token after it: p50 12.0 to 60.0 ms, p99 13.0 to 70.0 ms" "$dir/bench_serve.out" ||
   { bad "the bench-serve chart does not show the table's rows:"; cat "$dir/bench_serve.out"; }
+"$PY" dev/bench/plot.py bench-parallel "$dir/bench_parallel.png" doc/results/bench_parallel.txt > "$dir/bench_parallel.out" 2>&1 ||
+  { bad "bench-parallel chart:"; cat "$dir/bench_parallel.out"; }
+is_png "$dir/bench_parallel.png" || bad "no bench-parallel chart"
+rows=0
+while IFS='|' read -r label np ms speedup mb; do
+  rows=$((rows + 1))
+  p=processes; [ "$np" = 1 ] && p=process
+  grep -qF "$label: $np $p, $ms ms/step (${speedup}x), compute " "$dir/bench_parallel.out" &&
+    grep -q "^$label: .* ms, $mb MB per process$" "$dir/bench_parallel.out" ||
+    { bad "the bench-parallel chart does not show the row $label ($ms ms/step, ${speedup}x, $mb MB):"; cat "$dir/bench_parallel.out"; }
+done < <(sed -nE 's/^(\S.*\S)\s{2,}([0-9]+)\s+([0-9.]+)\s+[0-9]+\s+([0-9.]+)x\s+([0-9.]+) \(.*/\1|\2|\3|\4|\5/p' doc/results/bench_parallel.txt)
+[ "$rows" = 6 ] && [ "$(grep -c ' MB per process$' "$dir/bench_parallel.out")" = 6 ] ||
+  bad "doc/results/bench_parallel.txt has $rows table rows and the chart drew $(grep -c ' MB per process$' "$dir/bench_parallel.out"), expected 6"
 [ $status = 0 ] && echo "make plot, the ETA and the benchmark charts: ok"
 exit $status

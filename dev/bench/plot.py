@@ -11,6 +11,8 @@
                                         size, with the memory-bandwidth and FMA-peak limits beside it
   plot.py bench-serve OUT.png TEXT      make bench-serve's table: tokens/s of the server and of the
                                         offline engine against the clients, and the server's latency
+  plot.py bench-parallel OUT.png TEXT   make bench-parallel's table: memory per process and the step
+                                        time split into compute and communication, per way of splitting
 
 Each prints one line per series it drew (what it read, so that a reader or a test can check it),
 writes OUT through a temporary file (an existing OUT is replaced only by a finished picture), and
@@ -320,8 +322,65 @@ def plot_bench_serve(out, path):
     save(fig, out)
 
 
+def read_bench_parallel(path):
+    """The rows of bench_parallel.sh's table: (label, processes, ms/step, speedup, state MB,
+    activations MB, comm ms or None), and the text."""
+    text = read_text(path)
+    rows = []
+    row = re.compile(r'^(\S.*?)\s{2,}(\d+)\s+([0-9.]+)\s+\d+\s+([0-9.]+)x\s+[0-9.]+ \(([0-9.]+) \+ ([0-9.]+)\)'
+                     r'\s+(?:-|([0-9.]+) \(\s*\d+%\)\*?)\s')
+    for line in text.splitlines():
+        m = row.match(line)
+        if m:
+            rows.append((m.group(1), int(m.group(2)), *(float(v) for v in m.group(3, 4, 5, 6)),
+                         float(m.group(7)) if m.group(7) else None))
+    if not rows:
+        fail(f'{path} has no bench-parallel table (rows "LABEL  PROCS MS TOK/S SPEEDUPx MB (STATE + ACT) ..." as make bench-parallel writes them)')
+    return rows, text
+
+
+def plot_bench_parallel(out, path):
+    """Left: the memory of the process that holds the most, parameters + gradients + AdamW moments
+    under its activations (and their gradients). Right: ms per step, rank 0's communication
+    (waiting for the other rank included) on top of the rest, each bar labelled with its speedup
+    over the first row."""
+    rows, text = read_bench_parallel(path)
+    machine = re.search(r'^machine: ([^;]*)', text, re.M)
+    batch = re.search(r'^batch: (\d+ x \d+ = \d+ tokens per step)', text, re.M)
+    plt = pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    xs = range(len(rows))
+    names = [r[0].replace(' + ', '\n').replace(' x ', ',\n') for r in rows]
+    state, act = [r[4] for r in rows], [r[5] for r in rows]
+    left.bar(xs, state, 0.6, color='C0', label='parameters + gradients + AdamW m, v')
+    left.bar(xs, act, 0.6, bottom=state, color='C1', label='activations + their gradients')
+    for x, s, a in zip(xs, state, act):
+        left.annotate(f'{s + a:.0f}', (x, s + a), ha='center', va='bottom', fontsize=8)
+    left.set_ylabel('MB per process (the one that holds the most)')
+    left.set_ylim(0, max(s + a for s, a in zip(state, act)) * 1.3)
+    left.legend(fontsize=8, loc='upper right')
+    comm = [r[6] or 0.0 for r in rows]
+    compute = [r[2] - c for r, c in zip(rows, comm)]
+    right.bar(xs, compute, 0.6, color='C2', label="the rest of rank 0's step: compute")
+    right.bar(xs, comm, 0.6, bottom=compute, color='C3', label="rank 0's communication, waiting included")
+    right.axhline(rows[0][2], color='k', linestyle='--', linewidth=1, label=f'{rows[0][0]}: {rows[0][2]:.0f} ms')
+    for x, r in zip(xs, rows):
+        right.annotate(f'{r[2]:.0f} ms\n{r[3]:.2f}x', (x, r[2]), ha='center', va='bottom', fontsize=8)
+    right.set_ylabel('ms per training step (median)')
+    right.set_ylim(0, max(r[2] for r in rows) * 1.5)  # room for the legend above the bars
+    right.legend(fontsize=8, loc='upper left')
+    for ax in (left, right):
+        ax.set_xticks(list(xs), names, fontsize=8)
+    fig.suptitle('make bench-parallel: d4' + (f', {batch.group(1)}' if batch else '') + ', one thread per process' +
+                 (f'; {machine.group(1)}' if machine else ''), fontsize=9)
+    for r, c in zip(rows, comm):
+        print(f'{r[0]}: {r[1]} process{"es" if r[1] > 1 else ""}, {r[2]} ms/step ({r[3]:.2f}x), compute {r[2] - c:.1f} + '
+              f'communication {c:.1f} ms, {r[4] + r[5]:.1f} MB per process')
+    save(fig, out)
+
+
 def main(argv):
-    if len(argv) < 2 or argv[0] not in ('loss', 'bench-cpu', 'bench-gpu', 'bench-infer', 'bench-serve'):
+    if len(argv) < 2 or argv[0] not in ('loss', 'bench-cpu', 'bench-gpu', 'bench-infer', 'bench-serve', 'bench-parallel'):
         print(__doc__.strip(), file=sys.stderr)
         return 2
     kind, out, inputs = argv[0], argv[1], argv[2:]
@@ -335,6 +394,8 @@ def main(argv):
         plot_bench_infer(out, inputs[0])
     elif kind == 'bench-serve':
         plot_bench_serve(out, inputs[0])
+    elif kind == 'bench-parallel':
+        plot_bench_parallel(out, inputs[0])
     else:
         plot_bench_gpu(out, inputs[0])
     return 0
