@@ -1412,6 +1412,21 @@ static ncclResult_t ncclAllGather(const void* send, void* recv, size_t sendcount
     return ncclSuccess;
 }
 
+// The root's count elements (its send) to recv on every rank; in place when the root's send is its
+// recv. The other ranks' send is not read.
+static ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t type, int root,
+                                  ncclComm_t comm, cudaStream_t stream) {
+    MPI_Datatype t;
+    size_t size = emu_nccl_type(type, &t);
+    if (comm == NULL || size == 0 || root < 0 || root >= (int)comm->size) return emu_nccl_result(ncclInvalidArgument);
+    if ((int)comm->rank == root && send != recv) memcpy(recv, send, count * size);
+    for (size_t i = 0; i < count; i += emu_nccl_chunk) {
+        int n = (int)min(count - i, emu_nccl_chunk);
+        MPI_Bcast((char*)recv + i * size, n, t, root, comm->comm);
+    }
+    return ncclSuccess;
+}
+
 // Send and receive. NCCL pairs a send with a receive of the same count and type from the other
 // side (it does not check that, and hangs or corrupts data when they differ): here a receive that
 // gets more than it asked for stops in MPI (MPI_ERR_TRUNCATE), one that gets less stops here.

@@ -1,8 +1,8 @@
 // dev/emu/nccl_check.cu: the emulator's NCCL (dev/emu/cuda_emu.h, done with MPI) against the results
 // NCCL defines, for the calls model parallelism needs: all-reduce (float, double, bf16), reduce-
-// scatter and all-gather (out of place and in place), send and receive (in a group: a ring, a
-// pair with a neighbour, nested groups, a send to the rank itself; outside one: a blocking pair),
-// communicators split by color (and NCCL_SPLIT_NOCOLOR), and the calls it must refuse. Every value
+// scatter, all-gather and broadcast (out of place and in place), send and receive (in a group: a
+// ring, a pair with a neighbour, nested groups, a send to the rank itself; outside one: a blocking
+// pair), communicators split by color (and NCCL_SPLIT_NOCOLOR), and the calls it must refuse. Every value
 // is a small integer, or a bf16 sum of exactly representable ones, so every result is checked
 // exactly. Under the emulator the collectives and sends run again with each MPI call limited to 5
 // elements, to check how a large operation is cut into pieces.
@@ -184,6 +184,30 @@ static void check_all_gather(const char* how) {
     cudaFree(s), cudaFree(r), cudaFree(ip), cudaFree(s8), cudaFree(r8);
 }
 
+// From the last rank (a root other than 0), float in place on every rank, and int32 out of place.
+static void check_broadcast(const char* how) {
+    char name[128];
+    const size_t n = 7;
+    int root = P - 1;
+    std::vector<float> mine(n);
+    std::vector<int> mine32(n);
+    std::vector<double> want(n);
+    for (size_t i = 0; i < n; i++) {
+        mine[i] = R * 10.0f + i, mine32[i] = R * 100 - (int)i;
+        want[i] = root * 10.0 + i;
+    }
+    float* x = to_device(mine);
+    must(ncclBroadcast(x, x, n, ncclFloat, root, world, 0));
+    expect("float, in place", to_host(x, n), want);
+    int *s = to_device(mine32), *r = to_device(std::vector<int>(n, -1));
+    must(ncclBroadcast(s, r, n, ncclInt32, root, world, 0));
+    for (size_t i = 0; i < n; i++) want[i] = root * 100.0 - (double)i;
+    expect("int32, out of place", to_host(r, n), want);
+    snprintf(name, sizeof(name), "ncclBroadcast from rank %d, float in place and int32 out of place%s", root, how);
+    report(name);
+    cudaFree(x), cudaFree(s), cudaFree(r);
+}
+
 static void check_send_recv(const char* how) {
     char name[128];
     const size_t n = 6;
@@ -325,12 +349,14 @@ static void check_refusals(void) {
     expect_result("ncclAllGather of type 3 (ncclUint32)", ncclAllGather(d, d, 4, (ncclDataType_t)3, world, 0),
                   ncclInvalidArgument);
     expect_result("ncclSend to itself outside a group", ncclSend(d, 4, ncclFloat, R, world, 0), ncclInvalidUsage);
+    expect_result("ncclBroadcast from rank P", ncclBroadcast(d, d, 4, ncclFloat, P, world, 0), ncclInvalidArgument);
     ncclComm_t none = NULL;
     expect_result("ncclCommSplit with color -2", ncclCommSplit(world, -2, 0, &none, NULL), ncclInvalidArgument);
 #endif
     report("refused: NULL comm, peer out of range, ncclGroupEnd without a start, a group with a bad call"
 #ifdef CUDA_EMU
-           "; other ops than sum, integer sums, unknown types, a send to itself outside a group, color -2"
+           "; other ops than sum, integer sums, unknown types, a send to itself outside a group, color -2, a broadcast "
+           "from a rank out of range"
 #endif
     );
     cudaFree(d);
@@ -362,12 +388,14 @@ int main(int argc, char** argv) {
     check_all_reduce("");
     check_reduce_scatter("");
     check_all_gather("");
+    check_broadcast("");
     check_send_recv("");
 #ifdef CUDA_EMU
     emu_nccl_chunk = 5;  // every MPI call at most 5 elements: the operations above in pieces
     check_all_reduce(", in pieces of 5");
     check_reduce_scatter(", in pieces of 5");
     check_all_gather(", in pieces of 5");
+    check_broadcast(", in pieces of 5");
     check_send_recv(", in pieces of 5");
     emu_nccl_chunk = (size_t)1 << 30;
 #endif
