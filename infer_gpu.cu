@@ -61,14 +61,15 @@ static void gpu_build(const GPT2* model, int slots, int pages, const char* preci
     size_t n = model->num_parameters;
     cuda_check(cudaMalloc((void**)&g->params, n * sizeof(float)));
     cuda_check(cudaMemcpy(g->params, model->params_memory, n * sizeof(float), cudaMemcpyHostToDevice));
+    ParameterTensors p;
+    point_tensors((float**)&p, g->params, model->param_sizes, NUM_PARAMETER_TENSORS);
     if (g->is_bf16) {
         cuda_check(cudaMalloc((void**)&g->params16, n * sizeof(bf16)));
         float_to_bf16_gpu(g->params16, g->params, n);
-        g->generator = generator_gpu_device(c, model->param_sizes, g->params, (const bf16*)g->params16,
+        g->generator = generator_gpu_device(c, p, weights_over_copy<bf16>(p, g->params16, model->param_sizes),
                                             &LAYERS_BF16_INFER, slots, pages);
     } else {
-        g->generator = generator_gpu_device(c, model->param_sizes, g->params, (const float*)NULL, &LAYERS_GPU_INFER,
-                                            slots, pages);
+        g->generator = generator_gpu_device(c, p, p, &LAYERS_GPU_INFER, slots, pages);
     }
     device->ctx = g;
     device->forward = gpu_forward;

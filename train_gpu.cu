@@ -115,7 +115,7 @@ float gpt2_clip_gradients_gpu(GPT2* model, float grad_scale, float max_norm) {
 }
 
 void gpt2_update_gpu(GPT2* model, float lr, float beta1, float beta2, float eps, float weight_decay, int t) {
-    adamw_update_gpu(model, NULL, lr, beta1, beta2, eps, weight_decay, t);
+    adamw_update_gpu(model, model->params_memory + model->opt_offset, NULL, lr, beta1, beta2, eps, weight_decay, t);
 }
 
 static void gpt2_logits_to_host_gpu(const GPT2* model, int position, float* out) {
@@ -142,8 +142,7 @@ static void* gpt2_stage_buffer_gpu(GPT2* model, int which, int slot, int B, int 
 // The samples' generator: infer_gpu's (gpt2/gpu/generate.cuh) over the weights being trained,
 // for one sequence, with a pool of `pages` pages (a whole model only: gpt2/run.h's run_sample).
 static void gpt2_generator_build_gpu(GPT2* model, int pages, EngineDevice* device) {
-    *device = generator_gpu_device(model->config, model->param_sizes, model->params_memory, (const float*)NULL,
-                                   &LAYERS_GPU_INFER, 1, pages);
+    *device = generator_gpu_device(model->config, model->params, model->params, &LAYERS_GPU_INFER, 1, pages);
 }
 
 // The model's training operations for gpt2/run.h's loop, on a device copy of the run's model or
@@ -167,7 +166,8 @@ static const Trainer TRAINER_GPU = {
 //
 // The step: the forward and backward read params16, a bf16 copy of the float32 parameters that
 // each AdamW step rewrites; the backward writes float32 parameter gradients (the tensor-core
-// products accumulate in float32 and add into them); AdamW updates the float32 master copy. The
+// products accumulate in float32 and add into them); AdamW updates the float32 master copy (under
+// ZeRO-1, each GPU its part of it, gpt2_gather_params_bf16 below). The
 // products run on the tensor cores (gemm_bf16), with bias, GELU and the residual connection
 // fused into their epilogues; attention is flash attention, which never stores the
 // T x T scores. Layers that are not products (layernorm, encoder, classifier) and the parameters
@@ -184,20 +184,21 @@ void gpt2_forward_bf16(GPT2* model, const int* inputs, const int* targets, int B
     int C = c.channels;
     gpt2_inputs_to_gpu(model, inputs, B, T);
     const TensorGroupOf<bf16>* tp = tensor_group_gpu<bf16>();
-    ParameterTensors p = model->params;
+    ParameterTensors p = model->params;  // the float32 ones
+    ParameterTensorsOf<bf16> w = weights_bf16(m);
     ActivationTensorsOf<bf16> a = activations_bf16(m, 0);
     if (s.embed) encoder_forward_gpu(a.encoded, gpt2_slot_inputs(model), p.wte, p.wpe, B, T, C);
     const bf16* x = a.encoded;  // the residual stream entering block l: the stage's input for the first
     for (int l = 0; l < s.num_layers; l++) {
         ActivationTensorsOf<bf16> al = activations_bf16(m, l);
-        block_forward(&LAYERS_BF16, weights_bf16(m, shard_parameters_of_layer(p, c, s, l)), al, x,
-                      (const LayerCacheOf<bf16>*)NULL, B, T, C, c.num_heads, tp);
+        block_forward(&LAYERS_BF16, shard_parameters_of_layer(w, c, s, l), al, x, (const LayerCacheOf<bf16>*)NULL,
+                      B, T, C, c.num_heads, tp);
         x = al.residual3;
     }
     model->mean_loss = -1.0f;
     if (!s.head) return;
     layernorm_forward_gpu(a.lnf, a.lnf_mean, a.lnf_rstd, x, p.lnfw, p.lnfb, B, T, C);
-    matmul_forward_bf16(a.logits, a.lnf, weights_bf16(m, p).wte, NULL, B, T, C, c.padded_vocab_size);
+    matmul_forward_bf16(a.logits, a.lnf, w.wte, NULL, B, T, C, c.padded_vocab_size);
     gpt2_loss_gpu(model, a.logits, a.losses, a.logits, targets);
 }
 
@@ -212,31 +213,69 @@ void gpt2_backward_bf16(GPT2* model) {
     int B = model->last_B, T = model->last_T, C = c.channels, L = s.num_layers;
     const TensorGroupOf<bf16>* tp = tensor_group_gpu<bf16>();
     ParameterTensors p = model->params, g = model->grads;
+    ParameterTensorsOf<bf16> w = weights_bf16(m);
     ActivationTensorsOf<bf16> a = activations_bf16(m, 0), da = activation_grads_bf16(m);
     if (s.head) {
-        matmul_backward_bf16(da.lnf, g.wte, NULL, a.logits, a.lnf, weights_bf16(m, p).wte, B, T, C,
-                             c.padded_vocab_size);
+        matmul_backward_bf16(da.lnf, g.wte, NULL, a.logits, a.lnf, w.wte, B, T, C, c.padded_vocab_size);
         cuda_check(cudaMemset(da.residual3, 0, (size_t)B * T * C * sizeof(bf16)));
         layernorm_backward_gpu(da.residual3, g.lnfw, g.lnfb, da.lnf, activations_bf16(m, L - 1).residual3, p.lnfw,
                                a.lnf_mean, a.lnf_rstd, B, T, C);
     }
     for (int l = L - 1; l >= 0; l--) {
         const bf16* x = l == 0 ? a.encoded : activations_bf16(m, l - 1).residual3;  // the block's input
-        block_backward(&LAYERS_BF16, weights_bf16(m, shard_parameters_of_layer(p, c, s, l)),
-                       shard_parameters_of_layer(g, c, s, l), activations_bf16(m, l), da, x, da.residual3, B, T, C,
-                       c.num_heads, tp);
+        block_backward(&LAYERS_BF16, shard_parameters_of_layer(w, c, s, l), shard_parameters_of_layer(g, c, s, l),
+                       activations_bf16(m, l), da, x, da.residual3, B, T, C, c.num_heads, tp);
     }
     if (s.embed) encoder_backward_gpu(g.wte, g.wpe, (const bf16*)da.encoded, gpt2_slot_inputs(model), B, T, C);
 }
 
+// AdamW on the float32 master copy (under ZeRO-1, this GPU's part of it), writing the new values
+// to the bf16 copy too.
 void gpt2_update_bf16(GPT2* model, float lr, float beta1, float beta2, float eps, float weight_decay, int t) {
-    adamw_update_gpu(model, ((GPT2BF16*)model)->params16, lr, beta1, beta2, eps, weight_decay, t);
+    GPT2BF16* m = (GPT2BF16*)model;
+    float* master = m->master != NULL ? m->master : model->params_memory + model->opt_offset;
+    adamw_update_gpu(model, master, m->params16, lr, beta1, beta2, eps, weight_decay, t);
 }
 
-// After ZeRO-1's all-gather of the float32 parameters, the bf16 copy of all of them: rounding
-// to nearest gives each the bits its own process's AdamW wrote.
-static void gpt2_params_gathered_bf16(GPT2* model) {
-    float_to_bf16_gpu(((GPT2BF16*)model)->params16, model->params_memory, model->num_parameters);
+// ZeRO-1's gathering in bf16, after replica p has updated part p, [p x P, (p+1) x P), of the
+// parameters (P = opt_count) in its float32 master copy and in the bf16 copy: every part of the
+// bf16 copy to every replica (all-gather, 2 bytes a parameter), and the new values of the
+// tensors the passes read in float32 (params32) from the replica that computed them. Part p's
+// share of those is one contiguous range of params32 (its tensors keep the model's order), of a
+// size that differs from part to part: replica p copies it out of its master part and
+// broadcasts it. The blocks' matrices travel in bf16 only, and every replica receives the bits
+// their owner computed, so the run computes what it does without ZeRO-1.
+static void gpt2_gather_params_bf16(GPT2* model) {
+    GPT2BF16* m = (GPT2BF16*)model;
+    nccl_all_gather_bf16(GROUP_DP, m->params16, model->num_padded);
+    size_t P = model->opt_count;
+    for (int p = 0; p < split.dp; p++) {
+        size_t lo = (size_t)p * P, hi = lo + P, start = 0, at32 = 0, first = 0, count = 0;
+        for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {  // tensor k's part of [lo, hi), in params32
+            size_t end = start + model->param_sizes[k], from = start > lo ? start : lo, to = end < hi ? end : hi;
+            if (m->sizes32[k] > 0 && from < to) {
+                if (count == 0) first = at32 + (from - start);
+                if (p == split.dp_rank) {
+                    cuda_check(cudaMemcpy(m->params32 + at32 + (from - start), m->master + (from - lo),
+                                          (to - from) * sizeof(float), cudaMemcpyDeviceToDevice));
+                }
+                count += to - from;
+            }
+            start = end;
+            at32 += m->sizes32[k];
+        }
+        nccl_broadcast(GROUP_DP, m->params32 + first, count, p);
+    }
+}
+
+// The parameters and moments of this GPU into its host model; under ZeRO-1 the float32
+// parameters of its part only (gpt2/run.h's run_gather gathers the others' over the replicas).
+static void gpt2_to_host_bf16(const GPT2* model, GPT2* host) {
+    const GPT2BF16* m = (const GPT2BF16*)model;
+    gpt2_to_host_gpu(model, host);
+    if (m->master == NULL) return;
+    cuda_check(cudaMemcpy(host->params_memory + model->opt_offset, m->master, model->opt_count * sizeof(float),
+                          cudaMemcpyDeviceToHost));
 }
 
 static void gpt2_logits_to_host_bf16(const GPT2* model, int position, float* out) {
@@ -262,15 +301,15 @@ static void* gpt2_stage_buffer_bf16(GPT2* model, int which, int slot, int B, int
 
 // The samples' generator in bf16, over the bf16 copy of the weights being trained.
 static void gpt2_generator_build_bf16(GPT2* model, int pages, EngineDevice* device) {
-    *device = generator_gpu_device(model->config, model->param_sizes, model->params_memory,
-                                   (const bf16*)((GPT2BF16*)model)->params16, &LAYERS_BF16_INFER, 1, pages);
+    *device = generator_gpu_device(model->config, model->params, weights_bf16((GPT2BF16*)model), &LAYERS_BF16_INFER, 1,
+                                   pages);
 }
 
 static const Trainer TRAINER_BF16 = {
     gpt2_forward_bf16, gpt2_zero_grad_gpu, gpt2_backward_bf16, gpt2_grad_squares_gpu, gpt2_scale_grads_gpu,
-    gpt2_update_bf16, gpt2_logits_to_host_bf16, gpt2_to_host_gpu, synchronize_comm_gpu, peak_flops_bf16,
+    gpt2_update_bf16, gpt2_logits_to_host_bf16, gpt2_to_host_bf16, synchronize_comm_gpu, peak_flops_bf16,
     gpt2_generator_build_bf16, generator_gpu_device_free<bf16>,
-    nccl_sum, nccl_reduce_scatter, nccl_all_gather, nccl_exchange, gpt2_stage_buffer_bf16, gpt2_params_gathered_bf16,
+    nccl_sum, nccl_reduce_scatter, nccl_all_gather, nccl_exchange, gpt2_stage_buffer_bf16, gpt2_gather_params_bf16,
 };
 
 // ---------- main ----------

@@ -123,7 +123,7 @@ OVER_FLOATX struct ParameterTensorsOf {
 };
 FLOAT32_INSTANCE(ParameterTensors);
 
-// The struct is walked as an array of NUM_PARAMETER_TENSORS pointers (point_tensors, layer_views):
+// The struct is walked as an array of NUM_PARAMETER_TENSORS pointers (point_tensors):
 // a field added without its enum entry fails to compile here.
 typedef char parameter_tensors_match_the_enum
     [sizeof(ParameterTensors) == NUM_PARAMETER_TENSORS * sizeof(float*) ? 1 : -1];
@@ -360,21 +360,28 @@ static inline void point_tensors(float** tensors, float* memory, const size_t* s
 }
 
 // The views of layer l: `all` with every per-layer tensor advanced to layer l's slice (layer[i]
-// floats each), the others as they are. One function for every group of tensors.
+// floats each), the others as they are (the activations; the parameters name their fields,
+// whose types differ on the bf16 path: shard_parameters_of_layer).
 static inline void layer_views(float** view, float* const* all, const size_t* layer, int n, int l) {
     for (int i = 0; i < n; i++) view[i] = all[i] + (size_t)l * layer[i];
 }
 
-// Layer l of a shard's parameters (l counts from its first layer).
-static inline ParameterTensors shard_parameters_of_layer(ParameterTensors p, GPT2Config c, Shard s, int l) {
+// Layer l of a shard's parameters (l counts from its first layer). Field by field, each in its own
+// element type: the bf16 path's weights (a bf16 copy's matrices beside float32 tensors) too.
+OVER_FLOATX static inline OF(ParameterTensors) shard_parameters_of_layer(OF(ParameterTensors) p, GPT2Config c, Shard s,
+                                                                          int l) {
     size_t sizes[NUM_PARAMETER_TENSORS], layer[NUM_PARAMETER_TENSORS];
     shard_parameter_sizes(sizes, layer, c, s);
-    ParameterTensors view;
-    layer_views((float**)&view, (float* const*)&p, layer, NUM_PARAMETER_TENSORS, l);
-    return view;
+    OF(ParameterTensors) v;
+#define AT(field, k) v.field = p.field + (size_t)l * layer[k]
+    AT(wte, WTE); AT(wpe, WPE); AT(ln1w, LN1W); AT(ln1b, LN1B); AT(qkvw, QKVW); AT(qkvb, QKVB);
+    AT(attprojw, ATTPROJW); AT(attprojb, ATTPROJB); AT(ln2w, LN2W); AT(ln2b, LN2B); AT(fcw, FCW); AT(fcb, FCB);
+    AT(fcprojw, FCPROJW); AT(fcprojb, FCPROJB); AT(lnfw, LNFW); AT(lnfb, LNFB);
+#undef AT
+    return v;
 }
 
-static inline ParameterTensors parameters_of_layer(ParameterTensors p, GPT2Config c, int l) {
+OVER_FLOATX static inline OF(ParameterTensors) parameters_of_layer(OF(ParameterTensors) p, GPT2Config c, int l) {
     return shard_parameters_of_layer(p, c, shard_whole(c), l);
 }
 
@@ -432,6 +439,9 @@ typedef struct {
     float* pipe_grad;          // (B, T, C) the gradient of this stage's output, from the next stage
     size_t activation_bytes;   // the activations of every slot and their gradients, as the device
                                // lays them out
+    size_t param_bytes;        // train_gpu.cu's bf16 only (0: float32's, 4 bytes a parameter): its
+    size_t optimizer_bytes;    // parameters (the bf16 copy, float32 ones) and AdamW state (m, v,
+                               // and under ZeRO-1 the float32 master copy of its part)
 } GPT2;
 
 // The inputs and targets of the current slot.

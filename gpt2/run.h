@@ -467,9 +467,10 @@ typedef struct {
     void (*exchange)(const void* send, void* recv, size_t bytes, int peer);
     // a pipeline buffer (STAGE_...) of slot `slot`, laid out for B x T, and its size in bytes
     void* (*stage_buffer)(GPT2* model, int which, int slot, int B, int T, size_t* bytes);
-    // called after the parameters were all-gathered (ZeRO-1): a device that keeps a copy of them
-    // (train_gpu's bf16) refreshes it; NULL: nothing to do
-    void (*params_gathered)(GPT2* model);
+    // ZeRO-1, after the update, in which each replica updated its part of the parameters: every
+    // part to every replica. NULL: the float32 parameters all-gathered over the replicas
+    // (all_gather); train_gpu's bf16 gathers its bf16 copy and the float32 tensors it reads.
+    void (*gather_params)(GPT2* model);
 } Trainer;
 
 // Training FLOPs per token, as PaLM (appendix B) and llm.c count them: 6 per parameter (forward
@@ -629,8 +630,9 @@ static inline void run_print_summary(const Run* run, const GPT2* model) {
 }
 
 // Each process's part of a split run, printed by rank 0 after the first step: its layers and
-// heads, the memory of its parameters, gradients, AdamW moments and activations, and the bytes it
-// sent in that step, by group.
+// heads, the memory of its parameters, gradients, AdamW state (the moments; in train_gpu's bf16
+// under ZeRO-1, the float32 master copy of its part too) and activations, and the bytes it sent
+// in that step, by group.
 static inline void run_print_parts(const Run* run, const GPT2* model) {
     if (!run->split) return;
     Shard s = model->shard;
@@ -640,8 +642,11 @@ static inline void run_print_parts(const Run* run, const GPT2* model) {
              "rank %d (tp %d, pp %d, dp %d): layers %d-%d, heads %d/%d | params %.1f MB, grads %.1f MB, AdamW %.1f MB, "
              "activations %.1f MB (%d slot%s) | sent %.2f MB/step (tp %.2f, pp %.2f, dp %.2f, wte %.2f)",
              procs.rank, split.tp_rank, split.pp_rank, split.dp_rank, s.first_layer, s.first_layer + s.num_layers - 1,
-             model->config.num_heads / s.tp, model->config.num_heads, model->num_parameters * 4.0 / mb,
-             model->num_padded * 4.0 / mb, model->opt_count * 8.0 / mb, model->activation_bytes / mb,
+             model->config.num_heads / s.tp, model->config.num_heads,
+             (model->param_bytes > 0 ? model->param_bytes : model->num_parameters * 4.0) / mb,
+             model->num_padded * 4.0 / mb,
+             (model->optimizer_bytes > 0 ? model->optimizer_bytes : model->opt_count * 8.0) / mb,
+             model->activation_bytes / mb,
              model->num_slots, model->num_slots > 1 ? "s" : "",
              (split.sent[GROUP_TP] + split.sent[GROUP_PP] + split.sent[GROUP_DP] + split.sent[GROUP_EMBED]) / mb,
              split.sent[GROUP_TP] / mb, split.sent[GROUP_PP] / mb, split.sent[GROUP_DP] / mb,
@@ -722,15 +727,17 @@ static inline void run_sample(Run* run, const Trainer* dev, GPT2* model, int ste
 // ---------- checkpoints ----------
 
 // Every process's shard, parameters and AdamW moments, into rank 0's whole model, run->model.
-// The moments split by ZeRO-1 are first gathered within each data-parallel group, onto its
-// first process; the processes of the first replica then send their shards to rank 0, which
-// puts each where it belongs (shard_copy). Every process calls it.
+// What ZeRO-1 splits is first gathered within each data-parallel group, onto its first process:
+// the moments, and the parameters, of which a process is sure only of its own part (train_gpu's
+// bf16 keeps no others in float32). The processes of the first replica then send their shards
+// to rank 0, which puts each where it belongs (shard_copy). Every process calls it.
 static inline void run_gather(Run* run, const Trainer* dev, GPT2* model) {
     GPT2* part = &run->part;
     if (dev->to_host != NULL) dev->to_host(model, part);  // the GPU's shard to its host copy
     size_t n = part->num_padded;
     float* moments[2] = {part->m_memory, part->v_memory};
     if (part->opt_count != part->num_parameters) {  // ZeRO-1: each holds a part of them
+        parallel_gather_floats(GROUP_DP, part->params_memory, n);
         for (int i = 0; i < 2; i++) {
             float* whole = (float*)calloc_check(n, sizeof(float));
             memcpy(whole + part->opt_offset, moments[i], part->opt_count * sizeof(float));
@@ -919,8 +926,8 @@ static inline float run_step(Run* run, const Trainer* dev, GPT2* model, int step
     check_step_finite(step, run->loss, norm);
     dev->update(model, lr, ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, c->weight_decay, step);  // t counts from 1
     if (c->zero && split.dp > 1) {  // ZeRO-1: every replica's updated part to every replica
-        dev->all_gather(GROUP_DP, model->params_memory, model->num_padded);
-        if (dev->params_gathered != NULL) dev->params_gathered(model);
+        if (dev->gather_params != NULL) dev->gather_params(model);
+        else dev->all_gather(GROUP_DP, model->params_memory, model->num_padded);
     }
     if (dev->synchronize != NULL) dev->synchronize();  // the work is queued: wait, then time it
     return norm;

@@ -33,11 +33,16 @@
 #   5. the model split over 2 processes (doc/parallel.md), on a model whose sizes are no powers of
 #      two (V=97, 3 layers, 6 heads, C=48; C=96 in bf16, for flash attention's head sizes), 4
 #      micro-steps of B x T = 1 x 16 per step: under mpirun with NCCL, -tp 2 (3 heads and a part
-#      of the MLP each) and -pp 2 (1F1B over stages of 2 and 1 layers; in fp32 GPipe too),
-#      against one process with the same flags: in fp32 train_cpu, with 1's tolerances (losses,
-#      norms and validation losses within 1e-5 relative; the checkpoint and AdamW state each
-#      gathers); in bf16 BINARY's own run, with bf16's (the split sums partial products in
-#      bf16). Skipped, saying so, without mpirun, MPI and NCCL, or 2 GPUs.
+#      of the MLP each), -pp 2 (1F1B over stages of 2 and 1 layers; in fp32 GPipe too) and -z 1
+#      (2 data-parallel replicas, each updating half of the parameters; in bf16 keeping the
+#      float32 master copy of its half only), against one process with the same flags: in fp32
+#      train_cpu, with 1's tolerances (losses, norms and validation losses within 1e-5 relative;
+#      the checkpoint and AdamW state each gathers); in bf16 BINARY's own run, with bf16's (the
+#      split sums partial products in bf16). And -z 1 against the same 2 processes without it:
+#      the same printed numbers and byte-identical checkpoint and state files (ZeRO-1 changes who
+#      computes, not what), the same again when stopped at step 3 and resumed, and each
+#      process's memory as it should be. Skipped, saying so, without mpirun, MPI and NCCL, or 2
+#      GPUs.
 set -u
 . "$(dirname "$0")/lib.sh"
 BIN=${1:?usage: test/train_gpu_checks.sh TRAIN_GPU_BINARY fp32|bf16}
@@ -134,7 +139,7 @@ if [ "$PREC" = fp32 ]; then
     "$dir/small_split.stdout" $STEPS || status=1
 fi
 
-echo "--- 5. $BIN -p $PREC with the model split over 2 processes (-tp 2; -pp 2 over 4 micro-steps), against one process"
+echo "--- 5. $BIN -p $PREC with the model split over 2 processes (-tp 2; -pp 2 over 4 micro-steps; -z 1), against one process"
 if [ -n "$no_mpi" ]; then
   echo "skipped: the model split under mpirun ($no_mpi)"
 elif [ "$np" -lt 2 ]; then
@@ -147,26 +152,63 @@ else
   $PY dev/reference/gpt2_ref.py make-model --model "$dir/mp.bin" --tokens "$dir/mp_train.bin" --V 97 --maxT 24 \
     --L 3 --NH 6 --C $C --ntokens 2000 --seed 13 >/dev/null || exit 1
   mp=(-e "$dir/mp.bin" -i "$dir/mp_train.bin" -j "$dir/val.bin" -k "$dir/tok.bin" -b 1 -t 16 -d 64 -x $MP_STEPS
-      -l 3e-3 -u 2 -c 0.1 -v 5 -m 1 -s $MP_STEPS -g 3 -p $PREC)
+      -l 3e-3 -u 2 -c 0.1 -v 5 -m 1 -s $MP_STEPS -g 3 -n 3 -p $PREC)
   # the reference: train_cpu in fp32 (float32 rounding apart, the same numbers); in bf16,
   # BINARY's own undivided run (the split sums the blocks' bf16 partial products in bf16)
   OMP_NUM_THREADS=1 "$ref" "${mp[@]}" -o "$dir/mp_one" >"$dir/mp_one.stdout" 2>&1 ||
     { echo "FAIL: $ref ${mp[*]} exited with $?:"; tail -5 "$dir/mp_one.stdout"; exit 1; }
-  splits=("-tp 2:tp 2 x pp 1" "-pp 2:tp 1 x pp 2")
+  splits=("-tp 2:tp 2 x pp 1 x dp 1;" "-pp 2:tp 1 x pp 2 x dp 1;" "-z 1:tp 1 x pp 1 x dp 2, ZeRO-1 over dp;")
   # fp32 also under GPipe's schedule: every forward pass before the backward passes, each slot
   # keeping its own gradient of the loss
-  [ "$PREC" = fp32 ] && splits+=("-pp 2 -ps gpipe:tp 1 x pp 2")
+  [ "$PREC" = fp32 ] && splits+=("-pp 2 -ps gpipe:tp 1 x pp 2 x dp 1;")
   for parts in "${splits[@]}"; do
     grid=${parts#*:}; parts=${parts%:*}; name=mp_${parts//[- ]/}
     mpi_run 2 "$BIN" "${mp[@]}" $parts -o "$dir/$name" >"$dir/$name.stdout" 2>&1 ||
       { echo "FAIL: mpirun -np 2 $BIN $parts exited with $?:"; tail -5 "$dir/$name.stdout"; status=1; continue; }
-    grep -q "^split: 2 processes = $grid x dp 1" "$dir/$name.stdout" ||
+    grep -qF "split: 2 processes = $grid" "$dir/$name.stdout" ||
       { echo "FAIL: $parts: the run does not say it is split as $grid"; status=1; }
     $PY test/compare_gpu_run.py --precision $PREC "$dir/mp_one" "$dir/mp_one.stdout" "$dir/$name" "$dir/$name.stdout" \
       $MP_STEPS >"$dir/$name.compare" || { cat "$dir/$name.compare"; status=1; }
     echo "$parts: $(grep -c '^ok' "$dir/$name.compare") checks ok; largest relative loss difference $(
       sed -nE 's/.*loss .* \(rel ([^,)]+).*/\1/p' "$dir/$name.compare" | sort -g | tail -1)"
   done
+  # ZeRO-1 computes what data parallelism without it computes: each gradient the sum of the two
+  # replicas' (a + b in either order: the same bits), the same AdamW, done by one replica per
+  # part; in bf16 with the float32 master copy split too, and the bf16 copy and the float32
+  # tensors the passes read gathered. So the same printed numbers, and the same gathered files.
+  mpi_run 2 "$BIN" "${mp[@]}" -o "$dir/mp_dp2" >"$dir/mp_dp2.stdout" 2>&1 ||
+    { echo "FAIL: mpirun -np 2 $BIN (data parallel) exited with $?:"; tail -5 "$dir/mp_dp2.stdout"; status=1; }
+  if ! diff <(grep -oE "(loss|norm) [0-9.]+" "$dir/mp_dp2.stdout") <(grep -oE "(loss|norm) [0-9.]+" "$dir/mp_z1.stdout"); then
+    echo "FAIL: -z 1 printed other losses or norms than the same 2 processes without it"; status=1
+  fi
+  mp_last=$(printf '%08d' $MP_STEPS)
+  for f in model_$mp_last.bin state_$mp_last.bin; do
+    cmp -s "$dir/mp_dp2/$f" "$dir/mp_z1/$f" || { echo "FAIL: -z 1 wrote another $f than the run without it"; status=1; }
+  done
+  # -z 1 stopped after its checkpoint at step 3 and resumed by -z 1 (each process takes its part
+  # of the whole files again): the uninterrupted run's steps and files, to the bit
+  cut_run "$dir/mp_z1" "$dir/mp_z1_resumed" 3
+  mpi_run 2 "$BIN" "${mp[@]}" -z 1 -o "$dir/mp_z1_resumed" -y 1 >"$dir/mp_z1_resumed.stdout" 2>&1 ||
+    { echo "FAIL: mpirun -np 2 $BIN -z 1 -y 1 exited with $?:"; tail -5 "$dir/mp_z1_resumed.stdout"; status=1; }
+  if ! diff <(printed_after 3 "$dir/mp_z1.stdout" | grep -v '^rank ') \
+            <(printed_after 3 "$dir/mp_z1_resumed.stdout" | grep -v '^rank '); then
+    echo "FAIL: -z 1 resumed at step 3 printed other steps than the run never stopped"; status=1
+  fi
+  for f in model_$mp_last.bin state_$mp_last.bin; do
+    cmp -s "$dir/mp_z1/$f" "$dir/mp_z1_resumed/$f" || { echo "FAIL: -z 1 resumed at step 3 wrote another $f"; status=1; }
+  done
+  # the memory each process of -z 1 reports: float32 parameters and moments of half of them; in
+  # bf16, the bf16 copy and the float32 tensors the passes read (all but the 12 L C^2 of the
+  # blocks' matrices), and as optimizer state the moments and float32 master copy of half
+  n=$(sed -nE 's/^model: .*, ([0-9]+) parameters .*/\1/p' "$dir/mp_z1.stdout")
+  half=$(( (n + 1) / 2 ))
+  if [ "$PREC" = fp32 ]; then params=$((4 * n)) adamw=$((8 * half))
+  else params=$((2 * 2 * half + 4 * (n - 12 * 3 * C * C))) adamw=$((12 * half))
+  fi
+  want=$($PY -c "print('params %.1f MB, grads %.1f MB, AdamW %.1f MB' % ($params / 1e6, 8 * $half / 1e6, $adamw / 1e6))")
+  if grep -qF "| $want," "$dir/mp_z1.stdout"; then echo "-z 1: each process: $want"
+  else echo "FAIL: -z 1 does not report $want:"; grep '^rank' "$dir/mp_z1.stdout"; status=1
+  fi
   echo "(the model split: $((SECONDS - start)) s)"
 fi
 

@@ -6,9 +6,9 @@
 // (gpt2/gpu/attention_paged.cuh; a whole prompt in bf16 through flash attention).
 //
 // It reads weights already on the GPU (train_gpu's own, or infer_gpu's upload): the float32
-// parameters, and in bf16 their bf16 copy, which the products read. The pool of pages and the
-// activations of one pass (up to `rows` tokens) are its own, in floatX; the logits of each
-// sequence's last token come back to the host as float32 for the sampler.
+// parameters, and in bf16 the bf16 copy of the matrices, which the products read. The pool of
+// pages and the activations of one pass (up to `rows` tokens) are its own, in floatX; the logits
+// of each sequence's last token come back to the host as float32 for the sampler.
 
 #ifndef GPT2_GPU_GENERATE_CUH
 #define GPT2_GPU_GENERATE_CUH
@@ -22,9 +22,7 @@ template <typename floatX>
 struct GeneratorGPU {
     GPT2Config config;
     ParameterTensors params;      // float32, on the GPU: embeddings, layernorms, biases
-    ParameterTensorsOf<floatX> w; // what the products read: params, or the bf16 copy's matrices
-    const float* params_memory;   // the float32 parameters, one allocation
-    const floatX* copy16;         // their bf16 copy, or NULL
+    ParameterTensorsOf<floatX> w; // what the layers read: params, or with the bf16 copy's matrices
     const LayersOf<floatX>* layers;
     int num_pages, rows, slots;
     floatX* key;                  // (L, num_pages, NH, KV_PAGE, hs)
@@ -51,30 +49,17 @@ struct GeneratorGPU {
     size_t bytes;
 };
 
-// The bf16 copy's matrices at the offsets of params' in params_memory (the layout of model_gpu.cuh).
+// A generator over a whole model's weights on the GPU: its float32 tensors `params` (in float32
+// all of them; in bf16 the embeddings, layernorms and biases) and the weights the layers read, w
+// (params itself, or weights_over_copy's), for passes of up to `slots` sequences and a pool of
+// num_pages pages.
 template <typename floatX>
-static ParameterTensorsOf<floatX> generator_weights(ParameterTensors p, const float* params_memory,
-                                                    const floatX* copy) {
-    if (copy == NULL) return *(ParameterTensorsOf<floatX>*)&p;  // float32: the parameters themselves
-    auto at = [&](const float* t) { return (floatX*)(copy + (t - params_memory)); };
-    ParameterTensorsOf<floatX> w = {at(p.wte), p.wpe, p.ln1w, p.ln1b, at(p.qkvw), p.qkvb, at(p.attprojw),
-                                    p.attprojb, p.ln2w, p.ln2b, at(p.fcw), p.fcb, at(p.fcprojw), p.fcprojb,
-                                    p.lnfw, p.lnfb};
-    return w;
-}
-
-// A generator over the GPU model whose float32 parameters are params_memory (laid out as
-// `sizes`), and in bf16 copy16 (NULL in float32), for passes of up to `slots` sequences and a
-// pool of num_pages pages.
-template <typename floatX>
-static void generator_gpu_build(GeneratorGPU<floatX>* g, GPT2Config c, const size_t* sizes, float* params_memory,
-                                const floatX* copy16, const LayersOf<floatX>* layers, int slots, int num_pages) {
+static void generator_gpu_build(GeneratorGPU<floatX>* g, GPT2Config c, ParameterTensors params,
+                                ParameterTensorsOf<floatX> w, const LayersOf<floatX>* layers, int slots, int num_pages) {
     memset(g, 0, sizeof(*g));
     g->config = c;
-    point_tensors((float**)&g->params, params_memory, sizes, NUM_PARAMETER_TENSORS);
-    g->params_memory = params_memory;
-    g->copy16 = copy16;
-    g->w = generator_weights<floatX>(g->params, params_memory, copy16);
+    g->params = params;
+    g->w = w;
     g->layers = layers;
     g->num_pages = num_pages;
     g->rows = c.max_seq_len > slots ? c.max_seq_len : slots;
@@ -182,9 +167,8 @@ static void generator_gpu_forward(GeneratorGPU<floatX>* g, const EnginePass* pas
     for (int l = 0; l < c.num_layers; l++) {
         lc.key = g->key + l * layer_pool;
         lc.value = g->value + l * layer_pool;
-        ParameterTensorsOf<floatX> wl = generator_weights<floatX>(parameters_of_layer(g->params, c, l),
-                                                                  g->params_memory, g->copy16);
-        block_forward(g->layers, wl, a, a.encoded, &lc, B, T, C, c.num_heads, (const TensorGroupOf<floatX>*)NULL);
+        block_forward(g->layers, parameters_of_layer(g->w, c, l), a, a.encoded, &lc, B, T, C, c.num_heads,
+                      (const TensorGroupOf<floatX>*)NULL);
     }
     // the last token of each sequence: row T-1 of the one sequence, or every row
     const floatX* last = a.residual3 + (size_t)(T - 1) * C;
@@ -209,10 +193,10 @@ static void generator_gpu_device_forward(void* ctx, const EnginePass* pass, floa
 // A generator (generator_gpu_build's arguments) as the engine's device (gpt2/engine.h): what
 // infer_gpu runs and train_gpu's samples call. generator_gpu_device_free frees it.
 template <typename floatX>
-static EngineDevice generator_gpu_device(GPT2Config c, const size_t* sizes, float* params_memory, const floatX* copy16,
+static EngineDevice generator_gpu_device(GPT2Config c, ParameterTensors params, ParameterTensorsOf<floatX> w,
                                          const LayersOf<floatX>* layers, int slots, int num_pages) {
     GeneratorGPU<floatX>* g = (GeneratorGPU<floatX>*)malloc_check(sizeof(GeneratorGPU<floatX>));
-    generator_gpu_build(g, c, sizes, params_memory, copy16, layers, slots, num_pages);
+    generator_gpu_build(g, c, params, w, layers, slots, num_pages);
     EngineDevice device;
     device.ctx = g;
     device.forward = generator_gpu_device_forward<floatX>;

@@ -14,7 +14,7 @@
 
 #include "../model.h"
 #include "cuda_utils.cuh"
-#include "elementwise.cuh"  // float_to_bf16_gpu
+#include "layers.cuh"  // weights_over_copy
 
 // ---------- what a host model says of its part ----------
 
@@ -31,6 +31,10 @@ static GPUPart gpu_part_whole(GPT2Config c, size_t num_parameters) {
     GPUPart p = {c, shard_whole(c), num_parameters, num_parameters, 0, num_parameters, 1};
     return p;
 }
+
+// Whether the part is one of ZeRO-1's: this GPU updates only the parameters [opt_offset,
+// opt_offset + opt_count), one of several data-parallel replicas' parts.
+static int gpu_part_zero(GPUPart p) { return p.opt_count < p.num_padded; }
 
 // A host model's part; a model that never set these fields (0) is whole.
 static GPUPart gpu_part_of(const GPT2* host) {
@@ -59,10 +63,10 @@ static void activation_sizes_gpu(size_t* sizes, size_t* grad_sizes, GPT2Config c
 
 // The parameters, their gradients and the AdamW moments of a host model on the GPU, in float32,
 // with room for the inputs and targets of num_slots batches of capacity_B x capacity_T: what
-// both precisions keep. The parameters and gradients are num_padded floats (the padding zero),
-// the moments opt_count; the gradients start at zero, and so do the moments of a fresh run (a
-// resumed one brings its own).
-static void gpt2_build_parameters_gpu(GPT2* model, const GPT2* host, int capacity_B, int capacity_T) {
+// both precisions keep (the parameters only if `params`: bf16 under ZeRO-1 keeps its own, below).
+// The parameters and gradients are num_padded floats (the padding zero), the moments opt_count;
+// the gradients start at zero, and so do the moments of a fresh run (a resumed one brings its own).
+static void gpt2_build_parameters_gpu(GPT2* model, const GPT2* host, int capacity_B, int capacity_T, int params) {
     GPUPart part = gpu_part_of(host);
     memset(model, 0, sizeof(*model));
     model->config = host->config;
@@ -77,14 +81,17 @@ static void gpt2_build_parameters_gpu(GPT2* model, const GPT2* host, int capacit
     model->capacity_T = capacity_T;
     size_t n = model->num_parameters, np = model->num_padded, no = model->opt_count;
     size_t BT = (size_t)capacity_B * capacity_T, slots = model->num_slots;
-    cuda_check(cudaMalloc((void**)&model->params_memory, np * sizeof(float)));
+    if (params) cuda_check(cudaMalloc((void**)&model->params_memory, np * sizeof(float)));
     cuda_check(cudaMalloc((void**)&model->grads_memory, np * sizeof(float)));
     cuda_check(cudaMalloc((void**)&model->m_memory, no * sizeof(float)));
     cuda_check(cudaMalloc((void**)&model->v_memory, no * sizeof(float)));
     cuda_check(cudaMalloc((void**)&model->inputs, slots * BT * sizeof(int)));
     cuda_check(cudaMalloc((void**)&model->targets, slots * BT * sizeof(int)));
-    cuda_check(cudaMemset(model->params_memory, 0, np * sizeof(float)));
-    cuda_check(cudaMemcpy(model->params_memory, host->params_memory, n * sizeof(float), cudaMemcpyHostToDevice));
+    if (params) {
+        cuda_check(cudaMemset(model->params_memory, 0, np * sizeof(float)));
+        cuda_check(cudaMemcpy(model->params_memory, host->params_memory, n * sizeof(float), cudaMemcpyHostToDevice));
+        point_tensors((float**)&model->params, model->params_memory, model->param_sizes, NUM_PARAMETER_TENSORS);
+    }
     cuda_check(cudaMemset(model->grads_memory, 0, np * sizeof(float)));
     if (host->m_memory != NULL) {
         cuda_check(cudaMemcpy(model->m_memory, host->m_memory, no * sizeof(float), cudaMemcpyHostToDevice));
@@ -93,11 +100,10 @@ static void gpt2_build_parameters_gpu(GPT2* model, const GPT2* host, int capacit
         cuda_check(cudaMemset(model->m_memory, 0, no * sizeof(float)));
         cuda_check(cudaMemset(model->v_memory, 0, no * sizeof(float)));
     }
-    point_tensors((float**)&model->params, model->params_memory, model->param_sizes, NUM_PARAMETER_TENSORS);
     point_tensors((float**)&model->grads, model->grads_memory, model->param_sizes, NUM_PARAMETER_TENSORS);
     model->cpu_losses = (float*)malloc_check(BT * sizeof(float));
     model->mean_loss = -1.0f;
-    model->device_bytes = (2 * np + 2 * no) * sizeof(float) + 2 * slots * BT * sizeof(int);
+    model->device_bytes = ((params ? np : 0) + np + 2 * no) * sizeof(float) + 2 * slots * BT * sizeof(int);
 }
 
 // The bytes the float32 path needs on the GPU for a part and batches of B x T: parameters and
@@ -124,7 +130,7 @@ void gpt2_build_gpu(GPT2* model, const GPT2* host, int capacity_B, int capacity_
     activation_sizes_gpu(sizes, grad_sizes, host->config, part.shard, capacity_B, capacity_T);
     size_t na = sum_sizes(sizes, NUM_ACTIVATION_TENSORS), ng = sum_sizes(grad_sizes, NUM_ACTIVATION_TENSORS);
     require_free_memory(gpt2_fp32_part_bytes(part, capacity_B, capacity_T), capacity_B, capacity_T);
-    gpt2_build_parameters_gpu(model, host, capacity_B, capacity_T);
+    gpt2_build_parameters_gpu(model, host, capacity_B, capacity_T, 1);
     memcpy(model->act_sizes, sizes, sizeof(sizes));
     model->num_activations = na;
     size_t slots = model->num_slots, BT = (size_t)capacity_B * capacity_T;
@@ -163,15 +169,18 @@ void gpt2_free_gpu(GPT2* model) {
 }
 
 // The parameters and AdamW moments (the opt_count of them this GPU keeps) into a host model of
-// the same part: the run's, to be saved, or this process's part of it, to be gathered.
+// the same part: the run's, to be saved, or this process's part of it, to be gathered. A model
+// without float32 parameters (bf16 under ZeRO-1) gives the moments only.
 static void gpt2_to_host_gpu(const GPT2* model, GPT2* host) {
     size_t moments = model->opt_count * sizeof(float);
     if (host->m_memory == NULL) {
         host->m_memory = (float*)malloc_check(moments);
         host->v_memory = (float*)malloc_check(moments);
     }
-    cuda_check(cudaMemcpy(host->params_memory, model->params_memory, model->num_parameters * sizeof(float),
-                          cudaMemcpyDeviceToHost));
+    if (model->params_memory != NULL) {
+        cuda_check(cudaMemcpy(host->params_memory, model->params_memory, model->num_parameters * sizeof(float),
+                              cudaMemcpyDeviceToHost));
+    }
     cuda_check(cudaMemcpy(host->m_memory, model->m_memory, moments, cudaMemcpyDeviceToHost));
     cuda_check(cudaMemcpy(host->v_memory, model->v_memory, moments, cudaMemcpyDeviceToHost));
 }
@@ -186,9 +195,19 @@ static void gpt2_to_host_gpu(const GPT2* model, GPT2* host) {
 // Under tensor parallelism a block's own widths are H = C/tp of attention and 4H of the MLP.
 // Between pipeline stages dresidual is also where the gradient of the stage's output arrives
 // and where the gradient of its input is left (base.pipe_grad is not used).
+//
+// The passes read the blocks' four matrices only in bf16 and the other tensors (embeddings,
+// layernorms, biases) in float32: base.params points at those, in params32. Without ZeRO-1,
+// base.params_memory is the whole float32 master copy, and params32 is it. Under ZeRO-1 the
+// master copy is split too (doc/parallel.md): this GPU keeps the float32 master of its part
+// only, `master`, and params32 holds just the tensors the passes read in float32, gathered after
+// every step (train_gpu.cu: gpt2_gather_params_bf16); base.params_memory is NULL.
 typedef struct {
     GPT2 base;
-    bf16* params16;          // (num_parameters) the parameters, rounded to bf16 after every update
+    bf16* params16;          // (num_padded) the parameters, rounded to bf16 after every update
+    float* params32;         // the tensors the passes read in float32, laid out by sizes32
+    size_t sizes32[NUM_PARAMETER_TENSORS];  // param_sizes, with 0 for those not in params32
+    float* master;           // (opt_count) under ZeRO-1, the float32 master copy of this GPU's part
     char* acts_memory;       // the activations of num_slots batches of up to capacity_B x capacity_T
     size_t slot_bytes;       // each slot's
     bf16* dresidual;         // (B, T, C)
@@ -198,14 +217,25 @@ typedef struct {
     bf16* grads_acts_memory; // the four above, one allocation
 } GPT2BF16;
 
-// The bf16 view of parameters p (the whole model's, or a layer's slice, in the float32 master
-// copy): the weight matrices in their bf16 copy params16, at the same offsets, the rest float32.
-static ParameterTensorsOf<bf16> weights_bf16(const GPT2BF16* m, ParameterTensors p) {
-    auto copy16 = [m](const float* x) { return m->params16 + (x - m->base.params_memory); };
-    ParameterTensorsOf<bf16> w = {copy16(p.wte), p.wpe, p.ln1w, p.ln1b, copy16(p.qkvw), p.qkvb, copy16(p.attprojw),
-                                  p.attprojb, p.ln2w, p.ln2b, copy16(p.fcw), p.fcb, copy16(p.fcprojw), p.fcprojb,
-                                  p.lnfw, p.lnfb};
-    return w;
+// Whether the bf16 passes read tensor k in float32: all but the blocks' four matrices (wte is
+// read both ways: in float32 by the embedding, in bf16 by the output layer).
+static int read_in_float32(int k) { return k != QKVW && k != ATTPROJW && k != FCW && k != FCPROJW; }
+
+// params32's layout for a part: every tensor (the master copy itself), or under ZeRO-1 only
+// those the passes read in float32; returns the floats it holds.
+static size_t float32_sizes_bf16(size_t* sizes32, GPUPart p) {
+    size_t layer[NUM_PARAMETER_TENSORS];
+    shard_parameter_sizes(sizes32, layer, p.config, p.shard);
+    if (gpu_part_zero(p)) {
+        for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) sizes32[k] = read_in_float32(k) ? sizes32[k] : 0;
+    }
+    return sum_sizes(sizes32, NUM_PARAMETER_TENSORS);
+}
+
+// The weights the bf16 passes read, the whole shard's (shard_parameters_of_layer gives a
+// layer's): the matrices from the bf16 copy, the rest float32.
+static ParameterTensorsOf<bf16> weights_bf16(const GPT2BF16* m) {
+    return weights_over_copy<bf16>(m->base.params, m->params16, m->base.param_sizes);
 }
 
 // The activations of a batch of B x T of a shard laid out from `memory` (NULL: only counted),
@@ -268,11 +298,19 @@ static size_t grads_elements_bf16(GPT2Config c, Shard s, size_t BT) {
     return BT * (2 * C + 7 * H);
 }
 
+// The bytes of the bf16 path's parameters on the GPU, the bf16 copy and params32 (the master copy
+// itself, but under ZeRO-1), and of AdamW's state, the moments and under ZeRO-1 the master part.
+static size_t parameter_bytes_bf16(GPUPart p) {
+    size_t sizes32[NUM_PARAMETER_TENSORS], n32 = float32_sizes_bf16(sizes32, p);
+    return p.num_padded * sizeof(bf16) + n32 * sizeof(float);
+}
+static size_t optimizer_bytes_bf16(GPUPart p) { return (2 + gpu_part_zero(p)) * p.opt_count * sizeof(float); }
+
 // The bytes the bf16 path needs on the GPU for a part and batches of B x T.
 static size_t gpt2_bf16_part_bytes(GPUPart p, int B, int T) {
     ActivationTensorsOf<bf16> a;
     size_t BT = (size_t)B * T;
-    return (2 * p.num_padded + 2 * p.opt_count) * sizeof(float) + p.num_parameters * sizeof(bf16) +
+    return parameter_bytes_bf16(p) + p.num_padded * sizeof(float) + optimizer_bytes_bf16(p) +
            2 * p.num_slots * BT * sizeof(int) + p.num_slots * layout_activations_bf16(&a, NULL, p.config, p.shard, B, T, 0) +
            grads_elements_bf16(p.config, p.shard, BT) * sizeof(bf16);
 }
@@ -288,10 +326,35 @@ void gpt2_build_bf16(GPT2BF16* m, const GPT2* host, int capacity_B, int capacity
     size_t need = gpt2_bf16_part_bytes(part, capacity_B, capacity_T);
     require_free_memory(need, capacity_B, capacity_T);
     GPT2* base = &m->base;
-    gpt2_build_parameters_gpu(base, host, capacity_B, capacity_T);
-    size_t n = base->num_parameters, BT = (size_t)capacity_B * capacity_T, C = c.channels, H = C / part.shard.tp;
-    cuda_check(cudaMalloc((void**)&m->params16, n * sizeof(bf16)));
-    float_to_bf16_gpu(m->params16, base->params_memory, n);
+    int zero = gpu_part_zero(part);
+    gpt2_build_parameters_gpu(base, host, capacity_B, capacity_T, !zero);
+    size_t n = base->num_parameters, np = base->num_padded, BT = (size_t)capacity_B * capacity_T, C = c.channels,
+           H = C / part.shard.tp;
+    // the bf16 copy, rounded to nearest on the host (as float_to_bf16_gpu rounds), the padding zero
+    bf16* copy = (bf16*)calloc_check(np, sizeof(bf16));
+    for (size_t i = 0; i < n; i++) copy[i] = __float2bfloat16(host->params_memory[i]);
+    cuda_check(cudaMalloc((void**)&m->params16, np * sizeof(bf16)));
+    cuda_check(cudaMemcpy(m->params16, copy, np * sizeof(bf16), cudaMemcpyHostToDevice));
+    free(copy);
+    size_t n32 = float32_sizes_bf16(m->sizes32, part);
+    m->params32 = base->params_memory;
+    m->master = NULL;
+    if (zero) {  // the master copy of this GPU's part, and the tensors read in float32, each whole
+        cuda_check(cudaMalloc((void**)&m->master, base->opt_count * sizeof(float)));
+        cuda_check(cudaMemcpy(m->master, host->params_memory + base->opt_offset, base->opt_count * sizeof(float),
+                              cudaMemcpyHostToDevice));
+        cuda_check(cudaMalloc((void**)&m->params32, n32 * sizeof(float)));
+        size_t from = 0, to = 0;
+        for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+            cuda_check(cudaMemcpy(m->params32 + to, host->params_memory + from, m->sizes32[k] * sizeof(float),
+                                  cudaMemcpyHostToDevice));
+            from += base->param_sizes[k];
+            to += m->sizes32[k];
+        }
+    }
+    point_tensors((float**)&base->params, m->params32, m->sizes32, NUM_PARAMETER_TENSORS);
+    base->param_bytes = parameter_bytes_bf16(part);
+    base->optimizer_bytes = optimizer_bytes_bf16(part);
     ActivationTensorsOf<bf16> a;
     m->slot_bytes = layout_activations_bf16(&a, NULL, c, part.shard, capacity_B, capacity_T, 0);
     cuda_check(cudaMalloc((void**)&m->acts_memory, base->num_slots * m->slot_bytes));
@@ -307,6 +370,10 @@ void gpt2_build_bf16(GPT2BF16* m, const GPT2* host, int capacity_B, int capacity
 
 void gpt2_free_bf16(GPT2BF16* m) {
     cuda_check(cudaFree(m->params16));
+    if (m->master != NULL) {
+        cuda_check(cudaFree(m->master));
+        cuda_check(cudaFree(m->params32));
+    }
     cuda_check(cudaFree(m->acts_memory));
     cuda_check(cudaFree(m->grads_acts_memory));
     gpt2_free_gpu(&m->base);

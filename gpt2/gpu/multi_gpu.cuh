@@ -15,9 +15,10 @@
 // Under mpirun, each process trains on its own GPU, and NCCL moves device memory between the
 // GPUs (NVLink, PCIe or the network) without a copy to the host: the float32 parameter gradients
 // (both precisions keep them in float32) summed over the data-parallel replicas, or reduce-
-// scattered and the parameters all-gathered under ZeRO-1; wte's gradient summed over the first
-// and last pipeline stages; the activations and their gradients sent between stages; the partial
-// sums of the tensor-parallel blocks. MPI starts the processes, hands NCCL's id for the run from
+// scattered and the parameters all-gathered under ZeRO-1 (in bf16 its bf16 copy, and the float32
+// tensors it reads broadcast by the replicas that updated them); wte's gradient summed over the
+// first and last pipeline stages; the activations and their gradients sent between stages; the
+// partial sums of the tensor-parallel blocks. MPI starts the processes, hands NCCL's id for the run from
 // rank 0 to the others, and sums the scalars (losses, norms: gpt2/parallel.h).
 //
 // The seconds a collective takes are measured on the GPU, by two events around it on its stream,
@@ -153,6 +154,26 @@ static void nccl_all_gather(int group, float* x, size_t n) {
     comm_end(group, (double)(k - 1) / k * n * sizeof(float));
 }
 
+// The same in bf16 (ZeRO-1's gathering of the bf16 copy of the parameters).
+static void nccl_all_gather_bf16(int group, bf16* x, size_t n) {
+    int k = nccl_sizes[group];
+    if (k <= 1) return;
+    size_t part = n / k;
+    comm_begin();
+    nccl_check(ncclAllGather(x + (size_t)nccl_ranks[group] * part, x, part, ncclBfloat16, nccl_comms[group], 0));
+    comm_end(group, (double)(k - 1) / k * n * sizeof(bf16));
+}
+
+// x[0..n) of member `root` to every member of the group, in place. Counted as the all-gather
+// counts its parts: (k-1)/k of it sent per member (the root sends it, and each passes it on).
+static void nccl_broadcast(int group, float* x, size_t n, int root) {
+    int k = nccl_sizes[group];
+    if (k <= 1 || n == 0) return;
+    comm_begin();
+    nccl_check(ncclBroadcast(x, x, n, ncclFloat, root, nccl_comms[group], 0));
+    comm_end(group, (double)(k - 1) / k * n * sizeof(float));
+}
+
 // One exchange with the neighbouring pipeline stage `peer`: `send` (or NULL) to it and `recv` (or
 // NULL) from it, `bytes` each, posted together (NCCL's group): neither waits for the other.
 static void nccl_exchange(const void* send, void* recv, size_t bytes, int peer) {
@@ -173,6 +194,8 @@ static void nccl_sum(int group, float* x, size_t n) {}
 static void nccl_sum_bf16(int group, bf16* x, size_t n) {}
 static void nccl_reduce_scatter(int group, float* x, size_t n) {}
 static void nccl_all_gather(int group, float* x, size_t n) {}
+static void nccl_all_gather_bf16(int group, bf16* x, size_t n) {}
+static void nccl_broadcast(int group, float* x, size_t n, int root) {}
 static void nccl_exchange(const void* send, void* recv, size_t bytes, int peer) {}
 #endif
 

@@ -78,12 +78,13 @@ __global__ void adamw_kernel(float* params, bf16* params16, const float* grads, 
 }
 
 // One AdamW step (t from 1) of a model's parameters on the GPU, as the CPU's gpt2_update: of the
-// parameters [opt_offset, opt_offset + opt_count) (all of them, but under ZeRO-1), whose moments
-// m and v hold (m[0] is parameter opt_offset's); one launch per tensor's part of that range,
-// weight decay on the matrices only (PARAMETERS[k].decay). params16, if not NULL, receives the
-// new parameters in bf16.
-static void adamw_update_gpu(GPT2* model, bf16* params16, float lr, float beta1, float beta2, float eps,
-                             float weight_decay, int t) {
+// parameters [opt_offset, opt_offset + opt_count) (all of them, but under ZeRO-1), whose float32
+// values `master` and moments m and v hold (master[0], m[0] are parameter opt_offset's); one
+// launch per tensor's part of that range, weight decay on the matrices only
+// (PARAMETERS[k].decay). params16, if not NULL, receives the new parameters in bf16, at their
+// places in the whole model.
+static void adamw_update_gpu(GPT2* model, float* master, bf16* params16, float lr, float beta1, float beta2,
+                             float eps, float weight_decay, int t) {
     AdamWStep s = adamw_step(lr, beta1, beta2, eps, t);
     size_t lo = model->opt_offset, hi = lo + model->opt_count, start = 0;
     for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
@@ -93,7 +94,7 @@ static void adamw_update_gpu(GPT2* model, bf16* params16, float lr, float beta1,
         if (from >= to) continue;
         float decay = PARAMETERS[k].decay ? 1.0f - lr * weight_decay : 1.0f;
         size_t n = to - from;
-        adamw_kernel<<<ceil_div(n, 256), 256>>>(model->params_memory + from, params16 != NULL ? params16 + from : NULL,
+        adamw_kernel<<<ceil_div(n, 256), 256>>>(master + (from - lo), params16 != NULL ? params16 + from : NULL,
                                                 model->grads_memory + from, model->m_memory + (from - lo),
                                                 model->v_memory + (from - lo), n, s, decay);
         launch_check(adamw_kernel);
