@@ -18,8 +18,8 @@
 // scattered and the parameters all-gathered under ZeRO-1 (in bf16 its bf16 copy, and the float32
 // tensors it reads broadcast by the replicas that updated them); wte's gradient summed over the
 // first and last pipeline stages; the activations and their gradients sent between stages; the
-// partial sums of the tensor-parallel blocks. MPI starts the processes, hands NCCL's id for the run from
-// rank 0 to the others, and sums the scalars (losses, norms: gpt2/parallel.h).
+// partial sums of the tensor-parallel blocks. MPI starts the processes, hands NCCL's id for the
+// run from rank 0 to the others, and sums the scalars (losses, norms: gpt2/parallel.h).
 //
 // The seconds a collective takes are measured on the GPU, by two events around it on its stream,
 // and read when the host waits for the GPU anyway (the Trainer's synchronize, synchronize_comm_gpu):
@@ -144,24 +144,20 @@ static void nccl_reduce_scatter(int group, float* x, size_t n) {
     comm_end(group, (double)(k - 1) / k * n * sizeof(float));
 }
 
-// x holds n = k x part floats over a group of k: member r's part r to every member, in place.
-static void nccl_all_gather(int group, float* x, size_t n) {
+// x holds n = k x part elements of `size` bytes (NCCL's `type`) over a group of k: member r's
+// part r to every member, in place.
+static void nccl_all_gather_of(int group, void* x, size_t n, ncclDataType_t type, size_t size) {
     int k = nccl_sizes[group];
     if (k <= 1) return;
     size_t part = n / k;
     comm_begin();
-    nccl_check(ncclAllGather(x + (size_t)nccl_ranks[group] * part, x, part, ncclFloat, nccl_comms[group], 0));
-    comm_end(group, (double)(k - 1) / k * n * sizeof(float));
+    nccl_check(ncclAllGather((char*)x + nccl_ranks[group] * part * size, x, part, type, nccl_comms[group], 0));
+    comm_end(group, (double)(k - 1) / k * n * size);
 }
-
-// The same in bf16 (ZeRO-1's gathering of the bf16 copy of the parameters).
+static void nccl_all_gather(int group, float* x, size_t n) { nccl_all_gather_of(group, x, n, ncclFloat, sizeof(float)); }
+// ZeRO-1's gathering of the bf16 copy of the parameters
 static void nccl_all_gather_bf16(int group, bf16* x, size_t n) {
-    int k = nccl_sizes[group];
-    if (k <= 1) return;
-    size_t part = n / k;
-    comm_begin();
-    nccl_check(ncclAllGather(x + (size_t)nccl_ranks[group] * part, x, part, ncclBfloat16, nccl_comms[group], 0));
-    comm_end(group, (double)(k - 1) / k * n * sizeof(bf16));
+    nccl_all_gather_of(group, x, n, ncclBfloat16, sizeof(bf16));
 }
 
 // x[0..n) of member `root` to every member of the group, in place. Counted as the all-gather
