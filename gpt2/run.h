@@ -629,12 +629,12 @@ static inline void run_print_summary(const Run* run, const GPT2* model) {
     }
 }
 
-// Each process's part of a split run, printed by rank 0 after the first step: its layers and
-// heads, the memory of its parameters, gradients, AdamW state (the moments; in train_gpu's bf16
-// under ZeRO-1, the float32 master copy of its part too) and activations, and the bytes it sent
-// in that step, by group.
-static inline void run_print_parts(const Run* run, const GPT2* model) {
-    if (!run->split) return;
+// Each process's part of a run over several processes, printed by rank 0 after the first step:
+// its layers and heads (all of them under plain data parallelism), the memory of its parameters,
+// gradients, AdamW state (the moments; in train_gpu's bf16 under ZeRO-1, the float32 master copy
+// of its part too) and activations, and the bytes it sent in that step, by group.
+static inline void run_print_parts(const GPT2* model) {
+    if (procs.size == 1) return;
     Shard s = model->shard;
     char line[256];
     double mb = 1e6;
@@ -828,7 +828,7 @@ static inline void run_print_step(Run* run, const Trainer* dev, const GPT2* mode
     printf(" | %lld tok/step, %d micro-step%s", run->step_tokens, run->micro_steps, run->micro_steps > 1 ? "s" : "");
     if (procs.mpi) {
         printf(" x %d process%s, all-reduce %.1f ms", procs.size, procs.size > 1 ? "es" : "", run->reduce_time * 1e3);
-        if (run->split) printf(", comm %.1f ms", split.comm_seconds * 1e3);
+        if (procs.size > 1) printf(", comm %.1f ms", split.comm_seconds * 1e3);
     }
     printf("\n");
     fflush(stdout);
@@ -947,7 +947,7 @@ static inline void run_train(Run* run, const Trainer* dev, GPT2* model) {
         float lr = learning_rate_at(c, step);
         float norm = run_step(run, dev, model, step, lr);
         run_print_step(run, dev, model, step, norm, lr, now_seconds() - t0);
-        if (step == run->start_step + 1) run_print_parts(run, model);
+        if (step == run->start_step + 1) run_print_parts(model);
         int last = step == c->max_steps;
         if (use_val && (step % c->val_every == 0 || last)) run_validate(run, dev, model, step);
         if (c->sample_every > 0 && (step % c->sample_every == 0 || last) && (rank0 || split_is_model_parallel())) {

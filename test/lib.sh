@@ -11,8 +11,9 @@
 #   build_train_cpu [FLAGS]  $dir/train_cpu from train_cpu.c with $CFLAGS and FLAGS
 #   cut_run FROM TO STEP     TO = the -o folder FROM as a run killed after its checkpoint at STEP
 #                            had left it: that checkpoint and state, main.log up to STEP
-#   printed_after STEP FILE  what a training run printed (FILE) after STEP, without the timings
-#                            and the "wrote"/"average" lines: the part a resumed run must repeat
+#   printed_after STEP FILE  what a training run printed (FILE) after STEP, without the timings,
+#                            the "wrote"/"average" lines and the processes' lines that follow a
+#                            run's first step: the part a resumed run must repeat
 #   tiny_run_files MAXT C NTRAIN NVAL SEED
 #                            a small random run in $dir: model.bin (V=97, 2 layers, 2 heads, C
 #                            channels, context MAXT) with train.bin of NTRAIN tokens, val.bin of
@@ -62,7 +63,7 @@ cut_run() {
 
 printed_after() {
   awk -v s="$1" '$1 == "step" && $2 + 0 > s && $2 ~ /\// {on=1} on' "$2" |
-    sed -E 's/ \| [0-9.]+ ms \| .*$//' | grep -v -e '^average' -e '^wrote'
+    sed -E 's/ \| [0-9.]+ ms \| .*$//' | grep -v -e '^average' -e '^wrote' -e '^rank [0-9]* ('
 }
 
 tiny_run_files() {

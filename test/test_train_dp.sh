@@ -8,7 +8,8 @@
 #   1. -b 2 -d 64 (2 micro-steps); mpirun -np 2 -b 2 (2 processes); mpirun -np 2 -b 1 -d 64
 #      (2 processes x 2 micro-steps): the same lines, losses, norms, checkpoint, AdamW state and
 #      main.log within float32 rounding (test/compare_gpu_run.py --precision fp32), one summary and
-#      one line per step (only rank 0 prints), which name the micro-steps and processes;
+#      one line per step (only rank 0 prints), which name the micro-steps and processes, and
+#      each process's line after step 1: its memory and the bytes it sent (its ring all-reduce share);
 #   2. the same three splits against PyTorch's undivided run (dev/reference/gpt2_ref.py train, B=4; test/
 #      compare_run.py, the tolerances of test_vs_pytorch);
 #   3. under the clip: the runs of 1 clip every step (norms above 1), and a clipped step's update
@@ -70,8 +71,15 @@ run ranks 2 -b 2
 run both 2 -b 1 -d 64
 for name in accum ranks both; do compare $name; done
 grep -q "| 64 tok/step, 2 micro-steps$" "$dir/accum.out" || bad "accum's progress line does not say its 2 micro-steps"
-grep -q "| 64 tok/step, 1 micro-step x 2 processes, all-reduce [0-9.]* ms$" "$dir/ranks.out" ||
-  bad "ranks' progress line does not say its 2 processes and the all-reduce time"
+grep -q "| 64 tok/step, 1 micro-step x 2 processes, all-reduce [0-9.]* ms, comm [0-9.]* ms$" "$dir/ranks.out" ||
+  bad "ranks' progress line does not say its 2 processes, the all-reduce time and the time in collectives"
+# each process holds the whole model and sends 2 (N-1)/N of the gradients, a ring all-reduce's share
+n=$(sed -n -E 's/^model: .*, ([0-9]+) parameters.*/\1/p' "$dir/ranks.out")
+mb=$(awk -v n="$n" 'BEGIN { printf "%.2f", n * 4 / 1e6 }')
+for r in 0 1; do
+  grep -qE "^rank $r \(tp 0, pp 0, dp $r\): layers 0-1, heads 2/2 \| params .* \| sent $mb MB/step \(tp 0.00, pp 0.00, dp $mb, wte 0.00\)$" "$dir/ranks.out" ||
+    bad "ranks: rank $r does not print its memory and the $mb MB of its share of the all-reduce"
+done
 grep -q "^batch: 64 tokens per step = B=1 x T=16 x 2 micro-steps x 2 processes$" "$dir/both.out" ||
   bad "both's summary does not say how its batch is split"
 for name in ranks both; do
@@ -99,7 +107,7 @@ $PY dev/reference/gpt2_ref.py make-model --model "$dir/small.bin" --tokens "$dir
 small=(-e "$dir/small.bin" -i "$dir/small_train.bin" -R 0 -n 1)
 run small_one 0 "${small[@]}" -b 8
 run small_both 2 "${small[@]}" -b 1 -d 128
-grep -q "| 128 tok/step, 4 micro-steps x 2 processes, all-reduce [0-9.]* ms$" "$dir/small_both.out" ||
+grep -q "| 128 tok/step, 4 micro-steps x 2 processes, all-reduce [0-9.]* ms, comm [0-9.]* ms$" "$dir/small_both.out" ||
   bad "small_both's progress line does not say its 4 micro-steps and 2 processes"
 # the norms before clipping, printed with 4 decimals: below the clip of 1 is "0.", and a step at
 # or above it would take the clipped branch, where the divisor no longer shows

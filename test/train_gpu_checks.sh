@@ -41,7 +41,7 @@
 #      split sums partial products in bf16). And -z 1 against the same 2 processes without it:
 #      the same printed numbers and byte-identical checkpoint and state files (ZeRO-1 changes who
 #      computes, not what), the same again when stopped at step 3 and resumed, and each
-#      process's memory as it should be. Skipped, saying so, without mpirun, MPI and NCCL, or 2
+#      process's memory as it should be (and, without ZeRO, the bytes of its all-reduce). Skipped, saying so, without mpirun, MPI and NCCL, or 2
 #      GPUs.
 set -u
 . "$(dirname "$0")/lib.sh"
@@ -190,8 +190,7 @@ else
   cut_run "$dir/mp_z1" "$dir/mp_z1_resumed" 3
   mpi_run 2 "$BIN" "${mp[@]}" -z 1 -o "$dir/mp_z1_resumed" -y 1 >"$dir/mp_z1_resumed.stdout" 2>&1 ||
     { echo "FAIL: mpirun -np 2 $BIN -z 1 -y 1 exited with $?:"; tail -5 "$dir/mp_z1_resumed.stdout"; status=1; }
-  if ! diff <(printed_after 3 "$dir/mp_z1.stdout" | grep -v '^rank ') \
-            <(printed_after 3 "$dir/mp_z1_resumed.stdout" | grep -v '^rank '); then
+  if ! diff <(printed_after 3 "$dir/mp_z1.stdout") <(printed_after 3 "$dir/mp_z1_resumed.stdout"); then
     echo "FAIL: -z 1 resumed at step 3 printed other steps than the run never stopped"; status=1
   fi
   for f in model_$mp_last.bin state_$mp_last.bin; do
@@ -202,6 +201,12 @@ else
   # blocks' matrices), and as optimizer state the moments and float32 master copy of half
   n=$(sed -nE 's/^model: .*, ([0-9]+) parameters .*/\1/p' "$dir/mp_z1.stdout")
   half=$(( (n + 1) / 2 ))
+  # plain data parallel: each process sends 2 (N-1)/N of the float32 gradients (a ring all-reduce)
+  mb=$($PY -c "print('%.2f' % (4 * $n / 1e6))")
+  for r in 0 1; do
+    grep -qE "^rank $r \(tp 0, pp 0, dp $r\): layers 0-2, heads 6/6 \| .* \| sent $mb MB/step \(tp 0.00, pp 0.00, dp $mb, wte 0.00\)$" \
+      "$dir/mp_dp2.stdout" || { echo "FAIL: data parallel: rank $r does not report the $mb MB of its all-reduce"; status=1; }
+  done
   if [ "$PREC" = fp32 ]; then params=$((4 * n)) adamw=$((8 * half))
   else params=$((2 * 2 * half + 4 * (n - 12 * 3 * C * C))) adamw=$((12 * half))
   fi

@@ -15,7 +15,7 @@
 # For each: ms per step (the median of the steps after the first), tok/s (tokens per step / that
 # median), the speedup over the baseline, memory per process (the most any rank holds: parameters,
 # gradients, AdamW moments and activations with their gradients, from train_cpu's rank lines, or its
-# memory line where the run is not split), rank 0's communication per step (train_cpu's "comm":
+# memory line for one process), rank 0's communication per step (train_cpu's "comm":
 # collectives and pipeline transfers, waiting for the other rank included; the median) and its share
 # of the step, the MB each rank sends per step (the most of any rank), and the loss after the last
 # step (the same batches and the same model: the rows should agree to rounding).
@@ -75,8 +75,8 @@ echo "load average after the runs: $(load)" >>$out/par_head.txt
 
 # One run's figures, from its output: "MS|COMM|STATE|ACT|SENT|PARTS|LOSS", COMM and SENT "-" for
 # one process, PARTS the nonzero groups of the rank that sends the most ("(tp 8.39)"), or "".
-figures() {  # FILE PROCESSES PARAMETERS
-  awk -v np="$2" -v params="$3" '
+figures() {  # FILE PROCESSES
+  awk -v np="$2" '
     function median(a, n,    i, j, x) {
       for (i = 2; i <= n; i++) { x = a[i]; for (j = i - 1; j > 0 && a[j] > x; j--) a[j + 1] = a[j]; a[j + 1] = x }
       return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
@@ -92,8 +92,7 @@ figures() {  # FILE PROCESSES PARAMETERS
       split($0, cell, " \\| ")
       ms[n] = cell[5] + 0
       loss = after($0, "loss")
-      if (index($0, ", comm ")) comm[n] = after($0, ", comm")
-      else if (index($0, "all-reduce ")) comm[n] = after($0, "all-reduce")
+      if (index($0, ", comm ")) { comm[n] = after($0, ", comm"); ncomm++ }
     }
     /^memory: / { state = after($0, "AdamW m, v"); act = after($0, "their gradients") }
     /^rank [0-9]+ \(/ {
@@ -111,15 +110,12 @@ figures() {  # FILE PROCESSES PARAMETERS
       }
     }
     END {
-      if (np > 1 && sent == "") {  # not split: plain data parallel, a ring all-reduce of the gradients
-        sent = 2 * (np - 1) / np * params * 4 / 1e6; parts = "dp"; computed = "*"
-      }
+      if (np > 1 && (sent == "" || ncomm < n)) exit 1  # every process prints its line, each step its comm
       printf "%.1f|%s|%.1f|%.1f|%s|%s|%.6f\n", median(ms, n), (np > 1 ? sprintf("%.1f", median(comm, n)) : "-"),
-        state, act, (np > 1 ? sprintf("%.2f", sent) computed : "-"), (parts == "" ? "" : "(" parts ")"), loss
+        state, act, (np > 1 ? sprintf("%.2f", sent) : "-"), (parts == "" ? "" : "(" parts ")"), loss
     }' "$1"
 }
 
-params=$(sed -n -E 's/^model: .*, ([0-9]+) parameters.*/\1/p' $out/par_one.txt)
 {
   cat $out/par_head.txt
   grep -m1 '^model:' $out/par_one.txt
@@ -131,12 +127,12 @@ params=$(sed -n -E 's/^model: .*, ([0-9]+) parameters.*/\1/p' $out/par_one.txt)
   base=""
   for row in "${rows[@]}"; do
     IFS='|' read -r name np threads opts label <<<"$row"
-    fig=$(figures "$out/par_$name.txt" "$np" "$params")
+    fig=$(figures "$out/par_$name.txt" "$np") ||
+      { echo "bench_parallel: $name: no rank lines or no comm time in its output" >&2; exit 1; }
     IFS='|' read -r ms comm state act sent sent_parts loss <<<"$fig"
     [ -n "$base" ] || base=$ms
     share=""
     [ "$comm" = - ] || share=$(awk -v c="$comm" -v m="$ms" 'BEGIN { printf " (%2.0f%%)", 100 * c / m }')
-    [ "$name" = dp ] && share="$share*"
     printf "%-22s %5s %8.1f %6.0f %7.2fx %26s %20s %-34s %10s\n" "$label" "$np" "$ms" \
       "$(awk -v t="$tokens" -v m="$ms" 'BEGIN { print t / m * 1e3 }')" "$(awk -v a="$base" -v b="$ms" 'BEGIN { print a / b }')" \
       "$(awk -v s="$state" -v a="$act" 'BEGIN { printf "%.1f (%.1f + %.1f)", s + a, s, a }')" "$comm$share" \
@@ -145,8 +141,8 @@ params=$(sed -n -E 's/^model: .*, ([0-9]+) parameters.*/\1/p' $out/par_one.txt)
   echo
   echo "state: parameters + gradients + AdamW m, v; act: activations + their gradients; of the rank that holds the most."
   echo "comm: rank 0's seconds in collectives and pipeline transfers per step, waiting for the other rank included."
-  echo "* dp 2 without ZeRO is not a split, and train_cpu prints neither comm nor rank lines for it: comm is its"
-  echo "  all-reduce time, sent the 2 (N-1)/N x $(awk -v p="$params" 'BEGIN { printf "%.1f", p * 4 / 1e6 }') MB of gradients that a ring all-reduce sends (as train_cpu counts the others)."
+  echo "sent: as train_cpu counts it, by the ring algorithms: an all-reduce sends 2 (N-1)/N of the array, a reduce-scatter"
+  echo "  or an all-gather (N-1)/N; pipeline transfers whole."
   echo
   for row in "${rows[@]}"; do
     IFS='|' read -r name np threads opts label <<<"$row"
