@@ -41,8 +41,8 @@
 #      split sums partial products in bf16). And -z 1 against the same 2 processes without it:
 #      the same printed numbers and byte-identical checkpoint and state files (ZeRO-1 changes who
 #      computes, not what), the same again when stopped at step 3 and resumed, and each
-#      process's memory as it should be (and, without ZeRO, the bytes of its all-reduce). Skipped, saying so, without mpirun, MPI and NCCL, or 2
-#      GPUs.
+#      process's memory as it should be (and, without ZeRO, the bytes of its all-reduce).
+#      Skipped, saying so, without mpirun, MPI and NCCL, or 2 GPUs.
 set -u
 . "$(dirname "$0")/lib.sh"
 BIN=${1:?usage: test/train_gpu_checks.sh TRAIN_GPU_BINARY fp32|bf16}
