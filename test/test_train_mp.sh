@@ -4,7 +4,7 @@
 # run in one process, on a model whose sizes are not powers of two (V=97, L=3, NH=6, C=48, hs=8:
 # 3 layers over 2 stages is an uneven split), one OpenMP thread per process.
 #   1. 2 processes: -tp 2; -pp 2 (1F1B); -pp 2 -ps gpipe; -z 1 (dp 2). 4 processes: -tp 2 -pp 2;
-#      -pp 2 -z 1 (dp 2); -tp 2 -z 1 (dp 2). 3 processes: -pp 3. Every run: 10 steps of 4
+#      -pp 2 -z 1 (dp 2); -tp 2 -z 1 (dp 2); -tp 2 and -pp 2 with plain dp 2. 3 processes: -pp 3. Every run: 10 steps of 4
 #      micro-steps, validation, samples and checkpoints every 5 steps; against the undivided run,
 #      test/compare_gpu_run.py --precision fp32 (every loss and validation loss within 1e-5
 #      relative, norms, the same lines and samples, the gathered checkpoint and AdamW state
@@ -72,8 +72,10 @@ run z1 2 -b 1 -z 1
 run tp2_pp2 4 -b 2 -tp 2 -pp 2
 run pp2_z1 4 -b 1 -pp 2 -z 1
 run tp2_z1 4 -b 1 -tp 2 -z 1
+run tp2_dp2 4 -b 1 -tp 2
+run pp2_dp2 4 -b 1 -pp 2
 run pp3 3 -b 2 -pp 3
-for name in tp2 pp2 pp2_gpipe z1 tp2_pp2 pp2_z1 tp2_z1 pp3; do compare $name; done
+for name in tp2 pp2 pp2_gpipe z1 tp2_pp2 pp2_z1 tp2_z1 tp2_dp2 pp2_dp2 pp3; do compare $name; done
 grep -q "^rank 3 (tp 1, pp 1, dp 0): layers 2-2, heads 3/6 | params" "$dir/tp2_pp2.out" ||
   bad "tp2_pp2 does not print rank 3's part (stage 1: layer 2; 3 of the 6 heads)"
 grep -q "^rank 1 (tp 0, pp 0, dp 1): .* AdamW 0.4 MB, .* sent [0-9.]* MB/step (tp 0.00, pp 0.00, dp 0.[0-9]*, wte 0.00)$" "$dir/z1.out" ||
