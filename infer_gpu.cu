@@ -66,7 +66,7 @@ static void gpu_build(const GPT2* model, int slots, int pages, const char* preci
     if (g->is_bf16) {
         cuda_check(cudaMalloc((void**)&g->params16, n * sizeof(bf16)));
         float_to_bf16_gpu(g->params16, g->params, n);
-        g->generator = generator_gpu_device(c, p, weights_over_copy<bf16>(p, g->params16, model->param_sizes),
+        g->generator = generator_gpu_device(c, p, weights_over_copy(p, g->params16, model->param_sizes),
                                             &LAYERS_BF16_INFER, slots, pages);
     } else {
         g->generator = generator_gpu_device(c, p, p, &LAYERS_GPU_INFER, slots, pages);

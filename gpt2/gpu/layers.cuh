@@ -50,19 +50,17 @@ static const LayersOf<bf16> LAYERS_BF16_INFER = with_cached_attention(LAYERS_BF1
 
 // ---------- the weights the layers read ----------
 
-// The weights a floatX pass reads: the float32 tensors of p (embeddings, layernorms, biases) and,
-// in bf16, the matrices (wte and the blocks') from `copy`, a bf16 copy laid out by `sizes` as a
-// whole parameter array is; in float32 (copy NULL), p itself.
-template <typename floatX>
-static ParameterTensorsOf<floatX> weights_over_copy(ParameterTensors p, const floatX* copy, const size_t* sizes) {
-    if (copy == NULL) return *(ParameterTensorsOf<floatX>*)&p;
-    floatX* at[NUM_PARAMETER_TENSORS];
+// The weights a bf16 pass reads: the float32 tensors of p (embeddings, layernorms, biases) and the
+// matrices (wte and the blocks') from `copy`, a bf16 copy laid out by `sizes` as a whole parameter
+// array is. (A float32 pass reads p itself.)
+static ParameterTensorsOf<bf16> weights_over_copy(ParameterTensors p, const bf16* copy, const size_t* sizes) {
+    bf16* at[NUM_PARAMETER_TENSORS];
     for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
-        at[k] = (floatX*)copy;
+        at[k] = (bf16*)copy;
         copy += sizes[k];
     }
-    ParameterTensorsOf<floatX> w = {at[WTE], p.wpe, p.ln1w, p.ln1b, at[QKVW], p.qkvb, at[ATTPROJW], p.attprojb,
-                                    p.ln2w, p.ln2b, at[FCW], p.fcb, at[FCPROJW], p.fcprojb, p.lnfw, p.lnfb};
+    ParameterTensorsOf<bf16> w = {at[WTE], p.wpe, p.ln1w, p.ln1b, at[QKVW], p.qkvb, at[ATTPROJW], p.attprojb,
+                                  p.ln2w, p.ln2b, at[FCW], p.fcb, at[FCPROJW], p.fcprojb, p.lnfw, p.lnfb};
     return w;
 }
 

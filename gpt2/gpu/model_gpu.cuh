@@ -235,7 +235,7 @@ static size_t float32_sizes_bf16(size_t* sizes32, GPUPart p) {
 // The weights the bf16 passes read, the whole shard's (shard_parameters_of_layer gives a
 // layer's): the matrices from the bf16 copy, the rest float32.
 static ParameterTensorsOf<bf16> weights_bf16(const GPT2BF16* m) {
-    return weights_over_copy<bf16>(m->base.params, m->params16, m->base.param_sizes);
+    return weights_over_copy(m->base.params, m->params16, m->base.param_sizes);
 }
 
 // The activations of a batch of B x T of a shard laid out from `memory` (NULL: only counted),
