@@ -83,16 +83,17 @@ static float* to_host(const float* d, size_t n) {
 }
 
 // Compares n floats of a host array (gpu) with the reference; mask, if not NULL, says which to
-// compare. Prints one line; counts a failure.
-static int compare_host(const char* what, const float* gpu, const float* ref, size_t n, float atol,
-                        float rtol, const unsigned char* mask) {
+// compare; slack, if not NULL, is added to each value's allowed error (a bound that differs from
+// value to value). Prints one line; counts a failure.
+static int compare_host_slack(const char* what, const float* gpu, const float* ref, size_t n, float atol,
+                              float rtol, const unsigned char* mask, const float* slack) {
     size_t bad = 0, first_bad = 0, compared = 0;
     double max_err = 0.0, max_ratio = 0.0;
     for (size_t i = 0; i < n; i++) {
         if (mask != NULL && !mask[i]) continue;
         compared++;
         double err = fabs((double)gpu[i] - (double)ref[i]);
-        double allowed = atol + rtol * fabs((double)ref[i]);
+        double allowed = atol + rtol * fabs((double)ref[i]) + (slack != NULL ? slack[i] : 0.0);
         int ok = err <= allowed;  // false for NaN
         if (!ok) {
             if (bad == 0) first_bad = i;
@@ -110,6 +111,10 @@ static int compare_host(const char* what, const float* gpu, const float* ref, si
     printf("  ok   %-34s %zu values, max |diff| %.3g (%.0f%% of tolerance)\n", what, compared, max_err,
            100.0 * max_ratio);
     return 0;
+}
+static int compare_host(const char* what, const float* gpu, const float* ref, size_t n, float atol,
+                        float rtol, const unsigned char* mask) {
+    return compare_host_slack(what, gpu, ref, n, atol, rtol, mask, NULL);
 }
 static int compare(const char* what, const float* dev, const float* ref, size_t n, float atol, float rtol) {
     float* h = to_host(dev, n);
@@ -804,9 +809,19 @@ static void time_matmul_bf16(const char* name, int N, int C, int OC) {
 // get the exact effect of the GPU's D added (-scale dD_i sum_j P_ij k_j, and the same for dk):
 // the CPU's backward given the GPU's output, held to the tolerances above. Also: two backward
 // runs must give the same bits (no atomics).
-static void check_attention_bf16(int B, int T, int C, int NH, int bench) {
+// The tensor-core kernels (FLASH_TENSOR_CORES) round two more things to bf16 on the way into
+// their second products, as FlashAttention-2 does: P before O = P V and dV = P^T dO, dS before
+// dK = dS^T Q and dQ = dS K. Each rounding moves a term of those sums by at most 2^-9 of itself,
+// so a value may move by 2^-9 of the sum of its terms' magnitudes: out_id by 2^-9 sum_j P_ij |v_jd|,
+// dv_jd by 2^-9 sum_i P_ij |dO_id|, dk_jd by 2^-9 scale sum_i |dS_ij| |q_id|, dq_id by 2^-9 scale
+// sum_j |dS_ij| |k_jd|. Twice those bounds, computed per value from the CPU's P and dS, are added
+// to the tolerances above: a bound, where a wrong index or mask gives errors of the size of the
+// sums themselves.
+static void check_attention_bf16(int B, int T, int C, int NH, int bench, FlashKernels kernels) {
     int hs = C / NH;
-    printf("attention bf16 (flash) B=%d T=%d C=%d NH=%d, head size %d\n", B, T, C, NH, hs);
+    bool mma = kernels == FLASH_TENSOR_CORES;
+    printf("attention bf16 (flash, %s) B=%d T=%d C=%d NH=%d, head size %d\n", mma ? "tensor cores" : "CUDA cores",
+           B, T, C, NH, hs);
     size_t BT = (size_t)B * T, n_qkv = BT * 3 * C, n_out = BT * C, n_lse = (size_t)B * NH * T;
     size_t n_att = (size_t)B * NH * T * T;
     float scale = 1.0f / sqrtf((float)hs);
@@ -825,9 +840,23 @@ static void check_attention_bf16(int B, int T, int C, int NH, int bench) {
     }
     bf16* d_out = device_poisoned_bf16(n_out);
     float* d_lse = device_poisoned(n_lse);
-    flash_attention_forward_bf16(d_out, d_lse, d_qkv, B, T, C, NH);
+    flash_attention_forward_with(kernels, d_out, d_lse, d_qkv, B, T, C, NH);
     float* out_gpu = to_host_bf16(d_out, n_out);
-    compare_host("flash forward out", out_gpu, out, n_out, max_abs(out, n_out) / 8192, BF16_RTOL, NULL);
+    // the bounds of the tensor cores' bf16 P and dS (above), per value; zero for the CUDA cores
+    float *slack_out = host_zeros(n_out), *slack_qkv = host_zeros(n_qkv);
+    const double u2 = mma ? 2.0 / 512 : 0.0;  // twice a bf16 rounding's 2^-9
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int i = 0; i < T; i++) {
+                const float* P = att + (((size_t)b * NH + h) * T + i) * T;
+                for (int d = 0; d < hs; d++) {
+                    double sum = 0.0;
+                    for (int j = 0; j <= i; j++) sum += P[j] * fabs(qkv[((size_t)b * T + j) * 3 * C + 2 * C + h * hs + d]);
+                    slack_out[((size_t)b * T + i) * C + h * hs + d] = (float)(u2 * sum);
+                }
+            }
+    compare_host_slack("flash forward out", out_gpu, out, n_out, max_abs(out, n_out) / 8192, BF16_RTOL, NULL,
+                       slack_out);
     compare("flash forward lse", d_lse, lse, n_lse, max_abs(lse, n_lse) / 65536, 0.0f);
 
     float* dout = host_random(n_out, -2, 2);
@@ -852,9 +881,26 @@ static void check_attention_bf16(int B, int T, int C, int NH, int bench) {
                     }
                 }
             }
+    for (int b = 0; b < B; b++)  // the bounds of the backward's bf16 P and dS (above)
+        for (int h = 0; h < NH; h++)
+            for (int i = 0; i < T; i++)
+                for (int j = 0; j <= i; j++) {
+                    size_t ij = (((size_t)b * NH + h) * T + i) * T + j;
+                    double p = u2 * att[ij], ds = u2 * scale * fabs(dpreatt[ij]);
+                    const float* qi = qkv + ((size_t)b * T + i) * 3 * C + h * hs;
+                    const float* kj = qkv + ((size_t)b * T + j) * 3 * C + C + h * hs;
+                    const float* doi = dout + ((size_t)b * T + i) * C + h * hs;
+                    float* sq = slack_qkv + ((size_t)b * T + i) * 3 * C + h * hs;
+                    float* sk = slack_qkv + ((size_t)b * T + j) * 3 * C + C + h * hs;
+                    for (int d = 0; d < hs; d++) {
+                        sq[d] += (float)(ds * fabs(kj[d]));
+                        sk[d] += (float)(ds * fabs(qi[d]));
+                        sk[C + d] += (float)(p * fabs(doi[d]));  // dv
+                    }
+                }
     bf16 *d_dqkv = device_poisoned_bf16(n_qkv), *d_dqkv2 = device_poisoned_bf16(n_qkv);
-    flash_attention_backward_bf16(d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, C, NH);
-    flash_attention_backward_bf16(d_dqkv2, d_dout, d_qkv, d_out, d_lse, B, T, C, NH);
+    flash_attention_backward_with(kernels, d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, C, NH);
+    flash_attention_backward_with(kernels, d_dqkv2, d_dout, d_qkv, d_out, d_lse, B, T, C, NH);
     float *dqkv_gpu = to_host_bf16(d_dqkv, n_qkv), *dqkv_gpu2 = to_host_bf16(d_dqkv2, n_qkv);
     // atol from the largest of all three gradients: dq and dk may be all zero up to float32 noise
     // (at T = 1 the softmax has one entry, whose gradient vanishes), dv = P^T dO never is
@@ -863,7 +909,7 @@ static void check_attention_bf16(int B, int T, int C, int NH, int bench) {
     float maxref = max_abs(dqkv, n_qkv);
     for (int p = 0; p < 3; p++) {
         for (size_t i = 0; i < n_qkv; i++) mask[i] = (i % (3 * C)) / C == (size_t)p;
-        compare_host(names[p], dqkv_gpu, dqkv, n_qkv, maxref / 8192, BF16_RTOL, mask);
+        compare_host_slack(names[p], dqkv_gpu, dqkv, n_qkv, maxref / 8192, BF16_RTOL, mask, slack_qkv);
     }
     int same = memcmp(dqkv_gpu, dqkv_gpu2, n_qkv * sizeof(float)) == 0;
     printf("  %s flash backward twice             %s\n", same ? "ok  " : "FAIL", same ? "the same bits" : "different bits");
@@ -872,14 +918,16 @@ static void check_attention_bf16(int B, int T, int C, int NH, int bench) {
         // useful flops of causal attention: half of the 2 T^2 hs of each of the forward's two products
         // per head, and of the backward's five (S again, dP, dV, dK, dQ)
         double fwd = 2.0 * B * NH * (double)T * T * hs, bwd = 2.5 * fwd;
-        report_bf16("flash attention forward",
-                    median_ms_gpu([&] { flash_attention_forward_bf16(d_out, d_lse, d_qkv, B, T, C, NH); }), fwd);
-        report_bf16("flash attention backward", median_ms_gpu([&] {
-            flash_attention_backward_bf16(d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, C, NH);
-        }), bwd);
+        report_bf16(mma ? "flash attention forward (tensor cores)" : "flash attention forward (CUDA cores)",
+                    median_ms_gpu([&] { flash_attention_forward_with(kernels, d_out, d_lse, d_qkv, B, T, C, NH); }),
+                    fwd);
+        report_bf16(mma ? "flash attention backward (tensor cores)" : "flash attention backward (CUDA cores)",
+                    median_ms_gpu([&] {
+                        flash_attention_backward_with(kernels, d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, C, NH);
+                    }), bwd);
     }
     free(qkv); free(out); free(preatt); free(att); free(lse); free(out_gpu); free(dout); free(dqkv);
-    free(dpreatt); free(datt); free(dqkv_gpu); free(dqkv_gpu2); free(mask);
+    free(dpreatt); free(datt); free(dqkv_gpu); free(dqkv_gpu2); free(mask); free(slack_out); free(slack_qkv);
     cuda_check(cudaFree(d_qkv)); cuda_check(cudaFree(d_out)); cuda_check(cudaFree(d_lse));
     cuda_check(cudaFree(d_dout)); cuda_check(cudaFree(d_dqkv)); cuda_check(cudaFree(d_dqkv2));
 }
@@ -1053,7 +1101,8 @@ static void paged_case_free(PagedCase<floatX>* pc) {
 
 // attention_paged_forward_gpu against attention_forward_paged (gpt2/kv_pages.h) on the same
 // cache (PagedCase) and qkv. Compared: out (float32: 1e-6 + 1e-5 |x|, sums in another order and
-// the GPU's expf; bf16: the one rounding of the output, as for flash attention); the pool on the
+// the GPU's expf; bf16: the one rounding of the output, and in a prefill the bound of flash
+// attention's bf16 P, below); the pool on the
 // sequences' rows, exactly (the new rows are copies, the others untouched), and outside them
 // (still NaN); and the last sequence run alone against its rows of the batch, bit for bit (the
 // split does not depend on the batch).
@@ -1073,8 +1122,12 @@ static void check_attention_paged(int B, int T, int C, int NH, const int* pos, i
     attention_forward_paged(out, &pc.cpu, qkv, B, T, C, NH);
     attention_paged_forward_gpu(d_out, &pc.gpu, d_qkv, B, T, C, NH);
     float* got = to_host_as(d_out, n_out);
-    compare_host("paged attention out", got, out, n_out, bf ? max_abs(out, n_out) / 8192 : 1e-6f,
-                 bf ? BF16_RTOL : 1e-5f, NULL);
+    // A bf16 prefill runs flash attention on the tensor cores, which rounds P to bf16 before P V:
+    // out_id moves by up to 2^-9 sum_j P_ij |v_jd| <= 2^-9 max |v| (check_attention_bf16 holds
+    // those kernels to the bound per value); twice that is added here.
+    float atol = bf ? max_abs(out, n_out) / 8192 : 1e-6f;
+    if (bf && pc.prefill) atol += 2.0f / 512 * max_abs(qkv, n_qkv);
+    compare_host("paged attention out", got, out, n_out, atol, bf ? BF16_RTOL : 1e-5f, NULL);
     float *got_key = to_host_as(pc.gpu.key, n_pool), *got_value = to_host_as(pc.gpu.value, n_pool);
     compare_host("paged attention keys in the pool", got_key, pc.key, n_pool, 0.0f, 0.0f, pc.mask);
     compare_host("paged attention values in the pool", got_value, pc.value, n_pool, 0.0f, 0.0f, pc.mask);
@@ -1222,14 +1275,18 @@ static void check_bf16_path(int argc, char** argv, int bench) {
         }
     }
     if (wanted(argc, argv, "attention_bf16")) {
-        // every compiled head size; T below, at and past the 64-row blocks and 32-row tiles; T = 1
-        check_attention_bf16(2, 29, 32, 2, 0);
-        check_attention_bf16(1, 70, 64, 2, 0);
-        check_attention_bf16(2, 67, 128, 2, 0);
-        check_attention_bf16(1, 33, 256, 2, 0);
-        check_attention_bf16(1, 1, 64, 1, 0);
-        check_attention_bf16(1, 150, 64, 4, 0);
-        if (!quick) check_attention_bf16(B, T, C, NH, bench);
+        // both kernels, every compiled head size (16, 32, 64, 128); T below, at and past the 64-row
+        // blocks and the 32- and 64-row tiles; T = 1
+        for (FlashKernels k : {FLASH_CUDA_CORES, FLASH_TENSOR_CORES}) {
+            check_attention_bf16(2, 29, 32, 2, 0, k);
+            check_attention_bf16(1, 70, 64, 2, 0, k);
+            check_attention_bf16(2, 67, 128, 2, 0, k);
+            check_attention_bf16(1, 33, 256, 2, 0, k);
+            check_attention_bf16(1, 1, 64, 1, 0, k);
+            check_attention_bf16(1, 150, 64, 4, 0, k);
+            check_attention_bf16(1, 97, 256, 2, 0, k);
+            if (!quick) check_attention_bf16(B, T, C, NH, bench, k);
+        }
     }
     if (wanted(argc, argv, "attention_paged_bf16")) check_attention_paged_cases<bf16>(bench);
     if (!quick && wanted(argc, argv, "memory")) {

@@ -10,7 +10,7 @@
 #include "../arithmetic.h"      // attention_scale
 #include "../kv_pages.h"        // kv_row: where a position's key and value lie in the pool
 #include "cuda_utils.cuh"
-#include "flash_attention.cuh"  // flash_row_sum; flash attention runs a bf16 prefill
+#include "flash_attention_mma.cuh"  // flash_row_sum; flash attention runs a bf16 prefill
 
 // ---------- the split, and why: a roofline ----------
 //

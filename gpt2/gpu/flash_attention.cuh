@@ -1,5 +1,6 @@
 // gpt2/gpu/flash_attention.cuh: the bf16 path's causal self-attention, forward and backward,
-// that never stores the T x T scores (Dao et al. 2022): bf16 in and out, float32 inside.
+// that never stores the T x T scores (Dao et al. 2022), on the CUDA cores: bf16 in and out,
+// float32 inside. gpt2/gpu/flash_attention_mma.cuh runs the same arithmetic on the tensor cores.
 
 #ifndef GPT2_GPU_FLASH_ATTENTION_CUH
 #define GPT2_GPU_FLASH_ATTENTION_CUH
@@ -33,10 +34,11 @@
 // output value has one owner that adds its terms in a fixed order, so there are no atomics and
 // two runs give the same bits, for the price of computing S and P twice.
 //
-// How the kernels run (on CUDA cores; the products could later move to tensor cores): a block
-// owns FLASH_ROWS rows (queries, or keys in the dK/dV kernel) of one (b, h), a thread one row, and
-// the other side comes through shared memory FLASH_TILE rows at a time, converted to float once
-// when loaded; all threads of a warp then read the same row of the tile, a broadcast. A thread
+// How the kernels run (on the CUDA cores; gpt2/gpu/flash_attention_mma.cuh moves the products
+// to the tensor cores): a block owns FLASH_ROWS rows (queries, or keys in the dK/dV kernel) of
+// one (b, h), a thread one row, and the other side comes through shared memory FLASH_TILE rows
+// at a time, converted to float once when loaded; all threads of a warp then read the same row
+// of the tile, a broadcast. A thread
 // keeps its row's values and accumulators in registers, so the head size is a template
 // parameter (the loops over it unroll into registers). A row wider than FLASH_FWD_W (forward)
 // or FLASH_BWD_W (backward, which holds four rows: k, v, dk, dv) floats would not fit in
@@ -357,9 +359,11 @@ static void flash_backward_launch(bf16* dqkv, const bf16* dout, const bf16* qkv,
     launch_check(flash_attention_backward_dq_kernel);
 }
 
-// out (B,T,C) bf16; lse (B,NH,T) float32: the log-sum-exp of each query row's scaled scores,
-// kept for the backward. qkv (B,T,3C) bf16.
-static void flash_attention_forward_bf16(bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH) {
+// The forward on the CUDA cores: out (B,T,C) bf16; lse (B,NH,T) float32, the log-sum-exp of each
+// query row's scaled scores, kept for the backward. qkv (B,T,3C) bf16. The bf16 path calls
+// flash_attention_forward_bf16 (gpt2/gpu/flash_attention_mma.cuh), which runs these kernels for
+// the head sizes and alignments the tensor-core ones do not take.
+static void flash_attention_forward_cuda_cores(bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH) {
     int hs = flash_head_size(C, NH);
     flash_check_aligned(out, "out");
     flash_check_aligned(qkv, "qkv");
@@ -371,17 +375,23 @@ static void flash_attention_forward_bf16(bf16* out, float* lse, const bf16* qkv,
     }
 }
 
-// dqkv (B,T,3C) bf16 is written (not accumulated) with the gradients of Q, K and V; dout (B,T,C)
-// bf16; out and lse from the forward. D goes to the shared scratch buffer.
-static void flash_attention_backward_bf16(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
-                                          const float* lse, int B, int T, int C, int NH) {
+// D = dO . O for every row, in the shared scratch buffer (B, NH, T), which it returns.
+static float* flash_attention_backward_d(const bf16* dout, const bf16* out, int B, int T, int C, int NH) {
+    float* D = scratch_floats((size_t)B * NH * T);
+    flash_attention_backward_d_kernel<<<ceil_div((size_t)B * T * NH, 256), 256>>>(D, dout, out, B, T, C, NH);
+    launch_check(flash_attention_backward_d_kernel);
+    return D;
+}
+
+// The backward on the CUDA cores: dqkv (B,T,3C) bf16 is written (not accumulated) with the
+// gradients of Q, K and V; dout (B,T,C) bf16; out and lse from the forward.
+static void flash_attention_backward_cuda_cores(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
+                                                const float* lse, int B, int T, int C, int NH) {
     int hs = flash_head_size(C, NH);
     flash_check_aligned(dqkv, "dqkv");
     flash_check_aligned(dout, "dout");
     flash_check_aligned(qkv, "qkv");
-    float* D = scratch_floats((size_t)B * NH * T);
-    flash_attention_backward_d_kernel<<<ceil_div((size_t)B * T * NH, 256), 256>>>(D, dout, out, B, T, C, NH);
-    launch_check(flash_attention_backward_d_kernel);
+    float* D = flash_attention_backward_d(dout, out, B, T, C, NH);
     switch (hs) {
     case 16: flash_backward_launch<16>(dqkv, dout, qkv, lse, D, B, T, C, NH); break;
     case 32: flash_backward_launch<32>(dqkv, dout, qkv, lse, D, B, T, C, NH); break;

@@ -13,7 +13,7 @@
 #include "matmul_fp32.cuh"
 #include "matmul_bf16.cuh"
 #include "attention.cuh"
-#include "flash_attention.cuh"
+#include "flash_attention_mma.cuh"
 #include "attention_paged.cuh"
 #include "elementwise.cuh"
 
