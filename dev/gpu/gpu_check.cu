@@ -844,8 +844,8 @@ static void check_attention_bf16(int B, int T, int C, int NH, int bench, FlashKe
     float* out_gpu = to_host_bf16(d_out, n_out);
     // the bounds of the tensor cores' bf16 P and dS (above), per value; zero for the CUDA cores
     float *slack_out = host_zeros(n_out), *slack_qkv = host_zeros(n_qkv);
-    const double u2 = mma ? 2.0 / 512 : 0.0;  // twice a bf16 rounding's 2^-9
-    for (int b = 0; b < B; b++)
+    const double u2 = 2.0 / 512;  // twice a bf16 rounding's 2^-9
+    for (int b = 0; b < B && mma; b++)
         for (int h = 0; h < NH; h++)
             for (int i = 0; i < T; i++) {
                 const float* P = att + (((size_t)b * NH + h) * T + i) * T;
@@ -881,7 +881,7 @@ static void check_attention_bf16(int B, int T, int C, int NH, int bench, FlashKe
                     }
                 }
             }
-    for (int b = 0; b < B; b++)  // the bounds of the backward's bf16 P and dS (above)
+    for (int b = 0; b < B && mma; b++)  // the bounds of the backward's bf16 P and dS (above)
         for (int h = 0; h < NH; h++)
             for (int i = 0; i < T; i++)
                 for (int j = 0; j <= i; j++) {
