@@ -1222,6 +1222,125 @@ static void check_block_generation(void) {
     gpt2_free(&model);
 }
 
+// ---------- the wte gradient's buckets ----------
+//
+// encoder_backward's dwte adds to each token's row the dout rows of the positions holding that
+// token; the GPU sorts the positions by token and sums each bucket in chunks of sorted rows, a
+// bucket that crosses chunks in two passes (gpt2/gpu/encoder.cuh). These cases shape the buckets:
+// one token at every position (one bucket through every chunk), all tokens distinct (every bucket
+// one position, in shuffled order), and a mix as in text (frequencies falling as 1/rank: a few
+// long buckets, many of one), each with float and with bf16 dout, at B x T = 3 x 701 = 2103: a
+// multiple of neither the 32 rows of a chunk nor the 1024 keys a block sorts in shared memory,
+// so the last chunk and the last sort block are partial, and two merge passes run in global
+// memory. The values (dout, dwte and dwpe before) are multiples of 2^-6 in [-1, 1]: a sum of up
+// to 2104 of them is a multiple of 2^-6 below 2^12, 18 significant bits, exact in float32 in any
+// order, and each is exact in bf16 (7 significant bits). So the GPU must give the CPU's bits
+// exactly (tolerance 0), and a row summed twice, missed or read at another position shows.
+// Then, on random floats, whose sums do depend on the order, two runs must give the same bits.
+
+static float* host_grid(size_t n) {
+    float* x = (float*)malloc_check(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = (float)((int)(random_u32(&rng_state) % 129) - 64) / 64.0f;
+    return x;
+}
+
+template <typename floatX>
+static void check_encoder_backward_buckets(const char* tokens, const int* inp, int B, int T, int C, int V) {
+    const char* type = sizeof(floatX) == 2 ? "bf16" : "float";
+    size_t BT = (size_t)B * T, BTC = BT * C, VC = (size_t)V * C, TC = (size_t)T * C;
+    printf("encoder_backward %s, %s dout, B=%d T=%d C=%d V=%d\n", tokens, type, B, T, C, V);
+    float *dout = host_grid(BTC), *dwte = host_grid(VC), *dwpe = host_grid(TC);
+    floatX* d_dout = to_device_as<floatX>(dout, BTC);
+    int* d_inp = to_device_int(inp, BT);
+    float *d_dwte = to_device(dwte, VC), *d_dwpe = to_device(dwpe, TC);
+    encoder_backward(dwte, dwpe, dout, inp, B, T, C);
+    encoder_backward_gpu(d_dwte, d_dwpe, d_dout, d_inp, B, T, C);
+    compare("encoder_backward dwte (exact)", d_dwte, dwte, VC, 0.0f, 0.0f);
+    compare("encoder_backward dwpe (exact)", d_dwpe, dwpe, TC, 0.0f, 0.0f);
+    cuda_check(cudaFree(d_dout));
+    free(dout); free(dwte); free(dwpe);
+
+    dout = host_random(BTC, -1, 1);
+    dwte = host_random(VC, -1, 1);
+    d_dout = to_device_as<floatX>(dout, BTC);
+    float* runs[2];
+    for (int r = 0; r < 2; r++) {
+        cuda_check(cudaMemcpy(d_dwte, dwte, VC * sizeof(float), cudaMemcpyHostToDevice));
+        encoder_backward_gpu(d_dwte, d_dwpe, d_dout, d_inp, B, T, C);
+        runs[r] = to_host(d_dwte, VC);
+    }
+    int same = memcmp(runs[0], runs[1], VC * sizeof(float)) == 0;
+    printf("  %s %-34s %s\n", same ? "ok  " : "FAIL", "encoder_backward dwte twice", same ? "the same bits" : "different bits");
+    if (!same) failures++;
+    free(runs[0]); free(runs[1]); free(dout); free(dwte);
+    cuda_check(cudaFree(d_dout)); cuda_check(cudaFree(d_inp)); cuda_check(cudaFree(d_dwte)); cuda_check(cudaFree(d_dwpe));
+}
+
+// The bucketing itself: the GPU's sorted keys (encoder_backward_wte_sort_gpu) against the host's.
+// The sums above cannot see every wrong order: rows of one token left apart by a bad sort would
+// still be added, each run by its own thread, to the same row of dwte, a race between blocks on a
+// GPU that the emulator, running blocks one after another, never shows.
+static int cmp_u64(const void* a, const void* b) {
+    unsigned long long x = *(const unsigned long long*)a, y = *(const unsigned long long*)b;
+    return x < y ? -1 : x > y;
+}
+static void check_encoder_backward_sort(const char* tokens, const int* inp, int BT) {
+    printf("encoder_backward sort, %s, B*T=%d\n", tokens, BT);
+    size_t bytes = (size_t)BT * sizeof(unsigned long long);
+    unsigned long long* want = (unsigned long long*)malloc_check(bytes);
+    unsigned long long* got = (unsigned long long*)malloc_check(bytes);
+    for (int p = 0; p < BT; p++) want[p] = ((unsigned long long)(unsigned)inp[p] << 32) | (unsigned)p;
+    qsort(want, BT, sizeof(unsigned long long), cmp_u64);
+    unsigned long long *d_keys, *d_spare;
+    cuda_check(cudaMalloc((void**)&d_keys, bytes));
+    cuda_check(cudaMalloc((void**)&d_spare, bytes));
+    int* d_inp = to_device_int(inp, BT);
+    const unsigned long long* d_sorted = encoder_backward_wte_sort_gpu(d_keys, d_spare, d_inp, BT);
+    cuda_check(cudaMemcpy(got, d_sorted, bytes, cudaMemcpyDeviceToHost));
+    int same = memcmp(got, want, bytes) == 0;
+    printf("  %s %-34s %s\n", same ? "ok  " : "FAIL", "encoder_backward sort by token",
+           same ? "the host's order" : "another order than the host's");
+    if (!same) failures++;
+    free(want); free(got);
+    cuda_check(cudaFree(d_keys)); cuda_check(cudaFree(d_spare)); cuda_check(cudaFree(d_inp));
+}
+
+static void check_encoder_backward_bucket_cases(void) {
+    const int B = 3, T = 701, C = 67, BT = B * T;
+    int* inp = (int*)malloc_check(BT * sizeof(int));
+    for (int pass = 0; pass < 3; pass++) {
+        const char* tokens;
+        int V;
+        if (pass == 0) {
+            tokens = "one token everywhere";
+            V = 50;
+            for (int p = 0; p < BT; p++) inp[p] = 37;
+        } else if (pass == 1) {
+            tokens = "all tokens distinct";
+            V = 2500;
+            int* perm = (int*)malloc_check(V * sizeof(int));  // a shuffle of 0..V-1: the sort has work
+            for (int i = 0; i < V; i++) perm[i] = i;
+            for (int i = V - 1; i > 0; i--) {
+                int j = (int)(random_u32(&rng_state) % (uint32_t)(i + 1)), x = perm[i];
+                perm[i] = perm[j];
+                perm[j] = x;
+            }
+            memcpy(inp, perm, BT * sizeof(int));
+            free(perm);
+        } else {
+            tokens = "a mix as in text";
+            V = 1000;
+            for (int p = 0; p < BT; p++) {  // V^u - 1, u uniform in [0, 1): token k with chance ~ 1/(k+1)
+                inp[p] = (int)pow((double)V, random_f32(&rng_state)) - 1;
+            }
+        }
+        check_encoder_backward_sort(tokens, inp, BT);
+        check_encoder_backward_buckets<float>(tokens, inp, B, T, C, V);
+        check_encoder_backward_buckets<bf16>(tokens, inp, B, T, C, V);
+    }
+    free(inp);
+}
+
 // ---------- main ----------
 
 // gemm_fp32 picks 128x128 tiles when there are enough of them for the SMs: pretending the GPU has
@@ -1340,6 +1459,7 @@ int main(int argc, char** argv) {
     if (!quick && wanted(argc, argv, "copy")) time_copy();
     if (wanted(argc, argv, "encoder")) {
         check_encoder(3, 37, 67, 101, 0);
+        check_encoder_backward_bucket_cases();
         if (!quick) check_encoder(B, T, C, V, bench);
     }
     if (wanted(argc, argv, "layernorm")) {
