@@ -1,7 +1,7 @@
 // dev/gpu/roofline.c: prints the roofline of a training step of train_gpu (dev/gpu/roofline.h) for
 // GPT-2 124M at B=8, T=1024, in bf16 and in float32, as the markdown that doc/gpu.md holds between
 // its "roofline" markers. Computed from the H100 SXM's spec-sheet peaks: it needs no GPU, and it
-// measures nothing.
+// measures nothing (build/gpu_check roofline does, on a GPU).
 //
 //   make build/roofline && build/roofline     the tables
 //   make roofline-doc                          the same, pasted into doc/gpu.md

@@ -25,8 +25,9 @@
 //          every kernel of the float32 path (its SGEMM and attention too): the CUDA cores.
 //
 // One source of truth: dev/gpu/roofline.c prints this table for doc/gpu.md (test/test_roofline.sh
-// fails when the doc's copy differs). The rows follow train_gpu.cu and gpt2/model.h
-// (block_forward, block_backward): a change there is a change here.
+// fails when the doc's copy differs), and `build/gpu_check roofline` times each row's launcher on
+// a GPU and prints the table again beside the measured times. The rows follow train_gpu.cu and
+// gpt2/model.h (block_forward, block_backward): a change there is a change here.
 
 #ifndef DEV_GPU_ROOFLINE_H
 #define DEV_GPU_ROOFLINE_H
@@ -55,7 +56,7 @@ static inline RooflinePeaks roofline_h100(void) {
 
 // ---------- the rows ----------
 
-// Which operation a row is.
+// Which launcher a row runs: build/gpu_check roofline calls it by this name.
 typedef enum {
     OP_ZERO_GRADS, OP_ENCODER_FWD, OP_LN1_FWD, OP_QKV_FWD, OP_ATTENTION_FWD, OP_ATTPROJ_FWD,
     OP_RESIDUAL2_FWD, OP_LN2_FWD, OP_FC_FWD, OP_GELU_FWD, OP_FCPROJ_FWD, OP_RESIDUAL3_FWD, OP_LNF_FWD,
@@ -132,7 +133,8 @@ static inline void roofline_linear_backward(Roofline* r, RooflineOp op, const ch
 // The activation gradients that the float32 backward pass clears before it starts, in floats:
 // all of them but the logits' (the classifier writes them), the attention scores' (preatt, att:
 // scratch, written before they are read) and the probabilities (never stored); as
-// train_gpu.cu's gpt2_backward_gpu does.
+// train_gpu.cu's gpt2_zero_activation_grads_gpu does, which returns the bytes it cleared
+// (build/gpu_check roofline compares the two).
 static inline size_t roofline_zeroed_activation_grads(GPT2Config c, int B, int T) {
     size_t sizes[NUM_ACTIVATION_TENSORS], layer[NUM_ACTIVATION_TENSORS], n = 0;
     activation_sizes(sizes, layer, c, B, T);
@@ -217,7 +219,7 @@ static inline void roofline_build(Roofline* r, GPT2Config c, int B, int T, int b
     // ---- backward
     double ln_bwd_bytes = 2 * NC * a + 2 * NC * a + C * 4 + stats + 2 * 2 * C * 4;
     if (!bf16) {
-        roofline_add(r, OP_ZERO_ACT_GRADS, "zero the activation gradients", "gpt2_backward_gpu", 1, 0,
+        roofline_add(r, OP_ZERO_ACT_GRADS, "zero the activation gradients", "gpt2_zero_activation_grads_gpu", 1, 0,
                      (double)roofline_zeroed_activation_grads(c, B, T) * 4, ON_CUDA_CORES, 0);
     }
     roofline_linear_backward(r, OP_LOGITS_BWD, "logits backward (dinp, dwte)", PATH("matmul_backward"), 1, N, C, Vp, 0,
