@@ -176,7 +176,7 @@ else
   ALL_TARGETS := $(CPU_PROGRAMS)
 endif
 
-.PHONY: all data test plot lessons fuzz fuzz-targets fuzz-coverage bench bench-tokenizer bench-cpu bench-infer bench-serve bench-dp bench-parallel clean gpu-status gpu-checks gpu-emu race-emu bench-gpu train_gpu_emu infer_gpu_emu
+.PHONY: all data test plot lessons roofline-doc fuzz fuzz-targets fuzz-coverage bench bench-tokenizer bench-cpu bench-infer bench-serve bench-dp bench-parallel clean gpu-status gpu-checks gpu-emu race-emu bench-gpu train_gpu_emu infer_gpu_emu
 
 all: $(ALL_TARGETS) gpu-status
 	@echo "built: $(ALL_TARGETS) ($(OMP_STATUS), $(MPI_STATUS), $(SERVE_STATUS))"
@@ -236,7 +236,7 @@ else
 	$(NVCC) $(NVCC_FLAGS) -o $@ dev/gpu/instruction_check.cu
 endif
 
-build/gpu_check: dev/gpu/gpu_check.cu train_gpu.cu train_cpu.c $(GPU_HEADERS) $(NVCC_STAMP)
+build/gpu_check: dev/gpu/gpu_check.cu dev/gpu/roofline.h train_gpu.cu train_cpu.c $(GPU_HEADERS) $(NVCC_STAMP)
 ifeq ($(NVCC),)
 	@echo "skipped: build/gpu_check (nvcc not found)"; exit 1
 else
@@ -244,13 +244,25 @@ else
 	$(NVCC) $(NVCC_FLAGS) -o $@ dev/gpu/gpu_check.cu $(NVCC_LIBS)
 endif
 
-build/gpu_check_cublas: dev/gpu/gpu_check.cu train_gpu.cu train_cpu.c $(GPU_HEADERS) $(NVCC_STAMP)
+build/gpu_check_cublas: dev/gpu/gpu_check.cu dev/gpu/roofline.h train_gpu.cu train_cpu.c $(GPU_HEADERS) $(NVCC_STAMP)
 ifeq ($(NVCC),)
 	@echo "skipped: build/gpu_check_cublas (nvcc not found)"; exit 1
 else
 	$(nvcc_new_enough)
 	$(NVCC) $(filter-out -DUSE_CUBLAS,$(NVCC_FLAGS)) -DUSE_CUBLAS -o $@ dev/gpu/gpu_check.cu -lcublas
 endif
+
+# The roofline of a training step (dev/gpu/roofline.h): every kernel's FLOPs, bytes and floor on
+# an H100, computed from its spec sheet, in plain C (no GPU or nvcc needed). build/roofline prints
+# the tables of doc/gpu.md; `make roofline-doc` pastes them there, between the roofline markers
+# (test/test_roofline.sh fails when the two differ). build/gpu_check roofline measures them on a GPU.
+build/roofline: dev/gpu/roofline.c dev/gpu/roofline.h $(HEADERS)
+	$(CC) $(CFLAGS) -o $@ dev/gpu/roofline.c $(LDLIBS)
+
+roofline-doc: build/roofline
+	build/roofline >build/roofline.md
+	awk '/^<!-- roofline end/ {skip = 0} !skip {print} /^<!-- roofline begin/ {while ((getline l < "build/roofline.md") > 0) print l; skip = 1}' \
+	  doc/gpu.md >build/gpu.md && mv build/gpu.md doc/gpu.md
 
 # The CUDA emulator (dev/emu/cuda_emu.h, no GPU or nvcc needed): the kernels run on the CPU, each
 # block's threads as fibers, under AddressSanitizer and UBSan, which check indexing, bounds,
@@ -272,7 +284,7 @@ race-emu: build/emu/gpu_check_race build/emu/race_check build/emu/race_check_asa
 train_gpu_emu: build/emu/train_gpu
 infer_gpu_emu: build/emu/infer_gpu
 
-build/emu/gpu_check.cpp: dev/gpu/gpu_check.cu train_gpu.cu train_cpu.c $(GPU_HEADERS) dev/emu/cuda_emu.py
+build/emu/gpu_check.cpp: dev/gpu/gpu_check.cu dev/gpu/roofline.h train_gpu.cu train_cpu.c $(GPU_HEADERS) dev/emu/cuda_emu.py
 	@mkdir -p build/emu
 	$(PYTHON) dev/emu/cuda_emu.py $< $@
 build/emu/instruction_check.cpp: dev/gpu/instruction_check.cu $(GPU_HEADERS) dev/emu/cuda_emu.py

@@ -82,20 +82,27 @@ void gpt2_zero_grad_gpu(GPT2* model) {
     comm_time_discard();
 }
 
-// The backward pass of the current slot's last forward pass (which had targets, or on a stage
-// before the last, whose output's gradient is in pipe_grad), as gpt2_backward. Activation
-// gradients are zeroed here, except three that are written before they are read: logits (their
-// gradient, by the forward's fused classifier, in the logits themselves), preatt and att
-// (attention's scratch).
-void gpt2_backward_gpu(GPT2* model) {
-    gpt2_layout_slot_gpu(model, model->last_B, model->last_T);  // a pipeline runs other slots in between
-    size_t sizes[NUM_ACTIVATION_TENSORS], grad_sizes[NUM_ACTIVATION_TENSORS];
+// The activation gradients of the current slot to zero before a backward pass, except three that
+// are written before they are read: logits (their gradient, by the forward's fused classifier, in
+// the logits themselves), preatt and att (attention's scratch). Returns the bytes cleared (which
+// dev/gpu/roofline.h counts).
+static size_t gpt2_zero_activation_grads_gpu(GPT2* model) {
+    size_t sizes[NUM_ACTIVATION_TENSORS], grad_sizes[NUM_ACTIVATION_TENSORS], bytes = 0;
     activation_sizes_gpu(sizes, grad_sizes, model->config, model->shard, model->last_B, model->last_T);
     float** dtensors = (float**)&model->grads_acts;
     for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) {
         if (i == LOGITS || i == PREATT || i == ATT || grad_sizes[i] == 0) continue;
         cuda_check(cudaMemset(dtensors[i], 0, grad_sizes[i] * sizeof(float)));
+        bytes += grad_sizes[i] * sizeof(float);
     }
+    return bytes;
+}
+
+// The backward pass of the current slot's last forward pass (which had targets, or on a stage
+// before the last, whose output's gradient is in pipe_grad), as gpt2_backward.
+void gpt2_backward_gpu(GPT2* model) {
+    gpt2_layout_slot_gpu(model, model->last_B, model->last_T);  // a pipeline runs other slots in between
+    gpt2_zero_activation_grads_gpu(model);
     gpt2_backward_layers(&LAYERS_GPU, model, tensor_group_gpu<float>());
 }
 

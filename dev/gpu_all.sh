@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # dev/gpu_all.sh OUTDIR [STAGE...]: everything a machine with an NVIDIA GPU should check and
-# measure, in one command, every raw output written into OUTDIR (seven files at most):
+# measure, in one command, every raw output written into OUTDIR (eight files at most):
 #
 #   env        env.txt        nvidia-smi -L and -q summary, driver, nvcc, the CPU, the commit
 #   build      build.txt      train_cpu, train_gpu, build/gpu_check, build/instruction_check and
@@ -15,6 +15,9 @@
 #   train      train_gpu.txt  ./train_gpu as a user runs it: d12, T=1024, B=8, 100 steps (bf16 on
 #                             8.0+); then 10 steps of -p bf16 and of -p fp32 at the largest B that
 #                             train_gpu computes fits
+#   roofline   roofline.txt   build/gpu_check roofline: every kernel of a training step of GPT-2 124M
+#                             (B=8, T=1024, bf16 and fp32) timed against its floor on an H100 SXM and
+#                             on this GPU (dev/gpu/roofline.h), and the whole step
 #   cublas     cublas.txt     build/gpu_check_cublas copy matmul matmul_bf16: cuBLAS (float32 and
 #                             bf16) on the same matmul shapes as ours, timed in the same call
 #   bench      bench_gpu.txt  make bench-gpu: train_cpu against train_gpu, d2..d12, this CPU named
@@ -32,10 +35,10 @@
 # python3 or /usr/bin/python3, the first with numpy) with numpy and, for the PyTorch tests, torch.
 set -u
 cd "$(dirname "$0")/.."
-usage="usage: dev/gpu_all.sh OUTDIR [env build gpu train cublas bench test]"
+usage="usage: dev/gpu_all.sh OUTDIR [env build gpu train roofline cublas bench test]"
 [ $# -ge 1 ] || { echo "$usage" >&2; exit 2; }
 out=$1; shift
-ALL_STAGES="env build gpu train cublas bench test"
+ALL_STAGES="env build gpu train roofline cublas bench test"
 stages=${*:-$ALL_STAGES}
 for s in $stages; do
   [[ " $ALL_STAGES " == *" $s "* ]] || { echo "gpu_all: unknown stage '$s'; $usage" >&2; exit 2; }
@@ -107,6 +110,7 @@ stage env env.txt 20 env_report
 stage build build.txt 180 'make -j"$(nproc)" train_cpu train_gpu build/gpu_check build/instruction_check build/gpu_check_cublas'
 stage gpu gpu_test.txt 240 'bash test/test_gpu.sh'
 stage train train_gpu.txt 150 train_report
+stage roofline roofline.txt 60 'build/gpu_check roofline'
 stage cublas cublas.txt 60 'build/gpu_check_cublas copy matmul matmul_bf16'
 stage bench bench_gpu.txt 150 'TEST_OFFLINE=1 make bench-gpu && cat doc/results/gpu_speedup.md'
 stage test test.txt 300 'TEST_OFFLINE=1 make test'

@@ -5,7 +5,8 @@
 # says nothing about speed or about what only a real GPU does.
 #   1. dev/gpu/instruction_check.cu: the emulated bf16 conversion, mma.sync, ldmatrix and cp.async
 #      against their definitions, which the bf16 kernels' checks rely on.
-#   2. every kernel check in the default schedule, then again with the warps interleaved otherwise
+#   2. every kernel check in the default schedule (and the roofline's measuring mode on a tiny model,
+#      which runs each launcher of a training step), then again with the warps interleaved otherwise
 #      (CUDA_EMU_SCHEDULE: reverse, ahead, random) and the cp.async copies landing at other times
 #      (CUDA_EMU_ASYNC: at issue, at random): a kernel whose result depends on the order of its
 #      warps between two barriers fails in some of them.
@@ -37,6 +38,10 @@ done
 
 echo "--- 2. every kernel against the CPU, in several schedules ---"
 quiet build/emu/gpu_check --quick || { echo "FAIL: emulated GPU kernels disagree with the CPU"; status=1; }
+# the roofline's measuring mode (dev/gpu/roofline.h), on a tiny model: every row's launcher runs, in both precisions
+quiet build/emu/gpu_check --quick roofline >build/emu/roofline.log &&
+  [ "$(grep -c '^the whole step, measured' build/emu/roofline.log)" = 2 ] && echo "ok   roofline --quick: every row runs" ||
+  { cat build/emu/roofline.log; echo "FAIL: build/emu/gpu_check --quick roofline did not run every row of both precisions"; status=1; }
 kernels=(encoder layernorm matmul attention attention_paged gelu residual classifier clip adamw matmul_bf16 attention_bf16
          attention_paged_bf16 adamw_bf16)
 for mode in "CUDA_EMU_SCHEDULE=reverse" "CUDA_EMU_SCHEDULE=ahead CUDA_EMU_ASYNC=issue" \

@@ -11,6 +11,8 @@
 //                                               matmul_bf16 attention_bf16 attention_paged_bf16
 //                                               adamw_bf16 model_bf16 (the bf16 path)
 //                                               memory (d12's bytes and largest batch, per precision)
+//   build/gpu_check roofline                    every kernel of a training step timed against its floor
+//                                               (dev/gpu/roofline.h), bf16 and float32; only when named
 //   build/gpu_check_cublas matmul               the matmuls timed with cuBLAS (USE_CUBLAS), to
 //                                               compare with ours on the same shapes
 //   build/gpu_check --device                    print the device and exit (1: there is none)
@@ -39,6 +41,7 @@
 #include "../../train_cpu.c"   // the CPU model: gpt2_forward, gpt2_backward, gpt2_update, ...
 #define TRAIN_GPU_NO_MAIN
 #include "../../train_gpu.cu"  // its GPU twin: gpt2_forward_gpu, ..., and every launcher
+#include "roofline.h"           // the rows of a training step, with their FLOPs and bytes
 
 // ---------- helpers ----------
 
@@ -1341,6 +1344,320 @@ static void check_encoder_backward_bucket_cases(void) {
     free(inp);
 }
 
+// ---------- the roofline: each kernel of a training step against its floor ----------
+//
+// build/gpu_check roofline: GPT-2 124M at B=8, T=1024 as train_gpu trains it, in bf16 and in
+// float32. Every row of dev/gpu/roofline.h (a kernel, or a launcher of a few) is run through the
+// launcher train_gpu calls, on a model built as train_gpu builds it and on its own tensors, after
+// one whole step has filled them; timed as everything here is (the median of 20 runs), a layer's
+// rows on layer 0 and multiplied by L. Each is printed beside its floor for an H100 SXM (the
+// spec sheet's peaks, as in doc/gpu.md) and for this GPU (its peaks as cuda_device_init computes
+// them), with the share of this GPU's floor it reaches. Then the whole step (gpt2/run.h's
+// run_step on one GPU: zero, forward, backward, norm and clip, AdamW), timed the same way: it adds
+// what the rows leave out, the gaps between launches and the host's waits for the losses and the
+// norm. With --quick: a tiny model and batch, every launcher once, to check that each row runs
+// (test/test_gpu_emu.sh runs it on the emulator, whose times are the CPU's); at full size the
+// emulator refuses.
+
+// The timing of a row: the median of 20 runs, or with --quick one run.
+template <typename F>
+static double roofline_ms(F f) {
+    if (!quick) return median_ms_gpu(f);
+    cudaEvent_t start, stop;
+    cuda_check(cudaEventCreate(&start));
+    cuda_check(cudaEventCreate(&stop));
+    cuda_check(cudaEventRecord(start));
+    f();
+    cuda_check(cudaEventRecord(stop));
+    cuda_check(cudaEventSynchronize(stop));
+    float ms;
+    cuda_check(cudaEventElapsedTime(&ms, start, stop));
+    cuda_check(cudaEventDestroy(start));
+    cuda_check(cudaEventDestroy(stop));
+    return ms;
+}
+
+// A batch of B x T: the start of Tiny Shakespeare (what train_gpu reads first) where the model
+// has GPT-2's vocabulary and the file is there, else random ids. Real text matters to the encoder's
+// backward pass, whose work depends on how often tokens repeat.
+static const char* roofline_batch(GPT2Config c, int B, int T, int** inputs, int** targets) {
+    const char* path = "data/tinyshakespeare_train.bin";
+    size_t BT = (size_t)B * T;
+    FILE* f = c.vocab_size == GPT2_VOCAB ? fopen(path, "rb") : NULL;
+    if (f == NULL) {
+        *inputs = host_tokens(BT, c.vocab_size);
+        *targets = host_tokens(BT, c.vocab_size);
+        return "random tokens";
+    }
+    fclose(f);
+    DataLoader dl;
+    dataloader_init(&dl, path, B, T, 0, 1, 1, c.vocab_size, 0, 0);
+    dataloader_next_batch(&dl);
+    *inputs = (int*)malloc_check(BT * sizeof(int));
+    *targets = (int*)malloc_check(BT * sizeof(int));
+    memcpy(*inputs, dl.inputs, BT * sizeof(int));
+    memcpy(*targets, dl.targets, BT * sizeof(int));
+    dataloader_free(&dl);
+    return path;
+}
+
+// This GPU's peaks, as train_gpu's MFU uses them (gpt2/gpu/cuda_utils.cuh).
+static RooflinePeaks roofline_device_peaks(void) {
+    RooflinePeaks p = {peak_flops_bf16(), cuda_device.peak_flops, cuda_device.peak_bandwidth};
+    return p;
+}
+
+// The measured table: per row, all its calls of a step; then the sums and the whole step.
+static void roofline_print_measured(const Roofline* r, const double* ms, double step_ms) {
+    RooflinePeaks h100 = roofline_h100(), here = roofline_device_peaks();
+    printf("| # | kernel | launcher | calls | H100 floor ms | floor here ms | measured ms | of floor here "
+           "| bound here |\n");
+    printf("| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |\n");
+    double sum_h100 = 0, sum_here = 0, sum_ms = 0;
+    for (int i = 0; i < r->n; i++) {
+        const RooflineRow* row = &r->rows[i];
+        int compute;
+        double f_h100 = roofline_floor_s(row, h100, NULL) * 1e3, f_here = roofline_floor_s(row, here, &compute) * 1e3;
+        double m = ms[i] * row->count;
+        printf("| %d | %s | `%s` | %d | %.3f | %.3f | %.3f | %.0f%% | %s |\n", i + 1, row->what, row->launcher,
+               row->count, f_h100, f_here, m, 100 * f_here / m, compute ? "compute" : "memory");
+        sum_h100 += f_h100;
+        sum_here += f_here;
+        sum_ms += m;
+    }
+    printf("| | **the rows** | | | **%.3f** | **%.3f** | **%.3f** | **%.0f%%** | |\n", sum_h100, sum_here, sum_ms,
+           100 * sum_here / sum_ms);
+    double tokens = (double)r->B * r->T;
+    printf("\nthe whole step, measured: %.3f ms, %.0f tokens/s (the rows add up to %.0f%% of it); the floor "
+           "allows %.0f tokens/s on an H100 SXM, %.0f on this GPU\n", step_ms, tokens / (step_ms * 1e-3),
+           100 * sum_ms / step_ms, tokens / (sum_h100 * 1e-3), tokens / (sum_here * 1e-3));
+}
+
+// Times every row of r with run(op), after one step (so that every tensor holds what a step
+// leaves in it), then the whole step; prints the table.
+template <typename Run, typename Step>
+static void roofline_measure(const Roofline* r, Run run, Step step) {
+    if (!roofline_check(r)) failures++;
+    step();
+    cuda_check(cudaDeviceSynchronize());
+    double ms[ROOFLINE_MAX_ROWS];
+    for (int i = 0; i < r->n; i++) ms[i] = roofline_ms([&] { run(r->rows[i].op); });
+    roofline_print_measured(r, ms, roofline_ms(step));
+}
+
+// The float32 path: the rows' launchers as gpt2_forward_layers, gpt2_backward_layers and
+// run_step call them (LAYERS_GPU), on layer 0 where a row is a layer's.
+static void roofline_fp32(GPT2Config c, int B, int T, const int* inputs, const int* targets) {
+    GPT2 host, m;
+    gpt2_build_fresh(&host, c, 42);
+    gpt2_build_gpu(&m, &host, B, T);
+    gpt2_forward_gpu(&m, inputs, targets, B, T);  // lays the slot out for B x T, the batch on the GPU
+    Roofline r;
+    roofline_build(&r, c, B, T, 0);
+    Shard s = m.shard;
+    int C = c.channels, NH = c.num_heads, L = c.num_layers, V = c.vocab_size, Vp = c.padded_vocab_size;
+    int BTC = B * T * C;
+    ParameterTensors p = m.params, g = m.grads;
+    ParameterTensors w0 = shard_parameters_of_layer(p, c, s, 0), g0 = shard_parameters_of_layer(g, c, s, 0);
+    ActivationTensors a = m.acts, da = m.grads_acts;
+    ActivationTensors a0 = shard_activations_of_layer(a, c, s, B, T, 0);
+    ActivationTensors da0 = shard_activations_of_layer(da, c, s, B, T, 0);
+    ActivationTensors last = shard_activations_of_layer(a, c, s, B, T, L - 1);
+    ActivationTensors dlast = shard_activations_of_layer(da, c, s, B, T, L - 1);
+    const float* x = a.encoded;  // layer 0's input, and dx its gradient
+    float* dx = da.encoded;
+    int* tokens = gpt2_slot_inputs(&m);
+    // the one row whose bytes the launcher can report: they must be the table's
+    for (int i = 0; i < r.n; i++) {
+        if (r.rows[i].op != OP_ZERO_ACT_GRADS) continue;
+        double cleared = (double)gpt2_zero_activation_grads_gpu(&m);
+        int ok = cleared == r.rows[i].bytes;
+        printf("  %s roofline: gpt2_zero_activation_grads_gpu clears %.0f bytes, the table counts %.0f\n",
+               ok ? "ok  " : "FAIL", cleared, r.rows[i].bytes);
+        if (!ok) failures++;
+    }
+    auto run = [&](RooflineOp op) {
+        switch (op) {
+        case OP_ZERO_GRADS: gpt2_zero_grad_gpu(&m); break;
+        case OP_ENCODER_FWD: encoder_forward_gpu(a.encoded, tokens, p.wte, p.wpe, B, T, C); break;
+        case OP_LN1_FWD: layernorm_forward_gpu(a0.ln1, a0.ln1_mean, a0.ln1_rstd, x, w0.ln1w, w0.ln1b, B, T, C); break;
+        case OP_QKV_FWD: matmul_forward_gpu(a0.qkv, a0.ln1, w0.qkvw, w0.qkvb, B, T, C, 3 * C); break;
+        case OP_ATTENTION_FWD: attention_forward_gpu(a0.atty, a0.preatt, a0.att, a0.qkv, B, T, C, NH); break;
+        case OP_ATTPROJ_FWD: matmul_forward_gpu(a0.attproj, a0.atty, w0.attprojw, w0.attprojb, B, T, C, C); break;
+        case OP_RESIDUAL2_FWD: residual_forward_gpu(a0.residual2, x, a0.attproj, BTC); break;
+        case OP_LN2_FWD:
+            layernorm_forward_gpu(a0.ln2, a0.ln2_mean, a0.ln2_rstd, a0.residual2, w0.ln2w, w0.ln2b, B, T, C);
+            break;
+        case OP_FC_FWD: matmul_forward_gpu(a0.fch, a0.ln2, w0.fcw, w0.fcb, B, T, C, 4 * C); break;
+        case OP_GELU_FWD: gelu_forward_gpu(a0.fch_gelu, a0.fch, 4 * BTC); break;
+        case OP_FCPROJ_FWD: matmul_forward_gpu(a0.fcproj, a0.fch_gelu, w0.fcprojw, w0.fcprojb, B, T, 4 * C, C); break;
+        case OP_RESIDUAL3_FWD: residual_forward_gpu(a0.residual3, a0.residual2, a0.fcproj, BTC); break;
+        case OP_LNF_FWD:
+            layernorm_forward_gpu(a.lnf, a.lnf_mean, a.lnf_rstd, last.residual3, p.lnfw, p.lnfb, B, T, C);
+            break;
+        case OP_LOGITS_FWD: matmul_forward_gpu(a.logits, a.lnf, p.wte, NULL, B, T, C, Vp); break;
+        case OP_CLASSIFIER:
+            fused_classifier_gpu(a.logits, a.losses, a.logits, gpt2_slot_targets(&m), B, T, V, Vp);
+            break;
+        case OP_ZERO_ACT_GRADS: gpt2_zero_activation_grads_gpu(&m); break;
+        case OP_LOGITS_BWD: matmul_backward_gpu(da.lnf, g.wte, NULL, da.logits, a.lnf, p.wte, B, T, C, Vp); break;
+        case OP_LNF_BWD:
+            layernorm_backward_gpu(dlast.residual3, g.lnfw, g.lnfb, da.lnf, last.residual3, p.lnfw, a.lnf_mean,
+                                   a.lnf_rstd, B, T, C);
+            break;
+        case OP_RESIDUAL3_BWD: residual_backward_gpu(da0.residual2, da0.fcproj, da0.residual3, BTC); break;
+        case OP_FCPROJ_BWD:
+            matmul_backward_gpu(da0.fch_gelu, g0.fcprojw, g0.fcprojb, da0.fcproj, a0.fch_gelu, w0.fcprojw, B, T,
+                                4 * C, C);
+            break;
+        case OP_GELU_BWD: gelu_backward_gpu(da0.fch, a0.fch, da0.fch_gelu, 4 * BTC); break;
+        case OP_FC_BWD: matmul_backward_gpu(da0.ln2, g0.fcw, g0.fcb, da0.fch, a0.ln2, w0.fcw, B, T, C, 4 * C); break;
+        case OP_LN2_BWD:
+            layernorm_backward_gpu(da0.residual2, g0.ln2w, g0.ln2b, da0.ln2, a0.residual2, w0.ln2w, a0.ln2_mean,
+                                   a0.ln2_rstd, B, T, C);
+            break;
+        case OP_RESIDUAL2_BWD: residual_backward_gpu(dx, da0.attproj, da0.residual2, BTC); break;
+        case OP_ATTPROJ_BWD:
+            matmul_backward_gpu(da0.atty, g0.attprojw, g0.attprojb, da0.attproj, a0.atty, w0.attprojw, B, T, C, C);
+            break;
+        case OP_ATTENTION_BWD:
+            attention_backward_gpu(da0.qkv, da0.preatt, da0.att, da0.atty, a0.qkv, a0.att, B, T, C, NH);
+            break;
+        case OP_QKV_BWD:
+            matmul_backward_gpu(da0.ln1, g0.qkvw, g0.qkvb, da0.qkv, a0.ln1, w0.qkvw, B, T, C, 3 * C);
+            break;
+        case OP_LN1_BWD:
+            layernorm_backward_gpu(dx, g0.ln1w, g0.ln1b, da0.ln1, x, w0.ln1w, a0.ln1_mean, a0.ln1_rstd, B, T, C);
+            break;
+        case OP_ENCODER_BWD: encoder_backward_gpu(g.wte, g.wpe, da.encoded, tokens, B, T, C); break;
+        case OP_GRAD_NORM: sum_of_squares_gpu(m.grads_memory, m.num_parameters); break;
+        case OP_CLIP: scale_gpu(m.grads_memory, m.num_parameters, 1.0f); break;
+        case OP_ADAMW: gpt2_update_gpu(&m, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1); break;
+        default: fail("roofline: float32 has no row %d", (int)op);
+        }
+    };
+    roofline_measure(&r, run, [&] {
+        gpt2_zero_grad_gpu(&m);
+        gpt2_forward_gpu(&m, inputs, targets, B, T);
+        gpt2_backward_gpu(&m);
+        gpt2_clip_gradients_gpu(&m, 1.0f, 1.0f);
+        gpt2_update_gpu(&m, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1);
+    });
+    gpt2_free_gpu(&m);
+    gpt2_free(&host);
+}
+
+// The bf16 path: the rows' launchers as gpt2_forward_bf16, gpt2_backward_bf16 (block_forward and
+// block_backward with LAYERS_BF16) and run_step call them, on layer 0 where a row is a layer's.
+static void roofline_bf16(GPT2Config c, int B, int T, const int* inputs, const int* targets) {
+    GPT2 host;
+    GPT2BF16 m;
+    gpt2_build_fresh(&host, c, 42);
+    gpt2_build_bf16(&m, &host, B, T);
+    GPT2* base = &m.base;
+    gpt2_forward_bf16(base, inputs, targets, B, T);  // the batch on the GPU, the layout for B x T
+    Roofline r;
+    roofline_build(&r, c, B, T, 1);
+    Shard s = base->shard;
+    int C = c.channels, NH = c.num_heads, L = c.num_layers, V = c.vocab_size, Vp = c.padded_vocab_size;
+    ParameterTensors p = base->params, g = base->grads, g0 = shard_parameters_of_layer(g, c, s, 0);
+    ParameterTensorsOf<bf16> w = weights_bf16(&m), w0 = shard_parameters_of_layer(w, c, s, 0);
+    ActivationTensorsOf<bf16> a = activations_bf16(&m, 0), last = activations_bf16(&m, L - 1);
+    ActivationTensorsOf<bf16> da = activation_grads_bf16(&m);
+    const bf16* x = a.encoded;  // layer 0's input; its gradient goes to dresidual (da.residual3)
+    int* tokens = gpt2_slot_inputs(base);
+    auto run = [&](RooflineOp op) {
+        switch (op) {
+        case OP_ZERO_GRADS: gpt2_zero_grad_gpu(base); break;
+        case OP_ENCODER_FWD: encoder_forward_gpu(a.encoded, tokens, p.wte, p.wpe, B, T, C); break;
+        case OP_LN1_FWD: layernorm_forward_gpu(a.ln1, a.ln1_mean, a.ln1_rstd, x, w0.ln1w, w0.ln1b, B, T, C); break;
+        case OP_QKV_FWD: matmul_forward_bf16(a.qkv, a.ln1, w0.qkvw, w0.qkvb, B, T, C, 3 * C); break;
+        case OP_ATTENTION_FWD: flash_attention_forward_bf16(a.atty, a.att_lse, a.qkv, B, T, C, NH); break;
+        case OP_ATTPROJ_FWD:
+            matmul_residual_forward_bf16(a.residual2, a.atty, w0.attprojw, w0.attprojb, x, B, T, C, C);
+            break;
+        case OP_LN2_FWD:
+            layernorm_forward_gpu(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w0.ln2w, w0.ln2b, B, T, C);
+            break;
+        case OP_FC_FWD: matmul_gelu_forward_bf16(a.fch_gelu, a.fch, a.ln2, w0.fcw, w0.fcb, B, T, C, 4 * C); break;
+        case OP_FCPROJ_FWD:
+            matmul_residual_forward_bf16(a.residual3, a.fch_gelu, w0.fcprojw, w0.fcprojb, a.residual2, B, T, 4 * C, C);
+            break;
+        case OP_LNF_FWD:
+            layernorm_forward_gpu(a.lnf, a.lnf_mean, a.lnf_rstd, last.residual3, p.lnfw, p.lnfb, B, T, C);
+            break;
+        case OP_LOGITS_FWD: matmul_forward_bf16(a.logits, a.lnf, w.wte, NULL, B, T, C, Vp); break;
+        case OP_CLASSIFIER:
+            fused_classifier_gpu(a.logits, a.losses, a.logits, gpt2_slot_targets(base), B, T, V, Vp);
+            break;
+        case OP_LOGITS_BWD: matmul_backward_bf16(da.lnf, g.wte, NULL, a.logits, a.lnf, w.wte, B, T, C, Vp); break;
+        case OP_ZERO_ACT_GRADS: cuda_check(cudaMemset(da.residual3, 0, (size_t)B * T * C * sizeof(bf16))); break;
+        case OP_LNF_BWD:
+            layernorm_backward_gpu(da.residual3, g.lnfw, g.lnfb, da.lnf, last.residual3, p.lnfw, a.lnf_mean,
+                                   a.lnf_rstd, B, T, C);
+            break;
+        case OP_FCPROJ_BWD:
+            gelu_matmul_backward_bf16(da.fch, g0.fcprojw, g0.fcprojb, da.fcproj, a.fch_gelu, w0.fcprojw, a.fch, B, T,
+                                      4 * C, C);
+            break;
+        case OP_FC_BWD: matmul_backward_bf16(da.ln2, g0.fcw, g0.fcb, da.fch, a.ln2, w0.fcw, B, T, C, 4 * C); break;
+        case OP_LN2_BWD:
+            layernorm_backward_gpu(da.residual2, g0.ln2w, g0.ln2b, da.ln2, a.residual2, w0.ln2w, a.ln2_mean,
+                                   a.ln2_rstd, B, T, C);
+            break;
+        case OP_ATTPROJ_BWD:
+            matmul_backward_bf16(da.atty, g0.attprojw, g0.attprojb, da.attproj, a.atty, w0.attprojw, B, T, C, C);
+            break;
+        case OP_ATTENTION_BWD:
+            flash_attention_backward_bf16(da.qkv, da.atty, a.qkv, a.atty, a.att_lse, B, T, C, NH);
+            break;
+        case OP_QKV_BWD: matmul_backward_bf16(da.ln1, g0.qkvw, g0.qkvb, da.qkv, a.ln1, w0.qkvw, B, T, C, 3 * C); break;
+        case OP_LN1_BWD:
+            layernorm_backward_gpu(da.residual3, g0.ln1w, g0.ln1b, da.ln1, x, w0.ln1w, a.ln1_mean, a.ln1_rstd, B, T, C);
+            break;
+        case OP_ENCODER_BWD: encoder_backward_gpu(g.wte, g.wpe, (const bf16*)da.encoded, tokens, B, T, C); break;
+        case OP_GRAD_NORM: sum_of_squares_gpu(base->grads_memory, base->num_parameters); break;
+        case OP_CLIP: scale_gpu(base->grads_memory, base->num_parameters, 1.0f); break;
+        case OP_ADAMW: gpt2_update_bf16(base, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1); break;
+        default: fail("roofline: bf16 has no row %d", (int)op);
+        }
+    };
+    roofline_measure(&r, run, [&] {
+        gpt2_zero_grad_gpu(base);
+        gpt2_forward_bf16(base, inputs, targets, B, T);
+        gpt2_backward_bf16(base);
+        gpt2_clip_gradients_gpu(base, 1.0f, 1.0f);
+        gpt2_update_bf16(base, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1);
+    });
+    gpt2_free_bf16(&m);
+    gpt2_free(&host);
+}
+
+// Both paths at GPT-2 124M's shapes (B=8, T=1024: train_gpu's defaults), or with --quick on a tiny
+// model; bf16 where the GPU has bf16 tensor cores.
+static void check_roofline(void) {
+    GPT2Config c = quick ? tiny_config() : gpt2_config_for_depth(12);
+    int B = quick ? 2 : 8, T = quick ? 32 : 1024;
+#ifdef CUDA_EMU
+    if (!quick) fail("roofline: the emulator would take hours at GPT-2 124M's size; run it --quick");
+    printf("(the emulator: the times below are the CPU's, a check that every row runs, not a measurement)\n");
+#endif
+    int *inputs, *targets;
+    const char* batch = roofline_batch(c, B, T, &inputs, &targets);
+    printf("roofline L=%d C=%d NH=%d V=%d Vp=%d, B=%d T=%d (%s); this GPU's floors from its peaks: %.0f TFLOP/s "
+           "bf16 tensor, %.1f TFLOP/s float32, %.0f GB/s\n", c.num_layers, c.channels, c.num_heads, c.vocab_size,
+           c.padded_vocab_size, B, T, batch, peak_flops_bf16() / 1e12, cuda_device.peak_flops / 1e12,
+           cuda_device.peak_bandwidth / 1e9);
+    if (cuda_device.prop.major >= 8) {
+        printf("\nbf16 (train_gpu -p bf16)\n\n");
+        roofline_bf16(c, B, T, inputs, targets);
+    }
+    printf("\nfloat32 (train_gpu -p fp32)\n\n");
+    roofline_fp32(c, B, T, inputs, targets);
+    free(inputs);
+    free(targets);
+}
+
 // ---------- main ----------
 
 // gemm_fp32 picks 128x128 tiles when there are enough of them for the SMs: pretending the GPU has
@@ -1367,6 +1684,14 @@ static void check_attention_small(void) {
         check_attention(1, 300, 128, 2, 0);   // hs = 64, T over two tiles: skipped causal tiles
     }
     cuda_num_sms = num_sms;
+}
+
+// Whether the command line names it: for the sections that run only when asked for.
+static int named(int argc, char** argv, const char* name) {
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], name) == 0) return 1;
+    }
+    return 0;
 }
 
 static int wanted(int argc, char** argv, const char* name) {
@@ -1441,7 +1766,7 @@ int main(int argc, char** argv) {
         else if (argv[i][0] == '-') {
             fprintf(stderr, "usage: %s [--quick | --device] [copy encoder layernorm matmul attention gelu residual "
                     "classifier clip adamw model attention_paged matmul_bf16 attention_bf16 attention_paged_bf16 "
-                    "adamw_bf16 model_bf16 memory]\n", argv[0]);
+                    "adamw_bf16 model_bf16 memory roofline]\n", argv[0]);
             return 1;
         }
     }
@@ -1512,6 +1837,7 @@ int main(int argc, char** argv) {
         if (!quick) check_model(gpt2_config_for_depth(12), 2, 64, 10);
     }
     check_bf16_path(argc, argv, bench);
+    if (named(argc, argv, "roofline")) check_roofline();
     if (failures > 0) {
         printf("gpu_check: %d FAILED\n", failures);
         return 1;
