@@ -100,6 +100,8 @@ __device__ __forceinline__ void cp_async_wait(void) {
 // aligned is copied by cp.async; one wholly outside is zero-filled by it (src_bytes 0); one that
 // straddles the edge, or sits in a matrix whose rows are not 16-byte aligned, is loaded element
 // by element. Zeros add nothing to the products, so any M, N and K work.
+//
+// The epilogue goes through shared memory: gemm_bf16_kernel's last part says why and how.
 
 enum { EPI_NONE, EPI_GELU, EPI_GELU_BACKWARD };
 
@@ -116,6 +118,7 @@ typedef struct {
     int epilogue;
     int accumulate;            // 1: C += result
     int vecA, vecB;            // 1: rows of A / B start 16-byte aligned (cp.async may copy them)
+    int vecC;                  // 1: C, bias, residual and aux may be accessed 16 bytes of C at a time
 } GemmBf16Args;
 
 #define MMA_BK 32      // k per stage: one 64-byte row of a k-contiguous tile
@@ -152,24 +155,77 @@ __device__ __forceinline__ void mma_stage_tile(bf16* tile, int rows, int width, 
     }
 }
 
-// The epilogue of one result v = C(m, n) before rounding: bias, GELU or its gradient, the
-// residual, the old C, in that order, all in float32.
-template <typename OutT>
-__device__ __forceinline__ void mma_store(const GemmBf16Args& g, int m, int n, float v) {
-    if (m >= g.M || n >= g.N) return;
-    long long i = m * g.ldc + n;
-    if (g.bias != NULL) v += g.bias[n];
-    if (g.epilogue == EPI_GELU) {
-        bf16 pre = __float2bfloat16(v);
-        g.aux[i] = pre;
-        v = gelu(__bfloat162float(pre));  // of the stored value, which the backward reads
-    } else if (g.epilogue == EPI_GELU_BACKWARD) {
-        v *= gelu_grad(__bfloat162float(g.aux[i]));
+// VEC consecutive elements of a row as one access: aligned to their size, or to 16 bytes when
+// larger (8 floats are then two 16-byte accesses).
+template <typename T, int VEC>
+struct alignas(sizeof(T) * VEC < 16 ? sizeof(T) * VEC : 16) Pack {
+    T v[VEC];
+};
+
+// x[0 .. VEC) = p[0 .. VEC) as float: one wide access when `wide`, else the first `count`
+// elements one by one and zeros after them.
+template <int VEC, typename T>
+__device__ __forceinline__ void load_piece(float* x, const T* p, bool wide, int count) {
+    if (wide) {
+        Pack<T, VEC> pk = *reinterpret_cast<const Pack<T, VEC>*>(p);
+#pragma unroll
+        for (int e = 0; e < VEC; e++) x[e] = to_float(pk.v[e]);
+    } else {
+#pragma unroll
+        for (int e = 0; e < VEC; e++) x[e] = e < count ? to_float(p[e]) : 0.0f;
     }
-    if (g.residual != NULL) v += __bfloat162float(g.residual[i]);
-    OutT* C = (OutT*)g.C;
-    if (g.accumulate) v += to_float(C[i]);
-    C[i] = from_float<OutT>(v);
+}
+template <int VEC, typename T>
+__device__ __forceinline__ void store_piece(T* p, const float* x, bool wide, int count) {
+    if (wide) {
+        Pack<T, VEC> pk;
+#pragma unroll
+        for (int e = 0; e < VEC; e++) pk.v[e] = from_float<T>(x[e]);
+        *reinterpret_cast<Pack<T, VEC>*>(p) = pk;
+    } else {
+#pragma unroll
+        for (int e = 0; e < VEC; e++)
+            if (e < count) p[e] = from_float<T>(x[e]);
+    }
+}
+
+// The epilogue of the VEC results v = C(m, n .. n+VEC-1) before rounding: bias, GELU or its
+// gradient, the residual, the old C, in that order, all in float32, each element as if alone.
+// Each extra is read, and C written, VEC elements (16 bytes of C) at once where the piece lies
+// inside the matrix and vecC allows; else element by element up to N.
+template <typename OutT, int VEC>
+__device__ __forceinline__ void gemm_bf16_epilogue(const GemmBf16Args& g, int m, int n, float* v) {
+    if (m >= g.M || n >= g.N) return;
+    bool wide = g.vecC && n + VEC <= g.N;
+    int count = min(VEC, g.N - n);
+    long long i = m * g.ldc + n;
+    float x[VEC];
+    if (g.bias != NULL) {
+        load_piece<VEC>(x, g.bias + n, wide, count);
+#pragma unroll
+        for (int e = 0; e < VEC; e++) v[e] += x[e];
+    }
+    if (g.epilogue == EPI_GELU) {
+        store_piece<VEC>(g.aux + i, v, wide, count);  // the pre-activation, rounded to bf16
+#pragma unroll
+        for (int e = 0; e < VEC; e++) v[e] = gelu(__bfloat162float(__float2bfloat16(v[e])));  // of the stored value, which the backward reads
+    } else if (g.epilogue == EPI_GELU_BACKWARD) {
+        load_piece<VEC>(x, g.aux + i, wide, count);
+#pragma unroll
+        for (int e = 0; e < VEC; e++) v[e] *= gelu_grad(x[e]);
+    }
+    if (g.residual != NULL) {
+        load_piece<VEC>(x, g.residual + i, wide, count);
+#pragma unroll
+        for (int e = 0; e < VEC; e++) v[e] += x[e];
+    }
+    OutT* C = (OutT*)g.C + i;
+    if (g.accumulate) {
+        load_piece<VEC>(x, C, wide, count);
+#pragma unroll
+        for (int e = 0; e < VEC; e++) v[e] += x[e];
+    }
+    store_piece<VEC>(C, v, wide, count);
 }
 
 // One stage's work for one warp: for each 16 of the stage's 32 k, the A fragments of its MI
@@ -207,6 +263,28 @@ __device__ __forceinline__ void mma_multiply_stage(float (*acc)[NI][4], const bf
 #pragma unroll
             for (int j = 0; j < NI; j++) mma_bf16_16816(acc[i][j], a[i], b[j]);
     }
+}
+
+// v = the VEC staged floats at src, column c of the tile (a multiple of VEC), in 16-byte reads
+// (the epilogue in gemm_bf16_kernel). Consecutive threads read consecutive pieces of a row.
+template <int VEC>
+__device__ __forceinline__ void read_staged(float* v, const float* src, int c);
+template <>
+__device__ __forceinline__ void read_staged<4>(float* v, const float* src, int c) {
+    float4 x = *reinterpret_cast<const float4*>(src);
+    v[0] = x.x; v[1] = x.y; v[2] = x.z; v[3] = x.w;
+}
+// 8 floats in two halves, the first read alternating every 4 pieces: the 8 threads of a quarter
+// warp reading the same half, 32 bytes apart, would meet each of 16 banks twice; this way each
+// read instruction's 8 addresses cover the 32 banks once.
+template <>
+__device__ __forceinline__ void read_staged<8>(float* v, const float* src, int c) {
+    int h = (c >> 5) & 1;
+    float4 x = *reinterpret_cast<const float4*>(src + 4 * h);
+    float4 y = *reinterpret_cast<const float4*>(src + 4 - 4 * h);
+    float4 lo = h ? y : x, hi = h ? x : y;
+    v[0] = lo.x; v[1] = lo.y; v[2] = lo.z; v[3] = lo.w;
+    v[4] = hi.x; v[5] = hi.y; v[6] = hi.z; v[7] = hi.w;
 }
 
 template <int BM, int BN, int WM, int WN, bool TA, bool TB, typename OutT>
@@ -260,17 +338,48 @@ __global__ void __launch_bounds__(WM * WN * 32) gemm_bf16_kernel(GemmBf16Args g)
     }
     cp_async_wait<0>();  // the trailing groups are empty, but every copy is waited for
 
-    // Lane l holds D[g][2q, 2q+1] and D[g+8][2q, 2q+1] of each 16x8 tile (g = l/4, q = l%4).
+    // The epilogue, through shared memory. A lane's fragments hold pairs of elements spread over
+    // 16-row tiles (g = lane/4 and g+8, columns 2q, 2q+1): written from there, C would go out
+    // (and the residual, aux and old C come in) 4 or 8 bytes per lane, a few per row. So the
+    // warps first leave their float32 results in shared memory, the pipeline's (free once every
+    // warp is past its last slice: the __syncthreads), and then consecutive threads take
+    // consecutive 16-byte pieces of a row of C (VEC elements: 8 bf16 or 4 floats): every access
+    // to global memory is 16 bytes wide, and a warp's cover whole rows of the tile. The 128x128
+    // tile in float32 is 64 KiB, more than the pipeline's 48 KiB, so it goes in bands of warp
+    // rows: two of 64 rows; the 64x64 tile (16 KiB) in one.
+    // The staged rows are padded to LDS = BN + 8 floats, so that a row starts 8 banks after the
+    // one above: a half warp's 8-byte stores of its fragments (4 rows g, 4 lanes q at columns 2q)
+    // then hit 32 different banks (g*8 + 2q, +1), where unpadded rows would put the 4 rows' stores
+    // in the same 8 banks.
+    constexpr int VEC = 16 / sizeof(OutT);
+    constexpr int LDS = BN + 8;
+    constexpr int WARP_ROWS = BM / WM;  // rows of a warp's piece
+    constexpr int FIT = (int)(sizeof(smem) / sizeof(float)) / (WARP_ROWS * LDS);  // warp rows that fit
+    constexpr int BAND = FIT < WM ? FIT : WM;  // warp rows staged at a time
+    static_assert(BAND >= 1 && WM % BAND == 0, "the staged epilogue takes whole bands of warp rows");
+    float* staged = reinterpret_cast<float*>(&smem[0][0]);
+    int warp_row = warp / WN;
+    for (int band = 0; band < WM; band += BAND) {
+        __syncthreads();  // shared memory free: every warp is done with the last slice, or with the last band
+        if (warp_row >= band && warp_row < band + BAND) {
+            int r = (warp_row - band) * WARP_ROWS + lane / 4, c = wn + (lane % 4) * 2;
 #pragma unroll
-    for (int i = 0; i < MI; i++)
+            for (int i = 0; i < MI; i++)
 #pragma unroll
-        for (int j = 0; j < NI; j++) {
-            int m = m0 + wm + i * 16 + lane / 4, n = n0 + wn + j * 8 + (lane % 4) * 2;
-            mma_store<OutT>(g, m, n, acc[i][j][0]);
-            mma_store<OutT>(g, m, n + 1, acc[i][j][1]);
-            mma_store<OutT>(g, m + 8, n, acc[i][j][2]);
-            mma_store<OutT>(g, m + 8, n + 1, acc[i][j][3]);
+                for (int j = 0; j < NI; j++) {
+                    float* d = staged + (r + i * 16) * LDS + c + j * 8;
+                    *reinterpret_cast<float2*>(d) = make_float2(acc[i][j][0], acc[i][j][1]);
+                    *reinterpret_cast<float2*>(d + 8 * LDS) = make_float2(acc[i][j][2], acc[i][j][3]);
+                }
         }
+        __syncthreads();  // the band complete before any thread reads it
+        for (int f = threadIdx.x; f < BAND * WARP_ROWS * (BN / VEC); f += NT) {
+            int r = f / (BN / VEC), c = (f % (BN / VEC)) * VEC;
+            float v[VEC];
+            read_staged<VEC>(v, staged + r * LDS + c, c);
+            gemm_bf16_epilogue<OutT, VEC>(g, m0 + band * WARP_ROWS + r, n0 + c, v);
+        }
+    }
 }
 
 // Runs the bf16 product. 128x128 tiles (8 warps, 64x32 each) when there are enough of them to
@@ -299,6 +408,9 @@ static void gemm_bf16(GemmBf16Args g, bool ta, bool tb, bool out_f32) {
     if (g.M == 0 || g.N == 0) return;
     g.vecA = aligned16(g.A) && g.lda % 8 == 0;
     g.vecB = aligned16(g.B) && g.ldb % 8 == 0;
+    int vec = out_f32 ? 4 : 8;  // elements in 16 bytes of C; residual and aux rows are ldc long too
+    g.vecC = aligned16(g.C) && g.ldc % vec == 0 && (g.bias == NULL || aligned16(g.bias)) &&
+             (g.residual == NULL || aligned16(g.residual)) && (g.aux == NULL || aligned16(g.aux));
     if (out_f32) {
         if (!ta && !tb) gemm_bf16_launch<false, false, float>(g);
         if (!ta && tb) gemm_bf16_launch<false, true, float>(g);
