@@ -710,12 +710,21 @@ static double gelu_grad_ref(double x) {
 enum { MMA_PLAIN, MMA_BIAS_RESIDUAL, MMA_GELU, MMA_GELU_BACKWARD, MMA_F32_ACCUMULATE, MMA_VARIANTS };
 static const char* MMA_VARIANT_NAMES[MMA_VARIANTS] = {"plain", "bias+residual", "gelu", "gelu backward", "f32 +="};
 
+// The slices gemm_bf16 cuts a product of this shape into.
+static int bf16_slices(int M, int N, int K) {
+    int slice_k;
+    return gemm_bf16_slices(gemm_bf16_args(NULL, 0, NULL, 0, NULL, 0, M, N, K), &slice_k);
+}
+
 // One product C (M, N) = op(A) op(B) through gemm_bf16, with the given layouts and epilogue,
 // against a double-precision reference on the same bf16 inputs.
 static void check_gemm_bf16(int M, int N, int K, bool ta, bool tb, int variant) {
     char what[96];
-    snprintf(what, sizeof(what), "mma %dx%dx%d %s%s %s", M, N, K, ta ? "T" : "N", tb ? "T" : "N",
-             MMA_VARIANT_NAMES[variant]);
+    int slices = bf16_slices(M, N, K);
+    char split[16] = "";
+    if (slices > 1) snprintf(split, sizeof(split), " split %d", slices);
+    snprintf(what, sizeof(what), "mma %dx%dx%d %s%s %s%s", M, N, K, ta ? "T" : "N", tb ? "T" : "N",
+             MMA_VARIANT_NAMES[variant], split);
     float* a = host_random((size_t)M * K, -1, 1);
     float* b = host_random((size_t)K * N, -1, 1);
     bf16 *d_a = to_device_bf16(a, (size_t)M * K), *d_b = to_device_bf16(b, (size_t)K * N);
@@ -789,7 +798,30 @@ static void check_gemm_bf16(int M, int N, int K, bool ta, bool tb, int variant) 
     cuda_check(cudaFree(d_a)); cuda_check(cudaFree(d_b)); cuda_check(cudaFree(d_bias)); cuda_check(cudaFree(d_extra16));
 }
 
-// Every layout and epilogue at sizes that exercise the edges, in both tile sizes (as for the SGEMM).
+// A split-K product run twice on the same inputs must give the same bits: its slices' partial
+// sums are added in a fixed order.
+static void check_gemm_bf16_twice(int M, int N, int K, bool ta, bool tb) {
+    char what[96];
+    snprintf(what, sizeof(what), "mma %dx%dx%d %s%s twice", M, N, K, ta ? "T" : "N", tb ? "T" : "N");
+    float *a = host_random((size_t)M * K, -1, 1), *b = host_random((size_t)K * N, -1, 1);
+    bf16 *d_a = to_device_bf16(a, (size_t)M * K), *d_b = to_device_bf16(b, (size_t)K * N);
+    size_t MN = (size_t)M * N;
+    float *d_c1 = device_poisoned(MN), *d_c2 = device_poisoned(MN);
+    GemmBf16Args g = gemm_bf16_args(d_a, ta ? M : K, d_b, tb ? K : N, d_c1, N, M, N, K);
+    expect_split(what, bf16_slices(M, N, K), true);
+    gemm_bf16(g, ta, tb, true);
+    g.C = d_c2;
+    gemm_bf16(g, ta, tb, true);
+    float *c1 = to_host(d_c1, MN), *c2 = to_host(d_c2, MN);
+    int same = memcmp(c1, c2, MN * sizeof(float)) == 0;
+    printf("  %s %-34s %s\n", same ? "ok  " : "FAIL", what, same ? "the same bits" : "different bits");
+    if (!same) failures++;
+    free(a); free(b); free(c1); free(c2);
+    cuda_check(cudaFree(d_a)); cuda_check(cudaFree(d_b)); cuda_check(cudaFree(d_c1)); cuda_check(cudaFree(d_c2));
+}
+
+// Every layout and epilogue at sizes that exercise the edges, in both tile sizes (as for the SGEMM),
+// then split along k.
 static void check_gemm_bf16_small(void) {
     int num_sms = cuda_num_sms;
     const int shapes[][3] = {
@@ -801,10 +833,14 @@ static void check_gemm_bf16_small(void) {
     for (int pass = 0; pass < 2; pass++) {
         cuda_num_sms = pass == 0 ? num_sms : 1;
         printf("(%s tiles)\n", pass == 0 ? "64x64" : "128x128");
-        for (int s = 0; s < 4; s++)
+        for (int s = 0; s < 4; s++) {
+            char what[64];
+            snprintf(what, sizeof(what), "mma %dx%dx%d", shapes[s][0], shapes[s][1], shapes[s][2]);
+            expect_split(what, bf16_slices(shapes[s][0], shapes[s][1], shapes[s][2]), false);
             for (int layout = 0; layout < 4; layout++) {
                 check_gemm_bf16(shapes[s][0], shapes[s][1], shapes[s][2], layout & 1, layout & 2, MMA_PLAIN);
             }
+        }
         for (int variant = MMA_BIAS_RESIDUAL; variant < MMA_VARIANTS; variant++) {
             check_gemm_bf16(200, 136, 328, variant == MMA_F32_ACCUMULATE, false, variant);
             check_gemm_bf16(37, 67, 45, false, true, variant);
@@ -817,6 +853,27 @@ static void check_gemm_bf16_small(void) {
         }
     }
     cuda_num_sms = num_sms;
+    // Split-K (64x64 tiles): few tiles and a long k. Every layout; every epilogue, on rows that
+    // are 16-byte aligned (the wide path of the epilogue) and rows that are not (element by
+    // element); the last slice shorter than the others and ending inside a k tile (777, 1000);
+    // one row, as generation's products run; and the same bits twice. The shapes above, with k
+    // under 2 x SPLITK_MIN_K, ran unsplit (asserted).
+    printf("(64x64 tiles, split-K)\n");
+    const int split_shapes[][3] = {{70, 76, 1000}, {37, 67, 777}, {64, 136, 1024}, {1, 136, 768}};
+    for (int s = 0; s < 4; s++) {
+        char what[64];
+        snprintf(what, sizeof(what), "mma %dx%dx%d", split_shapes[s][0], split_shapes[s][1], split_shapes[s][2]);
+        expect_split(what, bf16_slices(split_shapes[s][0], split_shapes[s][1], split_shapes[s][2]), true);
+    }
+    for (int layout = 0; layout < 4; layout++) check_gemm_bf16(70, 76, 1000, layout & 1, layout & 2, MMA_PLAIN);
+    for (int variant = MMA_BIAS_RESIDUAL; variant < MMA_VARIANTS; variant++) {
+        check_gemm_bf16(37, 67, 777, variant == MMA_F32_ACCUMULATE, false, variant);
+        check_gemm_bf16(64, 136, 1024, variant == MMA_F32_ACCUMULATE, variant != MMA_F32_ACCUMULATE, variant);
+    }
+    check_gemm_bf16(1, 136, 768, false, true, MMA_BIAS_RESIDUAL);
+    check_gemm_bf16(1, 136, 768, false, true, MMA_GELU);
+    check_gemm_bf16_twice(37, 67, 777, true, false);
+    check_gemm_bf16_twice(64, 136, 1024, false, true);
 }
 
 // One timing line of the bf16 path: TFLOP/s and % of the bf16 tensor-core peak.

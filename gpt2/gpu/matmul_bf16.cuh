@@ -101,7 +101,10 @@ __device__ __forceinline__ void cp_async_wait(void) {
 // straddles the edge, or sits in a matrix whose rows are not 16-byte aligned, is loaded element
 // by element. Zeros add nothing to the products, so any M, N and K work.
 //
-// The epilogue goes through shared memory: gemm_bf16_kernel's last part says why and how.
+// The epilogue goes through shared memory (gemm_bf16_kernel's last part says why and how), and a
+// product with few tiles of C and a long k is split along k (split-K, gpt2/gpu/matmul_fp32.cuh):
+// its blocks leave float32 partial sums, and gemm_bf16_splitk_reduce_kernel adds them and
+// applies the epilogue, every epilogue below included.
 
 enum { EPI_NONE, EPI_GELU, EPI_GELU_BACKWARD };
 
@@ -119,6 +122,12 @@ typedef struct {
     int accumulate;            // 1: C += result
     int vecA, vecB;            // 1: rows of A / B start 16-byte aligned (cp.async may copy them)
     int vecC;                  // 1: C, bias, residual and aux may be accessed 16 bytes of C at a time
+    // split-K (gemm_bf16_launch sets these): blockIdx.z's slice is slice_ktiles tiles of k (all
+    // of them unsplit); when split, slice s leaves its plain sums at partial + s*M*ldp, rows of
+    // ldp floats (N rounded up to 8), and the epilogue waits for gemm_bf16_splitk_reduce_kernel
+    int slice_ktiles;
+    float* partial;            // NULL: unsplit
+    long long ldp;
 } GemmBf16Args;
 
 #define MMA_BK 32      // k per stage: one 64-byte row of a k-contiguous tile
@@ -298,12 +307,14 @@ __global__ void __launch_bounds__(WM * WN * 32) gemm_bf16_kernel(GemmBf16Args g)
     int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     int wm = (warp / WN) * (BM / WM), wn = (warp % WN) * (BN / WN);  // this warp's piece
-    int ktiles = (g.K + MMA_BK - 1) / MMA_BK;
+    // The block's k tiles: all of them, or (split-K) its slice's, from kt_first on.
+    int kt_first = blockIdx.z * g.slice_ktiles;
+    int ktiles = min(g.slice_ktiles, (g.K + MMA_BK - 1) / MMA_BK - kt_first);
 
-    // Slice kt into stage buffer s. A's tile is BM rows of 32 k, or (TA) 32 rows of BM m; B's
-    // is BN rows of 32 k (TB) or 32 rows of BN n.
+    // The block's k tile kt into stage buffer s. A's tile is BM rows of 32 k, or (TA) 32 rows of
+    // BM m; B's is BN rows of 32 k (TB) or 32 rows of BN n.
     auto load = [&](int kt, int s) {
-        int k0 = kt * MMA_BK;
+        int k0 = (kt_first + kt) * MMA_BK;
         bf16* As = smem[s];
         bf16* Bs = smem[s] + A_TILE;
         if (!TA) mma_stage_tile<NT>(As, BM, MMA_BK, g.A, g.lda, m0, k0, g.M, g.K, g.vecA);
@@ -320,10 +331,10 @@ __global__ void __launch_bounds__(WM * WN * 32) gemm_bf16_kernel(GemmBf16Args g)
 #pragma unroll
             for (int r = 0; r < 4; r++) acc[i][j][r] = 0.0f;
 
-    // The pipeline: slices 0 .. STAGES-2 in flight before the loop; iteration kt waits for
-    // slice kt, then refills the buffer that slice kt-1 used (every warp is past it: the
-    // __syncthreads) with slice kt + STAGES-1. Every iteration commits one group, empty or not,
-    // so that "all but the newest STAGES-2 groups" always means "up to slice kt".
+    // The pipeline: k tiles 0 .. STAGES-2 in flight before the loop; iteration kt waits for
+    // tile kt, then refills the buffer that tile kt-1 used (every warp is past it: the
+    // __syncthreads) with tile kt + STAGES-1. Every iteration commits one group, empty or not,
+    // so that "all but the newest STAGES-2 groups" always means "up to tile kt".
     for (int s = 0; s < MMA_STAGES - 1; s++) {
         if (s < ktiles) load(s, s);
         cp_async_commit();
@@ -342,7 +353,7 @@ __global__ void __launch_bounds__(WM * WN * 32) gemm_bf16_kernel(GemmBf16Args g)
     // 16-row tiles (g = lane/4 and g+8, columns 2q, 2q+1): written from there, C would go out
     // (and the residual, aux and old C come in) 4 or 8 bytes per lane, a few per row. So the
     // warps first leave their float32 results in shared memory, the pipeline's (free once every
-    // warp is past its last slice: the __syncthreads), and then consecutive threads take
+    // warp is past its last tile: the __syncthreads), and then consecutive threads take
     // consecutive 16-byte pieces of a row of C (VEC elements: 8 bf16 or 4 floats): every access
     // to global memory is 16 bytes wide, and a warp's cover whole rows of the tile. The 128x128
     // tile in float32 is 64 KiB, more than the pipeline's 48 KiB, so it goes in bands of warp
@@ -360,7 +371,7 @@ __global__ void __launch_bounds__(WM * WN * 32) gemm_bf16_kernel(GemmBf16Args g)
     float* staged = reinterpret_cast<float*>(&smem[0][0]);
     int warp_row = warp / WN;
     for (int band = 0; band < WM; band += BAND) {
-        __syncthreads();  // shared memory free: every warp is done with the last slice, or with the last band
+        __syncthreads();  // shared memory free: every warp is done with the last k tile, or with the last band
         if (warp_row >= band && warp_row < band + BAND) {
             int r = (warp_row - band) * WARP_ROWS + lane / 4, c = wn + (lane % 4) * 2;
 #pragma unroll
@@ -377,22 +388,82 @@ __global__ void __launch_bounds__(WM * WN * 32) gemm_bf16_kernel(GemmBf16Args g)
             int r = f / (BN / VEC), c = (f % (BN / VEC)) * VEC;
             float v[VEC];
             read_staged<VEC>(v, staged + r * LDS + c, c);
-            gemm_bf16_epilogue<OutT, VEC>(g, m0 + band * WARP_ROWS + r, n0 + c, v);
+            int m = m0 + band * WARP_ROWS + r, n = n0 + c;
+            if (g.partial == NULL) {
+                gemm_bf16_epilogue<OutT, VEC>(g, m, n, v);
+            } else if (m < g.M && n < g.ldp) {  // split-K: the plain sums, zeros from N to ldp
+                float* p = g.partial + ((long long)blockIdx.z * g.M + m) * g.ldp + n;
+#pragma unroll
+                for (int q = 0; q < VEC; q += 4)
+                    *reinterpret_cast<float4*>(p + q) = make_float4(v[q], v[q + 1], v[q + 2], v[q + 3]);
+            }
         }
     }
 }
 
-// Runs the bf16 product. 128x128 tiles (8 warps, 64x32 each) when there are enough of them to
-// give every SM two blocks; else 64x64 tiles (4 warps, 32x32 each), four times as many blocks.
+// Split-K's second kernel: each element's partial sums added in slice order, then the epilogue,
+// as gemm_bf16_kernel applies it. One thread per piece of VEC elements (16 bytes of C); the
+// partials' rows of ldp floats (N rounded up to 8) keep every piece whole and 16-byte aligned.
+template <typename OutT>
+__global__ void gemm_bf16_splitk_reduce_kernel(GemmBf16Args g, int slices) {
+    constexpr int VEC = 16 / sizeof(OutT);
+    int pieces = (int)(g.ldp / VEC);  // per row
+    size_t f = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (f >= (size_t)g.M * pieces) return;
+    int m = (int)(f / pieces), n = (int)(f % pieces) * VEC;
+    const float* p = g.partial + m * g.ldp + n;
+    float v[VEC];
+#pragma unroll
+    for (int e = 0; e < VEC; e++) v[e] = 0.0f;
+    for (int s = 0; s < slices; s++, p += (size_t)g.M * g.ldp) {
+#pragma unroll
+        for (int q = 0; q < VEC; q += 4) {
+            float4 x = *reinterpret_cast<const float4*>(p + q);
+            v[q] += x.x; v[q + 1] += x.y; v[q + 2] += x.z; v[q + 3] += x.w;
+        }
+    }
+    gemm_bf16_epilogue<OutT, VEC>(g, m, n, v);
+}
+
+// Whether gemm_bf16 runs a product in 128x128 tiles (8 warps, 64x32 each): when there are enough
+// of them to give every SM two blocks; else in 64x64 tiles (4 warps, 32x32 each), four times as
+// many blocks.
+static bool gemm_bf16_big(const GemmBf16Args& g) {
+    return (size_t)ceil_div(g.M, 128) * ceil_div(g.N, 128) >= (size_t)2 * cuda_num_sms;
+}
+
+// gemm_bf16's split-K plan for a product (splitk_plan, gpt2/gpu/matmul_fp32.cuh): its number of
+// slices, 1 when it runs unsplit; only 64x64 tiles split.
+static int gemm_bf16_slices(const GemmBf16Args& g, int* slice_k) {
+    *slice_k = 0;
+    if (gemm_bf16_big(g)) return 1;
+    return splitk_plan((size_t)ceil_div(g.M, 64) * ceil_div(g.N, 64), g.K, MMA_BK, slice_k);
+}
+
+// Runs the bf16 product in the tiles gemm_bf16_big picks, split along k as gemm_bf16_slices
+// says: then the slices' blocks run as blockIdx.z, into partial sums in scratch memory, and the
+// second kernel finishes.
 template <bool TA, bool TB, typename OutT>
-static void gemm_bf16_launch(const GemmBf16Args& g) {
-    bool big = (size_t)ceil_div(g.M, 128) * ceil_div(g.N, 128) >= (size_t)2 * cuda_num_sms;
+static void gemm_bf16_launch(GemmBf16Args g) {
+    bool big = gemm_bf16_big(g);
+    int slice_k, slices = gemm_bf16_slices(g, &slice_k);
     int bm = big ? 128 : 64;
-    dim3 grid(ceil_div(g.N, bm), ceil_div(g.M, bm));
+    dim3 grid(ceil_div(g.N, bm), ceil_div(g.M, bm), slices);
     if (grid.y > 65535) fail("matmul of %d x %d is too large for one launch (%s:%d)", g.M, g.N, __FILE__, __LINE__);
+    g.slice_ktiles = slices > 1 ? slice_k / MMA_BK : ceil_div(g.K, MMA_BK);
+    g.partial = NULL;
+    if (slices > 1) {
+        g.ldp = (g.N + 7) / 8 * 8;
+        g.partial = scratch_floats((size_t)slices * g.M * g.ldp);
+    }
     if (big) gemm_bf16_kernel<128, 128, 2, 4, TA, TB, OutT><<<grid, 256>>>(g);
     else gemm_bf16_kernel<64, 64, 2, 2, TA, TB, OutT><<<grid, 128>>>(g);
     launch_check(gemm_bf16_kernel);
+    if (slices > 1) {
+        size_t pieces = (size_t)g.M * (g.ldp / (16 / sizeof(OutT)));
+        gemm_bf16_splitk_reduce_kernel<OutT><<<ceil_div(pieces, 256), 256>>>(g, slices);
+        launch_check(gemm_bf16_splitk_reduce_kernel);
+    }
 }
 
 // A product with the operands given; the epilogue's extras are set by the caller.

@@ -216,19 +216,19 @@ __global__ void add_bias_kernel(float* out, const float* bias, int M, int N) {
 // cuts k into S slices: block (tile, s) computes the tile's partial product over slice s into a
 // float32 scratch buffer (scratch_floats), then a second kernel adds each element's S partials in
 // a fixed order (slice 0, 1, ...), so that every run gives the same bits, and applies the
-// epilogue (alpha, bias, old C).
+// epilogue (alpha, bias, old C; the bf16 GEMM's GELU and residual as well).
 //
 // S: enough slices for about two blocks per SM, ceil(2 SMs / tiles), each slice a whole number of k
 // tiles and at least SPLITK_MIN_K long (the last one may be shorter), at most SPLITK_MAX of them.
 // The price: each slice writes an M x N partial that the second kernel reads back, S*M*N*4*2 bytes
 // of extra memory traffic, and one more launch. For the attention projection's dweight: S = 2 (288
 // blocks, two or three half-length ones per SM instead of one or two whole ones), 2*768*768*4*2 =
-// 9.4 MB, about 3 us at an H100's 3.35 TB/s, next to a product of 9.7 GFLOP that takes hundreds of
-// microseconds in the SGEMM (an estimate: unmeasured). Shorter slices would spend on their partials
-// (16 KiB written and read back per 64x64 tile) a large share of what they spend reading operands
-// (128 x k elements: 64 KiB of bf16 at k = 256). The scratch stays small: S*tiles < 2 SMs + tiles <
-// 4 SMs tiles of 64x64 floats, 8.25 MiB at 132 SMs. Split-K runs in 64x64 tiles only: a product
-// with enough 128x128 tiles to use them has enough blocks.
+// 9.4 MB, about 3 us at an H100's 3.35 TB/s, next to a product of 9.7 GFLOP that takes tens of
+// microseconds on the tensor cores and hundreds in the SGEMM (estimates: unmeasured). Shorter
+// slices would spend on their partials (16 KiB written and read back per 64x64 tile) a large share
+// of what they spend reading operands (128 x k elements: 64 KiB of bf16 at k = 256). The scratch
+// stays small: S*tiles < 2 SMs + tiles < 4 SMs tiles of 64x64 floats, 8.25 MiB at 132 SMs. Split-K
+// runs in 64x64 tiles only: a product with enough 128x128 tiles to use them has enough blocks.
 #define SPLITK_MIN_K 256  // the shortest slice of k
 #define SPLITK_MAX 16     // the most slices
 
