@@ -130,6 +130,17 @@ static int compare_scalar(const char* what, double gpu, double ref, double atol,
     return compare_host(what, &g, &r, 1, (float)atol, (float)rtol, NULL);
 }
 
+// Fails the check when a product meant to run split along k would not, or one meant to run
+// unsplit would, so that a change of the plan cannot quietly leave a path untested. The split
+// shapes have few tiles (2 to 4 of 64x64: split on any GPU of 3 SMs or more, the emulator says
+// 132) and k of 3 x SPLITK_MIN_K or more; the unsplit ones k under 2 x SPLITK_MIN_K.
+static void expect_split(const char* what, int slices, bool split) {
+    if ((slices > 1) == split) return;
+    printf("  FAIL %-34s runs in %d slices of k: this check is meant for the %s path\n", what, slices,
+           split ? "split-K" : "unsplit");
+    failures++;
+}
+
 static int cmp_double(const void* a, const void* b) {
     double x = *(const double*)a, y = *(const double*)b;
     return x < y ? -1 : x > y;
@@ -268,9 +279,18 @@ static void check_layernorm(int B, int T, int C, int bench) {
     cuda_check(cudaFree(d_dw)); cuda_check(cudaFree(d_db));
 }
 
+// The slices gemm_fp32 cuts a single product of this shape into.
+static int fp32_slices(int M, int N, int K) {
+    int slice_k;
+    return gemm_fp32_slices(gemm_fp32_args(NULL, 0, NULL, 0, NULL, 0, M, N, K), 1, &slice_k);
+}
+
 static void check_matmul(int B, int T, int C, int OC, int use_bias, int bench) {
-    printf("matmul B=%d T=%d C=%d OC=%d%s\n", B, T, C, OC, use_bias ? "" : " (no bias)");
     size_t BT = (size_t)B * T;
+    // the products' slices of k (split-K): forward, dinp, dweight
+    int s_out = fp32_slices((int)BT, OC, C), s_dinp = fp32_slices((int)BT, C, OC), s_dw = fp32_slices(OC, C, (int)BT);
+    printf("matmul B=%d T=%d C=%d OC=%d%s; split-K slices: out %d, dinp %d, dweight %d\n", B, T, C, OC,
+           use_bias ? "" : " (no bias)", s_out, s_dinp, s_dw);
     float* inp = host_random(BT * C, -1, 1);
     float* w = host_random((size_t)OC * C, -1, 1);
     float* bias = use_bias ? host_random(OC, -1, 1) : NULL;
@@ -303,6 +323,57 @@ static void check_matmul(int B, int T, int C, int OC, int use_bias, int bench) {
     free(inp); free(w); free(bias); free(out); free(dout); free(dinp); free(dw); free(db);
     cuda_check(cudaFree(d_inp)); cuda_check(cudaFree(d_w)); cuda_check(cudaFree(d_bias)); cuda_check(cudaFree(d_out));
     cuda_check(cudaFree(d_dout)); cuda_check(cudaFree(d_dinp)); cuda_check(cudaFree(d_dw)); cuda_check(cudaFree(d_db));
+}
+
+// One product C = alpha op(A) op(B) [+ bias] [+ C] through gemm_fp32 against a double-precision
+// reference, for the layouts and the alpha that the linear layers (check_matmul) do not use;
+// twice when it runs split along k, which must give the same bits. Tolerance as check_matmul's.
+static void check_gemm_fp32(int M, int N, int K, bool ta, bool tb, float alpha, int bias_and_accumulate) {
+    char what[96];
+    int slices = fp32_slices(M, N, K);
+    snprintf(what, sizeof(what), "sgemm %dx%dx%d %s%s a=%g%s", M, N, K, ta ? "T" : "N", tb ? "T" : "N", alpha,
+             bias_and_accumulate ? " bias +=" : "");
+    if (slices > 1) snprintf(what + strlen(what), sizeof(what) - strlen(what), " split %d", slices);
+    size_t MN = (size_t)M * N;
+    float *a = host_random((size_t)M * K, -1, 1), *b = host_random((size_t)K * N, -1, 1);
+    float *bias = host_random(N, -1, 1), *c = host_random(MN, -1, 1);
+    long long lda = ta ? M : K, ldb = tb ? K : N;
+    float *d_a = to_device(a, (size_t)M * K), *d_b = to_device(b, (size_t)K * N), *d_bias = to_device(bias, N);
+    float *d_c = bias_and_accumulate ? to_device(c, MN) : device_poisoned(MN);
+    float* expect = (float*)malloc_check(MN * sizeof(float));
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+            double sum = 0.0;
+            for (int k = 0; k < K; k++) {
+                sum += (double)a[ta ? (size_t)k * lda + m : (size_t)m * lda + k] *
+                       b[tb ? (size_t)n * ldb + k : (size_t)k * ldb + n];
+            }
+            double v = alpha * sum;
+            if (bias_and_accumulate) v += (double)bias[n] + c[(size_t)m * N + n];
+            expect[(size_t)m * N + n] = (float)v;
+        }
+    GemmFp32Args g = gemm_fp32_args(d_a, lda, d_b, ldb, d_c, N, M, N, K);
+    g.alpha = alpha;
+    if (bias_and_accumulate) {
+        g.bias = d_bias;
+        g.accumulate = 1;
+    }
+    gemm_fp32(g, ta, tb, 1);
+    float* got = to_host(d_c, MN);
+    compare_host(what, got, expect, MN, 1e-5f * sqrtf((float)K), 1e-5f, NULL);
+    if (slices > 1) {
+        float* d_c2 = bias_and_accumulate ? to_device(c, MN) : device_poisoned(MN);
+        g.C = d_c2;
+        gemm_fp32(g, ta, tb, 1);
+        float* got2 = to_host(d_c2, MN);
+        int same = memcmp(got, got2, MN * sizeof(float)) == 0;
+        printf("  %s %-34s %s\n", same ? "ok  " : "FAIL", "the same again", same ? "the same bits" : "different bits");
+        if (!same) failures++;
+        free(got2);
+        cuda_check(cudaFree(d_c2));
+    }
+    free(a); free(b); free(bias); free(c); free(expect); free(got);
+    cuda_check(cudaFree(d_a)); cuda_check(cudaFree(d_b)); cuda_check(cudaFree(d_bias)); cuda_check(cudaFree(d_c));
 }
 
 static void check_attention(int B, int T, int C, int NH, int bench) {
@@ -647,12 +718,21 @@ static double gelu_grad_ref(double x) {
 enum { MMA_PLAIN, MMA_BIAS_RESIDUAL, MMA_GELU, MMA_GELU_BACKWARD, MMA_F32_ACCUMULATE, MMA_VARIANTS };
 static const char* MMA_VARIANT_NAMES[MMA_VARIANTS] = {"plain", "bias+residual", "gelu", "gelu backward", "f32 +="};
 
+// The slices gemm_bf16 cuts a product of this shape into.
+static int bf16_slices(int M, int N, int K) {
+    int slice_k;
+    return gemm_bf16_slices(gemm_bf16_args(NULL, 0, NULL, 0, NULL, 0, M, N, K), &slice_k);
+}
+
 // One product C (M, N) = op(A) op(B) through gemm_bf16, with the given layouts and epilogue,
 // against a double-precision reference on the same bf16 inputs.
 static void check_gemm_bf16(int M, int N, int K, bool ta, bool tb, int variant) {
     char what[96];
-    snprintf(what, sizeof(what), "mma %dx%dx%d %s%s %s", M, N, K, ta ? "T" : "N", tb ? "T" : "N",
-             MMA_VARIANT_NAMES[variant]);
+    int slices = bf16_slices(M, N, K);
+    char split[16] = "";
+    if (slices > 1) snprintf(split, sizeof(split), " split %d", slices);
+    snprintf(what, sizeof(what), "mma %dx%dx%d %s%s %s%s", M, N, K, ta ? "T" : "N", tb ? "T" : "N",
+             MMA_VARIANT_NAMES[variant], split);
     float* a = host_random((size_t)M * K, -1, 1);
     float* b = host_random((size_t)K * N, -1, 1);
     bf16 *d_a = to_device_bf16(a, (size_t)M * K), *d_b = to_device_bf16(b, (size_t)K * N);
@@ -726,7 +806,30 @@ static void check_gemm_bf16(int M, int N, int K, bool ta, bool tb, int variant) 
     cuda_check(cudaFree(d_a)); cuda_check(cudaFree(d_b)); cuda_check(cudaFree(d_bias)); cuda_check(cudaFree(d_extra16));
 }
 
-// Every layout and epilogue at sizes that exercise the edges, in both tile sizes (as for the SGEMM).
+// A split-K product run twice on the same inputs must give the same bits: its slices' partial
+// sums are added in a fixed order.
+static void check_gemm_bf16_twice(int M, int N, int K, bool ta, bool tb) {
+    char what[96];
+    snprintf(what, sizeof(what), "mma %dx%dx%d %s%s twice", M, N, K, ta ? "T" : "N", tb ? "T" : "N");
+    float *a = host_random((size_t)M * K, -1, 1), *b = host_random((size_t)K * N, -1, 1);
+    bf16 *d_a = to_device_bf16(a, (size_t)M * K), *d_b = to_device_bf16(b, (size_t)K * N);
+    size_t MN = (size_t)M * N;
+    float *d_c1 = device_poisoned(MN), *d_c2 = device_poisoned(MN);
+    GemmBf16Args g = gemm_bf16_args(d_a, ta ? M : K, d_b, tb ? K : N, d_c1, N, M, N, K);
+    expect_split(what, bf16_slices(M, N, K), true);
+    gemm_bf16(g, ta, tb, true);
+    g.C = d_c2;
+    gemm_bf16(g, ta, tb, true);
+    float *c1 = to_host(d_c1, MN), *c2 = to_host(d_c2, MN);
+    int same = memcmp(c1, c2, MN * sizeof(float)) == 0;
+    printf("  %s %-34s %s\n", same ? "ok  " : "FAIL", what, same ? "the same bits" : "different bits");
+    if (!same) failures++;
+    free(a); free(b); free(c1); free(c2);
+    cuda_check(cudaFree(d_a)); cuda_check(cudaFree(d_b)); cuda_check(cudaFree(d_c1)); cuda_check(cudaFree(d_c2));
+}
+
+// Every layout and epilogue at sizes that exercise the edges, in both tile sizes (as for the SGEMM),
+// then split along k.
 static void check_gemm_bf16_small(void) {
     int num_sms = cuda_num_sms;
     const int shapes[][3] = {
@@ -738,10 +841,14 @@ static void check_gemm_bf16_small(void) {
     for (int pass = 0; pass < 2; pass++) {
         cuda_num_sms = pass == 0 ? num_sms : 1;
         printf("(%s tiles)\n", pass == 0 ? "64x64" : "128x128");
-        for (int s = 0; s < 4; s++)
+        for (int s = 0; s < 4; s++) {
+            char what[64];
+            snprintf(what, sizeof(what), "mma %dx%dx%d", shapes[s][0], shapes[s][1], shapes[s][2]);
+            expect_split(what, bf16_slices(shapes[s][0], shapes[s][1], shapes[s][2]), false);
             for (int layout = 0; layout < 4; layout++) {
                 check_gemm_bf16(shapes[s][0], shapes[s][1], shapes[s][2], layout & 1, layout & 2, MMA_PLAIN);
             }
+        }
         for (int variant = MMA_BIAS_RESIDUAL; variant < MMA_VARIANTS; variant++) {
             check_gemm_bf16(200, 136, 328, variant == MMA_F32_ACCUMULATE, false, variant);
             check_gemm_bf16(37, 67, 45, false, true, variant);
@@ -754,6 +861,27 @@ static void check_gemm_bf16_small(void) {
         }
     }
     cuda_num_sms = num_sms;
+    // Split-K (64x64 tiles): few tiles and a long k. Every layout; every epilogue, on rows that
+    // are 16-byte aligned (the wide path of the epilogue) and rows that are not (element by
+    // element); the last slice shorter than the others and ending inside a k tile (777, 1000);
+    // one row, as generation's products run; and the same bits twice. The shapes above, with k
+    // under 2 x SPLITK_MIN_K, ran unsplit (asserted).
+    printf("(64x64 tiles, split-K)\n");
+    const int split_shapes[][3] = {{70, 76, 1000}, {37, 67, 777}, {64, 136, 1024}, {1, 136, 768}};
+    for (int s = 0; s < 4; s++) {
+        char what[64];
+        snprintf(what, sizeof(what), "mma %dx%dx%d", split_shapes[s][0], split_shapes[s][1], split_shapes[s][2]);
+        expect_split(what, bf16_slices(split_shapes[s][0], split_shapes[s][1], split_shapes[s][2]), true);
+    }
+    for (int layout = 0; layout < 4; layout++) check_gemm_bf16(70, 76, 1000, layout & 1, layout & 2, MMA_PLAIN);
+    for (int variant = MMA_BIAS_RESIDUAL; variant < MMA_VARIANTS; variant++) {
+        check_gemm_bf16(37, 67, 777, variant == MMA_F32_ACCUMULATE, false, variant);
+        check_gemm_bf16(64, 136, 1024, variant == MMA_F32_ACCUMULATE, variant != MMA_F32_ACCUMULATE, variant);
+    }
+    check_gemm_bf16(1, 136, 768, false, true, MMA_BIAS_RESIDUAL);
+    check_gemm_bf16(1, 136, 768, false, true, MMA_GELU);
+    check_gemm_bf16_twice(37, 67, 777, true, false);
+    check_gemm_bf16_twice(64, 136, 1024, false, true);
 }
 
 // One timing line of the bf16 path: TFLOP/s and % of the bf16 tensor-core peak.
@@ -1673,6 +1801,20 @@ static void check_matmul_small(void) {
         check_matmul(3, 1, 64, 192, 1, 0);    // three rows: a step of generation for 3 sequences
     }
     cuda_num_sms = num_sms;
+    // Split-K (64x64 tiles): few tiles and a long k, as dweight's products have (k = B*T). Above,
+    // only dinp of the 300-row case (k = 520) split; here the edges again (1041 = 65 x 16 + 1,
+    // nothing a multiple of 4), every layout, alpha, bias and the old C, and an unsplit control.
+    printf("(64x64 tiles, split-K)\n");
+    expect_split("dweight of 53x37, k 1041", fp32_slices(53, 37, 1041), true);
+    expect_split("dweight of 40x24, k 1024", fp32_slices(40, 24, 1024), true);
+    expect_split("sgemm 37x53x200", fp32_slices(37, 53, 200), false);
+    check_matmul(3, 347, 37, 53, 1, 0);   // dweight 53x37 over k = 1041: split
+    check_matmul(4, 256, 24, 40, 1, 0);   // dweight 40x24 over k = 1024, float4 rows: split
+    for (int layout = 0; layout < 4; layout++) {
+        check_gemm_fp32(37, 53, 1041, layout & 1, layout & 2, 0.5f, 1);
+        check_gemm_fp32(64, 128, 768, layout & 1, layout & 2, 1.0f, layout == 0);
+    }
+    check_gemm_fp32(37, 53, 200, false, false, 0.5f, 1);  // unsplit
 }
 
 static void check_attention_small(void) {

@@ -100,6 +100,11 @@ __device__ __forceinline__ void cp_async_wait(void) {
 // aligned is copied by cp.async; one wholly outside is zero-filled by it (src_bytes 0); one that
 // straddles the edge, or sits in a matrix whose rows are not 16-byte aligned, is loaded element
 // by element. Zeros add nothing to the products, so any M, N and K work.
+//
+// The epilogue goes through shared memory (gemm_bf16_kernel's last part says why and how), and a
+// product with few tiles of C and a long k is split along k (split-K, gpt2/gpu/matmul_fp32.cuh):
+// its blocks leave float32 partial sums, and gemm_bf16_splitk_reduce_kernel adds them and
+// applies the epilogue, every epilogue below included.
 
 enum { EPI_NONE, EPI_GELU, EPI_GELU_BACKWARD };
 
@@ -116,6 +121,13 @@ typedef struct {
     int epilogue;
     int accumulate;            // 1: C += result
     int vecA, vecB;            // 1: rows of A / B start 16-byte aligned (cp.async may copy them)
+    int vecC;                  // 1: C, bias, residual and aux may be accessed 16 bytes of C at a time
+    // split-K (gemm_bf16_launch sets these): blockIdx.z's slice is slice_ktiles tiles of k (all
+    // of them unsplit); when split, slice s leaves its plain sums at partial + s*M*ldp, rows of
+    // ldp floats (N rounded up to 8), and the epilogue waits for gemm_bf16_splitk_reduce_kernel
+    int slice_ktiles;
+    float* partial;            // NULL: unsplit
+    long long ldp;
 } GemmBf16Args;
 
 #define MMA_BK 32      // k per stage: one 64-byte row of a k-contiguous tile
@@ -152,24 +164,77 @@ __device__ __forceinline__ void mma_stage_tile(bf16* tile, int rows, int width, 
     }
 }
 
-// The epilogue of one result v = C(m, n) before rounding: bias, GELU or its gradient, the
-// residual, the old C, in that order, all in float32.
-template <typename OutT>
-__device__ __forceinline__ void mma_store(const GemmBf16Args& g, int m, int n, float v) {
-    if (m >= g.M || n >= g.N) return;
-    long long i = m * g.ldc + n;
-    if (g.bias != NULL) v += g.bias[n];
-    if (g.epilogue == EPI_GELU) {
-        bf16 pre = __float2bfloat16(v);
-        g.aux[i] = pre;
-        v = gelu(__bfloat162float(pre));  // of the stored value, which the backward reads
-    } else if (g.epilogue == EPI_GELU_BACKWARD) {
-        v *= gelu_grad(__bfloat162float(g.aux[i]));
+// VEC consecutive elements of a row as one access: aligned to their size, or to 16 bytes when
+// larger (8 floats are then two 16-byte accesses).
+template <typename T, int VEC>
+struct alignas(sizeof(T) * VEC < 16 ? sizeof(T) * VEC : 16) Pack {
+    T v[VEC];
+};
+
+// x[0 .. VEC) = p[0 .. VEC) as float: one wide access when `wide`, else the first `count`
+// elements one by one and zeros after them.
+template <int VEC, typename T>
+__device__ __forceinline__ void load_piece(float* x, const T* p, bool wide, int count) {
+    if (wide) {
+        Pack<T, VEC> pk = *reinterpret_cast<const Pack<T, VEC>*>(p);
+#pragma unroll
+        for (int e = 0; e < VEC; e++) x[e] = to_float(pk.v[e]);
+    } else {
+#pragma unroll
+        for (int e = 0; e < VEC; e++) x[e] = e < count ? to_float(p[e]) : 0.0f;
     }
-    if (g.residual != NULL) v += __bfloat162float(g.residual[i]);
-    OutT* C = (OutT*)g.C;
-    if (g.accumulate) v += to_float(C[i]);
-    C[i] = from_float<OutT>(v);
+}
+template <int VEC, typename T>
+__device__ __forceinline__ void store_piece(T* p, const float* x, bool wide, int count) {
+    if (wide) {
+        Pack<T, VEC> pk;
+#pragma unroll
+        for (int e = 0; e < VEC; e++) pk.v[e] = from_float<T>(x[e]);
+        *reinterpret_cast<Pack<T, VEC>*>(p) = pk;
+    } else {
+#pragma unroll
+        for (int e = 0; e < VEC; e++)
+            if (e < count) p[e] = from_float<T>(x[e]);
+    }
+}
+
+// The epilogue of the VEC results v = C(m, n .. n+VEC-1) before rounding: bias, GELU or its
+// gradient, the residual, the old C, in that order, all in float32, each element as if alone.
+// Each extra is read, and C written, VEC elements (16 bytes of C) at once where the piece lies
+// inside the matrix and vecC allows; else element by element up to N.
+template <typename OutT, int VEC>
+__device__ __forceinline__ void gemm_bf16_epilogue(const GemmBf16Args& g, int m, int n, float* v) {
+    if (m >= g.M || n >= g.N) return;
+    bool wide = g.vecC && n + VEC <= g.N;
+    int count = min(VEC, g.N - n);
+    long long i = m * g.ldc + n;
+    float x[VEC];
+    if (g.bias != NULL) {
+        load_piece<VEC>(x, g.bias + n, wide, count);
+#pragma unroll
+        for (int e = 0; e < VEC; e++) v[e] += x[e];
+    }
+    if (g.epilogue == EPI_GELU) {
+        store_piece<VEC>(g.aux + i, v, wide, count);  // the pre-activation, rounded to bf16
+#pragma unroll
+        for (int e = 0; e < VEC; e++) v[e] = gelu(__bfloat162float(__float2bfloat16(v[e])));  // of the stored value, which the backward reads
+    } else if (g.epilogue == EPI_GELU_BACKWARD) {
+        load_piece<VEC>(x, g.aux + i, wide, count);
+#pragma unroll
+        for (int e = 0; e < VEC; e++) v[e] *= gelu_grad(x[e]);
+    }
+    if (g.residual != NULL) {
+        load_piece<VEC>(x, g.residual + i, wide, count);
+#pragma unroll
+        for (int e = 0; e < VEC; e++) v[e] += x[e];
+    }
+    OutT* C = (OutT*)g.C + i;
+    if (g.accumulate) {
+        load_piece<VEC>(x, C, wide, count);
+#pragma unroll
+        for (int e = 0; e < VEC; e++) v[e] += x[e];
+    }
+    store_piece<VEC>(C, v, wide, count);
 }
 
 // One stage's work for one warp: for each 16 of the stage's 32 k, the A fragments of its MI
@@ -209,6 +274,28 @@ __device__ __forceinline__ void mma_multiply_stage(float (*acc)[NI][4], const bf
     }
 }
 
+// v = the VEC staged floats at src, column c of the tile (a multiple of VEC), in 16-byte reads
+// (the epilogue in gemm_bf16_kernel). Consecutive threads read consecutive pieces of a row.
+template <int VEC>
+__device__ __forceinline__ void read_staged(float* v, const float* src, int c);
+template <>
+__device__ __forceinline__ void read_staged<4>(float* v, const float* src, int c) {
+    float4 x = *reinterpret_cast<const float4*>(src);
+    v[0] = x.x; v[1] = x.y; v[2] = x.z; v[3] = x.w;
+}
+// 8 floats in two halves, the first read alternating every 4 pieces: the 8 threads of a quarter
+// warp reading the same half, 32 bytes apart, would meet each of 16 banks twice; this way each
+// read instruction's 8 addresses cover the 32 banks once.
+template <>
+__device__ __forceinline__ void read_staged<8>(float* v, const float* src, int c) {
+    int h = (c >> 5) & 1;
+    float4 x = *reinterpret_cast<const float4*>(src + 4 * h);
+    float4 y = *reinterpret_cast<const float4*>(src + 4 - 4 * h);
+    float4 lo = h ? y : x, hi = h ? x : y;
+    v[0] = lo.x; v[1] = lo.y; v[2] = lo.z; v[3] = lo.w;
+    v[4] = hi.x; v[5] = hi.y; v[6] = hi.z; v[7] = hi.w;
+}
+
 template <int BM, int BN, int WM, int WN, bool TA, bool TB, typename OutT>
 __global__ void __launch_bounds__(WM * WN * 32) gemm_bf16_kernel(GemmBf16Args g) {
     constexpr int NT = WM * WN * 32;
@@ -220,12 +307,14 @@ __global__ void __launch_bounds__(WM * WN * 32) gemm_bf16_kernel(GemmBf16Args g)
     int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     int wm = (warp / WN) * (BM / WM), wn = (warp % WN) * (BN / WN);  // this warp's piece
-    int ktiles = (g.K + MMA_BK - 1) / MMA_BK;
+    // The block's k tiles: all of them, or (split-K) its slice's, from kt_first on.
+    int kt_first = blockIdx.z * g.slice_ktiles;
+    int ktiles = min(g.slice_ktiles, (g.K + MMA_BK - 1) / MMA_BK - kt_first);
 
-    // Slice kt into stage buffer s. A's tile is BM rows of 32 k, or (TA) 32 rows of BM m; B's
-    // is BN rows of 32 k (TB) or 32 rows of BN n.
+    // The block's k tile kt into stage buffer s. A's tile is BM rows of 32 k, or (TA) 32 rows of
+    // BM m; B's is BN rows of 32 k (TB) or 32 rows of BN n.
     auto load = [&](int kt, int s) {
-        int k0 = kt * MMA_BK;
+        int k0 = (kt_first + kt) * MMA_BK;
         bf16* As = smem[s];
         bf16* Bs = smem[s] + A_TILE;
         if (!TA) mma_stage_tile<NT>(As, BM, MMA_BK, g.A, g.lda, m0, k0, g.M, g.K, g.vecA);
@@ -242,10 +331,10 @@ __global__ void __launch_bounds__(WM * WN * 32) gemm_bf16_kernel(GemmBf16Args g)
 #pragma unroll
             for (int r = 0; r < 4; r++) acc[i][j][r] = 0.0f;
 
-    // The pipeline: slices 0 .. STAGES-2 in flight before the loop; iteration kt waits for
-    // slice kt, then refills the buffer that slice kt-1 used (every warp is past it: the
-    // __syncthreads) with slice kt + STAGES-1. Every iteration commits one group, empty or not,
-    // so that "all but the newest STAGES-2 groups" always means "up to slice kt".
+    // The pipeline: k tiles 0 .. STAGES-2 in flight before the loop; iteration kt waits for
+    // tile kt, then refills the buffer that tile kt-1 used (every warp is past it: the
+    // __syncthreads) with tile kt + STAGES-1. Every iteration commits one group, empty or not,
+    // so that "all but the newest STAGES-2 groups" always means "up to tile kt".
     for (int s = 0; s < MMA_STAGES - 1; s++) {
         if (s < ktiles) load(s, s);
         cp_async_commit();
@@ -260,30 +349,121 @@ __global__ void __launch_bounds__(WM * WN * 32) gemm_bf16_kernel(GemmBf16Args g)
     }
     cp_async_wait<0>();  // the trailing groups are empty, but every copy is waited for
 
-    // Lane l holds D[g][2q, 2q+1] and D[g+8][2q, 2q+1] of each 16x8 tile (g = l/4, q = l%4).
+    // The epilogue, through shared memory. A lane's fragments hold pairs of elements spread over
+    // 16-row tiles (g = lane/4 and g+8, columns 2q, 2q+1): written from there, C would go out
+    // (and the residual, aux and old C come in) 4 or 8 bytes per lane, a few per row. So the
+    // warps first leave their float32 results in shared memory, the pipeline's (free once every
+    // warp is past its last tile: the __syncthreads), and then consecutive threads take
+    // consecutive 16-byte pieces of a row of C (VEC elements: 8 bf16 or 4 floats): every access
+    // to global memory is 16 bytes wide, and a warp's cover whole rows of the tile. The 128x128
+    // tile in float32 is 64 KiB, more than the pipeline's 48 KiB, so it goes in bands of warp
+    // rows: two of 64 rows; the 64x64 tile (16 KiB) in one.
+    // The staged rows are padded to LDS = BN + 8 floats, so that a row starts 8 banks after the
+    // one above: a half warp's 8-byte stores of its fragments (4 rows g, 4 lanes q at columns 2q)
+    // then hit 32 different banks (g*8 + 2q, +1), where unpadded rows would put the 4 rows' stores
+    // in the same 8 banks.
+    constexpr int VEC = 16 / sizeof(OutT);
+    constexpr int LDS = BN + 8;
+    constexpr int WARP_ROWS = BM / WM;  // rows of a warp's piece
+    constexpr int FIT = (int)(sizeof(smem) / sizeof(float)) / (WARP_ROWS * LDS);  // warp rows that fit
+    constexpr int BAND = FIT < WM ? FIT : WM;  // warp rows staged at a time
+    static_assert(BAND >= 1 && WM % BAND == 0, "the staged epilogue takes whole bands of warp rows");
+    float* staged = reinterpret_cast<float*>(&smem[0][0]);
+    int warp_row = warp / WN;
+    for (int band = 0; band < WM; band += BAND) {
+        __syncthreads();  // shared memory free: every warp is done with the last k tile, or with the last band
+        if (warp_row >= band && warp_row < band + BAND) {
+            int r = (warp_row - band) * WARP_ROWS + lane / 4, c = wn + (lane % 4) * 2;
 #pragma unroll
-    for (int i = 0; i < MI; i++)
+            for (int i = 0; i < MI; i++)
 #pragma unroll
-        for (int j = 0; j < NI; j++) {
-            int m = m0 + wm + i * 16 + lane / 4, n = n0 + wn + j * 8 + (lane % 4) * 2;
-            mma_store<OutT>(g, m, n, acc[i][j][0]);
-            mma_store<OutT>(g, m, n + 1, acc[i][j][1]);
-            mma_store<OutT>(g, m + 8, n, acc[i][j][2]);
-            mma_store<OutT>(g, m + 8, n + 1, acc[i][j][3]);
+                for (int j = 0; j < NI; j++) {
+                    float* d = staged + (r + i * 16) * LDS + c + j * 8;
+                    *reinterpret_cast<float2*>(d) = make_float2(acc[i][j][0], acc[i][j][1]);
+                    *reinterpret_cast<float2*>(d + 8 * LDS) = make_float2(acc[i][j][2], acc[i][j][3]);
+                }
         }
+        __syncthreads();  // the band complete before any thread reads it
+        for (int f = threadIdx.x; f < BAND * WARP_ROWS * (BN / VEC); f += NT) {
+            int r = f / (BN / VEC), c = (f % (BN / VEC)) * VEC;
+            float v[VEC];
+            read_staged<VEC>(v, staged + r * LDS + c, c);
+            int m = m0 + band * WARP_ROWS + r, n = n0 + c;
+            if (g.partial == NULL) {
+                gemm_bf16_epilogue<OutT, VEC>(g, m, n, v);
+            } else if (m < g.M && n < g.ldp) {  // split-K: the plain sums, zeros from N to ldp
+                float* p = g.partial + ((long long)blockIdx.z * g.M + m) * g.ldp + n;
+#pragma unroll
+                for (int q = 0; q < VEC; q += 4)
+                    *reinterpret_cast<float4*>(p + q) = make_float4(v[q], v[q + 1], v[q + 2], v[q + 3]);
+            }
+        }
+    }
 }
 
-// Runs the bf16 product. 128x128 tiles (8 warps, 64x32 each) when there are enough of them to
-// give every SM two blocks; else 64x64 tiles (4 warps, 32x32 each), four times as many blocks.
+// Split-K's second kernel: each element's partial sums added in slice order, then the epilogue,
+// as gemm_bf16_kernel applies it. One thread per piece of VEC elements (16 bytes of C); the
+// partials' rows of ldp floats (N rounded up to 8) keep every piece whole and 16-byte aligned.
+template <typename OutT>
+__global__ void gemm_bf16_splitk_reduce_kernel(GemmBf16Args g, int slices) {
+    constexpr int VEC = 16 / sizeof(OutT);
+    int pieces = (int)(g.ldp / VEC);  // per row
+    size_t f = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (f >= (size_t)g.M * pieces) return;
+    int m = (int)(f / pieces), n = (int)(f % pieces) * VEC;
+    const float* p = g.partial + m * g.ldp + n;
+    float v[VEC];
+#pragma unroll
+    for (int e = 0; e < VEC; e++) v[e] = 0.0f;
+    for (int s = 0; s < slices; s++, p += (size_t)g.M * g.ldp) {
+#pragma unroll
+        for (int q = 0; q < VEC; q += 4) {
+            float4 x = *reinterpret_cast<const float4*>(p + q);
+            v[q] += x.x; v[q + 1] += x.y; v[q + 2] += x.z; v[q + 3] += x.w;
+        }
+    }
+    gemm_bf16_epilogue<OutT, VEC>(g, m, n, v);
+}
+
+// Whether gemm_bf16 runs a product in 128x128 tiles (8 warps, 64x32 each): when there are enough
+// of them to give every SM two blocks; else in 64x64 tiles (4 warps, 32x32 each), four times as
+// many blocks.
+static bool gemm_bf16_big(const GemmBf16Args& g) {
+    return (size_t)ceil_div(g.M, 128) * ceil_div(g.N, 128) >= (size_t)2 * cuda_num_sms;
+}
+
+// gemm_bf16's split-K plan for a product (splitk_plan, gpt2/gpu/matmul_fp32.cuh): its number of
+// slices, 1 when it runs unsplit; only 64x64 tiles split.
+static int gemm_bf16_slices(const GemmBf16Args& g, int* slice_k) {
+    *slice_k = 0;
+    if (gemm_bf16_big(g)) return 1;
+    return splitk_plan((size_t)ceil_div(g.M, 64) * ceil_div(g.N, 64), g.K, MMA_BK, slice_k);
+}
+
+// Runs the bf16 product in the tiles gemm_bf16_big picks, split along k as gemm_bf16_slices
+// says: then the slices' blocks run as blockIdx.z, into partial sums in scratch memory, and the
+// second kernel finishes.
 template <bool TA, bool TB, typename OutT>
-static void gemm_bf16_launch(const GemmBf16Args& g) {
-    bool big = (size_t)ceil_div(g.M, 128) * ceil_div(g.N, 128) >= (size_t)2 * cuda_num_sms;
+static void gemm_bf16_launch(GemmBf16Args g) {
+    bool big = gemm_bf16_big(g);
+    int slice_k, slices = gemm_bf16_slices(g, &slice_k);
     int bm = big ? 128 : 64;
-    dim3 grid(ceil_div(g.N, bm), ceil_div(g.M, bm));
+    dim3 grid(ceil_div(g.N, bm), ceil_div(g.M, bm), slices);
     if (grid.y > 65535) fail("matmul of %d x %d is too large for one launch (%s:%d)", g.M, g.N, __FILE__, __LINE__);
+    g.slice_ktiles = slices > 1 ? slice_k / MMA_BK : ceil_div(g.K, MMA_BK);
+    g.partial = NULL;
+    if (slices > 1) {
+        g.ldp = (g.N + 7) / 8 * 8;
+        g.partial = scratch_floats((size_t)slices * g.M * g.ldp);
+    }
     if (big) gemm_bf16_kernel<128, 128, 2, 4, TA, TB, OutT><<<grid, 256>>>(g);
     else gemm_bf16_kernel<64, 64, 2, 2, TA, TB, OutT><<<grid, 128>>>(g);
     launch_check(gemm_bf16_kernel);
+    if (slices > 1) {
+        size_t pieces = (size_t)g.M * (g.ldp / (16 / sizeof(OutT)));
+        gemm_bf16_splitk_reduce_kernel<OutT><<<ceil_div(pieces, 256), 256>>>(g, slices);
+        launch_check(gemm_bf16_splitk_reduce_kernel);
+    }
 }
 
 // A product with the operands given; the epilogue's extras are set by the caller.
@@ -299,6 +479,9 @@ static void gemm_bf16(GemmBf16Args g, bool ta, bool tb, bool out_f32) {
     if (g.M == 0 || g.N == 0) return;
     g.vecA = aligned16(g.A) && g.lda % 8 == 0;
     g.vecB = aligned16(g.B) && g.ldb % 8 == 0;
+    int vec = out_f32 ? 4 : 8;  // elements in 16 bytes of C; residual and aux rows are ldc long too
+    g.vecC = aligned16(g.C) && g.ldc % vec == 0 && (g.bias == NULL || aligned16(g.bias)) &&
+             (g.residual == NULL || aligned16(g.residual)) && (g.aux == NULL || aligned16(g.aux));
     if (out_f32) {
         if (!ta && !tb) gemm_bf16_launch<false, false, float>(g);
         if (!ta && tb) gemm_bf16_launch<false, true, float>(g);

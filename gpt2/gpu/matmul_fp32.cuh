@@ -47,6 +47,7 @@ typedef struct {
     int accumulate;     // 1: C += result; 0: C = result
     int causal;
     int vecA, vecB, vecC;  // 1 when rows of A / B / C (and bias) may be read as aligned float4
+    int slice_k;        // split-K (gemm_fp32 sets it): blockIdx.z is a slice of k this long; 0: all of k
 } GemmFp32Args;
 
 // Loads p[r*ld + c .. c+3] with zeros outside rows [0, R) and columns [0, Cn). The float4 path
@@ -138,6 +139,10 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN), 2) gemm_fp32_kernel(Gem
     const float* B = g.B + outer * g.strideB[0] + in * g.strideB[1];
     float* C = g.C + outer * g.strideC[0] + in * g.strideC[1];
     int k_begin = 0, k_end = g.K;
+    if (g.slice_k > 0) {  // split-K: z is the slice (a multiple of BK long: float4 alignment holds)
+        k_begin = min(g.K, (int)blockIdx.z * g.slice_k);
+        k_end = min(g.K, k_begin + g.slice_k);
+    }
     if (g.causal == CAUSAL_A_LOWER) k_end = min(g.K, m0 + BM);
     if (g.causal == CAUSAL_A_UPPER) k_begin = min(g.K, m0);  // m0 is a multiple of BK: float4 alignment holds
 
@@ -202,34 +207,70 @@ __global__ void add_bias_kernel(float* out, const float* bias, int M, int N) {
 }
 #endif
 
-// Runs the SGEMM on `batch` products. Big problems use 128x128 tiles (8x8 per thread); when
-// that would give fewer than two blocks per SM (e.g. dweight of a C x C projection: 36 tiles
-// for 132 SMs), 64x64 tiles (4x4 per thread) keep the GPU busy instead.
-static void gemm_fp32(GemmFp32Args g, bool ta, bool tb, int batch) {
-    if (g.M == 0 || g.N == 0 || batch == 0) return;
+// ---------- split-K: more blocks for products with few output tiles ----------
+//
+// A block computes one tile of C over all of k. A product whose C has few tiles but whose k is
+// long, above all a weight gradient (dweight (OC, C) += dout^T inp, k = B*T), leaves the GPU
+// half idle: dweight of GPT-2 124M's 768x768 attention projection at B=8, T=1024 is 144 tiles of
+// 64x64 for 132 SMs, so most SMs hold one block and a few two, for the whole product. Split-K
+// cuts k into S slices: block (tile, s) computes the tile's partial product over slice s into a
+// float32 scratch buffer (scratch_floats), then a second kernel adds each element's S partials in
+// a fixed order (slice 0, 1, ...), so that every run gives the same bits, and applies the
+// epilogue (alpha, bias, old C; the bf16 GEMM's GELU and residual as well).
+//
+// S: enough slices for about two blocks per SM, ceil(2 SMs / tiles), each slice a whole number of k
+// tiles and at least SPLITK_MIN_K long (the last one may be shorter), at most SPLITK_MAX of them.
+// The price: each slice writes an M x N partial that the second kernel reads back, S*M*N*4*2 bytes
+// of extra memory traffic, and one more launch. For the attention projection's dweight: S = 2 (288
+// blocks, two or three half-length ones per SM instead of one or two whole ones), 2*768*768*4*2 =
+// 9.4 MB, about 3 us at an H100's 3.35 TB/s, next to a product of 9.7 GFLOP that takes tens of
+// microseconds on the tensor cores and hundreds in the SGEMM (estimates: unmeasured). Shorter
+// slices would spend on their partials (16 KiB written and read back per 64x64 tile) a large share
+// of what they spend reading operands (128 x k elements: 64 KiB of bf16 at k = 256). The scratch
+// stays small: S*tiles < 2 SMs + tiles < 4 SMs tiles of 64x64 floats, 8.25 MiB at 132 SMs. Split-K
+// runs in 64x64 tiles only: a product with enough 128x128 tiles to use them has enough blocks.
+#define SPLITK_MIN_K 256  // the shortest slice of k
+#define SPLITK_MAX 16     // the most slices
+
+// The number of slices for a product of `tiles` output tiles with K along k, read in tiles of
+// bk; *slice_k gets a slice's length (a multiple of bk; the last slice may be shorter). 1: no
+// split (and *slice_k = 0).
+static int splitk_plan(size_t tiles, int K, int bk, int* slice_k) {
+    size_t want = (size_t)2 * cuda_num_sms;
+    int s = tiles >= want ? 1 : (int)((want + tiles - 1) / tiles);
+    if (s > K / SPLITK_MIN_K) s = K / SPLITK_MIN_K;
+    if (s > SPLITK_MAX) s = SPLITK_MAX;
+    *slice_k = 0;
+    if (s <= 1) return 1;
+    int per = ceil_div(ceil_div(K, bk), s);  // k tiles per slice
+    *slice_k = per * bk;
+    return ceil_div(K, *slice_k);  // per was rounded up: there may be fewer slices than s
+}
+
+// Split-K's second kernel for the SGEMM: C(m,n) = alpha * (sum of the slices' partials, in
+// slice order) [+ bias(n)] [+ C(m,n)], as the one-pass kernel's store_c4. partial holds the
+// slices one after another, each (M, N) with rows of N. One thread per element: consecutive
+// threads read consecutive floats of each partial and write consecutive floats of C (coalesced).
+__global__ void gemm_fp32_splitk_reduce_kernel(GemmFp32Args g, const float* partial, int slices) {
+    size_t MN = (size_t)g.M * g.N, idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= MN) return;
+    int m = (int)(idx / g.N), n = (int)(idx % g.N);
+    float sum = 0.0f;
+    for (int s = 0; s < slices; s++) sum += partial[s * MN + idx];
+    float v = g.alpha * sum;
+    if (g.bias != NULL) v += g.bias[n];
+    float* c = g.C + m * g.ldc + n;
+    if (g.accumulate) v += *c;
+    *c = v;
+}
+
+// Launches the SGEMM kernel on `batch` products (blockIdx.z; split-K's slices too) in tiles of
+// 128x128 (big) or 64x64.
+static void gemm_fp32_launch(GemmFp32Args g, bool ta, bool tb, int batch, bool big) {
     g.vecA = aligned16(g.A) && g.lda % 4 == 0 && g.strideA[0] % 4 == 0 && g.strideA[1] % 4 == 0;
     g.vecB = aligned16(g.B) && g.ldb % 4 == 0 && g.strideB[0] % 4 == 0 && g.strideB[1] % 4 == 0;
     g.vecC = aligned16(g.C) && g.ldc % 4 == 0 && g.strideC[0] % 4 == 0 && g.strideC[1] % 4 == 0 &&
              (g.bias == NULL || aligned16(g.bias));
-#ifdef USE_CUBLAS
-    if (batch == 1 && g.causal == CAUSAL_NONE) {
-        // cuBLAS is column-major: row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T,
-        // and a row-major matrix read as column-major is its transpose: swap A and B, keep flags.
-        float beta = g.accumulate ? 1.0f : 0.0f;
-        if (g.bias != NULL && g.accumulate) {
-            fail("gemm_fp32: bias with accumulate is not supported (%s:%d)", __FILE__, __LINE__);
-        }
-        if (cublas_handle == NULL) cublas_check(cublasCreate(&cublas_handle));
-        cublas_check(cublasSgemm(cublas_handle, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                 g.N, g.M, g.K, &g.alpha, g.B, (int)g.ldb, g.A, (int)g.lda, &beta, g.C, (int)g.ldc));
-        if (g.bias != NULL) {
-            add_bias_kernel<<<ceil_div((size_t)g.M * g.N, 256), 256>>>(g.C, g.bias, g.M, g.N);
-            launch_check(add_bias_kernel);
-        }
-        return;
-    }
-#endif
-    bool big = (size_t)ceil_div(g.M, 128) * ceil_div(g.N, 128) * batch >= (size_t)2 * cuda_num_sms;
     int bm = big ? 128 : 64;
     dim3 grid(ceil_div(g.N, bm), ceil_div(g.M, bm), batch);
     if (grid.y > 65535 || grid.z > 65535) {
@@ -248,6 +289,65 @@ static void gemm_fp32(GemmFp32Args g, bool ta, bool tb, int batch) {
         if (ta && tb) gemm_fp32_kernel<64, 64, 16, 4, 4, true, true><<<grid, 256>>>(g);
     }
     launch_check(gemm_fp32_kernel);
+}
+
+// Whether gemm_fp32 runs a product in 128x128 tiles: when they give every SM two blocks.
+static bool gemm_fp32_big(const GemmFp32Args& g, int batch) {
+    return (size_t)ceil_div(g.M, 128) * ceil_div(g.N, 128) * batch >= (size_t)2 * cuda_num_sms;
+}
+
+// gemm_fp32's split-K plan for a product: its number of slices, 1 when it runs unsplit. Only
+// single, non-causal products in 64x64 tiles split (a batch brings its own blocks; the causal
+// products skip by whole k ranges).
+static int gemm_fp32_slices(const GemmFp32Args& g, int batch, int* slice_k) {
+    *slice_k = 0;
+    if (gemm_fp32_big(g, batch) || batch != 1 || g.causal != CAUSAL_NONE) return 1;
+    return splitk_plan((size_t)ceil_div(g.M, 64) * ceil_div(g.N, 64), g.K, 16, slice_k);
+}
+
+// Runs the SGEMM on `batch` products. Big problems use 128x128 tiles (8x8 per thread); when
+// that would give fewer than two blocks per SM (e.g. dweight of a C x C projection: 36 tiles
+// for 132 SMs), 64x64 tiles (4x4 per thread) keep the GPU busy instead, and when even those are
+// fewer than two per SM and k is long, split-K (above) adds blocks along k.
+static void gemm_fp32(GemmFp32Args g, bool ta, bool tb, int batch) {
+    if (g.M == 0 || g.N == 0 || batch == 0) return;
+#ifdef USE_CUBLAS
+    if (batch == 1 && g.causal == CAUSAL_NONE) {
+        // cuBLAS is column-major: row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T,
+        // and a row-major matrix read as column-major is its transpose: swap A and B, keep flags.
+        float beta = g.accumulate ? 1.0f : 0.0f;
+        if (g.bias != NULL && g.accumulate) {
+            fail("gemm_fp32: bias with accumulate is not supported (%s:%d)", __FILE__, __LINE__);
+        }
+        if (cublas_handle == NULL) cublas_check(cublasCreate(&cublas_handle));
+        cublas_check(cublasSgemm(cublas_handle, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                 g.N, g.M, g.K, &g.alpha, g.B, (int)g.ldb, g.A, (int)g.lda, &beta, g.C, (int)g.ldc));
+        if (g.bias != NULL) {
+            add_bias_kernel<<<ceil_div((size_t)g.M * g.N, 256), 256>>>(g.C, g.bias, g.M, g.N);
+            launch_check(add_bias_kernel);
+        }
+        return;
+    }
+#endif
+    int slice_k = 0, slices = gemm_fp32_slices(g, batch, &slice_k);
+    if (slices == 1) {
+        gemm_fp32_launch(g, ta, tb, batch, gemm_fp32_big(g, batch));
+        return;
+    }
+    // The slices as a batch over blockIdx.z: the same A and B, each slice's C its own partial
+    // (M, N), the plain sums (alpha, bias and the old C wait for the second kernel).
+    size_t MN = (size_t)g.M * g.N;
+    GemmFp32Args p = g;
+    p.C = scratch_floats(slices * MN);
+    p.ldc = g.N;
+    p.strideC[0] = (long long)MN;
+    p.bias = NULL;
+    p.alpha = 1.0f;
+    p.accumulate = 0;
+    p.slice_k = slice_k;
+    gemm_fp32_launch(p, ta, tb, slices, false);
+    gemm_fp32_splitk_reduce_kernel<<<ceil_div(MN, 256), 256>>>(g, p.C, slices);
+    launch_check(gemm_fp32_splitk_reduce_kernel);
 }
 
 // A plain (unbatched) product with the given operands; the caller sets the rest.
