@@ -150,16 +150,17 @@ static double median(double* x, int n) {
     return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
 }
 
-// Median milliseconds of f() on the GPU: 3 warm-up runs, then 20 runs timed with CUDA events.
+// Median milliseconds of f() on the GPU: `warmup` runs (3), then `runs` runs (20, at most)
+// timed with CUDA events.
 template <typename F>
-static double median_ms_gpu(F f) {
-    const int warmup = 3, runs = 20;
+static double median_ms_gpu(F f, int warmup = 3, int runs = 20) {
+    if (runs > 20) runs = 20;
     cudaEvent_t start, stop;
     cuda_check(cudaEventCreate(&start));
     cuda_check(cudaEventCreate(&stop));
     for (int i = 0; i < warmup; i++) f();
     cuda_check(cudaDeviceSynchronize());
-    double ms[runs];
+    double ms[20];
     for (int i = 0; i < runs; i++) {
         cuda_check(cudaEventRecord(start));
         f();
@@ -1490,19 +1491,7 @@ static void check_encoder_backward_bucket_cases(void) {
 // The timing of a row: the median of 20 runs, or with --quick one run.
 template <typename F>
 static double roofline_ms(F f) {
-    if (!quick) return median_ms_gpu(f);
-    cudaEvent_t start, stop;
-    cuda_check(cudaEventCreate(&start));
-    cuda_check(cudaEventCreate(&stop));
-    cuda_check(cudaEventRecord(start));
-    f();
-    cuda_check(cudaEventRecord(stop));
-    cuda_check(cudaEventSynchronize(stop));
-    float ms;
-    cuda_check(cudaEventElapsedTime(&ms, start, stop));
-    cuda_check(cudaEventDestroy(start));
-    cuda_check(cudaEventDestroy(stop));
-    return ms;
+    return quick ? median_ms_gpu(f, 0, 1) : median_ms_gpu(f);
 }
 
 // A batch of B x T: the start of Tiny Shakespeare (what train_gpu reads first) where the model
