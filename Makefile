@@ -332,7 +332,7 @@ RAW := data/raw/tinyshakespeare.txt data/raw/encoder.json data/raw/vocab.bpe
 
 data: $(DATA_FILES)
 
-$(RAW): dev/data/fetch_data.sh
+$(RAW) &: dev/data/fetch_data.sh
 	bash dev/data/fetch_data.sh data/raw $(DATA_DIR)
 
 data/gpt2_tokenizer.bin: tokenizer $(RAW)

@@ -20,7 +20,7 @@ for entry in "${files[@]}"; do
   if [ -f "$dest" ] && echo "$sum  $dest" | sha256sum -c --status; then
     continue
   fi
-  tmp="$dest.part"
+  tmp="$dest.part.$$"
   if [ -n "$src" ]; then
     if [ ! -f "$src/$name" ]; then
       echo "fetch_data: $src/$name not found (DATA_DIR=$src should hold $name)" >&2
