@@ -315,9 +315,11 @@ static void gemm_fp32(GemmFp32Args g, bool ta, bool tb, int batch) {
     if (batch == 1 && g.causal == CAUSAL_NONE) {
         // cuBLAS is column-major: row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T,
         // and a row-major matrix read as column-major is its transpose: swap A and B, keep flags.
+        // C = alpha op(A) op(B) [+ C] there, then + bias here (add_bias_kernel: rows of N)
         float beta = g.accumulate ? 1.0f : 0.0f;
-        if (g.bias != NULL && g.accumulate) {
-            fail("gemm_fp32: bias with accumulate is not supported (%s:%d)", __FILE__, __LINE__);
+        if (g.bias != NULL && g.ldc != g.N) {
+            fail("gemm_fp32: bias with ldc %lld != N %d is not supported (%s:%d)", (long long)g.ldc, g.N,
+                 __FILE__, __LINE__);
         }
         if (cublas_handle == NULL) cublas_check(cublasCreate(&cublas_handle));
         cublas_check(cublasSgemm(cublas_handle, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
