@@ -45,6 +45,8 @@
 #      Skipped, saying so, without mpirun, MPI and NCCL, or 2 GPUs.
 set -u
 . "$(dirname "$0")/lib.sh"
+# why LOG: what a failed run said: its error lines (Open MPI's closing banner hides them), else its end
+why() { grep -m 5 -iE "error|fail|abort" "$1" | grep -v "MPI_ABORT causes" || tail -5 "$1"; }
 BIN=${1:?usage: test/train_gpu_checks.sh TRAIN_GPU_BINARY fp32|bf16}
 PREC=${2:?usage: test/train_gpu_checks.sh TRAIN_GPU_BINARY fp32|bf16}
 case $PREC in fp32) STEPS=6 ;; bf16) STEPS=20 ;; *) echo "FAIL: precision $PREC: expected fp32 or bf16"; exit 1 ;; esac
@@ -101,10 +103,11 @@ fi
 if [ -n "$no_mpi" ]; then
   echo "skipped: the runs under mpirun ($no_mpi)"
 else
-  for n in $np 1; do
+  ranks="$np"; [ "$np" -ne 1 ] && ranks="$np 1"
+  for n in $ranks; do
     name=ranks$n
     mpi_run $n "$BIN" "${common[@]}" -o "$dir/$name" -x $STEPS -p $PREC -b 1 -d 116 >"$dir/$name.stdout" 2>&1 ||
-      { echo "FAIL: mpirun -np $n $BIN -b 1 -d 116 exited with $?:"; tail -5 "$dir/$name.stdout"; status=1; continue; }
+      { echo "FAIL: mpirun -np $n $BIN -b 1 -d 116 exited with $?:"; why "$dir/$name.stdout"; status=1; continue; }
     grep -q "x $n process" "$dir/$name.stdout" || { echo "FAIL: mpirun -np $n: the run does not say it has $n processes"; status=1; }
     $PY test/compare_gpu_run.py --precision $PREC "$dir/whole" "$dir/whole.stdout" "$dir/$name" "$dir/$name.stdout" $STEPS || status=1
   done
@@ -132,7 +135,7 @@ if [ "$PREC" = fp32 ]; then
     run "$BIN" "$dir/small_split" "$dir/small_split.stdout" "${small[@]}" -p fp32 -b 1 -d 128
   else
     mpi_run $np "$BIN" "${common[@]}" -o "$dir/small_split" "${small[@]}" -p fp32 -b 1 -d 128 >"$dir/small_split.stdout" 2>&1 ||
-      { echo "FAIL: mpirun -np $np $BIN -b 1 -d 128 on the C=8 model exited with $?:"; tail -5 "$dir/small_split.stdout"; status=1; }
+      { echo "FAIL: mpirun -np $np $BIN -b 1 -d 128 on the C=8 model exited with $?:"; why "$dir/small_split.stdout"; status=1; }
   fi
   grep -E '^batch:' "$dir/small_split.stdout"
   $PY test/compare_gpu_run.py --precision fp32 "$dir/small_cpu" "$dir/small_cpu.stdout" "$dir/small_split" \
@@ -156,7 +159,7 @@ else
   # the reference: train_cpu in fp32 (float32 rounding apart, the same numbers); in bf16,
   # BINARY's own undivided run (the split sums the blocks' bf16 partial products in bf16)
   OMP_NUM_THREADS=1 "$ref" "${mp[@]}" -o "$dir/mp_one" >"$dir/mp_one.stdout" 2>&1 ||
-    { echo "FAIL: $ref ${mp[*]} exited with $?:"; tail -5 "$dir/mp_one.stdout"; exit 1; }
+    { echo "FAIL: $ref ${mp[*]} exited with $?:"; why "$dir/mp_one.stdout"; exit 1; }
   splits=("-tp 2:tp 2 x pp 1 x dp 1;" "-pp 2:tp 1 x pp 2 x dp 1;" "-z 1:tp 1 x pp 1 x dp 2, ZeRO-1 over dp;")
   # fp32 also under GPipe's schedule: every forward pass before the backward passes, each slot
   # keeping its own gradient of the loss
@@ -164,7 +167,7 @@ else
   for parts in "${splits[@]}"; do
     grid=${parts#*:}; parts=${parts%:*}; name=mp_${parts//[- ]/}
     mpi_run 2 "$BIN" "${mp[@]}" $parts -o "$dir/$name" >"$dir/$name.stdout" 2>&1 ||
-      { echo "FAIL: mpirun -np 2 $BIN $parts exited with $?:"; tail -5 "$dir/$name.stdout"; status=1; continue; }
+      { echo "FAIL: mpirun -np 2 $BIN $parts exited with $?:"; why "$dir/$name.stdout"; status=1; continue; }
     grep -qF "split: 2 processes = $grid" "$dir/$name.stdout" ||
       { echo "FAIL: $parts: the run does not say it is split as $grid"; status=1; }
     $PY test/compare_gpu_run.py --precision $PREC "$dir/mp_one" "$dir/mp_one.stdout" "$dir/$name" "$dir/$name.stdout" \
@@ -177,7 +180,7 @@ else
   # part; in bf16 with the float32 master copy split too, and the bf16 copy and the float32
   # tensors the passes read gathered. So the same printed numbers, and the same gathered files.
   mpi_run 2 "$BIN" "${mp[@]}" -o "$dir/mp_dp2" >"$dir/mp_dp2.stdout" 2>&1 ||
-    { echo "FAIL: mpirun -np 2 $BIN (data parallel) exited with $?:"; tail -5 "$dir/mp_dp2.stdout"; status=1; }
+    { echo "FAIL: mpirun -np 2 $BIN (data parallel) exited with $?:"; why "$dir/mp_dp2.stdout"; status=1; }
   if ! diff <(grep -oE "(loss|norm) [0-9.]+" "$dir/mp_dp2.stdout") <(grep -oE "(loss|norm) [0-9.]+" "$dir/mp_z1.stdout"); then
     echo "FAIL: -z 1 printed other losses or norms than the same 2 processes without it"; status=1
   fi
@@ -189,7 +192,7 @@ else
   # of the whole files again): the uninterrupted run's steps and files, to the bit
   cut_run "$dir/mp_z1" "$dir/mp_z1_resumed" 3
   mpi_run 2 "$BIN" "${mp[@]}" -z 1 -o "$dir/mp_z1_resumed" -y 1 >"$dir/mp_z1_resumed.stdout" 2>&1 ||
-    { echo "FAIL: mpirun -np 2 $BIN -z 1 -y 1 exited with $?:"; tail -5 "$dir/mp_z1_resumed.stdout"; status=1; }
+    { echo "FAIL: mpirun -np 2 $BIN -z 1 -y 1 exited with $?:"; why "$dir/mp_z1_resumed.stdout"; status=1; }
   if ! diff <(printed_after 3 "$dir/mp_z1.stdout") <(printed_after 3 "$dir/mp_z1_resumed.stdout"); then
     echo "FAIL: -z 1 resumed at step 3 printed other steps than the run never stopped"; status=1
   fi
