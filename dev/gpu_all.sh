@@ -14,7 +14,7 @@
 #                             train_cpu in fp32 and bf16, resume
 #   train      train_gpu.txt  ./train_gpu as a user runs it: d12, T=1024, B=8, 100 steps (bf16 on
 #                             8.0+); then 10 steps of -p bf16 and of -p fp32 at the largest B that
-#                             train_gpu computes fits
+#                             train_gpu computes fits, or that the training data fills if fewer
 #   roofline   roofline.txt   build/gpu_check roofline: every kernel of a training step of GPT-2 124M
 #                             (B=8, T=1024, bf16 and fp32) timed against its floor on an H100 SXM and
 #                             on this GPU (dev/gpu/roofline.h), and the whole step
@@ -97,11 +97,16 @@ env_report() {
 export -f env_report
 train_report() {
   ./train_gpu || return 1
-  local p b
+  local p b info ntok
   for p in bf16 fp32; do
-    b=$(./train_gpu -p $p -x 0 -v 0 -s 0 | sed -n 's/^largest batch .*: B=\([0-9]*\)$/\1/p')
+    info=$(./train_gpu -p $p -x 0 -v 0 -s 0)
+    b=$(sed -n 's/^largest batch .*: B=\([0-9]*\)$/\1/p' <<<"$info")
     echo; echo "--- ./train_gpu -p $p at the largest batch that fits: B=${b:-?}"
     [ -n "$b" ] && [ "$b" -gt 0 ] || return 1
+    # and that the training data fills: B*T+1 tokens (T=1024)
+    ntok=$(sed -n 's/^train: .* (\([0-9]*\) tokens.*/\1/p' <<<"$info")
+    [ -n "$ntok" ] && [ $(( (ntok - 1) / 1024 )) -lt "$b" ] &&
+      { b=$(( (ntok - 1) / 1024 )); echo "(the training data's $ntok tokens fill B=$b at most)"; }
     ./train_gpu -p $p -b "$b" -x 10 -v 0 -s 0 || return 1
   done
 }
