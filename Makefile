@@ -30,6 +30,8 @@
 #   make train_gpu_emu   the whole train_gpu on the CPU emulator of CUDA: build/emu/train_gpu
 #   make infer_gpu_emu   the whole infer_gpu on the emulator: build/emu/infer_gpu
 #   make race-emu        the kernel checks under the emulator's shared-memory race detector
+#   make kernels-emu     the kernel ladder (dev/kernels/): every step checked on the emulator
+#   make kernels         the kernel ladder on a GPU: every step checked and timed, a table and a chart
 
 CC       ?= gcc
 OMP      ?= 1
@@ -176,7 +178,7 @@ else
   ALL_TARGETS := $(CPU_PROGRAMS)
 endif
 
-.PHONY: all data test plot lessons roofline-doc fuzz fuzz-targets fuzz-coverage bench bench-tokenizer bench-cpu bench-infer bench-serve bench-dp bench-parallel clean gpu-status gpu-checks gpu-emu race-emu bench-gpu train_gpu_emu infer_gpu_emu
+.PHONY: all data test plot lessons roofline-doc fuzz fuzz-targets fuzz-coverage bench bench-tokenizer bench-cpu bench-infer bench-serve bench-dp bench-parallel clean gpu-status gpu-checks gpu-emu race-emu bench-gpu train_gpu_emu infer_gpu_emu kernels kernels-emu
 
 all: $(ALL_TARGETS) gpu-status
 	@echo "built: $(ALL_TARGETS) ($(OMP_STATUS), $(MPI_STATUS), $(SERVE_STATUS))"
@@ -236,7 +238,7 @@ else
 	$(NVCC) $(NVCC_FLAGS) -o $@ dev/gpu/instruction_check.cu
 endif
 
-build/gpu_check: dev/gpu/gpu_check.cu dev/gpu/roofline.h train_gpu.cu train_cpu.c $(GPU_HEADERS) $(NVCC_STAMP)
+build/gpu_check: dev/gpu/gpu_check.cu dev/gpu/check.cuh dev/gpu/roofline.h train_gpu.cu train_cpu.c $(GPU_HEADERS) $(NVCC_STAMP)
 ifeq ($(NVCC),)
 	@echo "skipped: build/gpu_check (nvcc not found)"; exit 1
 else
@@ -244,7 +246,7 @@ else
 	$(NVCC) $(NVCC_FLAGS) -o $@ dev/gpu/gpu_check.cu $(NVCC_LIBS)
 endif
 
-build/gpu_check_cublas: dev/gpu/gpu_check.cu dev/gpu/roofline.h train_gpu.cu train_cpu.c $(GPU_HEADERS) $(NVCC_STAMP)
+build/gpu_check_cublas: dev/gpu/gpu_check.cu dev/gpu/check.cuh dev/gpu/roofline.h train_gpu.cu train_cpu.c $(GPU_HEADERS) $(NVCC_STAMP)
 ifeq ($(NVCC),)
 	@echo "skipped: build/gpu_check_cublas (nvcc not found)"; exit 1
 else
@@ -284,7 +286,7 @@ race-emu: build/emu/gpu_check_race build/emu/race_check build/emu/race_check_asa
 train_gpu_emu: build/emu/train_gpu
 infer_gpu_emu: build/emu/infer_gpu
 
-build/emu/gpu_check.cpp: dev/gpu/gpu_check.cu dev/gpu/roofline.h train_gpu.cu train_cpu.c $(GPU_HEADERS) dev/emu/cuda_emu.py
+build/emu/gpu_check.cpp: dev/gpu/gpu_check.cu dev/gpu/check.cuh dev/gpu/roofline.h train_gpu.cu train_cpu.c $(GPU_HEADERS) dev/emu/cuda_emu.py
 	@mkdir -p build/emu
 	$(PYTHON) dev/emu/cuda_emu.py $< $@
 build/emu/instruction_check.cpp: dev/gpu/instruction_check.cu $(GPU_HEADERS) dev/emu/cuda_emu.py
@@ -324,6 +326,37 @@ build/emu/race_check: build/emu/race_check.cpp dev/emu/cuda_emu.h
 	$(call emu_race_build)
 build/emu/train_gpu_race: build/emu/train_gpu.cpp dev/emu/cuda_emu.h build/flags | data
 	$(call emu_race_build,$(MPI_FLAGS),$(MPI_LIBS))
+
+# ---------- the kernel ladder (dev/kernels/) ----------
+# One program per step, numbered from the naive kernel to the project's own: built with nvcc for a
+# GPU (build/kernels/NN_name), and for the emulator twice, under AddressSanitizer and UBSan
+# (build/emu/kernels/NN_name) and under the race detector (..._race). dev/kernels/run.sh runs them
+# all: one line per step, PASS or FAIL; on a GPU also the table and chart of their speeds.
+KERNEL_STEPS := $(basename $(notdir $(sort $(wildcard dev/kernels/[0-9][0-9]_*.cu))))
+KERNEL_DEPS := $(wildcard dev/kernels/*.cuh) dev/gpu/check.cuh $(GPU_HEADERS)
+KERNEL_GPU := $(addprefix build/kernels/,$(KERNEL_STEPS))
+KERNEL_EMU := $(addprefix build/emu/kernels/,$(KERNEL_STEPS))
+
+kernels-emu: $(KERNEL_EMU) $(addsuffix _race,$(KERNEL_EMU))
+	bash dev/kernels/run.sh emu $(KERNEL_STEPS)
+kernels: $(KERNEL_GPU)
+	bash dev/kernels/run.sh gpu $(KERNEL_STEPS)
+
+$(KERNEL_GPU): build/kernels/%: dev/kernels/%.cu $(KERNEL_DEPS) $(NVCC_STAMP)
+ifeq ($(NVCC),)
+	@echo "skipped: $@ (nvcc not found; make kernels-emu runs the ladder on the emulator)"; exit 1
+else
+	$(nvcc_new_enough)
+	@mkdir -p build/kernels
+	$(NVCC) $(NVCC_FLAGS) -o $@ $<
+endif
+$(KERNEL_EMU:%=%.cpp): build/emu/kernels/%.cpp: dev/kernels/%.cu $(KERNEL_DEPS) dev/emu/cuda_emu.py
+	@mkdir -p build/emu/kernels
+	$(PYTHON) dev/emu/cuda_emu.py $< $@
+$(KERNEL_EMU): build/emu/kernels/%: build/emu/kernels/%.cpp dev/emu/cuda_emu.h
+	$(CXX) -O1 $(EMU_CXXFLAGS) $< -o $@
+$(KERNEL_EMU:%=%_race): build/emu/kernels/%_race: build/emu/kernels/%.cpp dev/emu/cuda_emu.h
+	$(call emu_race_build)
 
 # ---------- data ----------
 

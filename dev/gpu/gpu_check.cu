@@ -45,90 +45,9 @@
 
 // ---------- helpers ----------
 
-static uint64_t rng_state = 1337;
-static int failures = 0;
+#include "check.cuh"          // host_random, device_poisoned, compare, median_ms_gpu, ...
+
 static int quick = 0;
-
-static float* host_random(size_t n, float lo, float hi) {
-    float* x = (float*)malloc_check(n * sizeof(float));
-    for (size_t i = 0; i < n; i++) x[i] = lo + (hi - lo) * random_f32(&rng_state);
-    return x;
-}
-static int* host_tokens(size_t n, int max_id) {
-    int* x = (int*)malloc_check(n * sizeof(int));
-    for (size_t i = 0; i < n; i++) x[i] = (int)(random_u32(&rng_state) % (uint32_t)max_id);
-    return x;
-}
-static float* host_zeros(size_t n) { return (float*)calloc_check(n, sizeof(float)); }
-static float* to_device(const float* x, size_t n) {
-    float* d;
-    cuda_check(cudaMalloc((void**)&d, n * sizeof(float)));
-    cuda_check(cudaMemcpy(d, x, n * sizeof(float), cudaMemcpyHostToDevice));
-    return d;
-}
-static int* to_device_int(const int* x, size_t n) {
-    int* d;
-    cuda_check(cudaMalloc((void**)&d, n * sizeof(int)));
-    cuda_check(cudaMemcpy(d, x, n * sizeof(int), cudaMemcpyHostToDevice));
-    return d;
-}
-// A device output, every float NaN (all bits set), so that an element the kernel never writes fails.
-static float* device_poisoned(size_t n) {
-    float* d;
-    cuda_check(cudaMalloc((void**)&d, n * sizeof(float)));
-    cuda_check(cudaMemset(d, 0xff, n * sizeof(float)));
-    return d;
-}
-static float* to_host(const float* d, size_t n) {
-    float* x = (float*)malloc_check(n * sizeof(float));
-    cuda_check(cudaMemcpy(x, d, n * sizeof(float), cudaMemcpyDeviceToHost));
-    return x;
-}
-
-// Compares n floats of a host array (gpu) with the reference; mask, if not NULL, says which to
-// compare; slack, if not NULL, is added to each value's allowed error (a bound that differs from
-// value to value). Prints one line; counts a failure.
-static int compare_host_slack(const char* what, const float* gpu, const float* ref, size_t n, float atol,
-                              float rtol, const unsigned char* mask, const float* slack) {
-    size_t bad = 0, first_bad = 0, compared = 0;
-    double max_err = 0.0, max_ratio = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        if (mask != NULL && !mask[i]) continue;
-        compared++;
-        double err = fabs((double)gpu[i] - (double)ref[i]);
-        double allowed = atol + rtol * fabs((double)ref[i]) + (slack != NULL ? slack[i] : 0.0);
-        int ok = err <= allowed;  // false for NaN
-        if (!ok) {
-            if (bad == 0) first_bad = i;
-            bad++;
-        }
-        if (err > max_err || err != err) max_err = err;
-        if (allowed > 0 && err / allowed > max_ratio) max_ratio = err / allowed;
-    }
-    if (bad > 0) {
-        printf("  FAIL %-34s %zu of %zu differ; first at %zu: gpu %.9g cpu %.9g (atol %g rtol %g)\n", what,
-               bad, compared, first_bad, gpu[first_bad], ref[first_bad], atol, rtol);
-        failures++;
-        return 1;
-    }
-    printf("  ok   %-34s %zu values, max |diff| %.3g (%.0f%% of tolerance)\n", what, compared, max_err,
-           100.0 * max_ratio);
-    return 0;
-}
-static int compare_host(const char* what, const float* gpu, const float* ref, size_t n, float atol,
-                        float rtol, const unsigned char* mask) {
-    return compare_host_slack(what, gpu, ref, n, atol, rtol, mask, NULL);
-}
-static int compare(const char* what, const float* dev, const float* ref, size_t n, float atol, float rtol) {
-    float* h = to_host(dev, n);
-    int r = compare_host(what, h, ref, n, atol, rtol, NULL);
-    free(h);
-    return r;
-}
-static int compare_scalar(const char* what, double gpu, double ref, double atol, double rtol) {
-    float g = (float)gpu, r = (float)ref;
-    return compare_host(what, &g, &r, 1, (float)atol, (float)rtol, NULL);
-}
 
 // Fails the check when a product meant to run split along k would not, or one meant to run
 // unsplit would, so that a change of the plan cannot quietly leave a path untested. The split
@@ -139,40 +58,6 @@ static void expect_split(const char* what, int slices, bool split) {
     printf("  FAIL %-34s runs in %d slices of k: this check is meant for the %s path\n", what, slices,
            split ? "split-K" : "unsplit");
     failures++;
-}
-
-static int cmp_double(const void* a, const void* b) {
-    double x = *(const double*)a, y = *(const double*)b;
-    return x < y ? -1 : x > y;
-}
-static double median(double* x, int n) {
-    qsort(x, n, sizeof(double), cmp_double);
-    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
-}
-
-// Median milliseconds of f() on the GPU: `warmup` runs (3), then `runs` runs (20, at most)
-// timed with CUDA events.
-template <typename F>
-static double median_ms_gpu(F f, int warmup = 3, int runs = 20) {
-    if (runs > 20) runs = 20;
-    cudaEvent_t start, stop;
-    cuda_check(cudaEventCreate(&start));
-    cuda_check(cudaEventCreate(&stop));
-    for (int i = 0; i < warmup; i++) f();
-    cuda_check(cudaDeviceSynchronize());
-    double ms[20];
-    for (int i = 0; i < runs; i++) {
-        cuda_check(cudaEventRecord(start));
-        f();
-        cuda_check(cudaEventRecord(stop));
-        cuda_check(cudaEventSynchronize(stop));
-        float t;
-        cuda_check(cudaEventElapsedTime(&t, start, stop));
-        ms[i] = t;
-    }
-    cuda_check(cudaEventDestroy(start));
-    cuda_check(cudaEventDestroy(stop));
-    return median(ms, runs);
 }
 
 // Median milliseconds of f() on the CPU: one warm-up run, then 3 timed runs.
@@ -285,14 +170,6 @@ static int fp32_slices(int M, int N, int K) {
     int slice_k;
     return gemm_fp32_slices(gemm_fp32_args(NULL, 0, NULL, 0, NULL, 0, M, N, K), 1, &slice_k);
 }
-
-// atol for a float32 sum of K products of U(-1,1) numbers, as both sides compute it. Such a sum
-// has size ~ sqrt(K)/3, and 1e-5 of sqrt(K) covers the rounding of the result and of a few blocked
-// partial sums. A sum accumulated one term after another also drifts, and at large K that
-// dominates: each addition rounds a partial sum of size ~ sqrt(k)/3 by up to 2^-24 of it, a random
-// walk whose deviation is about 2^-24 K / 7; allow 6 of those on each side (K = 768: 1.1e-4 more;
-// K = 50304, the logits' dinp: 5.1e-3 more).
-static float fp32_sum_atol(double K) { return (float)(1e-5 * sqrt(K) + 12.0 * K / 7.0 * 0x1p-24); }
 
 static void check_matmul(int B, int T, int C, int OC, int use_bias, int bench) {
     size_t BT = (size_t)B * T;

@@ -1,0 +1,55 @@
+// dev/kernels/matmul.cuh: the frame of the matmul steps of the ladder (01 to 09). Every step
+// computes the linear layer's forward, as matmul_forward in gpt2/cpu_layers.h does:
+//     out (B*T, OC) = inp (B*T, C) . weight (OC, C)^T + bias (OC)
+// and its main is one call: matmul_step_main (float32 steps) or matmul_step_main_bf16 (the tensor
+// cores' steps: bf16 inputs and output, float32 bias and accumulation). Both check the step's
+// launcher against the CPU on shapes that leave partial tiles at every edge and on a shape of
+// whole tiles, then, on a GPU, at GPT-2 124M's MLP product (B=4, T=1024, C=768, OC=3072), which
+// they also time: 2 B T C OC FLOPs.
+
+#ifndef DEV_KERNELS_MATMUL_CUH
+#define DEV_KERNELS_MATMUL_CUH
+
+#include "ladder.cuh"
+
+// The launcher every float32 step defines, with the CPU function's signature.
+typedef void (*MatmulForward)(float* out, const float* inp, const float* weight, const float* bias, int B, int T,
+                              int C, int OC);
+typedef void (*MatmulForwardBf16)(bf16* out, const bf16* inp, const bf16* weight, const float* bias, int B, int T,
+                                  int C, int OC);
+
+// The shapes every step must get right; C is a multiple of 8 in all of them, which is all the
+// vectorised steps ask of their inputs (their launchers say so when it is not).
+static const int MATMUL_SHAPES[][4] = {
+    {2, 37, 40, 72},   // B*T = 74 and OC = 72: partial tiles on both sides of the output
+    {1, 3, 24, 10},    // fewer rows and columns than one tile holds
+    {1, 64, 64, 128},  // whole tiles only
+};
+
+// One shape: random inputs, the CPU's matmul_forward, the step's launcher on a NaN-poisoned
+// output, every element compared; then, if `timed`, the launcher timed on the same buffers.
+static void matmul_check(MatmulForward forward, int B, int T, int C, int OC, LadderStep* s, bool timed) {
+    size_t BT = (size_t)B * T;
+    printf("matmul B=%d T=%d C=%d OC=%d\n", B, T, C, OC);
+    float *inp = host_random(BT * C, -1, 1), *weight = host_random((size_t)OC * C, -1, 1);
+    float *bias = host_random(OC, -1, 1), *out = host_zeros(BT * OC);
+    matmul_forward(out, inp, weight, bias, B, T, C, OC);
+    float *d_inp = to_device(inp, BT * C), *d_weight = to_device(weight, (size_t)OC * C);
+    float *d_bias = to_device(bias, OC), *d_out = device_poisoned(BT * OC);
+    forward(d_out, d_inp, d_weight, d_bias, B, T, C, OC);
+    compare("out", d_out, out, BT * OC, fp32_sum_atol(C), 1e-5f);
+    if (timed) ladder_time(s, [&] { forward(d_out, d_inp, d_weight, d_bias, B, T, C, OC); }, 2.0 * BT * C * OC);
+    free(inp); free(weight); free(bias); free(out);
+    cuda_check(cudaFree(d_inp)); cuda_check(cudaFree(d_weight)); cuda_check(cudaFree(d_bias));
+    cuda_check(cudaFree(d_out));
+}
+
+static int matmul_step_main(LadderStep s, MatmulForward forward) {
+    s.limit = LIMIT_FP32;
+    ladder_begin(&s);
+    for (const auto& shape : MATMUL_SHAPES) matmul_check(forward, shape[0], shape[1], shape[2], shape[3], &s, false);
+    if (ladder_shape_big()) matmul_check(forward, 4, 1024, 768, 3072, &s, true);
+    return ladder_end(&s);
+}
+
+#endif  // DEV_KERNELS_MATMUL_CUH
