@@ -339,7 +339,9 @@ KERNEL_EMU := $(addprefix build/emu/kernels/,$(KERNEL_STEPS))
 
 kernels-emu: $(KERNEL_EMU) $(addsuffix _race,$(KERNEL_EMU))
 	bash dev/kernels/run.sh emu $(KERNEL_STEPS)
-kernels: $(KERNEL_GPU)
+kernels:
+	@nvidia-smi -L 2>/dev/null | grep -q '^GPU [0-9]' || { echo "make kernels: no NVIDIA GPU here (nvidia-smi lists none); make kernels-emu checks the ladder on the CPU emulator"; exit 1; }
+	@$(MAKE) --no-print-directory $(KERNEL_GPU)
 	bash dev/kernels/run.sh gpu $(KERNEL_STEPS)
 
 $(KERNEL_GPU): build/kernels/%: dev/kernels/%.cu $(KERNEL_DEPS) $(NVCC_STAMP)

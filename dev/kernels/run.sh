@@ -11,6 +11,8 @@
 #         GPT-2 124M's, then timed; the table goes to build/kernels/ladder.md (and the screen), the
 #         bar chart of the rates, as % of each step's limit, to build/kernels/ladder.png where
 #         Python has matplotlib.
+# KERNELS_EMU_DIR: where the emulator's builds are (default build/emu/kernels; test/test_kernels.sh
+# runs broken copies from elsewhere).
 set -u
 cd "$(dirname "$0")/../.."
 usage="usage: dev/kernels/run.sh emu|gpu STEP..."
@@ -31,13 +33,13 @@ run_once() {
   if [ $rc -eq 0 ] && [[ "$last" == PASS* ]]; then return 0; fi
   # the first mismatch or the error, else the end of the output
   local why; why=$(grep -m 1 -E "^  FAIL|error|ERROR|race" "$log" || tail -n 1 "$log")
-  echo "exit $rc: ${why# }"
+  echo "exit $rc: $(sed 's/^ *//' <<<"$why")"
   return 1
 }
 
 if [ "$mode" = emu ]; then
   for step in "$@"; do
-    bin=build/emu/kernels/$step
+    bin=${KERNELS_EMU_DIR:-build/emu/kernels}/$step
     why=""
     if [ ! -x "$bin" ] || [ ! -x "${bin}_race" ]; then
       why="not built (make kernels-emu builds it)"
