@@ -23,8 +23,9 @@
 //
 // The launcher asks C to be a multiple of 4, so that every row of inp and weight starts 16-byte
 // aligned (cudaMalloc's pointers are) and a float4 never straddles the end of a row.
-// What bounds it now: the FMAs themselves come close, with 4 shared-memory loads per 64 FMAs; the
-// rest is the latency of each k slice's copy, which the block waits for at the __syncthreads.
+// What bounds it now: with 4 shared-memory loads per 64 FMAs, shared memory no longer does; what
+// keeps the FMA units from their peak is the copy of each k slice, which nothing in the block
+// overlaps (every thread waits at the __syncthreads), hidden only by the other block on the SM.
 // Next (07): the project's own SGEMM, which tunes this kernel further and handles every shape.
 
 #include "matmul.cuh"
