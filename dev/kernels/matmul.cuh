@@ -18,12 +18,15 @@ typedef void (*MatmulForward)(float* out, const float* inp, const float* weight,
 typedef void (*MatmulForwardBf16)(bf16* out, const bf16* inp, const bf16* weight, const float* bias, int B, int T,
                                   int C, int OC);
 
-// The shapes every step must get right; C is a multiple of 8 in all of them, which is all the
-// vectorised steps ask of their inputs (their launchers say so when it is not).
+// The shapes every step must get right, the float32 steps and the bf16 ones alike (the project's
+// bf16 GEMM takes any M, N, K; step 08 asks C to be a multiple of 8, as all of these are, which is
+// all the vectorised steps ask of their inputs: their launchers say so when it is not).
 static const int MATMUL_SHAPES[][4] = {
     {2, 37, 40, 72},   // B*T = 74 and OC = 72: partial tiles on both sides of the output
-    {1, 3, 24, 10},    // fewer rows and columns than one tile holds
+    {1, 3, 24, 10},    // fewer rows and columns than one tile holds; OC = 10: no 16-byte rows of out
     {1, 64, 64, 128},  // whole tiles only
+    {1, 50, 776, 40},  // a long k and one tile of out: the project's kernels (07, 09) split k in 3
+                       // slices (split-K), the last ending in a partial k tile
 };
 
 // One shape: random inputs, the CPU's matmul_forward, the step's launcher on a NaN-poisoned
@@ -49,6 +52,75 @@ static int matmul_step_main(LadderStep s, MatmulForward forward) {
     ladder_begin(&s);
     for (const auto& shape : MATMUL_SHAPES) matmul_check(forward, shape[0], shape[1], shape[2], shape[3], &s, false);
     if (ladder_shape_big()) matmul_check(forward, 4, 1024, 768, 3072, &s, true);
+    return ladder_end(&s);
+}
+
+// ---------- the bf16 steps (08, 09) ----------
+//
+// The tensor cores' steps take bf16 inp and weight, a float32 bias, accumulate in float32 and
+// write bf16 out, as the project's bf16 path does. The inputs are drawn as floats and rounded to
+// bf16 on the host, and the CPU reference runs on the rounded values, so what is checked is the
+// kernel, not bf16's rounding of its inputs. The products of two bf16 are exact in float32, so
+// before its last rounding the GPU's sum differs from the CPU's only by float32 rounding in a
+// different order: fp32_sum_atol(C), as for the float32 steps. Then the one rounding of out to
+// bf16 (8 significant bits) moves a value v by at most half a unit in its last place, which is
+// 2^-8 |v| at worst (v just above a power of two; 2^-9 |v| just below the next one): rtol 2^-8,
+// and atol grown by the same factor, since v itself may be off by atol.
+
+// Rounds x in place to the nearest bf16 (so the CPU reference reads what the GPU reads) and
+// returns a device copy in bf16.
+static bf16* to_device_bf16(float* x, size_t n) {
+    bf16* h = (bf16*)malloc_check(n * sizeof(bf16));
+    for (size_t i = 0; i < n; i++) {
+        h[i] = __float2bfloat16(x[i]);
+        x[i] = __bfloat162float(h[i]);
+    }
+    bf16* d;
+    cuda_check(cudaMalloc((void**)&d, n * sizeof(bf16)));
+    cuda_check(cudaMemcpy(d, h, n * sizeof(bf16), cudaMemcpyHostToDevice));
+    free(h);
+    return d;
+}
+static bf16* device_poisoned_bf16(size_t n) {
+    bf16* d;
+    cuda_check(cudaMalloc((void**)&d, n * sizeof(bf16)));
+    cuda_check(cudaMemset(d, 0xff, n * sizeof(bf16)));  // every bf16 0xffff: NaN
+    return d;
+}
+static float* to_host_bf16(const bf16* d, size_t n) {
+    bf16* h = (bf16*)malloc_check(n * sizeof(bf16));
+    cuda_check(cudaMemcpy(h, d, n * sizeof(bf16), cudaMemcpyDeviceToHost));
+    float* x = (float*)malloc_check(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = __bfloat162float(h[i]);
+    free(h);
+    return x;
+}
+
+// matmul_check for a bf16 step: the same shapes, checks and timing, on bf16 operands.
+static void matmul_check_bf16(MatmulForwardBf16 forward, int B, int T, int C, int OC, LadderStep* s, bool timed) {
+    size_t BT = (size_t)B * T;
+    printf("matmul bf16 B=%d T=%d C=%d OC=%d\n", B, T, C, OC);
+    float *inp = host_random(BT * C, -1, 1), *weight = host_random((size_t)OC * C, -1, 1);
+    float *bias = host_random(OC, -1, 1), *out = host_zeros(BT * OC);
+    bf16 *d_inp = to_device_bf16(inp, BT * C), *d_weight = to_device_bf16(weight, (size_t)OC * C);
+    matmul_forward(out, inp, weight, bias, B, T, C, OC);  // on the rounded inputs
+    float* d_bias = to_device(bias, OC);
+    bf16* d_out = device_poisoned_bf16(BT * OC);
+    forward(d_out, d_inp, d_weight, d_bias, B, T, C, OC);
+    const float rtol = 0x1p-8f;  // the rounding of out to bf16 (above)
+    float* got = to_host_bf16(d_out, BT * OC);
+    compare_host("out (bf16)", got, out, BT * OC, fp32_sum_atol(C) * (1.0f + rtol), rtol, NULL);
+    if (timed) ladder_time(s, [&] { forward(d_out, d_inp, d_weight, d_bias, B, T, C, OC); }, 2.0 * BT * C * OC);
+    free(inp); free(weight); free(bias); free(out); free(got);
+    cuda_check(cudaFree(d_inp)); cuda_check(cudaFree(d_weight)); cuda_check(cudaFree(d_bias));
+    cuda_check(cudaFree(d_out));
+}
+
+static int matmul_step_main_bf16(LadderStep s, MatmulForwardBf16 forward) {
+    s.limit = LIMIT_BF16;
+    ladder_begin(&s);
+    for (const auto& shape : MATMUL_SHAPES) matmul_check_bf16(forward, shape[0], shape[1], shape[2], shape[3], &s, false);
+    if (ladder_shape_big()) matmul_check_bf16(forward, 4, 1024, 768, 3072, &s, true);
     return ladder_end(&s);
 }
 
