@@ -38,8 +38,9 @@ typedef void (*AttentionForwardBf16)(bf16* out, float* lse, const bf16* qkv, int
 // Which of the CPU's two (B, NH, T, T) matrices a step writes.
 typedef enum { STORES_NOTHING, STORES_ATT, STORES_PREATT_AND_ATT } AttentionStores;
 
-// The shapes every step must get right: {B, T, C, NH, qk}. T = 37, 45 and 70 are no multiple of
-// any tile of the steps (32 or 64 rows); hs = C/NH is 16 or 64. qk scales q and k: at 1 the scores
+// The shapes every step must get right: {B, T, C, NH, qk}. T = 37, 45, 70 and 150 are no multiple
+// of any tile of the steps (32 or 64 rows); hs = C/NH is 16 or 64. At T = 150 a block walks three
+// tiles of 64 keys, so a double-buffered kernel (13) refills a stage it has used. qk scales q and k: at 1 the scores
 // have a spread of about 1/3 and the softmax is flat; at 4 a spread of about 5, so the row's
 // maximum jumps often and far as the keys go by, which an online softmax's rescaling must follow.
 // The emulator runs each thread on the CPU: B NH T^2 hs stays below a million.
@@ -47,6 +48,7 @@ static const int ATTENTION_SHAPES[][5] = {
     {2, 37, 64, 4, 1},   // hs 16, a tile of 32 rows and 5 more
     {1, 70, 128, 2, 1},  // hs 64, a tile of 64 rows and 6 more
     {1, 45, 128, 2, 4},  // hs 64, peaked softmax
+    {1, 150, 32, 2, 1},  // hs 16, two tiles of 64 rows and 22 more
     {1, 1, 32, 2, 1},    // one query, one key: its softmax is 1
 };
 
