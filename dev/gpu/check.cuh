@@ -93,6 +93,46 @@ static int compare_scalar(const char* what, double gpu, double ref, double atol,
     return compare_host(what, &g, &r, 1, (float)atol, (float)rtol, NULL);
 }
 
+// ---------- bf16 ----------
+
+static float max_abs(const float* x, size_t n) {
+    float m = 0.0f;
+    for (size_t i = 0; i < n; i++) m = fmaxf(m, fabsf(x[i]));
+    return m;
+}
+
+// Rounds x in place to the nearest bf16 (so the CPU reference reads what the GPU reads) and
+// returns a device copy in bf16.
+static bf16* to_device_bf16(float* x, size_t n) {
+    bf16* h = (bf16*)malloc_check(n * sizeof(bf16));
+    for (size_t i = 0; i < n; i++) {
+        h[i] = __float2bfloat16(x[i]);
+        x[i] = __bfloat162float(h[i]);
+    }
+    bf16* d;
+    cuda_check(cudaMalloc((void**)&d, n * sizeof(bf16)));
+    cuda_check(cudaMemcpy(d, h, n * sizeof(bf16), cudaMemcpyHostToDevice));
+    free(h);
+    return d;
+}
+// A bf16 device output, every value NaN (0xffff).
+static bf16* device_poisoned_bf16(size_t n) {
+    bf16* d;
+    cuda_check(cudaMalloc((void**)&d, n * sizeof(bf16)));
+    cuda_check(cudaMemset(d, 0xff, n * sizeof(bf16)));  // NaN
+    return d;
+}
+static float* to_host_bf16(const bf16* d, size_t n) {
+    bf16* h = (bf16*)malloc_check(n * sizeof(bf16));
+    cuda_check(cudaMemcpy(h, d, n * sizeof(bf16), cudaMemcpyDeviceToHost));
+    float* x = (float*)malloc_check(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = __bfloat162float(h[i]);
+    free(h);
+    return x;
+}
+
+// ---------- tolerances and timing ----------
+
 // atol for a float32 sum of K products of U(-1,1) numbers, as both sides compute it. Such a sum
 // has size ~ sqrt(K)/3, and 1e-5 of sqrt(K) covers the rounding of the result and of a few blocked
 // partial sums. A sum accumulated one term after another also drifts, and at large K that

@@ -559,41 +559,6 @@ static void check_model(GPT2Config config, int B, int T, int steps) {
 
 static const float BF16_RTOL = 1.0f / 256;  // 2^-8: one rounding to bf16
 
-static float max_abs(const float* x, size_t n) {
-    float m = 0.0f;
-    for (size_t i = 0; i < n; i++) m = fmaxf(m, fabsf(x[i]));
-    return m;
-}
-
-// Rounds x in place to the nearest bf16 (so the CPU reference reads what the GPU reads) and
-// returns a device copy in bf16.
-static bf16* to_device_bf16(float* x, size_t n) {
-    bf16* h = (bf16*)malloc_check(n * sizeof(bf16));
-    for (size_t i = 0; i < n; i++) {
-        h[i] = __float2bfloat16(x[i]);
-        x[i] = __bfloat162float(h[i]);
-    }
-    bf16* d;
-    cuda_check(cudaMalloc((void**)&d, n * sizeof(bf16)));
-    cuda_check(cudaMemcpy(d, h, n * sizeof(bf16), cudaMemcpyHostToDevice));
-    free(h);
-    return d;
-}
-static bf16* device_poisoned_bf16(size_t n) {
-    bf16* d;
-    cuda_check(cudaMalloc((void**)&d, n * sizeof(bf16)));
-    cuda_check(cudaMemset(d, 0xff, n * sizeof(bf16)));  // NaN
-    return d;
-}
-static float* to_host_bf16(const bf16* d, size_t n) {
-    bf16* h = (bf16*)malloc_check(n * sizeof(bf16));
-    cuda_check(cudaMemcpy(h, d, n * sizeof(bf16), cudaMemcpyDeviceToHost));
-    float* x = (float*)malloc_check(n * sizeof(float));
-    for (size_t i = 0; i < n; i++) x[i] = __bfloat162float(h[i]);
-    free(h);
-    return x;
-}
-
 static double gelu_ref(double x) { return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))); }
 static double gelu_grad_ref(double x) {
     double th = tanh(0.7978845608028654 * (x + 0.044715 * x * x * x));

@@ -132,40 +132,6 @@ static int attention_step_main(LadderStep s, AttentionForward forward, Attention
 
 // ---------- the tensor cores' step: bf16 ----------
 
-// Rounds x in place to the nearest bf16 (so that the CPU reads what the GPU reads) and returns a
-// device copy in bf16.
-static bf16* attention_to_device_bf16(float* x, size_t n) {
-    bf16* h = (bf16*)malloc_check(n * sizeof(bf16));
-    for (size_t i = 0; i < n; i++) {
-        h[i] = __float2bfloat16(x[i]);
-        x[i] = __bfloat162float(h[i]);
-    }
-    bf16* d;
-    cuda_check(cudaMalloc((void**)&d, n * sizeof(bf16)));
-    cuda_check(cudaMemcpy(d, h, n * sizeof(bf16), cudaMemcpyHostToDevice));
-    free(h);
-    return d;
-}
-static bf16* attention_poisoned_bf16(size_t n) {
-    bf16* d;
-    cuda_check(cudaMalloc((void**)&d, n * sizeof(bf16)));
-    cuda_check(cudaMemset(d, 0xff, n * sizeof(bf16)));  // NaN
-    return d;
-}
-static float* attention_to_host_bf16(const bf16* d, size_t n) {
-    bf16* h = (bf16*)malloc_check(n * sizeof(bf16));
-    cuda_check(cudaMemcpy(h, d, n * sizeof(bf16), cudaMemcpyDeviceToHost));
-    float* x = (float*)malloc_check(n * sizeof(float));
-    for (size_t i = 0; i < n; i++) x[i] = __bfloat162float(h[i]);
-    free(h);
-    return x;
-}
-static float attention_max_abs(const float* x, size_t n) {
-    float m = 0.0f;
-    for (size_t i = 0; i < n; i++) m = fmaxf(m, fabsf(x[i]));
-    return m;
-}
-
 // One shape of the bf16 step: qkv rounded to bf16 on the host, and the CPU's float32 attention on
 // those very values, so that what is checked is the kernel and not bf16's rounding of its inputs.
 // Tolerances, derived as dev/gpu/gpu_check.cu's check_attention_bf16 derives its own: out is
@@ -182,7 +148,7 @@ static void attention_check_bf16(AttentionForwardBf16 forward, int B, int T, int
     int hs = C / NH;
     printf("attention bf16 B=%d T=%d C=%d NH=%d (hs %d), q and k in [-%d, %d]\n", B, T, C, NH, hs, qk, qk);
     float* qkv = attention_random_qkv(B, T, C, (float)qk);
-    bf16* d_qkv = attention_to_device_bf16(qkv, n_qkv);
+    bf16* d_qkv = to_device_bf16(qkv, n_qkv);
     float *out = host_zeros(n_out), *preatt = host_zeros(n_att), *att = host_zeros(n_att);
     attention_forward(out, preatt, att, qkv, B, T, C, NH);
     float* lse = (float*)malloc_check(n_lse * sizeof(float));
@@ -207,13 +173,13 @@ static void attention_check_bf16(AttentionForwardBf16 forward, int B, int T, int
                     slack[((size_t)b * T + t) * C + h * hs + d] = (float)(u2 * sum);
                 }
             }
-    bf16* d_out = attention_poisoned_bf16(n_out);
+    bf16* d_out = device_poisoned_bf16(n_out);
     float* d_lse = device_poisoned(n_lse);
     forward(d_out, d_lse, d_qkv, B, T, C, NH);
-    float* out_gpu = attention_to_host_bf16(d_out, n_out);
-    compare_host_slack("out (bf16)", out_gpu, out, n_out, attention_max_abs(out, n_out) / 8192, 1.0f / 256, NULL,
+    float* out_gpu = to_host_bf16(d_out, n_out);
+    compare_host_slack("out (bf16)", out_gpu, out, n_out, max_abs(out, n_out) / 8192, 1.0f / 256, NULL,
                        slack);
-    compare("lse", d_lse, lse, n_lse, attention_max_abs(lse, n_lse) / 65536, 0.0f);
+    compare("lse", d_lse, lse, n_lse, max_abs(lse, n_lse) / 65536, 0.0f);
     if (timed)
         ladder_time(s, [&] { forward(d_out, d_lse, d_qkv, B, T, C, NH); }, attention_work(s->limit, 0, B, T, C, NH));
     free(qkv); free(out); free(preatt); free(att); free(lse); free(slack); free(out_gpu);

@@ -67,35 +67,6 @@ static int matmul_step_main(LadderStep s, MatmulForward forward) {
 // 2^-8 |v| at worst (v just above a power of two; 2^-9 |v| just below the next one): rtol 2^-8,
 // and atol grown by the same factor, since v itself may be off by atol.
 
-// Rounds x in place to the nearest bf16 (so the CPU reference reads what the GPU reads) and
-// returns a device copy in bf16.
-static bf16* to_device_bf16(float* x, size_t n) {
-    bf16* h = (bf16*)malloc_check(n * sizeof(bf16));
-    for (size_t i = 0; i < n; i++) {
-        h[i] = __float2bfloat16(x[i]);
-        x[i] = __bfloat162float(h[i]);
-    }
-    bf16* d;
-    cuda_check(cudaMalloc((void**)&d, n * sizeof(bf16)));
-    cuda_check(cudaMemcpy(d, h, n * sizeof(bf16), cudaMemcpyHostToDevice));
-    free(h);
-    return d;
-}
-static bf16* device_poisoned_bf16(size_t n) {
-    bf16* d;
-    cuda_check(cudaMalloc((void**)&d, n * sizeof(bf16)));
-    cuda_check(cudaMemset(d, 0xff, n * sizeof(bf16)));  // every bf16 0xffff: NaN
-    return d;
-}
-static float* to_host_bf16(const bf16* d, size_t n) {
-    bf16* h = (bf16*)malloc_check(n * sizeof(bf16));
-    cuda_check(cudaMemcpy(h, d, n * sizeof(bf16), cudaMemcpyDeviceToHost));
-    float* x = (float*)malloc_check(n * sizeof(float));
-    for (size_t i = 0; i < n; i++) x[i] = __bfloat162float(h[i]);
-    free(h);
-    return x;
-}
-
 // matmul_check for a bf16 step: the same shapes, checks and timing, on bf16 operands.
 static void matmul_check_bf16(MatmulForwardBf16 forward, int B, int T, int C, int OC, LadderStep* s, bool timed) {
     size_t BT = (size_t)B * T;
