@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The kernel ladder (dev/kernels/) on the CPU emulator of CUDA, as `make kernels-emu` runs it: every
+# step must pass (each against its CPU layer, in two orders of the warps and under the race
+# detector), and there must be at least 14 of them across the three families (matmul, attention,
+# layernorm). Then the ladder must catch broken steps: copies of real steps with one planted fault
+# each, built and run the same way, must each come out FAIL with a non-zero exit:
+#   a sum that stops one k short (a wrong value),
+#   a kernel that no longer stops at the edge of the output (AddressSanitizer: out of bounds),
+#   a shared-memory step missing the barrier before its tile is overwritten (the race detector).
+set -u
+. "$(dirname "$0")/lib.sh"
+log=build/kernels-emu.log
+make -s kernels-emu >"$log" 2>&1
+rc=$?
+cat "$log"
+[ $rc -eq 0 ] || { echo "FAIL: make kernels-emu exited $rc"; exit 1; }
+for family in matmul attention layernorm; do
+  n=$(grep -cE "^PASS [0-9]+ $family " "$log")
+  [ "$n" -ge 3 ] || { echo "FAIL: $n $family steps passed, expected at least 3"; exit 1; }
+done
+steps=$(grep -cE "^PASS [0-9]+ " "$log")
+[ "$steps" -ge 14 ] || { echo "FAIL: $steps steps passed, expected at least 14"; exit 1; }
+echo "ok: make kernels-emu: $steps steps, every one PASS"
+
+# plant STEP NAME SED: a copy of dev/kernels/STEP.cu changed by SED (which must change it) in
+# build/kernels_break/NAME, built as the Makefile builds the ladder; run.sh must say FAIL, exit 1
+plant() {
+  local step=$1 name=$2 edit=$3 dir=build/kernels_break
+  mkdir -p $dir/emu
+  sed -E "s|#include \"([a-z_]+\.cuh)\"|#include \"../../dev/kernels/\1\"|; $edit" dev/kernels/$step.cu >$dir/$name.cu
+  if cmp -s <(sed -E "s|#include \"([a-z_]+\.cuh)\"|#include \"../../dev/kernels/\1\"|" dev/kernels/$step.cu) $dir/$name.cu; then
+    echo "FAIL: the planted fault '$edit' does not change dev/kernels/$step.cu: update this test"; exit 1
+  fi
+  $PY dev/emu/cuda_emu.py $dir/$name.cu $dir/emu/$name.cpp || exit 1
+  make -s $dir/emu/$name $dir/emu/${name}_race -f - <<MK || { echo "FAIL: the broken copy $name does not build"; exit 1; }
+include Makefile
+$dir/emu/$name: $dir/emu/$name.cpp
+	\$(CXX) -O1 \$(EMU_CXXFLAGS) \$< -o \$@
+$dir/emu/${name}_race: $dir/emu/$name.cpp
+	\$(call emu_race_build)
+MK
+  out=$(KERNELS_EMU_DIR=$dir/emu bash dev/kernels/run.sh emu $name 2>&1)
+  rc=$?
+  echo "$out" | sed 's/^/    /'
+  if [ $rc -eq 0 ] || ! grep -q "^FAIL $name" <<<"$out"; then
+    echo "FAIL: dev/kernels/run.sh passed $step with a planted fault ($edit)"; exit 1
+  fi
+  echo "ok: $step with a planted fault ($edit) fails"
+}
+rm -rf build/kernels_break
+plant 01_matmul_naive short_k 's/k < K; k\+\+/k < K - 1; k++/'
+plant 01_matmul_naive no_edge 's/if \(m >= M \|\| n >= N\) return;//'
+smem=$(grep -l "__syncthreads" dev/kernels/0[2-9]_matmul_*.cu | head -n 1)
+[ -n "$smem" ] || { echo "FAIL: no matmul step with shared memory and barriers"; exit 1; }
+# the last barrier of the kernel: the one before the next tile overwrites the one being read
+last=$(grep -n "__syncthreads();" "$smem" | tail -n 1 | cut -d: -f1)
+plant "$(basename "$smem" .cu)" no_barrier "${last}s/__syncthreads\(\);//"
