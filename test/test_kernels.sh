@@ -6,7 +6,8 @@
 # each, built and run the same way, must each come out FAIL with a non-zero exit:
 #   a sum that stops one k short (a wrong value),
 #   a kernel that no longer stops at the edge of the output (AddressSanitizer: out of bounds),
-#   a shared-memory step missing the barrier before its tile is overwritten (the race detector).
+#   a shared-memory step missing the barrier before its tile is overwritten (wrong values, and
+#   the race detector's build alone must name the race).
 set -u
 . "$(dirname "$0")/lib.sh"
 log=build/kernels-emu.log
@@ -55,3 +56,10 @@ smem=$(grep -l "__syncthreads" dev/kernels/0[2-9]_matmul_*.cu | head -n 1)
 # the last barrier of the kernel: the one before the next tile overwrites the one being read
 last=$(grep -n "__syncthreads();" "$smem" | tail -n 1 | cut -d: -f1)
 plant "$(basename "$smem" .cu)" no_barrier "${last}s/__syncthreads\(\);//"
+# and the race detector alone names it, whatever the values happen to be
+out=$(ASAN_OPTIONS=detect_leaks=0 build/kernels_break/emu/no_barrier_race 2>&1)
+if [ $? -eq 0 ] || ! grep -q "race on shared memory" <<<"$out"; then
+  echo "FAIL: the race detector's build of $(basename "$smem") without its last barrier did not report a race"; exit 1
+fi
+grep -A 3 "race on shared memory" <<<"$out" | sed 's/^/    /'
+echo "ok: the race detector names the missing barrier"
