@@ -63,3 +63,18 @@ if [ $? -eq 0 ] || ! grep -q "race on shared memory" <<<"$out"; then
 fi
 grep -A 3 "race on shared memory" <<<"$out" | sed 's/^/    /'
 echo "ok: the race detector names the missing barrier"
+
+# What make kernels does with the steps' rows on a GPU: each step appends its row to LADDER_TSV,
+# and dev/kernels/table.py makes the table (and the chart, where matplotlib is). Here a step's row
+# from the emulator (not timed) and a timed row as a GPU writes it (the format of ladder_end)
+tsv=build/kernels_break/ladder.tsv
+rm -f $tsv
+LADDER_TSV=$tsv ASAN_OPTIONS=detect_leaks=0 build/emu/kernels/14_layernorm_naive >/dev/null 2>&1 ||
+  { echo "FAIL: build/emu/kernels/14_layernorm_naive with LADDER_TSV failed"; exit 1; }
+printf '03\tmatmul\tshared-memory tiles\tPASS\t2.5000\t7.731\tTFLOP/s\t11.56\tfloat32 peak\n' >>$tsv
+$PY dev/kernels/table.py $tsv "a test GPU" build/kernels_break/ladder.md build/kernels_break/ladder.png ||
+  { echo "FAIL: dev/kernels/table.py could not read the rows"; exit 1; }
+grep -q "^| 14 | layernorm | naive: one thread per row | PASS | - | - | - | memory bandwidth |$" build/kernels_break/ladder.md &&
+  grep -q "^| 03 | matmul | shared-memory tiles | PASS | 2.500 | 7.73 TFLOP/s | 11.6% | float32 peak |$" build/kernels_break/ladder.md ||
+  { echo "FAIL: build/kernels_break/ladder.md lacks the rows it was given"; exit 1; }
+echo "ok: a step's row in LADDER_TSV and a timed row make dev/kernels/table.py's table, sorted by step"

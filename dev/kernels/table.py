@@ -50,6 +50,7 @@ def chart(rows, device, path):
     ax.barh(labels, [r["pct"] for r in rows], color=[colors.get(r["family"], "tab:gray") for r in rows])
     for i, r in enumerate(rows):
         ax.text(r["pct"], i, f" {r['rate']:.1f} {r['unit']}", va="center", fontsize=8)
+    ax.set_xlim(0, max(100.0, max((r["pct"] for r in rows), default=0.0)) * 1.15)  # room for the labels
     ax.invert_yaxis()
     ax.set_xlabel("% of the step's limit (float32 peak, bf16 tensor peak or memory bandwidth)")
     ax.set_title(f"Kernel ladder, {device or 'GPU'}")
