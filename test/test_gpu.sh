@@ -52,6 +52,13 @@ if [ "$gpus" -eq 0 ]; then
     echo "FAIL: dev/gpu_all.sh OUT env did not write env.txt and its summary line"; exit 1
   fi
   echo "ok: dev/gpu_all.sh OUT env wrote env.txt and summary.txt"
+  PATH="$PWD/build/gpu_all_test/bin:$PATH" NVCC=${NVCC:-true} GPU_ALL_PACK=1 bash dev/gpu_all.sh build/gpu_all_test/packed env >/dev/null 2>&1
+  if [ "$(ls build/gpu_all_test/packed 2>/dev/null | tr '\n' ' ')" != "gpu_all.tar.gz summary.txt " ] ||
+     [ "$(tar tzf build/gpu_all_test/packed/gpu_all.tar.gz 2>/dev/null)" != env.txt ]; then
+    echo "FAIL: GPU_ALL_PACK=1 dev/gpu_all.sh OUT env should leave summary.txt and gpu_all.tar.gz holding env.txt"
+    ls -l build/gpu_all_test/packed; exit 1
+  fi
+  echo "ok: GPU_ALL_PACK=1 packs the outputs into gpu_all.tar.gz beside summary.txt"
   echo "skipped: no GPU (nvidia-smi lists none); test_gpu_emu and test_train_gpu_emu check the GPU code on the CPU"
   exit 77
 fi
