@@ -4,7 +4,8 @@
 #
 #   emu   each step on the CPU emulator of CUDA, at small shapes, three times: as built with
 #         AddressSanitizer and UBSan (build/emu/kernels/STEP) in the emulator's plain order of
-#         warps, the same in a random order (CUDA_EMU_SCHEDULE=random:7), and as built for the race
+#         warps, the same in a random order with cp.async copies landing at random points between
+#         their issue and their wait (CUDA_EMU_SCHEDULE=random:7 CUDA_EMU_ASYNC=random:7), and as built for the race
 #         detector (build/emu/kernels/STEP_race), which stops at a shared-memory access that no
 #         barrier orders. A step passes when all three pass.
 #   gpu   each step on this machine's GPU (build/kernels/STEP): checked at small shapes and at
@@ -46,8 +47,8 @@ if [ "$mode" = emu ]; then
     else
       why=$(run_once "$logs/$step.emu.log" "$bin") ||
         why="plain order, $why"
-      [ -z "$why" ] && { why=$(run_once "$logs/$step.emu-random.log" "$bin" CUDA_EMU_SCHEDULE=random:7) ||
-        why="CUDA_EMU_SCHEDULE=random:7, $why"; }
+      [ -z "$why" ] && { why=$(run_once "$logs/$step.emu-random.log" "$bin" CUDA_EMU_SCHEDULE=random:7 \
+        CUDA_EMU_ASYNC=random:7) || why="CUDA_EMU_SCHEDULE=random:7 CUDA_EMU_ASYNC=random:7, $why"; }
       [ -z "$why" ] && { why=$(run_once "$logs/$step.emu-race.log" "${bin}_race") ||
         why="race detector, $why"; }
     fi
