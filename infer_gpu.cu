@@ -100,5 +100,6 @@ static const InferDevice INFER_GPU = {gpu_init, gpu_build, gpu_free, gpu_value_b
 
 int main(int argc, char** argv) {
     cuda_make_target = "infer_gpu";  // named by the errors that say to rebuild
+    cuda_cpu_instead = "./infer";     // and by "no CUDA device found"
     return infer_main(argc, argv, &INFER_GPU);
 }

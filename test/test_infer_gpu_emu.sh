@@ -11,7 +11,7 @@
 #   3. the same float32 run in the emulator's other schedules (reverse, random warps with cp.async
 #      landing at random) and under its shared-memory race detector (build/emu/infer_gpu_race)
 #      gives the same answers;
-#   4. -w with another value, and -h, behave as infer's flags do;
+#   4. -w with another value, and -h, behave as infer's flags do; without a GPU, one line suggests ./infer;
 #   5. --serve (gpt2/server.h on the GPU's engine): a greedy request answered at once and streamed
 #      gets the text infer_gpu -f gives it (test_serve checks the server itself on the CPU).
 set -u
@@ -119,6 +119,10 @@ build/emu/infer_gpu -e "$dir/m.bin" -k "$dir/tok.bin" -p x -w fp16 > /dev/null 2
 [ $? -eq 1 ] && grep -q "^error: -w expects fp32 or bf16" "$dir/w.err" && ok "-w fp16: one error line" ||
   { bad "-w fp16"; cat "$dir/w.err"; }
 build/emu/infer_gpu -h 2>&1 | grep -q -- "-f FILE" && ok "-h lists the flags" || bad "-h"
+# without a GPU: one line that points to infer_gpu's CPU twin
+CUDA_EMU_DRIVER=none build/emu/infer_gpu -e "$dir/m.bin" -k "$dir/tok.bin" -p x > /dev/null 2> "$dir/nogpu.err"
+[ $? -eq 1 ] && [ "$(cat "$dir/nogpu.err")" = "error: no CUDA device found (no NVIDIA driver is installed); use ./infer instead" ] &&
+  ok "no GPU: one line suggesting ./infer" || { bad "no GPU"; cat "$dir/nogpu.err"; }
 
 # ---- 5. --serve
 serve_check() {

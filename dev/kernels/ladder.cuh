@@ -46,6 +46,7 @@ static int ladder_shape_big(void) {
 
 static void ladder_begin(LadderStep* s) {
     cuda_make_target = "kernels";  // what an error that asks for a rebuild names
+    cuda_cpu_instead = "make kernels-emu (the ladder on the CPU emulator)";
     cuda_device_init();
     s->ms = -1.0;
     printf("step %s (%s): %s\n", s->number, s->family, s->what);

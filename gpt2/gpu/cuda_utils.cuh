@@ -154,6 +154,8 @@ static int cuda_num_sms = 132;  // the device's, set by cuda_device_init; picks 
 // The make target that builds this program, which the errors that say to rebuild it name (and
 // the program by its last part); dev/gpu's programs set their own before cuda_device_init.
 static const char* cuda_make_target = "train_gpu";
+// What to run instead where there is no GPU, which "no CUDA device found" suggests.
+static const char* cuda_cpu_instead = "./train_cpu";
 
 static const char* cuda_program_name(void) {
     const char* slash = strrchr(cuda_make_target, '/');
@@ -172,15 +174,15 @@ static void cuda_device_init(void) {
     int driver = 0, runtime = 0, count = 0;
     cuda_check(cudaDriverGetVersion(&driver));
     cuda_check(cudaRuntimeGetVersion(&runtime));
-    if (driver == 0) fail("no CUDA device found (no NVIDIA driver is installed); use ./train_cpu instead");
+    if (driver == 0) fail("no CUDA device found (no NVIDIA driver is installed); use %s instead", cuda_cpu_instead);
     cudaError_t err = cudaGetDeviceCount(&count);
     if (err == cudaErrorNoDevice || (err == cudaSuccess && count == 0)) {
         const char* visible = getenv("CUDA_VISIBLE_DEVICES");  // it can hide every GPU
         if (visible != NULL) {
             fail("no CUDA device found (the NVIDIA driver sees no GPU, or none that CUDA_VISIBLE_DEVICES=\"%s\" "
-                 "names); use ./train_cpu instead", visible);
+                 "names); use %s instead", visible, cuda_cpu_instead);
         }
-        fail("no CUDA device found (the NVIDIA driver sees no GPU); use ./train_cpu instead");
+        fail("no CUDA device found (the NVIDIA driver sees no GPU); use %s instead", cuda_cpu_instead);
     }
     if (err == cudaErrorInsufficientDriver && driver < runtime) {
         int has_major = driver / 1000, has_minor = driver % 1000 / 10;
