@@ -131,6 +131,44 @@ static float* to_host_bf16(const bf16* d, size_t n) {
     return x;
 }
 
+// One rounding to bf16 moves a value v by at most 2^-8 |v| (8 significant bits): the relative
+// tolerance of a bf16 output.
+static const float BF16_RTOL = 1.0f / 256;
+
+// ---------- attention's references ----------
+
+// lse (rows = B NH T): the log-sum-exp of each row's causal scores 0..t, from the CPU's preatt
+// (B, NH, T, T), which the flash kernels keep for the backward.
+static void attention_lse_ref(float* lse, const float* preatt, size_t rows, int T) {
+    for (size_t r = 0; r < rows; r++) {  // row r = (b NH + h) T + t of preatt holds scores 0..t
+        const float* s = preatt + r * T;
+        int t = (int)(r % T);
+        double m = -INFINITY, sum = 0.0;
+        for (int j = 0; j <= t; j++) m = fmax(m, s[j]);
+        for (int j = 0; j <= t; j++) sum += exp(s[j] - m);
+        lse[r] = (float)(m + log(sum));
+    }
+}
+
+// The tensor cores round P to bf16 before O = P V: each term p v of out_td moves by at most 2^-9
+// of itself, so out_td may move by 2^-9 sum_t2 P_t,t2 |v_t2,d|. slack (B, T, C) gets twice that,
+// per value, from the CPU's att (B, NH, T, T) and the values of qkv (B, T, 3C).
+static void attention_out_bf16_slack(float* slack, const float* att, const float* qkv, int B, int T, int C, int NH) {
+    int hs = C / NH;
+    const double u2 = 2.0 / 512;  // twice a bf16 rounding's 2^-9
+#pragma omp parallel for collapse(2)
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                const float* P = att + (((size_t)b * NH + h) * T + t) * T;
+                for (int d = 0; d < hs; d++) {
+                    double sum = 0.0;
+                    for (int j = 0; j <= t; j++) sum += P[j] * fabs(qkv[((size_t)b * T + j) * 3 * C + 2 * C + h * hs + d]);
+                    slack[((size_t)b * T + t) * C + h * hs + d] = (float)(u2 * sum);
+                }
+            }
+}
+
 // ---------- tolerances and timing ----------
 
 // atol for a float32 sum of K products of U(-1,1) numbers, as both sides compute it. Such a sum

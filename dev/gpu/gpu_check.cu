@@ -557,8 +557,6 @@ static void check_model(GPT2Config config, int B, int T, int steps) {
 // errors a wrong index gives). The reference gets the same bf16 inputs as the GPU, so what is
 // checked is the kernel, not bf16's rounding of its inputs.
 
-static const float BF16_RTOL = 1.0f / 256;  // 2^-8: one rounding to bf16
-
 static double gelu_ref(double x) { return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))); }
 static double gelu_grad_ref(double x) {
     double th = tanh(0.7978845608028654 * (x + 0.044715 * x * x * x));
@@ -811,14 +809,7 @@ static void check_attention_bf16(int B, int T, int C, int NH, int bench, FlashKe
     float *out = host_zeros(n_out), *preatt = host_zeros(n_att), *att = host_zeros(n_att);
     attention_forward(out, preatt, att, qkv, B, T, C, NH);
     float* lse = (float*)malloc_check(n_lse * sizeof(float));
-    for (size_t r = 0; r < n_lse; r++) {  // row r = (b NH + h) T + t of preatt holds scores 0..t
-        const float* s = preatt + r * T;
-        int t = (int)(r % T);
-        double m = -INFINITY, sum = 0.0;
-        for (int j = 0; j <= t; j++) m = fmax(m, s[j]);
-        for (int j = 0; j <= t; j++) sum += exp(s[j] - m);
-        lse[r] = (float)(m + log(sum));
-    }
+    attention_lse_ref(lse, preatt, n_lse, T);
     bf16* d_out = device_poisoned_bf16(n_out);
     float* d_lse = device_poisoned(n_lse);
     flash_attention_forward_with(kernels, d_out, d_lse, d_qkv, B, T, C, NH);
@@ -826,16 +817,7 @@ static void check_attention_bf16(int B, int T, int C, int NH, int bench, FlashKe
     // the bounds of the tensor cores' bf16 P and dS (above), per value; zero for the CUDA cores
     float *slack_out = host_zeros(n_out), *slack_qkv = host_zeros(n_qkv);
     const double u2 = 2.0 / 512;  // twice a bf16 rounding's 2^-9
-    for (int b = 0; b < B && mma; b++)
-        for (int h = 0; h < NH; h++)
-            for (int i = 0; i < T; i++) {
-                const float* P = att + (((size_t)b * NH + h) * T + i) * T;
-                for (int d = 0; d < hs; d++) {
-                    double sum = 0.0;
-                    for (int j = 0; j <= i; j++) sum += P[j] * fabs(qkv[((size_t)b * T + j) * 3 * C + 2 * C + h * hs + d]);
-                    slack_out[((size_t)b * T + i) * C + h * hs + d] = (float)(u2 * sum);
-                }
-            }
+    if (mma) attention_out_bf16_slack(slack_out, att, qkv, B, T, C, NH);
     compare_host_slack("flash forward out", out_gpu, out, n_out, max_abs(out, n_out) / 8192, BF16_RTOL, NULL,
                        slack_out);
     compare("flash forward lse", d_lse, lse, n_lse, max_abs(lse, n_lse) / 65536, 0.0f);

@@ -61,19 +61,8 @@ __global__ void attention_forward_softmax_kernel10(float* att, const float* prea
     for (int t2 = 0; t2 <= t; t2++) a[t2] *= inv;
 }
 
-// out (B, T, C): each output the att-weighted sum of one column of the values 0..t.
-__global__ void attention_forward_values_kernel10(float* out, const float* att, const float* inp, int B, int T,
-                                                  int C, int NH) {
-    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;  // (b T + t) C + c
-    if (idx >= (size_t)B * T * C) return;
-    int c = (int)(idx % C), t = (int)(idx / C % T), b = (int)(idx / ((size_t)T * C));
-    int hs = C / NH, h = c / hs;
-    const float* a = att + (((size_t)b * NH + h) * T + t) * T;
-    const float* v = inp + (size_t)b * T * 3 * C + 2 * C + c;  // column c of the values, row 0
-    float sum = 0.0f;
-    for (int t2 = 0; t2 <= t; t2++) sum += a[t2] * v[(size_t)t2 * 3 * C];
-    out[idx] = sum;
-}
+// out (B, T, C): attention_forward_values_kernel of dev/kernels/attention.cuh (one thread per
+// output), which step 11 runs too.
 
 static void attention_forward10(float* out, float* preatt, float* att, const float* inp, int B, int T, int C,
                                 int NH) {
@@ -82,8 +71,8 @@ static void attention_forward10(float* out, float* preatt, float* att, const flo
     launch_check(attention_forward_scores_kernel10);
     attention_forward_softmax_kernel10<<<ceil_div((size_t)B * NH * T, block), block>>>(att, preatt, B, T, NH);
     launch_check(attention_forward_softmax_kernel10);
-    attention_forward_values_kernel10<<<ceil_div((size_t)B * T * C, block), block>>>(out, att, inp, B, T, C, NH);
-    launch_check(attention_forward_values_kernel10);
+    attention_forward_values_kernel<<<ceil_div((size_t)B * T * C, block), block>>>(out, att, inp, B, T, C, NH);
+    launch_check(attention_forward_values_kernel);
 }
 
 int main(void) {

@@ -5,7 +5,7 @@
 // l computes the scores of keys l, l+32, l+64, ... and keeps them in registers (32 of them at
 // most: T <= 1024, GPT-2's context), the row's maximum and the sum of its exponentials come from
 // five shuffles each (warp_max, warp_sum), and the normalised row is written to att once. The
-// values kernel is step 10's.
+// values kernel is step 10's (attention_forward_values_kernel, in dev/kernels/attention.cuh).
 // Why this change rather than fusing only the softmax (one kernel reading preatt with a warp per
 // row): what bounds step 10 is the T x T traffic, and a separate softmax kernel still has preatt
 // written by one kernel and read back by the next. Keeping the scores in registers between the
@@ -68,20 +68,6 @@ __global__ void attention_forward_softmax_kernel11(float* att, const float* inp,
         if (lane + 32 * j <= t) a[lane + 32 * j] = s[j] * inv;
 }
 
-// out (B, T, C): each output the att-weighted sum of one column of the values 0..t (step 10's).
-__global__ void attention_forward_values_kernel11(float* out, const float* att, const float* inp, int B, int T,
-                                                  int C, int NH) {
-    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;  // (b T + t) C + c
-    if (idx >= (size_t)B * T * C) return;
-    int c = (int)(idx % C), t = (int)(idx / C % T), b = (int)(idx / ((size_t)T * C));
-    int hs = C / NH, h = c / hs;
-    const float* a = att + (((size_t)b * NH + h) * T + t) * T;
-    const float* v = inp + (size_t)b * T * 3 * C + 2 * C + c;  // column c of the values, row 0
-    float sum = 0.0f;
-    for (int t2 = 0; t2 <= t; t2++) sum += a[t2] * v[(size_t)t2 * 3 * C];
-    out[idx] = sum;
-}
-
 // preatt is not written (the driver passes NULL): nothing reads it, the backward needs att only.
 static void attention_forward11(float* out, float* preatt, float* att, const float* inp, int B, int T, int C,
                                 int NH) {
@@ -91,8 +77,8 @@ static void attention_forward11(float* out, float* preatt, float* att, const flo
     const int block = 256;  // 8 rows
     attention_forward_softmax_kernel11<<<ceil_div((size_t)B * NH * T * 32, block), block>>>(att, inp, B, T, C, NH);
     launch_check(attention_forward_softmax_kernel11);
-    attention_forward_values_kernel11<<<ceil_div((size_t)B * T * C, block), block>>>(out, att, inp, B, T, C, NH);
-    launch_check(attention_forward_values_kernel11);
+    attention_forward_values_kernel<<<ceil_div((size_t)B * T * C, block), block>>>(out, att, inp, B, T, C, NH);
+    launch_check(attention_forward_values_kernel);
 }
 
 int main(void) {

@@ -78,7 +78,7 @@ static void matmul_check_bf16(MatmulForwardBf16 forward, int B, int T, int C, in
     float* d_bias = to_device(bias, OC);
     bf16* d_out = device_poisoned_bf16(BT * OC);
     forward(d_out, d_inp, d_weight, d_bias, B, T, C, OC);
-    const float rtol = 0x1p-8f;  // the rounding of out to bf16 (above)
+    const float rtol = BF16_RTOL;  // the rounding of out to bf16 (above)
     float* got = to_host_bf16(d_out, BT * OC);
     compare_host("out (bf16)", got, out, BT * OC, fp32_sum_atol(C) * (1.0f + rtol), rtol, NULL);
     if (timed) ladder_time(s, [&] { forward(d_out, d_inp, d_weight, d_bias, B, T, C, OC); }, 2.0 * BT * C * OC);
