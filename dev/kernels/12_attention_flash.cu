@@ -8,7 +8,7 @@
 // that raises the maximum to m' multiplies l and o by exp(m - m') once, which makes every term
 // already in them what it would have been had m' been used from the start; after the last key
 // o / l is the softmax-weighted sum itself, not an approximation (FlashAttention's online
-// softmax: doc/lessons/07-flash-attention.md, doc/lessons/online_softmax.py). The scores live
+// softmax: doc/lessons/08-flash-attention.md, doc/lessons/online_softmax.py). The scores live
 // one at a time in a register.
 // Bytes: step 11's 8 per (query, key) pair (att written, read back) drop to none: qkv is read
 // and out written, the 50 MB of dev/kernels/attention.cuh, 128 FLOPs per byte; 403 MB less per

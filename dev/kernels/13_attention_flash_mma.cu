@@ -21,7 +21,7 @@
 //     and the key tiles after a block's last query are skipped (causal).
 // Its limit is the bf16 tensor cores (LIMIT_BF16), its work the same 2 B NH T (T+1) hs FLOPs as
 // every step's (dev/kernels/attention.cuh). The kernels themselves: gpt2/gpu/flash_attention_mma.cuh,
-// whose opening comment derives them; the lesson: doc/lessons/07-flash-attention.md. The last
+// whose opening comment derives them; the lesson: doc/lessons/08-flash-attention.md. The last
 // rung of the attention ladder.
 //
 //   make kernels-emu     every step on the CPU emulator of CUDA: small shapes, PASS or FAIL

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Lesson 6: what bf16 keeps of a float32. A bf16 is the top 16 bits of a float32 (sign, 8
+"""Lesson 7: what bf16 keeps of a float32. A bf16 is the top 16 bits of a float32 (sign, 8
 exponent bits, 7 stored mantissa bits); rounding to it keeps the nearest such value, ties to the
 even one, as CUDA's __float2bfloat16 does. Prints a few numbers before and after."""
 import struct

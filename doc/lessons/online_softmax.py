@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Lesson 7: the online softmax equals the plain one. Attention output of one query row over n
+"""Lesson 8: the online softmax equals the plain one. Attention output of one query row over n
 keys, computed (1) plainly: all scores, their max, the softmax, the weighted sum; (2) online:
 blocks of keys, a running max m, denominator l and unnormalised output a, rescaled when m grows."""
 import math

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Lesson 10: the same dot product in float32, summed in three orders, gives different bits.
+"""Lesson 11: the same dot product in float32, summed in three orders, gives different bits.
 One output element of a decode step's product: K = 768 products of an input row and a weight
 column, added up (1) as gpt2/cpu_math.h does for every row whatever the batch: one chain of
 multiply-adds per KC = 256 block, the blocks added in turn; (2) split-K, as a GPU library may
