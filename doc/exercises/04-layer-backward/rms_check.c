@@ -5,7 +5,20 @@
 //     L = sum of w * out                (w random: the dout handed to the backward)
 // Perturbing an element of row r changes only row r's part of L, so each difference costs one
 // row. Then: the backward adds into its buffers (+=), and gives the same bits every time.
+// Usage: rms_check [PREFIX]: with PREFIX, the forward's out and rstd of every shape go to
+// PREFIX.forward and the backward's dinp and dweight to PREFIX.backward, so that check.sh can
+// compare the bits of a run on 1 thread with those of a run on 4.
 #include "gpt2/cpu_layers.h"
+
+static FILE* dump_forward;   // NULL without a PREFIX
+static FILE* dump_backward;
+
+static void dump(FILE* f, const float* a, size_t n) {
+    if (f != NULL && fwrite(a, sizeof(float), n, f) != n) {
+        printf("rms_check: cannot write its results\n");
+        exit(2);
+    }
+}
 
 #define EPS 1e-5
 
@@ -95,6 +108,8 @@ static int check_shape(int B, int T, int C, uint64_t seed) {
 
     // forward
     rmsnorm_forward(out, rstd, inp, weight, B, T, C);
+    dump(dump_forward, out, n);
+    dump(dump_forward, rstd, rows);
     for (size_t bt = 0; bt < rows; bt++) {
         ref_rstd[bt] = rstd_reference(x + bt * C, C);
         for (int i = 0; i < C; i++) ref[bt * C + i] = x[bt * C + i] * ref_rstd[bt] * wt[i];
@@ -124,6 +139,8 @@ static int check_shape(int B, int T, int C, uint64_t seed) {
     memcpy(dinp, dinp0, n * sizeof(float));
     memcpy(dweight, dweight0, C * sizeof(float));
     rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, B, T, C);
+    dump(dump_backward, dinp, n);
+    dump(dump_backward, dweight, C);
     const char* names[2] = {"dinp", "dweight"};
     float* got[2] = {dinp, dweight};
     float* before[2] = {dinp0, dweight0};
@@ -168,10 +185,23 @@ static int check_shape(int B, int T, int C, uint64_t seed) {
     return 1;
 }
 
-int main(void) {
+int main(int argc, char** argv) {
+    if (argc > 1) {
+        char path[4096];
+        snprintf(path, sizeof(path), "%s.forward", argv[1]);
+        dump_forward = fopen(path, "wb");
+        snprintf(path, sizeof(path), "%s.backward", argv[1]);
+        dump_backward = fopen(path, "wb");
+        if (dump_forward == NULL || dump_backward == NULL) {
+            printf("rms_check: cannot open %s.forward and .backward for writing\n", argv[1]);
+            return 2;
+        }
+    }
     // small shapes first, then one with enough rows that threads adding into one dweight collide
-    if (!check_shape(1, 1, 7, 1)) return 1;
-    if (!check_shape(3, 5, 37, 2)) return 1;
-    if (!check_shape(4, 257, 67, 3)) return 1;
-    return 0;
+    int ok = check_shape(1, 1, 7, 1) && check_shape(3, 5, 37, 2) && check_shape(4, 257, 67, 3);
+    if (dump_forward != NULL && (fclose(dump_forward) != 0 || fclose(dump_backward) != 0)) {
+        printf("rms_check: cannot write its results\n");
+        return 2;
+    }
+    return ok ? 0 : 1;
 }
