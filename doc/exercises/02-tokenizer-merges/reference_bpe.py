@@ -57,7 +57,7 @@ def pretokens(text):
         letter, number = _category_class("L"), _category_class("N")
         _PRETOKEN = re.compile(rf"'s|'t|'re|'ve|'m|'ll|'d| ?[{letter}]+| ?[{number}]+"
                                rf"| ?[^\s{letter}{number}]+|\s+(?!\S)|\s+")
-    return [piece.encode("utf-8") for piece in _PRETOKEN.findall(text)]
+    return [piece.encode("utf-8", "surrogateescape") for piece in _PRETOKEN.findall(text)]
 
 
 def load_vocabulary(raw):
