@@ -10,9 +10,11 @@ ids together must be `./tokenizer encode`'s. The output format is in README.md.
 usage: python3 reference_bpe.py TOKENIZER_PROGRAM DATA_RAW_DIR TEXT...
 """
 import json
+import re
 import shlex
 import subprocess
 import sys
+import unicodedata
 
 
 def bytes_to_unicode():
@@ -27,6 +29,35 @@ def bytes_to_unicode():
             table[b] = chr(256 + shifted)
             shifted += 1
     return table
+
+
+def _category_class(prefix):
+    """The code points whose Unicode category starts with prefix ("L": the letters, \\p{L}; "N":
+    the numbers, \\p{N}), as the ranges of a regex character class: Python's re has no \\p{..}."""
+    ranges, start = [], None
+    for cp in range(sys.maxunicode + 2):
+        inside = cp <= sys.maxunicode and unicodedata.category(chr(cp)).startswith(prefix)
+        if inside and start is None:
+            start = cp
+        elif not inside and start is not None:
+            ranges.append(f"\\U{start:08x}-\\U{cp - 1:08x}")
+            start = None
+    return "".join(ranges)
+
+
+_PRETOKEN = None
+
+
+def pretokens(text):
+    """The pieces GPT-2's regex cuts text (a str) into, as UTF-8 bytes: OpenAI's pattern, with
+    \\p{L} and \\p{N} spelled out. Python's \\s also matches the controls 0x1C-0x1F, which Unicode's
+    White_Space does not: the texts checked here have none."""
+    global _PRETOKEN
+    if _PRETOKEN is None:
+        letter, number = _category_class("L"), _category_class("N")
+        _PRETOKEN = re.compile(rf"'s|'t|'re|'ve|'m|'ll|'d| ?[{letter}]+| ?[{number}]+"
+                               rf"| ?[^\s{letter}{number}]+|\s+(?!\S)|\s+")
+    return [piece.encode("utf-8", "surrogateescape") for piece in _PRETOKEN.findall(text)]
 
 
 def load_vocabulary(raw):
@@ -134,6 +165,13 @@ def main():
         pieces = parse(run.stdout, cmd)
         if b"".join(p for p, _, _ in pieces) != data:
             fail(f"{cmd}: its pieces {[show(p) for p, _, _ in pieces]} do not make up the text")
+        want_pieces = pretokens(text)
+        got_pieces = [p for p, _, _ in pieces]
+        if got_pieces != want_pieces:
+            k = next(k for k, (a, b) in enumerate(zip(got_pieces + [b""], want_pieces + [b""])) if a != b)
+            fail(f"{cmd}: piece {k + 1} is {show(got_pieces[k]) if k < len(got_pieces) else 'missing'}, but "
+                 f"GPT-2's regex cuts {show(want_pieces[k]) if k < len(want_pieces) else 'nothing more'} there "
+                 f"(merges never cross the pre-tokenizer's pieces: pretoken_length, README)")
         for piece, merges, ids in pieces:
             check_piece(piece, merges, ids, vocab, token_bytes, cmd)
         encoded = subprocess.run([program, "encode"], input=data, capture_output=True, check=True)
