@@ -460,6 +460,7 @@ plot:
 # The lessons' code quotes and command outputs, from the tree as it is (doc/lessons/render.py)
 lessons: all
 	$(PYTHON) doc/lessons/render.py
+figures: ; @$(PLOT_SETUP) && $(PYTHON) doc/lessons/figures.py
 
 clean:
 	rm -rf $(CPU_PROGRAMS) $(GPU_PROGRAMS) train_cpu_asan build
