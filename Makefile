@@ -15,6 +15,7 @@
 #   make plot LOG=DIR/main.log OUT=FILE.png
 #                        training and validation loss against the step (several logs: LOG="a b")
 #   make lessons         run the commands of doc/lessons/ and paste their output and code quotes
+#   make figures         draw the lessons' pictures (doc/lessons/fig/) from the sizes in the code
 #   make fuzz            every file reader and the tokenizer under libFuzzer, FUZZ_SECONDS each
 #                        (make fuzz-coverage: the lines of each reader that its corpus reaches)
 #
@@ -178,7 +179,7 @@ else
   ALL_TARGETS := $(CPU_PROGRAMS)
 endif
 
-.PHONY: all data test plot lessons roofline-doc fuzz fuzz-targets fuzz-coverage bench bench-tokenizer bench-cpu bench-infer bench-serve bench-dp bench-parallel clean gpu-status gpu-checks gpu-emu race-emu bench-gpu train_gpu_emu infer_gpu_emu kernels kernels-emu
+.PHONY: all data test plot lessons roofline-doc fuzz fuzz-targets fuzz-coverage bench bench-tokenizer bench-cpu bench-infer bench-serve bench-dp bench-parallel clean gpu-status gpu-checks gpu-emu race-emu bench-gpu train_gpu_emu infer_gpu_emu kernels kernels-emu figures
 
 all: $(ALL_TARGETS) gpu-status
 	@echo "built: $(ALL_TARGETS) ($(OMP_STATUS), $(MPI_STATUS), $(SERVE_STATUS))"
