@@ -154,8 +154,8 @@ static void check_launch(const char* name, dim3 grid, dim3 block, std::function<
 }
 static cudaError_t check_memcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cudaStream_t s = 0) {
     if (check_phase == CHECK_LAUNCHER) {
-        printf("softmax_forward_gpu calls cudaMemcpy: the launcher must not copy the logits or the\n"
-               "  probabilities between host and device; a kernel computes them where they are\n");
+        printf("softmax_forward_gpu calls cudaMemcpy: the launcher only launches; the logits stay on the\n"
+               "  device, and a kernel writes the probabilities there\n");
         check_stop();
     }
     return cudaMemcpy(dst, src, n, kind);
@@ -204,7 +204,7 @@ static int check_shape(int B, int T, int V, int Vp, float lo, float hi) {
     }
     if (!check_synced) {
         printf("softmax_forward_gpu's kernels never passed a __syncthreads or a warp shuffle: each row must be\n"
-               "  reduced by a block of threads (block_max, block_sum), not by one thread alone\n");
+               "  reduced by the threads of a block (block_max, block_sum) or a warp, not by one thread alone\n");
         check_stop();
     }
 
