@@ -4,7 +4,8 @@
 # 32) with dev/reference/gpt2_ref.py, and generates greedily far past the context with several windows;
 # each continuation must be the text of window_ref.py's, a cache-free float64 PyTorch reference
 # that runs a full forward pass over the window for every token. Also: without -W, infer still
-# refuses more tokens than the context holds; -W of the context or more is refused.
+# refuses more tokens than the context holds; -W of the context or more is refused, and so is -W
+# without -n.
 set -uo pipefail
 here=doc/exercises/06-kv-window
 out=build/exercises/06
@@ -53,4 +54,16 @@ if ./infer -e "$model" -k "$tok" -T 0 -n 40 -p "To be" >/dev/null 2>"$out/refuse
 if ./infer -e "$model" -k "$tok" -T 0 -n 40 -W 32 -p "To be" >/dev/null 2>"$out/refuse_w.err"; then
     echo "-W 32 on a context of 32 tokens must be refused (the window must be shorter)"; exit 1; fi
 [ "$(wc -l < "$out/refuse_w.err")" = 1 ] || { echo "-W 32: expected one error line, got:"; cat "$out/refuse_w.err"; exit 1; }
-echo "exercise 6: solved (four windows match a cache-free full forward; -W refused where it cannot work)"
+# -W without -n: a full context no longer ends the generation, so -n must bound it; refused with one
+# line that names -n, before anything is generated (-E 0: a solution that generates on would not stop
+# at end-of-text, hence the timeout)
+timeout 20 ./infer -e "$model" -k "$tok" -T 0 -E 0 -W 8 -p "To be" >"$out/no_n.txt" 2>"$out/no_n.err"
+rc=$?
+if [ $rc = 124 ]; then
+    echo "-W 8 without -n must be refused (one error line that names -n): infer still ran after 20 seconds"; exit 1; fi
+if [ $rc = 0 ] || [ -s "$out/no_n.txt" ]; then
+    echo "-W 8 without -n must be refused (one error line that names -n): infer exited with status $rc"
+    echo "  and generated $(wc -c < "$out/no_n.txt") bytes ($out/no_n.txt)"; exit 1; fi
+if [ "$(wc -l < "$out/no_n.err")" != 1 ] || ! grep -q -e "-n\b" "$out/no_n.err"; then
+    echo "-W 8 without -n: expected one error line that names -n, got:"; cat "$out/no_n.err"; exit 1; fi
+echo "exercise 6: solved (four windows match a cache-free full forward; -W refused where it cannot work and without -n)"
