@@ -2,8 +2,12 @@
 // gpt2/cpu_layers.h at the scale EXPECTED_SCALE, an expression in hs in double that check.sh
 // passes along with ATTN_SCALE. Its forward against the definition, written out below in double:
 //     out = softmax(q.k * scale, over the keys 0..t) . v
-// and its backward against finite differences of that definition, in double too.
+// and its backward against finite differences of that definition, in double too. Then generation's
+// attention against the key-value cache (attention_forward_paged, gpt2/kv_pages.h, which infer.c
+// runs) against the same definition, and attention_scale itself, where every attention, the GPU
+// kernels' too, gets its scale: a knob set in the CPU layers alone fails these.
 #include "gpt2/cpu_layers.h"
+#include "gpt2/kv_pages.h"
 
 static double expected_scale(int hs) { return EXPECTED_SCALE; }
 
@@ -91,6 +95,27 @@ static int check_shape(int B, int T, int C, int NH, uint64_t seed) {
         fd[i] = (up - down) / (2 * h);
         if (fabs(fd[i]) > max_fd) max_fd = fabs(fd[i]);
     }
+    // generation: the whole sequence as a prompt into an empty paged cache, pages in order
+    int max_pages = kv_pages_for(T);
+    size_t pool = (size_t)B * max_pages * NH * KV_PAGE * hs;
+    float* kv = calloc(2 * pool + n_out, sizeof(float));
+    int* pages = calloc((size_t)B * max_pages + B, sizeof(int));
+    for (int i = 0; i < B * max_pages; i++) pages[i] = i;
+    LayerCache cache = {.key = kv, .value = kv + pool, .pages = pages, .pos = pages + B * max_pages,
+                        .max_pages = max_pages, .max_len = T, .prefill = 1};  // pos: all 0
+    float* gen = kv + 2 * pool;
+    attention_forward_paged(gen, &cache, inp, B, T, C, NH);
+    for (size_t i = 0; i < n_out && ok; i++) {
+        if (!(fabs(gen[i] - ref[i]) <= 1e-5 + 1e-4 * fabs(ref[i]))) {
+            printf("B=%d T=%d C=%d NH=%d (hs=%d): generation's attention (attention_forward_paged) gives output %zu = "
+                   "%.6f, softmax(q.k * %g + mask).v gives %.6f: does it get the scale from attention_scale?\n",
+                   B, T, C, NH, hs, i, gen[i], expected_scale(hs), ref[i]);
+            ok = 0;
+        }
+    }
+    free(kv);
+    free(pages);
+
     const char* part[3] = {"query", "key", "value"};
     for (int p = 0; p < 3 && ok; p++) {
         double dot = 0.0, fd2 = 0.0;  // the factor dinp is off by, if it is a factor
@@ -120,6 +145,14 @@ static int check_shape(int B, int T, int C, int NH, uint64_t seed) {
 }
 
 int main(void) {
+    for (int hs = 1; hs <= 128; hs++) {
+        double want = expected_scale(hs), got = attention_scale(hs);
+        if (!(fabs(got - want) <= 1e-6 * fabs(want))) {
+            printf("attention_scale(%d) is %g, not %g: every attention (infer's, the GPU's) takes its scale from "
+                   "attention_scale, so the knob must set what it returns\n", hs, got, want);
+            return 1;
+        }
+    }
     // head sizes 5 and 7, sequences that are no multiple of anything
     if (!check_shape(2, 7, 15, 3, 1)) return 1;
     if (!check_shape(1, 11, 14, 2, 2)) return 1;

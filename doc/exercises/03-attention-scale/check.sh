@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Exercise 3 (README.md beside this file): the attention scale as a compile-time knob,
 # -DATTN_SCALE=EXPR. Builds att_check.c with gpt2/cpu_layers.h three times: GPT-2's scale (no
-# -D), 1.0f and 0.5f/hs; each build checks the forward against the definition and the backward
-# against finite differences, at the scale it was built with. Run from the root of the tree.
+# -D), 1.0f and 0.5f/hs; each build checks, at the scale it was built with, attention_scale (where
+# every attention gets its scale), the forward and generation's attention against the cache
+# against the definition, and the backward against finite differences. Run from the root of the tree.
 set -uo pipefail
 here=doc/exercises/03-attention-scale
 out=build/exercises/03
@@ -26,4 +27,5 @@ for b in "${builds[@]}"; do
         echo "with $what:"; head -n 3 "$out/att_check.txt"; exit 1
     fi
 done
-echo "exercise 3: solved (forward and backward follow ATTN_SCALE, and its default is 1/sqrt(hs))"
+echo "exercise 3: solved (attention_scale, the forward, generation's attention and the backward follow ATTN_SCALE," \
+     "and its default is 1/sqrt(hs))"
