@@ -107,13 +107,26 @@ typedef float mm_vec;
 static int mm_min(int a, int b) { return a < b ? a : b; }
 
 // acc + a * b, rounded once wherever the machine has a fused multiply-add, and the same way in
-// every copy of the kernel below. GCC fuses the vector expression itself (-ffp-contract=fast, its
-// default for GNU C); plain floats it may first vectorise across the tile and then leave some
-// products unfused in one copy and not in another, so there the FMA is spelled out.
-#if MM_VEC_BYTES == 4 && defined(FP_FAST_FMAF)
+// every copy of the kernel below. Left to itself, GCC (-ffp-contract=fast, its default for GNU C)
+// fuses some of these products and not others depending on how it schedules a copy (seen with
+// one-vector tiles on AVX2, and with plain floats that it vectorises across the tile), and a
+// row's bits would then depend on how many rows share its tile. So the FMA is spelled out.
+#if MM_VEC_BYTES == 64
+#include <immintrin.h>
+#define MM_FMA(acc, a, b) ((mm_vec)_mm512_fmadd_ps(_mm512_set1_ps(a), (__m512)(b), (__m512)(acc)))
+#elif MM_VEC_BYTES == 32 && defined(__FMA__)
+#include <immintrin.h>
+#define MM_FMA(acc, a, b) ((mm_vec)_mm256_fmadd_ps(_mm256_set1_ps(a), (__m256)(b), (__m256)(acc)))
+#elif MM_VEC_BYTES == 16 && defined(__FMA__)
+#include <immintrin.h>
+#define MM_FMA(acc, a, b) ((mm_vec)_mm_fmadd_ps(_mm_set1_ps(a), (__m128)(b), (__m128)(acc)))
+#elif MM_VEC_BYTES == 16 && defined(__aarch64__)
+#include <arm_neon.h>
+#define MM_FMA(acc, a, b) ((mm_vec)vfmaq_n_f32((float32x4_t)(acc), (float32x4_t)(b), (a)))
+#elif MM_VEC_BYTES == 4 && defined(FP_FAST_FMAF)
 #define MM_FMA(acc, a, b) fmaf(a, b, acc)
 #else
-#define MM_FMA(acc, a, b) ((acc) + (a) * (b))
+#define MM_FMA(acc, a, b) ((acc) + (a) * (b))   // no FMA instruction: nothing to fuse
 #endif
 
 #if defined(__GNUC__)

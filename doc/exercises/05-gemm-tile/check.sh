@@ -44,7 +44,7 @@ esac
 # expect_warning LOG MR V FLAGS: the build warned if and only if the tile does not fit
 expect_warning() {
     local log=$1 mr=$2 nv=$3 extra=$4 need=$(($2 * $3 + $3 + 1))
-    if [ -n "$extra" ]; then  # the plain-C fallback: the compiler's registers, no count
+    if [ -n "$extra" ]; then  # the plain-C fallback or AVX2 on AVX-512: no count against this ISA
         warns "$log" && { echo "-DMM_TILE_MR=$mr -DMM_TILE_NR_VECS=$nv $extra warns ($log): the plain-C fallback has no vector registers to count"; exit 1; }
         return 0
     fi
@@ -73,9 +73,12 @@ done
 
 # MR, vectors per row of the tile, extra flags
 cases=("3 1" "5 3" "7 2" "1 1" "16 1" "4 2 -DMATMUL_PLAIN_C" "9 3 -DMATMUL_PLAIN_C")
+# on an AVX-512 machine, also AVX2's 8-float vectors: where GCC left some of a one-vector tile's
+# products unfused, a row's bits depended on how many rows shared its tile
+[ "$(uname -m):$(lanes_of "$out/default.txt")" = x86_64:16 ] && cases+=("3 1 -mno-avx512f")
 for c in "${cases[@]}"; do
     read -r mr nv extra <<<"$c"
-    name="tile_${mr}_${nv}${extra:+_plain}"
+    name="tile_${mr}_${nv}${extra//[^a-z0-9]/_}"
     # shellcheck disable=SC2086  # extra is empty or one flag
     build "$name" $native $extra "-DMM_TILE_MR=$mr" "-DMM_TILE_NR_VECS=$nv"
     expect_warning "$out/$name.compile.log" "$mr" "$nv" "$extra"
@@ -105,5 +108,5 @@ fi
 # the knobs change nothing when they are not given
 "$cc" -O2 -fopenmp $native -E -dM -x c gpt2/cpu_math.h 2>/dev/null | grep -q "define MM_TILE_MR" &&
     { echo "gpt2/cpu_math.h defines MM_TILE_MR itself: a build without the knob must keep the ISA's tile"; exit 1; }
-echo "exercise 5: solved (tiles 3x1, 5x3, 7x2, 1x1, 16x1 vectors and two plain-C tiles pass; default $def_mr x $def_nr;" \
+echo "exercise 5: solved (tiles 3x1, 5x3, 7x2, 1x1, 16x1 vectors, two plain-C tiles and on AVX-512 an AVX2 3x1 pass; default $def_mr x $def_nr;" \
      "a tile of 0 stops the build; a tile of more than ${regs:-the} vector registers warns)"
