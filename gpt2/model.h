@@ -519,9 +519,10 @@ static inline void fill_normal(float* p, size_t n, size_t valid, float stddev, u
     }
 }
 
-// A fresh model, initialised as GPT-2 is: normal(0, 0.02) matrices, the two residual
-// projections scaled down by 1/sqrt(2L) (one per residual add), zero biases, unit layernorm
-// weights, and wte's padding rows zero.
+// A fresh model, initialised as the GPT-2 paper describes it (and nanoGPT and llm.c do it):
+// normal(0, 0.02) matrices, the two residual projections scaled down by 1/sqrt(2L) (one per
+// residual add), zero biases, unit layernorm weights, and wte's padding rows zero. (OpenAI's
+// released model code, an inference script, draws wpe with 0.01 and scales nothing.)
 static inline void gpt2_build_fresh(GPT2* model, GPT2Config config, uint64_t seed) {
     gpt2_check_config(config, "model");
     gpt2_allocate_params(model, config);
