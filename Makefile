@@ -360,6 +360,16 @@ $(KERNEL_EMU): build/emu/kernels/%: build/emu/kernels/%.cpp dev/emu/cuda_emu.h
 	$(CXX) -O1 $(EMU_CXXFLAGS) $< -o $@
 $(KERNEL_EMU:%=%_race): build/emu/kernels/%_race: build/emu/kernels/%.cpp dev/emu/cuda_emu.h
 	$(call emu_race_build)
+# The lessons' demonstration kernels (doc/lessons/*.cu), built the same two ways; doc/lessons/emu.sh
+# builds one through these rules and runs it.
+LESSON_EMU := $(patsubst doc/lessons/%.cu,build/emu/lessons/%,$(wildcard doc/lessons/*.cu))
+$(LESSON_EMU:%=%.cpp): build/emu/lessons/%.cpp: doc/lessons/%.cu $(GPU_HEADERS) dev/emu/cuda_emu.py
+	@mkdir -p build/emu/lessons
+	$(PYTHON) dev/emu/cuda_emu.py $< $@
+$(LESSON_EMU): build/emu/lessons/%: build/emu/lessons/%.cpp dev/emu/cuda_emu.h
+	$(CXX) -O1 $(EMU_CXXFLAGS) $< -o $@
+$(LESSON_EMU:%=%_race): build/emu/lessons/%_race: build/emu/lessons/%.cpp dev/emu/cuda_emu.h
+	$(call emu_race_build)
 
 # ---------- data ----------
 
