@@ -20,39 +20,34 @@ static double now(void) {
 }
 
 #if defined(__x86_64__)
-// seconds per instruction of each chain, the best of 5
+// seconds per instruction of one run of each chain
 static double int_add_chain(void) {
-    double best = 1e9;
-    for (int rep = 0; rep < 5; rep++) {
-        uint64_t a = 1;
-        double t0 = now();
-        for (long i = 0; i < OPS; i += 64) __asm__ volatile(X8(X8("add $1, %0\n\t")) : "+r"(a));
-        double t = (now() - t0) / OPS;
-        if (t < best) best = t;
-    }
-    return best;
+    uint64_t a = 1;
+    double t0 = now();
+    for (long i = 0; i < OPS; i += 64) __asm__ volatile(X8(X8("add $1, %0\n\t")) : "+r"(a));
+    return (now() - t0) / OPS;
 }
 
 static double float_add_chain(void) {
-    double best = 1e9;
-    for (int rep = 0; rep < 5; rep++) {
-        float x = 1.0f, y = 1e-3f;
-        double t0 = now();
-        for (long i = 0; i < OPS; i += 64) __asm__ volatile(X8(X8("addss %1, %0\n\t")) : "+x"(x) : "x"(y));
-        double t = (now() - t0) / OPS;
-        if (t < best) best = t;
-    }
-    return best;
+    float x = 1.0f, y = 1e-3f;
+    double t0 = now();
+    for (long i = 0; i < OPS; i += 64) __asm__ volatile(X8(X8("addss %1, %0\n\t")) : "+x"(x) : "x"(y));
+    return (now() - t0) / OPS;
 }
 
 static double fma_chain(void) {
-    double best = 1e9;
-    for (int rep = 0; rep < 5; rep++) {
-        float x = 1.0f, y = 0.999f, z = 1e-3f;
-        double t0 = now();
-        for (long i = 0; i < OPS; i += 64)
-            __asm__ volatile(X8(X8("vfmadd231ss %1, %2, %0\n\t")) : "+x"(x) : "x"(y), "x"(z));
-        double t = (now() - t0) / OPS;
+    float x = 1.0f, y = 0.999f, z = 1e-3f;
+    double t0 = now();
+    for (long i = 0; i < OPS; i += 64)
+        __asm__ volatile(X8(X8("vfmadd231ss %1, %2, %0\n\t")) : "+x"(x) : "x"(y), "x"(z));
+    return (now() - t0) / OPS;
+}
+
+// the best of 5 runs: the one least disturbed by whatever else the machine was doing
+static double best_of_5(double (*chain)(void)) {
+    double best = chain();
+    for (int rep = 1; rep < 5; rep++) {
+        double t = chain();
         if (t < best) best = t;
     }
     return best;
@@ -60,11 +55,11 @@ static double fma_chain(void) {
 
 int main(void) {
     __builtin_cpu_init();
-    double cycle = int_add_chain();
+    double cycle = best_of_5(int_add_chain);
     printf("clock (a chain of integer adds, 1 cycle each): %.2f GHz\n", 1e-9 / cycle);
-    printf("float add latency (addss):                %.1f cycles\n", float_add_chain() / cycle);
+    printf("float add latency (addss):                %.1f cycles\n", best_of_5(float_add_chain) / cycle);
     if (__builtin_cpu_supports("fma"))
-        printf("fused multiply-add latency (vfmadd231ss): %.1f cycles\n", fma_chain() / cycle);
+        printf("fused multiply-add latency (vfmadd231ss): %.1f cycles\n", best_of_5(fma_chain) / cycle);
     else
         printf("fused multiply-add latency: this CPU has no FMA instructions\n");
     return 0;
