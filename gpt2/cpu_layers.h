@@ -18,6 +18,7 @@
 #include <math.h>
 #include "arithmetic.h"
 #include "cpu_math.h"
+#include "cpu_bf16.h"
 
 // ---------- encoder: token and position embeddings ----------
 
@@ -275,6 +276,48 @@ void matmul_forward_packed(float* out, const float* inp, const float* packed_wei
     matmul_bias_fill(out, bias, B * T, OC);
     gemm_accumulate_packed(out, OC, inp, C, 1, packed_weight, B * T, OC, C);
 #endif
+}
+
+// ---------- matmul in bf16: train_cpu -p bf16, infer -w bf16 ----------
+// The same linear layer with its products in bf16 (gpt2/cpu_bf16.h): inputs, weights and output
+// gradients rounded to bf16 as the products read them, products exact, sums and results float32.
+
+// out (B,T,OC) = bf16(inp) . bf16(weight)^T + bias (OC); bias may be NULL
+void matmul_forward_bf16(float* out, const float* inp, const float* weight, const float* bias,
+                         int B, int T, int C, int OC) {
+    matmul_bias_fill(out, bias, B * T, OC);
+    gemm_accumulate_bf16(out, OC, inp, C, 1, weight, 1, C, B * T, OC, C);
+}
+
+// dinp += bf16(dout) . bf16(weight), dweight += bf16(dout)^T . bf16(inp), dbias += column sums
+// of dout (float32; may be NULL)
+void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout,
+                          const float* inp, const float* weight, int B, int T, int C, int OC) {
+    int BT = B * T;
+    gemm_accumulate_bf16(dinp, C, dout, OC, 1, weight, C, 1, BT, C, OC);
+    gemm_accumulate_bf16(dweight, C, dout, 1, OC, inp, C, 1, OC, C, BT);
+    if (dbias != NULL) {
+        for (int bt = 0; bt < BT; bt++) {
+            for (int o = 0; o < OC; o++) dbias[o] += dout[(size_t)bt * OC + o];
+        }
+    }
+}
+
+// bf16 values that pack_weight_bf16 writes for a weight (OC, C).
+size_t packed_weight_size_bf16(int C, int OC) { return gemm_packed_size_bf16(C, OC); }
+
+// packed (packed_weight_size_bf16(C, OC) values, 64-byte aligned) = weight (OC, C) rounded to
+// bf16, packed.
+void pack_weight_bf16(bf16_t* packed, const float* weight, int C, int OC) {
+    gemm_pack_b_bf16(packed, weight, 1, C, C, OC);
+}
+
+// out (B,T,OC) = bf16(inp) . weight^T + bias, the weight packed by pack_weight_bf16; bias may be
+// NULL. The same bits as matmul_forward_bf16 on the weight it was packed from.
+void matmul_forward_packed_bf16(float* out, const float* inp, const bf16_t* packed_weight,
+                                const float* bias, int B, int T, int C, int OC) {
+    matmul_bias_fill(out, bias, B * T, OC);
+    gemm_accumulate_packed_bf16(out, OC, inp, C, 1, packed_weight, B * T, OC, C);
 }
 
 // ---------- attention ----------
