@@ -36,12 +36,7 @@ static inline bf16_t bf16_from_float(float x) {
     return (bf16_t)(u >> 16);
 }
 
-static inline float bf16_to_float(bf16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float x;
-    memcpy(&x, &u, sizeof(x));
-    return x;
-}
+// bf16 -> float32 (exact) is bf16_to_float, gpt2/io.h, which reads bf16 checkpoints with it.
 
 // x rounded to the nearest bf16, as a float32
 static inline float bf16_round(float x) { return bf16_to_float(bf16_from_float(x)); }
