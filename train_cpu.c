@@ -111,8 +111,19 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
     model->mean_loss = (float)(sum / ((double)B * T));
 }
 
+// memset on all threads, in pieces (one thread alone fills memory at a fraction of its bandwidth)
+static void zero_floats(float* x, size_t n) {
+    const size_t piece = 1 << 16;
+    #pragma omp parallel for schedule(static)
+    for (long long k = 0; k < (long long)((n + piece - 1) / piece); k++) {
+        size_t start = (size_t)k * piece, count = n - start < piece ? n - start : piece;
+        memset(x + start, 0, count * sizeof(float));
+    }
+}
+
 void gpt2_zero_grad(GPT2* model) {
-    if (model->grads_memory != NULL) memset(model->grads_memory, 0, model->num_padded * sizeof(float));
+    if (model->grads_memory != NULL) zero_floats(model->grads_memory, model->num_padded);
+    model->grads_factor = 0.0f;
 }
 
 // The backward pass of the current slot's last forward pass, which had targets (or, on a
@@ -131,7 +142,7 @@ void gpt2_backward(GPT2* model) {
     layout_slot(model, B, T);  // a pipeline runs other slots' forward passes in between
     // the activation gradients accumulate too: they start from zero at every pass
     size_t used = layout_activations(&model->grads_acts, model->grads_acts_memory, model, B, T);
-    memset(model->grads_acts_memory, 0, used * sizeof(float));
+    zero_floats(model->grads_acts_memory, used);
     if (model->shard.head) {
         // the loss is the mean over the B*T positions: each position's loss has gradient 1/(B*T)
         ActivationTensors da = model->grads_acts;
@@ -178,6 +189,18 @@ static void gpt2_scale_grads(GPT2* model, size_t offset, size_t n, float factor)
     for (long long i = 0; i < (long long)n; i++) g[i] *= factor;
 }
 
+// The training loop's clip (gpt2/run.h) scales the parameters that this process updates, right
+// before the update: rather than a pass over the gradients of its own (a read and a write of
+// every one), the factor waits in grads_factor and gpt2_update multiplies each gradient by it as
+// it reads it: the same product, the same bits, one pass less.
+static void gpt2_scale_grads_at_update(GPT2* model, size_t offset, size_t n, float factor) {
+    if (offset != model->opt_offset || n != model->opt_count || model->grads_factor != 0.0f) {
+        gpt2_scale_grads(model, offset, n, factor);   // not what the update reads: scale now
+        return;
+    }
+    model->grads_factor = factor;
+}
+
 // Scales the gradients of a whole model by grad_scale (1 / the micro-steps and processes they
 // were summed over), then so that their global L2 norm is at most max_norm, as PyTorch's
 // clip_grad_norm_ does (coefficient max_norm / (norm + 1e-6), applied only when below 1), in one
@@ -206,11 +229,20 @@ void gpt2_update(GPT2* model, float lr, float beta1, float beta2, float eps, flo
         size_t from = start > lo ? start : lo, to = end < hi ? end : hi;  // tensor k's part in the range
         start = end;
         float decay = PARAMETERS[k].decay ? 1.0f - lr * weight_decay : 1.0f;
-        #pragma omp parallel for
-        for (long long i = (long long)from; i < (long long)to; i++) {
-            p[i] = adamw_update(p[i], g[i], &m[i - lo], &v[i - lo], s, decay);
+        if (model->grads_factor != 0.0f) {   // the clip's factor, not yet applied (above)
+            float f = model->grads_factor;
+            #pragma omp parallel for
+            for (long long i = (long long)from; i < (long long)to; i++) {
+                p[i] = adamw_update(p[i], g[i] * f, &m[i - lo], &v[i - lo], s, decay);
+            }
+        } else {
+            #pragma omp parallel for
+            for (long long i = (long long)from; i < (long long)to; i++) {
+                p[i] = adamw_update(p[i], g[i], &m[i - lo], &v[i - lo], s, decay);
+            }
         }
     }
+    model->grads_factor = 0.0f;
 }
 
 static void gpt2_logits_to_host(const GPT2* model, int position, float* out) {
@@ -235,7 +267,7 @@ static void* gpt2_stage_buffer(GPT2* model, int which, int slot, int B, int T, s
 // The model's training operations for gpt2/run.h's loop; the model is the run's host model (or
 // this process's part of it), and MPI moves its host arrays between processes.
 static const Trainer TRAINER_CPU = {
-    gpt2_forward, gpt2_zero_grad, gpt2_backward, gpt2_grad_squares, gpt2_scale_grads, gpt2_update,
+    gpt2_forward, gpt2_zero_grad, gpt2_backward, gpt2_grad_squares, gpt2_scale_grads_at_update, gpt2_update,
     gpt2_logits_to_host, NULL, NULL, NULL, NULL, NULL,  // samples: the whole sequence rerun per token
     parallel_group_sum_floats, parallel_reduce_scatter_floats, parallel_all_gather_floats, parallel_exchange,
     gpt2_stage_buffer, NULL,

@@ -340,9 +340,7 @@ void attention_forward(float* out, float* preatt, float* att, const float* inp,
                 float maxval = -INFINITY;
                 for (int t2 = 0; t2 <= t; t2++) {
                     const float* k = inp + ((size_t)b * T + t2) * C3 + C + h * hs;
-                    float s = 0.0f;
-                    for (int i = 0; i < hs; i++) s += q[i] * k[i];
-                    s *= scale;
+                    float s = dot_lanes(q, k, hs) * scale;   // q . k (gpt2/cpu_math.h)
                     pre[t2] = s;
                     if (s > maxval) maxval = s;
                 }
@@ -392,16 +390,11 @@ void attention_backward(float* dinp, float* dpreatt, float* datt, const float* d
                 for (int t2 = 0; t2 <= t; t2++) {
                     const float* v = inp + ((size_t)b * T + t2) * C3 + 2 * C + h * hs;
                     float* dv = dinp + ((size_t)b * T + t2) * C3 + 2 * C + h * hs;
-                    float s = 0.0f;
-                    for (int i = 0; i < hs; i++) {
-                        s += v[i] * d[i];
-                        dv[i] += a[t2] * d[i];
-                    }
-                    da[t2] += s;
+                    for (int i = 0; i < hs; i++) dv[i] += a[t2] * d[i];
+                    da[t2] += dot_lanes(v, d, hs);
                 }
                 // through the softmax: dpre = att * (datt - sum(att * datt))
-                float dot = 0.0f;
-                for (int t2 = 0; t2 <= t; t2++) dot += a[t2] * da[t2];
+                float dot = dot_lanes(a, da, t + 1);
                 for (int t2 = 0; t2 <= t; t2++) dpre[t2] += a[t2] * (da[t2] - dot);
                 // through the scores q . k * scale
                 for (int t2 = 0; t2 <= t; t2++) {

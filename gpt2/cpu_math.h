@@ -32,16 +32,20 @@ static inline int num_threads(void) {
 //   backward   dinp (BT x C)  += dout (BT x OC) . weight (OC x C)
 //              dW   (OC x C)  += dout^T (OC x BT) . inp (BT x C)     dout^T(o, k) = dout[k*OC + o]
 //
-// The scheme is GotoBLAS's (also BLIS's), sized for AVX-512 with 32 KB of L1d and 1 MB of L2 per
-// core, 16 floats per vector and 32 vector registers:
+// The scheme is GotoBLAS's (also BLIS's), sized for AVX-512 with 16 floats per vector, 32 vector
+// registers, and per core 48 KB of L1d and 1 MB of L2 (Zen 5; doc/cpu_speed.md has the
+// measurements behind each size):
 //   register tile  MR x NR = 14 x 32 floats of C stay in 28 registers while the micro-kernel runs
 //                  over k. Each k step loads 2 vectors of B, broadcasts 14 floats of A and does 28
-//                  vector FMAs: 16 loads per 28 FMAs, so the FMA unit, not the loads, sets the
-//                  pace, and from L1 the kernel can run at the FMA peak.
-//   KC = 256       depth of one pass: a packed micro-panel of B (KC x NR, 32 KB) is reused from L1
-//                  by every micro-panel of A in the block,
-//   MC = 256       rows in a packed block of A (MC x KC floats, 256 KB) that stays in L2,
-//   NC = 2048      columns in a packed block of B (KC x NC, 2 MB) that stays in L3.
+//                  vector FMAs: 16 loads per 28 FMAs, so the FMA units, not the loads, set the
+//                  pace.
+//   KC = 1024      depth of one pass, as deep as the model's common K (C = 768) so that a tile of
+//                  C is loaded and stored once per product rather than once per pass: the B
+//                  micro-panel (KC x NR, 128 KB) and the A micro-panel (MR x KC, 56 KB) stream
+//                  from L2, 9 and 4 bytes per cycle of FMAs, far below what L2 delivers,
+//   MC = 128       rows in a packed block of A (MC x KC floats, 512 KB) that stays in L2 beside
+//                  the B micro-panel,
+//   NC = 2048      columns in a packed block of B (KC x NC, 8 MB) that stays in L3.
 // Packing copies a block of A into MR-row micro-panels and a block of B into NR-column
 // micro-panels, in the order the kernel reads them, so the kernel reads both with unit stride
 // whatever the layout of the original. Where that order is a transpose of the original (weight^T
@@ -97,8 +101,8 @@ typedef float mm_vec;
 #endif
 #define MM_LANES (MM_VEC_BYTES / 4)
 #define MM_NR (MM_NR_VECS * MM_LANES)
-#define MM_KC 256
-#define MM_MC 256
+#define MM_KC 1024
+#define MM_MC 128
 // NC in whole NR-wide micro-panels (2048 for the ISAs' tiles): gemm_pack_b's panels start at
 // multiples of NR, and a block of columns must start on one of them to find its panels there.
 #define MM_NC ((2048 + MM_NR - 1) / MM_NR * MM_NR)
@@ -409,6 +413,26 @@ static inline void gemm_accumulate_packed(float* c, size_t ldc, const float* a, 
     mm_check_aligned(packed_b, "gemm_accumulate_packed");
     mm_operand op = {NULL, 0, 0, packed_b, mm_packed_width(N)};
     gemm_threads(c, ldc, a, rsa, csa, &op, M, N, K);
+}
+
+// ---------- a dot product that vectorises ----------
+// sum a[i] * b[i] over i < n. Summed in the order written (s += a[i] * b[i]), a dot product is one
+// chain of dependent adds, which the compiler may not reorder, so it runs one multiply-add per
+// add latency on one lane. Here lane j keeps its own sum of the terms i = j mod 16, and the 16
+// sums are added in a fixed tree at the end: a fixed order too (the same bits every run, on any
+// number of threads), in which the 16 lanes are one vector FMA per 16 terms. Attention's scores
+// and its backward's dot products run on it (gpt2/cpu_layers.h).
+static inline float dot_lanes(const float* a, const float* b, int n) {
+    float s[16] = {0.0f};
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        for (int j = 0; j < 16; j++) s[j] += a[i + j] * b[i + j];
+    }
+    for (int j = 0; i < n; i++, j++) s[j] += a[i] * b[i];
+    for (int w = 8; w >= 1; w /= 2) {
+        for (int j = 0; j < w; j++) s[j] += s[j + w];
+    }
+    return s[0];
 }
 
 // ---------- exp and tanh that vectorise ----------

@@ -412,6 +412,8 @@ typedef struct {
     ParameterTensors grads;    // their gradients
     float* grads_memory;
     float* m_memory;           // AdamW's first and second moments
+    float grads_factor;        // train_cpu only: a factor the gradients are still to be multiplied by,
+                               // which its update applies as it reads them (0: none pending)
     float* v_memory;
     ActivationTensors acts;    // laid out for last_B x last_T, the batch of the last forward pass
     size_t act_sizes[NUM_ACTIVATION_TENSORS];
