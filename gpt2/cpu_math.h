@@ -326,6 +326,26 @@ static void gemm_block(float* c, size_t ldc, const float* a, size_t rsa, size_t 
     }
 }
 
+// The packing buffers, kept from one product to the next and grown when a product needs more:
+// up to 9 MB a thread, which, allocated and freed on every call, the C library handed back to
+// the kernel and took again as fresh pages (mapped and zeroed each time). One set for each thread
+// that calls a product (the server's threads may), which its OpenMP threads share out.
+#ifdef __cplusplus
+#define MM_THREAD_LOCAL thread_local
+#else
+#define MM_THREAD_LOCAL _Thread_local
+#endif
+static float* mm_scratch(size_t floats) {
+    static MM_THREAD_LOCAL float* buffer = NULL;
+    static MM_THREAD_LOCAL size_t capacity = 0;
+    if (floats > capacity) {
+        free(buffer);
+        buffer = (float*)aligned_alloc_check(64, (floats + 15) / 16 * 16 * sizeof(float));
+        capacity = floats;
+    }
+    return buffer;
+}
+
 // C (M x N, row stride ldc) += A (M x K) . B (K x N) on all threads: each takes a contiguous
 // slice of whole tiles along the longer side of C and runs gemm_block on it with its own buffers.
 static void gemm_threads(float* c, size_t ldc, const float* a, size_t rsa, size_t csa,
@@ -333,8 +353,7 @@ static void gemm_threads(float* c, size_t ldc, const float* a, size_t rsa, size_
     int threads = num_threads();
     size_t b_floats = b->packed != NULL ? 0 : (size_t)MM_KC * MM_NC;
     size_t per_thread = ((size_t)MM_MC_PAD * MM_KC + b_floats + 15) / 16 * 16;
-    float* scratch = (float*)malloc_check((threads * per_thread + 16) * sizeof(float));
-    float* aligned = (float*)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
+    float* aligned = mm_scratch(threads * per_thread);   // 64-byte aligned
     #pragma omp parallel num_threads(threads)
     {
         int tid = 0, nth = 1;
@@ -359,7 +378,6 @@ static void gemm_threads(float* c, size_t ldc, const float* a, size_t rsa, size_
             }
         }
     }
-    free(scratch);
 }
 
 // C (M x N, row stride ldc) += A (M x K) . B (K x N), A(i, p) at a[i * rsa + p * csa] and
