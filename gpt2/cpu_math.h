@@ -43,8 +43,9 @@ static inline int num_threads(void) {
 //                  C is loaded and stored once per product rather than once per pass: the B
 //                  micro-panel (KC x NR, 128 KB) and the A micro-panel (MR x KC, 56 KB) stream
 //                  from L2, 9 and 4 bytes per cycle of FMAs, far below what L2 delivers,
-//   MC = 128       rows in a packed block of A (MC x KC floats, 512 KB) that stays in L2 beside
-//                  the B micro-panel,
+//   MC = 126       rows in a packed block of A (MC x KC floats, 504 KB) that stays in L2 beside
+//                  the B micro-panel: about 128, in whole tiles (9 x 14), so that a block has no
+//                  short tile whose few accumulators could not keep the FMA units busy,
 //   NC = 2048      columns in a packed block of B (KC x NC, 8 MB) that stays in L3.
 // Packing copies a block of A into MR-row micro-panels and a block of B into NR-column
 // micro-panels, in the order the kernel reads them, so the kernel reads both with unit stride
@@ -102,7 +103,7 @@ typedef float mm_vec;
 #define MM_LANES (MM_VEC_BYTES / 4)
 #define MM_NR (MM_NR_VECS * MM_LANES)
 #define MM_KC 1024
-#define MM_MC 128
+#define MM_MC (128 / MM_MR * MM_MR)   // 126 for the AVX-512 tile
 // NC in whole NR-wide micro-panels (2048 for the ISAs' tiles): gemm_pack_b's panels start at
 // multiples of NR, and a block of columns must start on one of them to find its panels there.
 #define MM_NC ((2048 + MM_NR - 1) / MM_NR * MM_NR)
