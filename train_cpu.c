@@ -50,10 +50,10 @@ static const Layers LAYERS_CPU = {
 // - The activations. train_gpu stores them, their gradients and the residual stream in bf16,
 //   which halves the bytes its kernels stream through GPU memory. Here they are stored in float32
 //   and rounded as a product reads them: at a product's input that is exactly what a bf16 copy
-//   would hold. A CPU gains little from storing them narrower: its step is spent in the products,
-//   which copy their operands into packed tiles anyway and round them there; bf16 storage would
-//   save bandwidth only in the layers between products, at the price of a bf16 version of each.
-//   So those layers (layernorm, attention, GELU, the residual adds) read float32 here where the
+//   would hold. A CPU gains little from storing them narrower: the products copy their operands
+//   into packed tiles anyway and round them there; of the layers between them, those that stream
+//   activations (layernorm, GELU, the residual adds) are a small part of a step, and attention is
+//   bound by its arithmetic, not by the bytes of qkv. So those layers read float32 here where the
 //   GPU's read bf16, and the two bf16 paths agree within bf16's rounding, not bit for bit.
 static const Layers LAYERS_CPU_BF16 = {
     .encoder_fwd = encoder_forward, .encoder_bwd = encoder_backward,
