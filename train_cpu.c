@@ -16,7 +16,7 @@
 // the processes too (gpt2/parallel.h, doc/parallel.md).
 // Build with `make MATMUL=naive` to run every matrix product on the plain loops that define it.
 // With -p bf16 the matrix products take bf16 operands, as train_gpu's mixed precision does
-// (LAYERS_CPU_BF16 below); everything else stays float32.
+// (choose_layers below); everything else stays float32.
 
 #include "gpt2/model.h"
 #include "gpt2/cpu_layers.h"
@@ -33,6 +33,18 @@ static const Layers LAYERS_CPU = {
     .gelu_fwd = gelu_forward, .gelu_bwd = gelu_backward,
     .residual_fwd = residual_forward, .residual_bwd = residual_backward,
 };
+
+// The tensor-parallel group of a run split by -tp (gpt2/parallel.h): its sum is MPI's all-reduce
+// over the group, on host memory. NULL without -tp: the blocks run whole.
+static void tensor_group_sum(float* x, size_t n) { parallel_group_sum_floats(GROUP_TP, x, n); }
+static const TensorGroup* tensor_group(void) {
+    static TensorGroup group;
+    if (split.tp == 1) return NULL;
+    group.size = split.tp;
+    group.rank = split.tp_rank;
+    group.sum = tensor_group_sum;
+    return &group;
+}
 
 // -p bf16: mixed precision as train_gpu -p bf16 does it (doc/gpu.md, "Mixed precision"), so
 // that the two can be read side by side. The matrix products read bf16 weights and bf16
@@ -55,28 +67,18 @@ static const Layers LAYERS_CPU = {
 //   activations (layernorm, GELU, the residual adds) are a small part of a step, and attention is
 //   bound by its arithmetic, not by the bytes of qkv. So those layers read float32 here where the
 //   GPU's read bf16, and the two bf16 paths agree within bf16's rounding, not bit for bit.
-static const Layers LAYERS_CPU_BF16 = {
-    .encoder_fwd = encoder_forward, .encoder_bwd = encoder_backward,
-    .layernorm_fwd = layernorm_forward, .layernorm_bwd = layernorm_backward,
-    .matmul_fwd = matmul_forward_bf16, .matmul_bwd = matmul_backward_bf16,
-    .attention_fwd = attention_forward, .attention_bwd = attention_backward,
-    .gelu_fwd = gelu_forward, .gelu_bwd = gelu_backward,
-    .residual_fwd = residual_forward, .residual_bwd = residual_backward,
-};
-
-// The layers of this run: LAYERS_CPU, or LAYERS_CPU_BF16 for -p bf16 (main chooses).
+//
+// The layers of this run's forward and backward passes: LAYERS_CPU, or for -p bf16 (main calls
+// choose_layers) layers_cpu_bf16, a copy of it with the two matmul entries in bf16, every other
+// layer the float32 path's own function.
+static Layers layers_cpu_bf16;
 static const Layers* cpu_layers = &LAYERS_CPU;
 
-// The tensor-parallel group of a run split by -tp (gpt2/parallel.h): its sum is MPI's all-reduce
-// over the group, on host memory. NULL without -tp: the blocks run whole.
-static void tensor_group_sum(float* x, size_t n) { parallel_group_sum_floats(GROUP_TP, x, n); }
-static const TensorGroup* tensor_group(void) {
-    static TensorGroup group;
-    if (split.tp == 1) return NULL;
-    group.size = split.tp;
-    group.rank = split.tp_rank;
-    group.sum = tensor_group_sum;
-    return &group;
+static inline void choose_layers(int bf16) {
+    layers_cpu_bf16 = LAYERS_CPU;
+    layers_cpu_bf16.matmul_fwd = matmul_forward_bf16;
+    layers_cpu_bf16.matmul_bwd = matmul_backward_bf16;
+    cpu_layers = bf16 ? &layers_cpu_bf16 : &LAYERS_CPU;
 }
 
 // Allocates activations for batches of up to B x T, num_slots of them (a pipeline stage keeps
@@ -305,7 +307,7 @@ int main(int argc, char** argv) {
     char key[1024];
     train_config_key(&cfg, key, sizeof(key));
     parallel_check_same("options", key);
-    cpu_layers = bf16 ? &LAYERS_CPU_BF16 : &LAYERS_CPU;
+    choose_layers(bf16);
     if (procs.rank == 0) print_precision(bf16);
     Run run;
     run_open(&run, cfg, NULL);  // the model (fresh, loaded or resumed), the data, -o DIR

@@ -76,7 +76,7 @@ static inline GPT2Config gpt2_config_for_depth(int depth) {
 
 // ---------- the element type: float32, and bf16 on the GPU ----------
 // In C every tensor is float32, in train_cpu -p bf16 too: its matrix products round their
-// operands to bf16 as they read them (train_cpu.c: LAYERS_CPU_BF16), so it stores no bf16
+// operands to bf16 as they read them (train_cpu.c: choose_layers), so it stores no bf16
 // tensors. train_gpu.cu's mixed-precision path (-p bf16) stores its activations and the weight
 // matrices it multiplies in bf16 and runs the same transformer block on them (block_forward,
 // block_backward below). So the structs that hold such tensors, and the block, are written once
