@@ -15,6 +15,8 @@
 // gradients summed with MPI; with -tp, -pp and -z 1 the model and its optimizer are split over
 // the processes too (gpt2/parallel.h, doc/parallel.md).
 // Build with `make MATMUL=naive` to run every matrix product on the plain loops that define it.
+// With -p bf16 the matrix products take bf16 operands, as train_gpu's mixed precision does
+// (choose_layers below); everything else stays float32.
 
 #include "gpt2/model.h"
 #include "gpt2/cpu_layers.h"
@@ -42,6 +44,41 @@ static const TensorGroup* tensor_group(void) {
     group.rank = split.tp_rank;
     group.sum = tensor_group_sum;
     return &group;
+}
+
+// -p bf16: mixed precision as train_gpu -p bf16 does it (doc/gpu.md, "Mixed precision"), so
+// that the two can be read side by side. The matrix products read bf16 weights and bf16
+// activations (in the backward, bf16 output gradients too), multiply them exactly and add in
+// float32 (matmul_forward_bf16, matmul_backward_bf16: gpt2/cpu_layers.h, gpt2/cpu_bf16.h). What
+// must keep its digits stays float32, as on the GPU: the master weights, their gradients, AdamW's
+// moments, layernorm, softmax, attention, GELU, the residual adds, the loss and every sum.
+// Two differences from the GPU, neither of which changes what a product reads:
+// - The bf16 copy of the weights. train_gpu keeps one and rewrites it after every AdamW step.
+//   Here each product rounds the float32 master weights to bf16 (to nearest) as it packs them
+//   for its GEMM, which it does anyway: the values such a copy would hold, at a cost of one
+//   rounding per weight per product (the product itself costs B*T multiply-adds per weight),
+//   and no second array to keep in step with the master copy, to gather under ZeRO-1 or to
+//   rebuild on resume.
+// - The activations. train_gpu stores them, their gradients and the residual stream in bf16,
+//   which halves the bytes its kernels stream through GPU memory. Here they are stored in float32
+//   and rounded as a product reads them: at a product's input that is exactly what a bf16 copy
+//   would hold. A CPU gains little from storing them narrower: the products copy their operands
+//   into packed tiles anyway and round them there; of the layers between them, those that stream
+//   activations (layernorm, GELU, the residual adds) are a small part of a step, and attention is
+//   bound by its arithmetic, not by the bytes of qkv. So those layers read float32 here where the
+//   GPU's read bf16, and the two bf16 paths agree within bf16's rounding, not bit for bit.
+//
+// The layers of this run's forward and backward passes: LAYERS_CPU, or for -p bf16 (main calls
+// choose_layers) layers_cpu_bf16, a copy of it with the two matmul entries in bf16, every other
+// layer the float32 path's own function.
+static Layers layers_cpu_bf16;
+static const Layers* cpu_layers = &LAYERS_CPU;
+
+static inline void choose_layers(int bf16) {
+    layers_cpu_bf16 = LAYERS_CPU;
+    layers_cpu_bf16.matmul_fwd = matmul_forward_bf16;
+    layers_cpu_bf16.matmul_bwd = matmul_backward_bf16;
+    cpu_layers = bf16 ? &layers_cpu_bf16 : &LAYERS_CPU;
 }
 
 // Allocates activations for batches of up to B x T, num_slots of them (a pipeline stage keeps
@@ -97,7 +134,7 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
     model->last_B = B;
     model->last_T = T;
     memcpy(gpt2_slot_inputs(model), inputs, (size_t)B * T * sizeof(int));
-    gpt2_forward_layers(&LAYERS_CPU, model, tensor_group());
+    gpt2_forward_layers(cpu_layers, model, tensor_group());
     model->mean_loss = -1.0f;
     if (!model->shard.head) return;
     ActivationTensors a = model->acts;
@@ -151,7 +188,7 @@ void gpt2_backward(GPT2* model) {
         crossentropy_softmax_backward(da.logits, da.losses, model->acts.probs, gpt2_slot_targets(model), B, T,
                                       c.vocab_size, c.padded_vocab_size);
     }
-    gpt2_backward_layers(&LAYERS_CPU, model, tensor_group());
+    gpt2_backward_layers(cpu_layers, model, tensor_group());
 }
 
 // Sum of squares of n floats in double, in fixed-size chunks added in a fixed order: the same
@@ -276,17 +313,34 @@ static const Trainer TRAINER_CPU = {
 // ---------- main ----------
 #ifndef TRAIN_CPU_NO_MAIN  // tests and dev programs that call the functions above define it
 
+// -p: fp32 (the default) or bf16. Returns 1 for bf16.
+static int choose_bf16(const char* precision) {
+    if (precision == NULL || strcmp(precision, "fp32") == 0) return 0;
+    if (strcmp(precision, "bf16") != 0) fail("-p expects fp32 or bf16, got %s", precision);
+    return 1;
+}
+
+// The header line of the precision, as train_gpu prints its own.
+static void print_precision(int bf16) {
+    if (bf16) {
+        printf("precision bf16 (float32 master weights): matrix products of bf16 weights and activations summed "
+               "in float32, the rest float32; bf16 products: %s\n", cpu_bf16_arith());
+    } else {
+        printf("precision fp32: float32 throughout\n");
+    }
+}
+
 int main(int argc, char** argv) {
     parallel_init(&argc, &argv);  // started by mpirun: one rank of a data-parallel run
     rank0_first_begin();          // a bad option or input is reported once, by rank 0
     TrainConfig cfg = train_config_parse(argc, argv, train_config_defaults(0));
-    if (cfg.precision != NULL && strcmp(cfg.precision, "fp32") != 0) {
-        fail("train_cpu computes in float32 only: -p %s is for train_gpu", cfg.precision);
-    }
+    int bf16 = choose_bf16(cfg.precision);
     rank0_first_end();
     char key[1024];
     train_config_key(&cfg, key, sizeof(key));
     parallel_check_same("options", key);
+    choose_layers(bf16);
+    if (procs.rank == 0) print_precision(bf16);
     Run run;
     run_open(&run, cfg, NULL);  // the model (fresh, loaded or resumed), the data, -o DIR
     GPT2* model = run_part(&run);  // trained where it is, in host memory: the whole, or this process's part

@@ -75,13 +75,15 @@ static inline GPT2Config gpt2_config_for_depth(int depth) {
 }
 
 // ---------- the element type: float32, and bf16 on the GPU ----------
-// In C every tensor is float32. train_gpu.cu's mixed-precision path (-p bf16) keeps its
-// activations and the weight matrices it multiplies in bf16 and runs the same transformer block
-// on them (block_forward, block_backward below). So the structs that hold such tensors, and the
-// block, are written once over floatX (llm.c's name for that type): compiled as C, floatX is
-// float and they are plain structs and functions; compiled as C++ (CUDA), each is a template
-// over floatX, and the plain names are its float32 instances (ParameterTensors is
-// ParameterTensorsOf<float>). OF(name) names the floatX one in a function over floatX.
+// In C every tensor is float32, in train_cpu -p bf16 too: its matrix products round their
+// operands to bf16 as they read them (train_cpu.c: choose_layers), so it stores no bf16
+// tensors. train_gpu.cu's mixed-precision path (-p bf16) stores its activations and the weight
+// matrices it multiplies in bf16 and runs the same transformer block on them (block_forward,
+// block_backward below). So the structs that hold such tensors, and the block, are written once
+// over floatX (llm.c's name for that type): compiled as C, floatX is float and they are plain
+// structs and functions; compiled as C++ (CUDA), each is a template over floatX, and the plain
+// names are its float32 instances (ParameterTensors is ParameterTensorsOf<float>). OF(name)
+// names the floatX one in a function over floatX.
 #ifdef __cplusplus
 #define OVER_FLOATX template <typename floatX>
 #define OF(name) name##Of<floatX>

@@ -54,7 +54,7 @@ typedef struct {
     int resume;                   // -y
     uint64_t seed;                // -S
     int shuffle;                  // -R
-    const char* precision;        // -p: train_gpu's arithmetic, fp32 or bf16; NULL: the program's default
+    const char* precision;        // -p: the arithmetic, fp32 or bf16; NULL: the program's default
     int tp;                       // -tp: tensor-parallel processes, sharing every block
     int pp;                       // -pp: pipeline stages, each with consecutive layers
     int zero;                     // -z: 1 splits AdamW's moments over the data-parallel processes (ZeRO-1)
@@ -122,8 +122,9 @@ static inline void print_usage(const char* prog, TrainConfig d) {
             "  -y 1      resume from the latest checkpoint and state in -o (default %d)\n"
             "  -S SEED   random seed for initialisation, shuffling and sampling (default %llu)\n"
             "  -R 1      shuffle the order of batches, from the seed (default %d)\n"
-            "  -p P      arithmetic: fp32, or bf16 (train_gpu only: mixed precision on tensor cores; its default\n"
-            "            on GPUs of compute capability 8.0 and newer)\n"
+            "  -p P      arithmetic: fp32, or bf16: mixed precision, the matrix products on bf16 weights and\n"
+            "            activations, float32 master weights and sums (default: train_cpu fp32; train_gpu bf16 on\n"
+            "            GPUs of compute capability 8.0 and newer, on its tensor cores)\n"
             "  -tp N     tensor parallel: every block split over N processes by heads and MLP width (default 1)\n"
             "  -pp N     pipeline parallel: the layers split into N stages of consecutive layers (default 1)\n"
             "  -ps S     pipeline schedule of the micro-steps: 1f1b or gpipe (default 1f1b)\n"

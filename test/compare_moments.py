@@ -1,6 +1,6 @@
 """compare_moments.py: AdamW's moments after a run's first step against PyTorch's gradient of it.
 
-    compare_moments.py DUMP RUN_DIR
+    compare_moments.py [--precision fp32|bf16] DUMP RUN_DIR
 
 DUMP is written by `dev/reference/gpt2_ref.py reference` (with --B and --T giving the run's whole
 batch per step) on the token file that the run's first step read from its start (-R 0);
@@ -15,6 +15,20 @@ Checks, per parameter tensor of the model (the key bias left out, as in test/com
     m / (1 - beta1) and v / (1 - beta2) against PyTorch float32's g and g^2: elementwise
     |x - r| <= 1e-5 (|r| + max|r|) and ||x - r|| / ||r|| <= 1e-5 (test/ref_check.c's gradient
     tolerance, which a gradient 1.001 times too large fails)
+
+With --precision bf16 the run is train_cpu -p bf16 and the DUMP gpt2_ref.py reference
+--precision bf16's, whose products too round their operands to bf16. Both sides round nearly the
+same float32 numbers, but where PyTorch's and train_cpu's differ in their last bits and straddle
+the midpoint between two bf16 values, they round apart: one operand moves by 2^-8 of itself, a
+few rows of a product with it, and through them, a little, every gradient upstream (a test model
+has a handful of such values among its ~50,000 rounded ones, on some seeds none). No elementwise
+bound holds then; what does:
+
+    the weight matrices (wte, qkvw, attprojw, fcw, fcprojw): the median elementwise error
+        |x - r| / (|r| + max|r|) <= 1e-6. Seen: below 1e-7 with or without such values; a
+        product that skips or adds a rounding moves every element of its weight's gradient,
+        and the median goes to 2e-5 - 4e-4
+    every tensor: ||x - r|| / ||r|| <= 2e-3 (seen: up to 3e-4; a wrong gradient is off by O(1))
 
 NaN never passes. Exit status 0 when every check passes, 1 otherwise. Needs NumPy only.
 """
@@ -31,6 +45,8 @@ from compare_gpu_run import read, tensor_slices
 DUMP_MAGIC, DUMP_VERSION = 20240901, 1   # dev/reference/gpt2_ref.py's dump
 BETA1, BETA2 = np.float32(0.9), np.float32(0.95)
 TOL_GRADS = 1e-5
+MATRICES = ("wte", "qkvw", "attprojw", "fcw", "fcprojw")
+TOL_BF16_MEDIAN, TOL_BF16_NORM = 1e-6, 2e-3   # --precision bf16 (above)
 
 
 def read_dump(path):
@@ -46,10 +62,30 @@ def read_dump(path):
     return run32[n_logits + 1], run32[n_logits + 2:n_logits + 2 + P]
 
 
+def check(what, name, x, ref, bf16):
+    e_elem, e_norm = tensor_errors(x, ref)
+    label = f"{what} {name:9s} vs torch32 g{'^2' if what[0] == 'v' else '  '}:"
+    if not bf16:
+        report(within(e_elem, TOL_GRADS) and within(e_norm, TOL_GRADS),
+               f"{label} elem {e_elem:.1e} norm {e_norm:.1e}  tol {TOL_GRADS:.0e}/{TOL_GRADS:.0e}")
+        return
+    if name in MATRICES:
+        denom = np.abs(ref) + np.abs(ref).max()
+        median = float(np.median(np.abs(x - ref) / denom)) if denom.max() > 0 else 0.0
+        report(within(median, TOL_BF16_MEDIAN) and within(e_norm, TOL_BF16_NORM),
+               f"{label} median elem {median:.1e} norm {e_norm:.1e}  tol {TOL_BF16_MEDIAN:.0e}/{TOL_BF16_NORM:.0e}")
+    else:
+        report(within(e_norm, TOL_BF16_NORM), f"{label} norm {e_norm:.1e}  tol {TOL_BF16_NORM:.0e}")
+
+
 def main():
-    if len(sys.argv) != 3:
+    args = sys.argv[1:]
+    bf16 = False
+    if len(args) == 4 and args[0] == "--precision" and args[1] in ("fp32", "bf16"):
+        bf16, args = args[1] == "bf16", args[2:]
+    if len(args) != 2:
         sys.exit(__doc__.split("\n\n")[1])
-    dump, run_dir = sys.argv[1:]
+    dump, run_dir = args
     ref_norm, g = read_dump(dump)
     report(within(ref_norm, MAX_NORM - 1e-3),
            f"PyTorch's gradient norm of the first step {ref_norm:.6f}: below the clip of {MAX_NORM:g}")
@@ -69,10 +105,7 @@ def main():
                     keep = (np.arange(len(r)) % (3 * C)) // C != 1
                     x_m, x_v, r, name = x_m[keep], x_v[keep], r[keep], "qkvb q,v"
                 for what, x, ref in (("m / (1-b1)", x_m, r), ("v / (1-b2)", x_v, r * r)):
-                    e_elem, e_norm = tensor_errors(x, ref)
-                    report(within(e_elem, TOL_GRADS) and within(e_norm, TOL_GRADS),
-                           f"{what} {name:9s} vs torch32 g{'^2' if what[0] == 'v' else '  '}: "
-                           f"elem {e_elem:.1e} norm {e_norm:.1e}  tol {TOL_GRADS:.0e}/{TOL_GRADS:.0e}")
+                    check(what, name, x, ref, bf16)
     compare_run.finish()
 
 

@@ -14,8 +14,9 @@
 #   3. a kernel that faults (CUDA_EMU_FAULT=NAME makes the emulator report an illegal address
 #      asynchronously, as a GPU does): the run stops with one line naming the CUDA error and the
 #      call that saw it; with GPU_DEBUG=1 the line names the kernel;
-#   4. precision: bf16 by default on the emulated H100; a bad -p, -p bf16 given to train_cpu, and
-#      a head size flash attention is not built for are one-line errors (-p fp32 trains that model);
+#   4. precision: bf16 by default on the emulated H100; a bad -p (to train_gpu and to train_cpu)
+#      and a head size flash attention is not built for are one-line errors (-p fp32 trains that
+#      model);
 #   5. schedules and races: a short run with validation and a sample, in fp32 and bf16, with the
 #      warps interleaved and the cp.async copies landing in other ways (CUDA_EMU_SCHEDULE,
 #      CUDA_EMU_ASYNC), and under the shared-memory race detector (build/emu/train_gpu_race): every
@@ -125,7 +126,7 @@ echo "--- precision"
 tiny=(-e d1 -b 1 -t 8 -x 1 -v 0 -s 0)
 expect_run bad-precision "-p expects fp32 or bf16, got fp16" build/emu/train_gpu "${tiny[@]}" -p fp16
 build_train_cpu
-expect_run cpu-bf16 "train_cpu computes in float32 only: -p bf16 is for train_gpu" "$dir/train_cpu" "${tiny[@]}" -p bf16
+expect_run cpu-bad-precision "-p expects fp32 or bf16, got fp16" "$dir/train_cpu" "${tiny[@]}" -p fp16
 # a head size flash attention is not built for (C=48 in one head): bf16 refuses it before -o is
 # made; fp32 trains it
 $PY dev/reference/gpt2_ref.py make-model --model "$dir/hs48.bin" --tokens "$dir/hs48_tokens.bin" --V 97 --maxT 16 --L 1 \

@@ -21,6 +21,8 @@ test/ref_check.c runs train_cpu.c's functions on the same files and compares aga
                 (first V columns), the loss, every parameter gradient, the global gradient norm,
                 the losses of `steps` AdamW steps on that same batch, and the parameters after them.
                 The float64 run is the "truth" that tells how far float32 itself is from it.
+                --precision bf16: the linear layers' products as train_cpu -p bf16 computes them,
+                on operands rounded to bf16 (product_bf16), in both runs.
     train       does what `./train_cpu -e MODEL -i TRAIN -j VAL -b B -t T -x STEPS -l LR
                 -u WARMUP -q FINAL_FRAC -c WD -v VAL_EVERY -m VAL_BATCHES -s 0` does, taking the
                 same flags, once in float32 and once in float64, and writes an .npz (below).
@@ -71,6 +73,7 @@ import numpy as np
 
 torch = None   # imported by need_torch() for `reference` and `train` only: the other commands
                # need NumPy alone, and importing torch takes ~1.5 s of a test's time
+ProductBf16 = None   # product_bf16's autograd function, defined by need_torch()
 
 CHECKPOINT_MAGIC, CHECKPOINT_VERSION_F32 = 20240326, 3
 TOKENS_MAGIC, TOKENS_VERSION = 20240520, 1
@@ -99,11 +102,25 @@ def fail(msg):
 
 
 def need_torch(command):
-    global torch
+    global torch, ProductBf16
     try:
         import torch
     except ImportError:
         fail(f"{command} needs PyTorch: run with /usr/bin/python3 (Debian's python3-torch)")
+
+    class ProductBf16(torch.autograd.Function):   # product_bf16's forward and backward
+        @staticmethod
+        def forward(ctx, x, w):
+            xr, wr = to_bf16(x), to_bf16(w)
+            ctx.save_for_backward(xr, wr)
+            return xr @ wr.T
+
+        @staticmethod
+        def backward(ctx, g):
+            xr, wr = ctx.saved_tensors
+            gr = to_bf16(g)
+            dw = gr.reshape(-1, gr.shape[-1]).T @ xr.reshape(-1, xr.shape[-1])
+            return gr @ wr, dw
 
 
 # ---------- files ----------
@@ -191,29 +208,50 @@ def attention(qkv, NH):
     return y.transpose(1, 2).contiguous().view(B, T, C)
 
 
-def forward(p, config, inputs, targets):
-    """Returns logits (B, T, Vp) and the mean cross-entropy over the first V columns."""
+def to_bf16(t):
+    """t rounded to the nearest bf16 (ties to even), kept in t's dtype."""
+    return t.to(torch.bfloat16).to(t.dtype)
+
+
+def product(x, w):
+    """x @ w.T: a linear layer's product."""
+    return x @ w.T
+
+
+def product_bf16(x, w):
+    """x @ w.T as train_cpu -p bf16 computes it (matmul_forward_bf16, matmul_backward_bf16): on
+    x and w rounded to bf16, and in the backward on the output gradient rounded to bf16 too,
+    dx = bf16(g) bf16(w) and dw = bf16(g)^T bf16(x). Products of two bf16 numbers are exact in
+    float32, so these products differ from train_cpu's only in the order of their float32 sums.
+    Autograd through to_bf16 itself would round dx and dw to bf16 as well, which train_cpu does
+    not."""
+    return ProductBf16.apply(x, w)
+
+
+def forward(p, config, inputs, targets, linear=product):
+    """Returns logits (B, T, Vp) and the mean cross-entropy over the first V columns. linear is
+    the product of the five linear layers: product, or product_bf16 (train_cpu -p bf16)."""
     maxT, V, L, NH, C, Vp = config
     B, T = inputs.shape
     x = p["wte"][inputs] + p["wpe"][:T]
     for l in range(L):
         h = layernorm(x, p["ln1w"][l], p["ln1b"][l])
-        qkv = h @ p["qkvw"][l].T + p["qkvb"][l]
-        x = x + attention(qkv, NH) @ p["attprojw"][l].T + p["attprojb"][l]
+        qkv = linear(h, p["qkvw"][l]) + p["qkvb"][l]
+        x = x + linear(attention(qkv, NH), p["attprojw"][l]) + p["attprojb"][l]
         h = layernorm(x, p["ln2w"][l], p["ln2b"][l])
-        h = gelu(h @ p["fcw"][l].T + p["fcb"][l])
-        x = x + h @ p["fcprojw"][l].T + p["fcprojb"][l]
+        h = gelu(linear(h, p["fcw"][l]) + p["fcb"][l])
+        x = x + linear(h, p["fcprojw"][l]) + p["fcprojb"][l]
     x = layernorm(x, p["lnfw"], p["lnfb"])
-    logits = x @ p["wte"].T                    # (B, T, Vp); weight tying
+    logits = linear(x, p["wte"])               # (B, T, Vp); weight tying
     loss = torch.nn.functional.cross_entropy(logits[:, :, :V].reshape(B * T, V),
                                              targets.reshape(B * T))
     return logits, loss
 
 
-def run(config, params_np, inputs, targets, hp, steps, dtype):
+def run(config, params_np, inputs, targets, hp, steps, dtype, linear=product):
     """One float32 or float64 run: forward/backward once, then `steps` training steps."""
     p = {n: torch.tensor(params_np[n], dtype=dtype, requires_grad=True) for n in NAMES}
-    logits, loss = forward(p, config, inputs, targets)
+    logits, loss = forward(p, config, inputs, targets, linear)
     loss.backward()
     V = config[1]
     out = {"logits": logits[:, :, :V].detach().clone(), "loss": loss.item(),
@@ -228,13 +266,13 @@ def run(config, params_np, inputs, targets, hp, steps, dtype):
     step_losses = []
     for _ in range(steps):
         opt.zero_grad(set_to_none=False)
-        _, loss = forward(p, config, inputs, targets)
+        _, loss = forward(p, config, inputs, targets, linear)
         step_losses.append(loss.item())
         loss.backward()
         torch.nn.utils.clip_grad_norm_([p[n] for n in NAMES], hp["max_norm"])
         opt.step()
     with torch.no_grad():
-        _, loss = forward(p, config, inputs, targets)
+        _, loss = forward(p, config, inputs, targets, linear)
     step_losses.append(loss.item())
     out["step_losses"] = step_losses
     out["params"] = [p[n].detach().clone() for n in NAMES]
@@ -304,7 +342,8 @@ def reference(args):
     hp = {"lr": args.lr, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "wd": args.wd,
           "max_norm": args.max_norm}
     torch.set_num_threads(1)   # deterministic and polite on a shared machine
-    runs = [run(config, params, inputs, targets, hp, args.steps, dt)
+    linear = product_bf16 if args.precision == "bf16" else product
+    runs = [run(config, params, inputs, targets, hp, args.steps, dt, linear)
             for dt in (torch.float32, torch.float64)]
 
     r32, r64 = runs
@@ -498,6 +537,8 @@ def main():
     r.add_argument("--lr", type=float, default=1e-3)
     r.add_argument("--wd", type=float, default=0.0)
     r.add_argument("--max_norm", type=float, default=1.0)
+    r.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                   help="the linear layers' products: fp32, or on bf16-rounded operands as train_cpu -p bf16")
     # train takes train_cpu's own flags, so that a test passes the same options to both
     tr = sub.add_parser("train", help="what ./train_cpu does with the same options, as an .npz")
     tr.add_argument("--out", required=True, help="reference to write (.npz)")
