@@ -306,7 +306,14 @@ static const char* cpu_arith(const char* precision) {
     return strcmp(precision, "bf16") == 0 ? cpu_bf16_arith() : NULL;
 }
 
-static const InferDevice INFER_CPU = {cpu_init, cpu_build, cpu_free, cpu_value_bytes, 1, cpu_arith};
+static const InferDevice INFER_CPU = {
+    .init = cpu_init,
+    .build = cpu_build,
+    .free = cpu_free,
+    .value_bytes = cpu_value_bytes,
+    .bf16_weights_in_bf16 = 1,
+    .arith = cpu_arith,
+};
 
 // ---------- main ----------
 #ifndef INFER_NO_MAIN  // test/infer_check.c defines it to call the functions above
