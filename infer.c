@@ -32,6 +32,13 @@
 // runs), attention against the pages (gpt2/kv_pages.h), and the products on weights packed once
 // for gpt2/cpu_math.h's GEMM, which computes every row of a batch the same way whatever the
 // others: a request's tokens do not depend on what else is generated with it.
+//
+// -w bf16: the products in bf16 (gpt2/cpu_bf16.h). The weight matrices and wte are rounded to
+// bf16 as they are packed, once, and nothing else changes: the products read half the bytes
+// (what a decode step at batch 1 waits for), each rounds its input rows to bf16 and sums in
+// float32, and everything between them (the embeddings, layernorm, attention, GELU, the
+// residual stream, the logits) and the key-value cache stay float32. The default for a model
+// whose weights are bf16 values already (a bf16 checkpoint), where the rounding changes nothing.
 
 #include "gpt2/cpu_layers.h"
 #include "gpt2/model.h"
@@ -63,9 +70,12 @@ typedef struct {
 
 typedef struct {
     const GPT2* model;
+    int bf16;             // the products in bf16 (-w bf16)
     ParameterTensors w;   // what the products read: the matrices and wte packed once for the GEMM
-                          // (pack_weight), the rest the model's own
-    float* packed;        // the packed matrices, one allocation
+                          // (pack_weight; in bf16 pack_weight_bf16, whose bf16_t values these
+                          // float pointers then point to: generator_matmul_bf16), the rest the
+                          // model's own
+    void* packed;         // the packed matrices, one allocation
     GeneratorTensors t;
     size_t sizes[NUM_GENERATOR_TENSORS];
     float* memory;
@@ -74,9 +84,18 @@ typedef struct {
     int slots;        // sequences in one pass, at most
 } Generator;
 
-// The weights the products read, packed once (gpt2/cpu_layers.h: pack_weight): every matrix of
-// every layer, and wte for the logits. (The model keeps its own: the embedding reads rows of wte,
-// and the tests compare with the model's full forward pass.)
+// Bytes of a weight (OC, C) packed for the generator's products, in float32 or bf16, rounded up
+// to whole 64-byte lines: the packed matrices lie one after another, each aligned as the GEMM
+// needs.
+static size_t generator_packed_bytes(const Generator* g, int C, int OC) {
+    size_t bytes = g->bf16 ? packed_weight_size_bf16(C, OC) * sizeof(bf16_t) : packed_weight_size(C, OC) * sizeof(float);
+    return (bytes + 63) / 64 * 64;
+}
+
+// The weights the products read, packed once (gpt2/cpu_layers.h: pack_weight, or
+// pack_weight_bf16 in bf16): every matrix of every layer, and wte for the logits. Only the packed
+// copy of the precision in use is made. (The model keeps its float32 weights: the embedding reads
+// rows of wte, C floats a token, and the tests compare with the model's full forward pass.)
 static void generator_pack(Generator* g, const GPT2* model) {
     GPT2Config c = model->config;
     int L = c.num_layers, C = c.channels, Vp = c.padded_vocab_size;
@@ -85,23 +104,30 @@ static void generator_pack(Generator* g, const GPT2* model) {
     const float* from[5] = {p.qkvw, p.attprojw, p.fcw, p.fcprojw, p.wte};
     int rows[5] = {3 * C, C, 4 * C, C, Vp}, cols[5] = {C, C, C, 4 * C, C}, count[5] = {L, L, L, L, 1};
     size_t total = 0;
-    for (int m = 0; m < 5; m++) total += count[m] * packed_weight_size(cols[m], rows[m]);
-    g->packed = (float*)aligned_alloc_check(64, total * sizeof(float));
+    for (int m = 0; m < 5; m++) total += count[m] * generator_packed_bytes(g, cols[m], rows[m]);
+    g->packed = aligned_alloc_check(64, total);
     g->w = p;
-    float* at = g->packed;
+    char* at = (char*)g->packed;
     for (int m = 0; m < 5; m++) {
-        *matrix[m] = at;  // layer l's: l packed sizes on (generator_layer)
+        *matrix[m] = (float*)at;  // layer l's: l packed sizes on (generator_layer)
         for (int l = 0; l < count[m]; l++) {
-            pack_weight(at, from[m] + (size_t)l * rows[m] * cols[m], cols[m], rows[m]);
-            at += packed_weight_size(cols[m], rows[m]);
+            const float* weight = from[m] + (size_t)l * rows[m] * cols[m];
+            if (g->bf16) {
+                pack_weight_bf16((bf16_t*)at, weight, cols[m], rows[m]);
+            } else {
+                pack_weight((float*)at, weight, cols[m], rows[m]);
+            }
+            at += generator_packed_bytes(g, cols[m], rows[m]);
         }
     }
 }
 
 // The pool is calloc'd: the operating system maps its pages when they are first written, so the
-// memory used follows the pages taken (the pool hands out low page ids first).
-void generator_build(Generator* g, const GPT2* model, int slots, int num_pages) {
+// memory used follows the pages taken (the pool hands out low page ids first). bf16: the products
+// in bf16 (-w bf16).
+void generator_build(Generator* g, const GPT2* model, int slots, int num_pages, int bf16) {
     GPT2Config c = model->config;
+    g->bf16 = bf16;
     generator_pack(g, model);
     size_t L = c.num_layers, C = c.channels;
     size_t rows = c.max_seq_len > slots ? c.max_seq_len : slots;
@@ -136,16 +162,21 @@ void generator_free(Generator* g) {
 
 // ---------- forward over the pages ----------
 
-// Layer l's weights, as parameters_of_layer gives them, with its packed matrices, which lie
-// packed_weight_size apart (a size the packing may round up).
+// Layer l's packed matrix of a weight (OC, C), whose layer 0's is at first: l packed sizes on
+// (generator_packed_bytes).
+static float* generator_layer_matrix(const Generator* g, float* first, int l, int C, int OC) {
+    return (float*)((char*)first + l * generator_packed_bytes(g, C, OC));
+}
+
+// Layer l's weights, as parameters_of_layer gives them, with its packed matrices.
 static ParameterTensors generator_layer(const Generator* g, int l) {
     GPT2Config c = g->model->config;
     int C = c.channels;
     ParameterTensors w = parameters_of_layer(g->w, c, l);
-    w.qkvw = g->w.qkvw + l * packed_weight_size(C, 3 * C);
-    w.attprojw = g->w.attprojw + l * packed_weight_size(C, C);
-    w.fcw = g->w.fcw + l * packed_weight_size(C, 4 * C);
-    w.fcprojw = g->w.fcprojw + l * packed_weight_size(4 * C, C);
+    w.qkvw = generator_layer_matrix(g, g->w.qkvw, l, C, 3 * C);
+    w.attprojw = generator_layer_matrix(g, g->w.attprojw, l, C, C);
+    w.fcw = generator_layer_matrix(g, g->w.fcw, l, C, 4 * C);
+    w.fcprojw = generator_layer_matrix(g, g->w.fcprojw, l, 4 * C, C);
     return w;
 }
 
@@ -153,6 +184,23 @@ static ParameterTensors generator_layer(const Generator* g, int l) {
 static const Layers LAYERS_INFER = {
     .layernorm_fwd = layernorm_forward,
     .matmul_fwd = matmul_forward_packed,
+    .gelu_fwd = gelu_forward,
+    .residual_fwd = residual_forward,
+    .attention_cached_fwd = attention_forward_paged,
+};
+
+// The bf16 product (matmul_forward_packed_bf16) in the float32 table's slot. In C the block
+// hands every weight through as a float pointer (gpt2/model.h: ParameterTensors); in bf16 the
+// generator's point to pack_weight_bf16's values, read here as what they are.
+static void generator_matmul_bf16(float* out, const float* inp, const float* weight, const float* bias,
+                                  int B, int T, int C, int OC) {
+    matmul_forward_packed_bf16(out, inp, (const bf16_t*)(const void*)weight, bias, B, T, C, OC);
+}
+
+// -w bf16: the same layers, the products in bf16.
+static const Layers LAYERS_INFER_BF16 = {
+    .layernorm_fwd = layernorm_forward,
+    .matmul_fwd = generator_matmul_bf16,
     .gelu_fwd = gelu_forward,
     .residual_fwd = residual_forward,
     .attention_cached_fwd = attention_forward_paged,
@@ -187,6 +235,7 @@ void generator_forward(Generator* g, const EnginePass* pass, float* logits, floa
     GPT2Config cfg = g->model->config;
     int B = pass->B, T = pass->T, C = cfg.channels, Vp = cfg.padded_vocab_size;
     if ((size_t)B * T > (size_t)g->rows || B > g->slots) fail("generator_forward: a pass larger than built for");
+    const Layers* f = g->bf16 ? &LAYERS_INFER_BF16 : &LAYERS_INFER;
     ParameterTensors p = g->w;
     ActivationTensors a = generator_activations(&g->t);
     size_t layer_pool = (size_t)g->num_pages * KV_PAGE * C;
@@ -206,19 +255,19 @@ void generator_forward(Generator* g, const EnginePass* pass, float* logits, floa
     for (int l = 0; l < cfg.num_layers; l++) {
         lc.key = g->t.key + l * layer_pool;
         lc.value = g->t.value + l * layer_pool;
-        block_forward(&LAYERS_INFER, generator_layer(g, l), a, a.residual3, &lc, B, T, C, cfg.num_heads,
+        block_forward(f, generator_layer(g, l), a, a.residual3, &lc, B, T, C, cfg.num_heads,
                       (const TensorGroup*)NULL);
     }
     // the output layer is tied to wte; generation needs only each sequence's last token
     if (all_logits != NULL) {
         layernorm_forward(a.ln1, a.lnf_mean, a.lnf_rstd, a.residual3, p.lnfw, p.lnfb, B, T, C);
-        matmul_forward_packed(all_logits, a.ln1, p.wte, NULL, B, T, C, Vp);
+        f->matmul_fwd(all_logits, a.ln1, p.wte, NULL, B, T, C, Vp);
     }
     for (int b = 0; b < B; b++) {
         memcpy(g->t.last + (size_t)b * C, a.residual3 + ((size_t)b * T + T - 1) * C, (size_t)C * sizeof(float));
     }
     layernorm_forward(g->t.last_ln, a.lnf_mean, a.lnf_rstd, g->t.last, p.lnfw, p.lnfb, B, 1, C);
-    matmul_forward_packed(logits, g->t.last_ln, p.wte, NULL, B, 1, C, Vp);
+    f->matmul_fwd(logits, g->t.last_ln, p.wte, NULL, B, 1, C, Vp);
 }
 
 // ---------- the device ----------
@@ -227,10 +276,10 @@ static void cpu_forward(void* ctx, const EnginePass* pass, float* logits) {
     generator_forward((Generator*)ctx, pass, logits, NULL);
 }
 
+// precision: fp32 or bf16 (infer_run.h has checked it): the products'; the cache is float32 in both.
 static void cpu_build(const GPT2* model, int slots, int pages, const char* precision, EngineDevice* device) {
-    if (strcmp(precision, "fp32") != 0) fail("-w %s: infer generates in float32 on the CPU", precision);
     Generator* g = (Generator*)malloc_check(sizeof(Generator));
-    generator_build(g, model, slots, pages);
+    generator_build(g, model, slots, pages, strcmp(precision, "bf16") == 0);
     device->ctx = g;
     device->forward = cpu_forward;
 }
@@ -240,17 +289,31 @@ static void cpu_free(EngineDevice* device) {
     free(device->ctx);
 }
 
+// The cache holds float32 keys and values in either precision.
 static size_t cpu_value_bytes(const char* precision) {
     (void)precision;
     return sizeof(float);
 }
 
+// float32 by default; bf16 for a model whose weights are bf16 values (.bf16_weights_in_bf16).
 static const char* cpu_init(char* name, size_t cap) {
     snprintf(name, cap, "cpu, %d threads", num_threads());
     return "fp32";
 }
 
-static const InferDevice INFER_CPU = {cpu_init, cpu_build, cpu_free, cpu_value_bytes};
+// What the bf16 products run on in this build (gpt2/cpu_bf16.h), for the header line.
+static const char* cpu_arith(const char* precision) {
+    return strcmp(precision, "bf16") == 0 ? cpu_bf16_arith() : NULL;
+}
+
+static const InferDevice INFER_CPU = {
+    .init = cpu_init,
+    .build = cpu_build,
+    .free = cpu_free,
+    .value_bytes = cpu_value_bytes,
+    .bf16_weights_in_bf16 = 1,
+    .arith = cpu_arith,
+};
 
 // ---------- main ----------
 #ifndef INFER_NO_MAIN  // test/infer_check.c defines it to call the functions above

@@ -20,7 +20,7 @@ typedef struct {
     const char* requests;    // -f: a file of JSON lines ("-": stdin); NULL: one prompt
     int slots;               // -b: sequences decoded together
     int pages;               // -m: pages in the key-value pool; 0: the default
-    const char* precision;   // -w: fp32 or bf16 (the GPU's weights and pages)
+    const char* precision;   // -w: fp32 or bf16; NULL: the device's default (infer_default_precision)
     GenParams gen;           // -n -T -K -P -S: each request's defaults
     int max_new_given;       // -n was given
     int stop_at_eot;         // -E
@@ -51,8 +51,10 @@ static void infer_usage(const char* prog) {
             "  -b N      with -f or --serve: sequences generated together, at most (default 8)\n"
             "  -m PAGES  pages of %d positions in the key-value cache's pool (default: every sequence a\n"
             "            whole context, within 2 GiB, and never less than one whole context)\n"
-            "  -w PREC   precision of the weights and the cache: fp32 or bf16 (infer: fp32; infer_gpu: bf16\n"
-            "            where the GPU has bf16 tensor cores, else fp32)\n"
+            "  -w PREC   precision of the weights: fp32 or bf16. infer: bf16 rounds the weight matrices and runs\n"
+            "            the products in bf16, the rest and the cache stay float32; default bf16 for a model whose\n"
+            "            weights are all bf16 values (a bf16 checkpoint), else fp32. infer_gpu: bf16 weights and\n"
+            "            cache; default bf16 where the GPU has bf16 tensor cores, else fp32\n"
             "  -k FILE   tokenizer file (default data/gpt2_tokenizer.bin)\n"
             "  -n N      new tokens at most (default: until end-of-text or the context is full; with --serve,\n"
             "            a request's max_tokens default, else 16 as OpenAI's)\n"
@@ -328,7 +330,29 @@ typedef struct {
     void (*build)(const GPT2* model, int slots, int pages, const char* precision, EngineDevice* device);
     void (*free)(EngineDevice* device);
     size_t (*value_bytes)(const char* precision);  // of a key or value in the pages
+    // Optional (0, NULL: none; the GPU has neither, its default being bf16 wherever it can).
+    // 1: a model whose weights are all bf16 values generates in bf16 by default
+    int bf16_weights_in_bf16;
+    // what the products run on in this precision, said in the header line (NULL: nothing to say)
+    const char* (*arith)(const char* precision);
 } InferDevice;
+
+// Whether every parameter of the model is a bf16 value (its low 16 bits zero), as those of a bf16
+// checkpoint are: rounding them to bf16 changes nothing. Stops at the first that is not.
+static int weights_are_bf16(const GPT2* model) {
+    for (size_t i = 0; i < model->num_parameters; i++) {
+        uint32_t bits;
+        memcpy(&bits, &model->params_memory[i], sizeof(bits));
+        if ((bits & 0xffffu) != 0) return 0;
+    }
+    return 1;
+}
+
+// The precision without -w: the device's, or bf16 for a model of bf16 weights on a device that
+// says so (.bf16_weights_in_bf16).
+static const char* infer_default_precision(const InferDevice* dev, const GPT2* model, const char* device_default) {
+    return dev->bf16_weights_in_bf16 && weights_are_bf16(model) ? "bf16" : device_default;
+}
 
 // The program: reads the flags, the model and the tokenizer, builds the device and runs one
 // prompt or the requests; returns the exit status.
@@ -342,9 +366,9 @@ static int infer_main(int argc, char** argv, const InferDevice* dev) {
 #endif
     char name[256];
     const char* precision = dev->init(name, sizeof(name));
-    if (cfg.precision == NULL) cfg.precision = precision;
     GPT2 model;
     gpt2_build(&model, cfg.model, cfg.gen.seed);
+    if (cfg.precision == NULL) cfg.precision = infer_default_precision(dev, &model, precision);
     Tokenizer tok;
     tokenizer_init(&tok, cfg.tokenizer);
     if (tok.vocab_size > model.config.vocab_size) {
@@ -358,6 +382,9 @@ static int infer_main(int argc, char** argv, const InferDevice* dev) {
     dev->build(&model, slots, pages, cfg.precision, &device);
     size_t len = strlen(name);
     snprintf(name + len, sizeof(name) - len, ", %s", cfg.precision);
+    const char* arith = dev->arith != NULL ? dev->arith(cfg.precision) : NULL;
+    len = strlen(name);
+    if (arith != NULL) snprintf(name + len, sizeof(name) - len, " (%s)", arith);
     int status = cfg.serve != NULL      ? infer_serve(&cfg, &model, &tok, device, pages, name)
                  : cfg.requests != NULL ? infer_requests(&cfg, &model, &tok, device, pages, value_bytes, name)
                                         : infer_one_prompt(&cfg, &model, &tok, device, pages, name);

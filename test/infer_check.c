@@ -3,7 +3,9 @@
 //   infer_check kv              the KV-cache path against train_cpu.c's full forward on a random
 //                               small model: logits at every position (prefill, one token at a
 //                               time, and chunks), greedy generation step by step, seeded
-//                               sampling, top-k 1 = greedy, and the top-k / top-p filter itself
+//                               sampling, top-k 1 = greedy, and the top-k / top-p filter itself;
+//                               then the same in bf16 (-w bf16) against the full forward with its
+//                               products in bf16, and how far bf16 is from float32
 //   infer_check hf MODEL EXPECT a Hugging Face safetensors file written by dev/reference/hf_ref.py: the
 //                               logits of both paths against PyTorch's (EXPECT)
 //
@@ -57,11 +59,12 @@ typedef struct {
     float* logits;  // (Vp)
 } KVCache;
 
-static void kvcache_build(KVCache* cache, const GPT2* model) {
+// bf16: the products in bf16, as infer -w bf16.
+static void kvcache_build(KVCache* cache, const GPT2* model, int bf16) {
     GPT2Config c = model->config;
     int n = kv_pages_for(c.max_seq_len);
     if (n > 64) fail("kvcache_build: a test model of at most 64 pages");
-    generator_build(&cache->g, model, 1, n + 3);
+    generator_build(&cache->g, model, 1, n + 3, bf16);
     uint64_t rng = 99;
     for (int i = 0; i < n; i++) cache->pages[i] = n + 2 - i;
     for (int i = n - 1; i > 0; i--) {
@@ -108,9 +111,22 @@ static const float* full_forward(GPT2* model, const int* tokens, int T) {
     return model->acts.logits;
 }
 
+// The same with the products in bf16 (cpu_layers.h: matmul_forward_bf16, whose rows are
+// matmul_forward_packed_bf16's bit for bit): the forward pass without a cache that infer -w bf16
+// must agree with.
+static const float* full_forward_bf16(GPT2* model, const int* tokens, int T) {
+    gpt2_forward(model, tokens, NULL, 1, T);  // lays the activations out for (1, T)
+    Layers layers = LAYERS_CPU;
+    layers.matmul_fwd = matmul_forward_bf16;
+    gpt2_forward_layers(&layers, model, NULL);
+    return model->acts.logits;
+}
+
+typedef const float* (*FullForward)(GPT2* model, const int* tokens, int T);
+
 // 1-3: the cache's logits at every position against the full forward's (full, (T, Vp)), for a
-// whole-sequence prefill, prefill then single tokens, and uneven chunks.
-static void check_kv_logits(KVCache* cache, const int* tokens, const float* full, int T, int Vp) {
+// whole-sequence prefill, prefill then single tokens, and uneven chunks. name: the precision.
+static void check_kv_logits(KVCache* cache, const int* tokens, const float* full, int T, int Vp, const char* name) {
     const double tol = 1e-5;
     float* kv = (float*)malloc_check((size_t)T * Vp * sizeof(float));
     char what[256];
@@ -118,7 +134,7 @@ static void check_kv_logits(KVCache* cache, const int* tokens, const float* full
     kvcache_reset(cache);
     kvcache_forward(cache, tokens, T, kv);
     double e = rel_err(kv, full, (size_t)T * Vp);
-    snprintf(what, sizeof(what), "prefill of %d tokens = full forward at every position (rel err %.2e)", T, e);
+    snprintf(what, sizeof(what), "%s: prefill of %d tokens = full forward at every position (rel err %.2e)", name, T, e);
     check(e <= tol, what);
 
     // 2. prefill of P tokens, then one token at a time to the end of the context
@@ -132,7 +148,7 @@ static void check_kv_logits(KVCache* cache, const int* tokens, const float* full
             memcpy(kv + (size_t)t * Vp, l, (size_t)Vp * sizeof(float));
         }
         e = rel_err(kv, full, (size_t)T * Vp);
-        snprintf(what, sizeof(what), "prefill %d then %d single-token steps = full forward at every position (rel err %.2e)", P, T - P, e);
+        snprintf(what, sizeof(what), "%s: prefill %d then %d single-token steps = full forward at every position (rel err %.2e)", name, P, T - P, e);
         check(e <= tol, what);
         check(cache->pos == T, "the cache counts its positions");
     }
@@ -146,13 +162,15 @@ static void check_kv_logits(KVCache* cache, const int* tokens, const float* full
         t += n;
     }
     e = rel_err(kv, full, (size_t)T * Vp);
-    snprintf(what, sizeof(what), "chunks of 3, 5, 1, 9, 2, 20 tokens = full forward (rel err %.2e)", e);
+    snprintf(what, sizeof(what), "%s: chunks of 3, 5, 1, 9, 2, 20 tokens = full forward (rel err %.2e)", name, e);
     check(e <= tol, what);
     free(kv);
 }
 
-// 4-5: generation after a 4-token prompt, greedy and sampled, against the full forward's argmax.
-static void check_kv_generation(GPT2* model, KVCache* cache, const int* tokens, int T) {
+// 4-5: generation after a 4-token prompt, greedy and sampled, against the argmax of the full
+// forward (full) of the cache's precision (name).
+static void check_kv_generation(GPT2* model, KVCache* cache, const int* tokens, int T, FullForward full,
+                                const char* name) {
     int V = model->config.vocab_size, Vp = model->config.padded_vocab_size;
     char what[256];
     // 4. greedy generation: deterministic, and each token the argmax of the full forward
@@ -166,10 +184,11 @@ static void check_kv_generation(GPT2* model, KVCache* cache, const int* tokens, 
         memcpy(out, tokens, (size_t)P * sizeof(int));
         generate_tokens(cache, &greedy, out, P, T);
     }
-    check(memcmp(gen, gen2, (size_t)T * sizeof(int)) == 0, "greedy generation is deterministic");
+    snprintf(what, sizeof(what), "%s: greedy generation is deterministic", name);
+    check(memcmp(gen, gen2, (size_t)T * sizeof(int)) == 0, what);
     int agree = 1;
     for (int t = P; t < T; t++) {
-        const float* l = full_forward(model, gen, t) + (size_t)(t - 1) * Vp;
+        const float* l = full(model, gen, t) + (size_t)(t - 1) * Vp;
         int best = argmax(l, V);
         // a different argmax is acceptable only for a tie within float rounding
         if (best != gen[t] && l[best] - l[gen[t]] > 1e-5f * fabsf(l[best])) {
@@ -178,7 +197,7 @@ static void check_kv_generation(GPT2* model, KVCache* cache, const int* tokens, 
             agree = 0;
         }
     }
-    snprintf(what, sizeof(what), "greedy generation of %d tokens = argmax of the full forward at each step", n);
+    snprintf(what, sizeof(what), "%s: greedy generation of %d tokens = argmax of the full forward at each step", name, n);
     check(agree, what);
 
     // 5. seeded sampling: the same seed gives the same tokens, another seed others;
@@ -208,6 +227,9 @@ static void check_kv_generation(GPT2* model, KVCache* cache, const int* tokens, 
     free(gen); free(gen2);
 }
 
+// The cache in float32 against train_cpu.c's forward, then in bf16 against the same forward with
+// its products in bf16; and bf16's logits against float32's: not equal (the products are bf16),
+// within bf16's rounding.
 static void check_kv(void) {
     GPT2 model;
     build_random_model(&model, 42);
@@ -217,14 +239,28 @@ static void check_kv(void) {
     uint64_t rng = 99;
     for (int i = 0; i < T; i++) tokens[i] = (int)(random_u32(&rng) % (uint32_t)V);
     float* full = (float*)malloc_check((size_t)T * Vp * sizeof(float));
+    float* full16 = (float*)malloc_check((size_t)T * Vp * sizeof(float));
     memcpy(full, full_forward(&model, tokens, T), (size_t)T * Vp * sizeof(float));
+    memcpy(full16, full_forward_bf16(&model, tokens, T), (size_t)T * Vp * sizeof(float));
     KVCache cache;
-    kvcache_build(&cache, &model);
-    check_kv_logits(&cache, tokens, full, T, Vp);
-    check_kv_generation(&model, &cache, tokens, T);
-    free(full);
-    free(tokens);
+    kvcache_build(&cache, &model, 0);
+    check_kv_logits(&cache, tokens, full, T, Vp, "fp32");
+    check_kv_generation(&model, &cache, tokens, T, full_forward, "fp32");
     kvcache_free(&cache);
+
+    kvcache_build(&cache, &model, 1);
+    check_kv_logits(&cache, tokens, full16, T, Vp, "bf16");
+    check_kv_generation(&model, &cache, tokens, T, full_forward_bf16, "bf16");
+    // bf16 keeps 8 bits of significand: each rounding errs by up to 2^-9 relative, and the
+    // logits pass through 2L+1 products of them
+    double e = rel_err(full16, full, (size_t)T * Vp);
+    char what[256];
+    snprintf(what, sizeof(what), "bf16 logits differ from float32's, within 2e-2 (rel err %.2e)", e);
+    check(e > 0.0 && e <= 2e-2, what);
+    kvcache_free(&cache);
+    free(full);
+    free(full16);
+    free(tokens);
     gpt2_free(&model);
 }
 
@@ -350,7 +386,7 @@ static void check_hf(const char* model_path, const char* expect_path) {
     check(e <= tol, what);
 
     KVCache cache;
-    kvcache_build(&cache, &model);
+    kvcache_build(&cache, &model, 0);
     kvcache_forward(&cache, tokens, T / 2, NULL);
     for (int t = T / 2; t < T; t++) {
         const float* l = kvcache_forward(&cache, tokens + t, 1, NULL);

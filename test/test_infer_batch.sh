@@ -16,7 +16,12 @@
 #   6. stop strings taken from the greedy answers of 3 (1 to 3 characters, one across two tokens,
 #      alone and in an array): each answer is its text cut before the string's first occurrence,
 #      with the tokens up to the one that completed it and finish_reason "stop"; a string that
-#      never occurs changes nothing.
+#      never occurs changes nothing;
+#   7. -w bf16 (the products in bf16): part 1's batch invariance again (-b 1 = -b 8 = -b 16 =
+#      -m 4 = reverse order), and not every answer equal to fp32's; each of part 3's greedy prompts
+#      gets fp32's first token (bf16 rounds the logits, so later tokens may part; the share that
+#      agrees before the first difference is printed); the header line says bf16 and what its
+#      products run on; --serve -w bf16 answers part 3's prompts, sent at once, as -f -w bf16 does.
 set -u
 . "$(dirname "$0")/lib.sh"
 PY=${PYTHON:-/usr/bin/python3}
@@ -265,4 +270,77 @@ if errs:
 print(f"ok    stop strings: {len(reqs)} greedy requests, {cut} cut before the first occurrence of a string of 1 to 3 "
       f"characters (one across two tokens each), finish_reason stop; one that never occurs changes nothing")
 EOF
+
+# ---- 7. bf16: batch invariance, agreement with fp32, the header line, --serve
+infer -w bf16 -f "$dir/requests.jsonl" -b 1 > "$dir/bf16_b1.out" 2> "$dir/bf16_b1.err" || bad "-w bf16 -b 1 exits 0"
+grep -q "^model: .*, cpu, [0-9]* threads, bf16 (.*)$" "$dir/bf16_b1.err" &&
+  ok "-w bf16: the header line says bf16 and what its products run on: $(sed -n 's/^model: .*threads, //p' "$dir/bf16_b1.err")" ||
+  { bad "-w bf16: header line"; cat "$dir/bf16_b1.err"; }
+for run in "-b 8" "-b 16" "-b 8 -m 4"; do
+  name=bf16_$(echo "$run" | tr -d ' -')
+  # shellcheck disable=SC2086
+  infer -w bf16 -f "$dir/requests.jsonl" $run > "$dir/$name.out" 2> /dev/null || bad "-w bf16 $run exits 0"
+  compare_answers "-w bf16 $run = -w bf16 -b 1" "$dir/bf16_b1.out" "$dir/$name.out" || status=1
+done
+infer -w bf16 -f "$dir/reversed.jsonl" -b 8 > "$dir/bf16_rev.out" 2>/dev/null || bad "-w bf16 reversed exits 0"
+compare_answers "-w bf16, the requests in reverse order, -b 8 = -b 1" "$dir/bf16_b1.out" "$dir/bf16_rev.out" reverse || status=1
+compare_answers "x" "$dir/b1.out" "$dir/bf16_b1.out" > /dev/null &&
+  bad "-w bf16 answers all 16 requests exactly as fp32 does: are its products bf16?"
+"$PY" -c 'import json, sys
+for l in open(sys.argv[1]): r = json.loads(l); r["max_tokens"] = 1; print(json.dumps(r))' "$dir/greedy.jsonl" > "$dir/first.jsonl"
+infer -f "$dir/first.jsonl" -b 4 > "$dir/first32.out" 2>/dev/null
+infer -w bf16 -f "$dir/first.jsonl" -b 4 > "$dir/first16.out" 2>/dev/null
+infer -w bf16 -f "$dir/greedy.jsonl" -b 4 > "$dir/greedy16.out" 2>/dev/null || bad "-w bf16 greedy -b 4 exits 0"
+"$PY" - "$dir/first32.out" "$dir/first16.out" "$dir/greedy.out" "$dir/greedy16.out" <<'EOF' || status=1
+import json, sys
+f32, f16, g32, g16 = ([json.loads(l) for l in open(p)] for p in sys.argv[1:5])
+if len(f16) != 5 or len(g16) != 5: print(f"FAIL: bf16 gave {len(f16)} and {len(g16)} answers to 5"); sys.exit(1)
+agree = total = 0
+for a, b in zip(g32, g16):
+    n = 0
+    while n < min(len(a["text"]), len(b["text"])) and a["text"][n] == b["text"][n]: n += 1
+    agree += n; total += len(a["text"])
+print(f"       bf16 greedy text agreeing with fp32 before the first difference: {agree} of {total} characters "
+      f"({100 * agree / total:.0f}%), 5 prompts of 20 tokens")
+same = sum(a["text"] == b["text"] and a["completion_tokens"] == b["completion_tokens"] == 1 for a, b in zip(f32, f16))
+if same < 5: print(f"FAIL: bf16's first greedy token = fp32's for {same} of 5 prompts"); sys.exit(1)
+print("ok    -w bf16: every prompt's first greedy token = fp32's")
+EOF
+
+serve_bf16() {
+  command -v curl > /dev/null || { echo "skipped --serve -w bf16: no curl"; return; }
+  ./infer -e "$dir/m.bin" -k "$TOK" -w bf16 -b 4 --serve 127.0.0.1:0 2> "$dir/serve.err" &
+  local pid=$! port=""
+  trap 'kill -9 '"$pid"' 2>/dev/null' EXIT
+  for _ in $(seq 200); do
+    port=$(sed -n 's|^serving .* on http://127\.0\.0\.1:\([0-9]*\)/v1 .*|\1|p' "$dir/serve.err")
+    [ -n "$port" ] || ! kill -0 "$pid" 2>/dev/null && break
+    sleep 0.05
+  done
+  if grep -q "this build has no HTTP server" "$dir/serve.err"; then
+    echo "skipped --serve -w bf16: ./infer was built without libmicrohttpd (apt-get install libmicrohttpd-dev)"
+    return
+  fi
+  [ -n "$port" ] || { bad "infer -w bf16 --serve did not start:"; cat "$dir/serve.err"; return; }
+  local i=0 pids=()
+  while IFS= read -r body; do
+    curl -sS --max-time 120 -d "$body" "http://127.0.0.1:$port/v1/completions" > "$dir/serve$i.out" &
+    pids+=($!); i=$((i + 1))
+  done < "$dir/greedy.jsonl"
+  wait "${pids[@]}"
+  "$PY" - "$dir" "$dir/greedy16.out" <<'EOF' || status=1
+import json, sys
+d, want = sys.argv[1], [json.loads(l) for l in open(sys.argv[2])]
+got = [json.load(open(f"{d}/serve{i}.out"))["choices"][0] for i in range(5)]
+diff = [i for i in range(5) if got[i]["text"] != want[i]["text"]]
+if diff: print(f"FAIL: --serve -w bf16 answers differ from -f -w bf16's at {diff}: {got[diff[0]]['text']!r}"); sys.exit(1)
+print("ok    --serve -w bf16: 5 greedy requests sent at once = -f -w bf16's answers")
+EOF
+  grep -q "^model: .*, bf16 (" "$dir/serve.err" && ok "--serve -w bf16 says bf16 in its header line" ||
+    { bad "--serve -w bf16: header line"; cat "$dir/serve.err"; }
+  kill -TERM "$pid"
+  wait "$pid" || bad "infer -w bf16 --serve: SIGTERM, exit status $?"
+  trap - EXIT
+}
+serve_bf16
 exit $status

@@ -3,8 +3,11 @@
 # (L=2 NH=2 C=64 maxT=64): greedy output is deterministic and equals top-k 1; a seed reproduces
 # its sample and another seed gives another; the prompt from stdin = the prompt from -p; stderr
 # reports the prompt length and both speeds; the default -n stops when the context is full.
+# Precision (-w): the header line says fp32 by default and bf16 with -w bf16, with what the bf16
+# products run on; a bf16 checkpoint (llm.c's version 5, written here from the float32 one) is
+# generated in bf16 without -w (the same text as with -w bf16), and -w fp32 overrides that.
 # Bad input stops with one error line: unknown, missing or truncated model file, a prompt longer
-# than the context, -n beyond the context, bad flags.
+# than the context, -n beyond the context, bad flags, -w other than fp32 or bf16.
 set -u
 cd "$(dirname "$0")/.."
 CC=${CC:-gcc}
@@ -42,6 +45,32 @@ cmp -s "$dir/g1" "$dir/k1" && ok "top-k 1 = greedy" || fail "top-k 1 = greedy"
 grep -q "^prompt: 4 tokens, prefill .* tok/s" "$dir/g1.err" &&
   grep -q "^generation: 20 tokens (stop: -n limit), 19 decode steps in .* tok/s" "$dir/g1.err" &&
   ok "stderr: prompt length, prefill and generation tok/s" || { fail "stderr report"; cat "$dir/g1.err"; }
+
+# ---- precision: the header line, the default of a bf16 checkpoint
+header_says() {  # WHAT PRECISION FILE: the header line in FILE ends with PRECISION
+  if grep -q "^model: .*, cpu, [0-9]* threads, $2\$" "$3"; then ok "$1: $(sed -n 's/^model: .*threads, //p' "$3")"
+  else fail "$1: the header line does not end with '$2'"; cat "$3"; fi
+}
+header_says "the default is fp32" "fp32" "$dir/g1.err"
+infer -p "$prompt" -n 20 -T 0 -w bf16 > "$dir/w16" 2> "$dir/w16.err" || fail "-w bf16 exits 0"
+header_says "-w bf16 says so, and what the products run on" "bf16 (.*)" "$dir/w16.err"
+"$PY" - "$dir/m.bin" "$dir/m16.bin" <<'EOF' || fail "writing a bf16 checkpoint"
+import sys, numpy as np
+raw = open(sys.argv[1], "rb").read()
+header = np.frombuffer(raw[:1024], dtype=np.int32).copy()
+header[1] = 5  # llm.c's bf16 checkpoint: the same header, then the parameters as bf16
+u = np.frombuffer(raw[1024:], dtype=np.uint32).astype(np.uint64)
+u = (u + 0x7FFF + ((u >> 16) & 1)) >> 16  # to nearest, ties to even (no NaN here)
+open(sys.argv[2], "wb").write(header.tobytes() + u.astype(np.uint16).tobytes())
+EOF
+infer16() { ./build/infer -e "$dir/m16.bin" -k "$TOK" "$@"; }
+infer16 -p "$prompt" -n 20 -T 0 > "$dir/c16" 2> "$dir/c16.err" || fail "a bf16 checkpoint exits 0"
+header_says "a bf16 checkpoint, no -w: bf16" "bf16 (.*)" "$dir/c16.err"
+infer16 -p "$prompt" -n 20 -T 0 -w bf16 > "$dir/c16w" 2> /dev/null
+[ -s "$dir/c16" ] && cmp -s "$dir/c16" "$dir/c16w" && ok "a bf16 checkpoint without -w = with -w bf16" ||
+  fail "a bf16 checkpoint without -w prints other text than with -w bf16"
+infer16 -p "$prompt" -n 20 -T 0 -w fp32 > /dev/null 2> "$dir/c32.err" || fail "a bf16 checkpoint with -w fp32 exits 0"
+header_says "a bf16 checkpoint, -w fp32: fp32" "fp32" "$dir/c32.err"
 
 infer -p "$prompt" -n 30 -S 5 -E 0 > "$dir/s1" 2> /dev/null
 infer -p "$prompt" -n 30 -S 5 -E 0 > "$dir/s2" 2> /dev/null
@@ -81,5 +110,7 @@ expect_error "no -e" "no model" ./build/infer -p x
 expect_error "-P 0" "-P expects" infer -p x -P 0
 expect_error "-T negative" "-T expects" infer -p x -T -1
 expect_error "unknown flag" "unknown option -z" infer -p x -z 1
+expect_error "-w fp16" "-w expects fp32 or bf16, got 'fp16'" infer -p x -w fp16
+expect_error "-w BF16" "-w expects fp32 or bf16, got 'BF16'" infer -p x -w BF16
 [ $status -eq 0 ] && echo "PASS: infer's command line"
 exit $status
