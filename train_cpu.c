@@ -18,6 +18,7 @@
 
 #include "gpt2/model.h"
 #include "gpt2/cpu_layers.h"
+#include "gpt2/cpu_peak.h"
 #include "gpt2/run.h"
 
 // ---------- the model on the CPU ----------
@@ -232,11 +233,15 @@ static void* gpt2_stage_buffer(GPT2* model, int which, int slot, int B, int T, s
     return shard_activations_of_layer(a, model->config, model->shard, B, T, model->shard.num_layers - 1).residual3;
 }
 
+// MFU's reference: this machine's peak in the precision of the matrix products, measured once
+// (gpt2/cpu_peak.h); -p bf16's trainer takes cpu_peak_of("bf16").
+static double peak_flops_cpu(void) { return cpu_peak_of("fp32"); }
+
 // The model's training operations for gpt2/run.h's loop; the model is the run's host model (or
 // this process's part of it), and MPI moves its host arrays between processes.
 static const Trainer TRAINER_CPU = {
     gpt2_forward, gpt2_zero_grad, gpt2_backward, gpt2_grad_squares, gpt2_scale_grads, gpt2_update,
-    gpt2_logits_to_host, NULL, NULL, NULL, NULL, NULL,  // samples: the whole sequence rerun per token
+    gpt2_logits_to_host, NULL, NULL, peak_flops_cpu, NULL, NULL,  // samples: the whole sequence rerun per token
     parallel_group_sum_floats, parallel_reduce_scatter_floats, parallel_all_gather_floats, parallel_exchange,
     gpt2_stage_buffer, NULL,
 };
@@ -255,6 +260,9 @@ int main(int argc, char** argv) {
     char key[1024];
     train_config_key(&cfg, key, sizeof(key));
     parallel_check_same("options", key);
+    // the peak MFU counts against, measured on every process at once (processes that share the
+    // cores each get their share) and said in the header line; -p bf16: cpu_peak_report("bf16", ...)
+    cpu_peak_report("fp32", procs.rank == 0);
     Run run;
     run_open(&run, cfg, NULL);  // the model (fresh, loaded or resumed), the data, -o DIR
     GPT2* model = run_part(&run);  // trained where it is, in host memory: the whole, or this process's part
