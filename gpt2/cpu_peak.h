@@ -25,7 +25,9 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
-#if defined(__AVX512BF16__) && defined(__AVX512F__)
+// test/gradcheck.c compiles the CPU code again with `#define float double`, which the intrinsics'
+// header cannot take: there, no bf16 chains (it never measures a peak).
+#if defined(__AVX512BF16__) && defined(__AVX512F__) && !defined(float)
 #include <immintrin.h>
 #define CPU_PEAK_BF16 1
 #else
@@ -40,7 +42,7 @@
 #else
 #define CPU_PEAK_VEC_BYTES 16
 #endif
-#define CPU_PEAK_LANES (CPU_PEAK_VEC_BYTES / 4)  // float32 lanes of one vector
+#define CPU_PEAK_LANES ((int)(CPU_PEAK_VEC_BYTES / sizeof(float)))  // float32 lanes of one vector
 #define CPU_PEAK_CHAINS 24
 
 typedef float cpu_peak_vec __attribute__((vector_size(CPU_PEAK_VEC_BYTES)));
