@@ -101,8 +101,11 @@ static float cpu_peak_chains_bf16(long iters, float seed) {
         #pragma GCC unroll 32
         for (int c = 0; c < CPU_PEAK_CHAINS; c++) acc[c] = _mm512_dpbf16_ps(acc[c], a, b);
     }
-    float sum = 0.0f;
-    for (int c = 0; c < CPU_PEAK_CHAINS; c++) sum += _mm512_reduce_add_ps(acc[c]);
+    float sum = 0.0f, lanes[16];
+    for (int c = 0; c < CPU_PEAK_CHAINS; c++) {
+        _mm512_storeu_ps(lanes, acc[c]);
+        for (int l = 0; l < 16; l++) sum += lanes[l];
+    }
     return sum;
 }
 #endif
