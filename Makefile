@@ -425,12 +425,16 @@ bench-tokenizer: tokenizer data
 # matplotlib cannot be had (offline), they say so and keep the text.
 PLOT_SETUP := bash dev/bench/setup_plot.sh
 
+# train_cpu's step in float32 and in -p bf16 beside each precision's peak, measured in the same run
+# (dev/bench/fma_peak.c), and PyTorch's float32 step: d12 and the default model (dev/bench/bench_cpu.sh)
 bench-cpu: train_cpu
 	@mkdir -p build/bench
 	set -o pipefail; bash dev/bench/bench_cpu.sh | tee build/bench/bench_cpu.txt
 	$(PLOT_SETUP) && $(PYTHON) dev/bench/plot.py bench-cpu build/bench/bench_cpu.png build/bench/bench_cpu.txt \
 	  || echo "bench-cpu: no chart (the table is in build/bench/bench_cpu.txt)"
 
+# infer's decode tokens/s by batch size with float32 and with bf16 weights (-w), each beside its
+# memory-bandwidth and peak limits, and bf16's speed-up (dev/bench/bench_infer.sh)
 bench-infer: infer
 	@mkdir -p build/bench
 	set -o pipefail; bash dev/bench/bench_infer.sh | tee build/bench/bench_infer.txt

@@ -20,6 +20,7 @@
 
 #include "gpt2/model.h"
 #include "gpt2/cpu_layers.h"
+#include "gpt2/cpu_peak.h"
 #include "gpt2/run.h"
 
 // ---------- the model on the CPU ----------
@@ -301,11 +302,16 @@ static void* gpt2_stage_buffer(GPT2* model, int which, int slot, int B, int T, s
     return shard_activations_of_layer(a, model->config, model->shard, B, T, model->shard.num_layers - 1).residual3;
 }
 
+// MFU's reference: this machine's peak in the precision of the matrix products (-p), measured
+// once (gpt2/cpu_peak.h).
+static const char* peak_precision = "fp32";
+static double peak_flops_cpu(void) { return cpu_peak_of(peak_precision); }
+
 // The model's training operations for gpt2/run.h's loop; the model is the run's host model (or
 // this process's part of it), and MPI moves its host arrays between processes.
 static const Trainer TRAINER_CPU = {
     gpt2_forward, gpt2_zero_grad, gpt2_backward, gpt2_grad_squares, gpt2_scale_grads_at_update, gpt2_update,
-    gpt2_logits_to_host, NULL, NULL, NULL, NULL, NULL,  // samples: the whole sequence rerun per token
+    gpt2_logits_to_host, NULL, NULL, peak_flops_cpu, NULL, NULL,  // samples: the whole sequence rerun per token
     parallel_group_sum_floats, parallel_reduce_scatter_floats, parallel_all_gather_floats, parallel_exchange,
     gpt2_stage_buffer, NULL,
 };
@@ -341,6 +347,10 @@ int main(int argc, char** argv) {
     parallel_check_same("options", key);
     choose_layers(bf16);
     if (procs.rank == 0) print_precision(bf16);
+    // the peak MFU counts against, that of the precision in use, measured on every process at
+    // once (processes that share the cores each get their share) and said in the header line
+    peak_precision = bf16 ? "bf16" : "fp32";
+    cpu_peak_report(peak_precision, procs.rank == 0);
     Run run;
     run_open(&run, cfg, NULL);  // the model (fresh, loaded or resumed), the data, -o DIR
     GPT2* model = run_part(&run);  // trained where it is, in host memory: the whole, or this process's part

@@ -5,11 +5,12 @@
 #   2. the training progress line ends its timings with an ETA, 0s at the last step
 #   3. bad input (no log, a file that is not a main.log, OUT not a .png): one "plot:" line, a
 #      non-zero exit, and an existing picture left as it was
-#   4. the bench-cpu chart from the committed doc/results/bench_cpu.txt, the bench-gpu chart
-#      from a table in the form dev/bench/gpu_speedup.sh writes, and the bench-infer chart from
-#      tables in the form dev/bench/bench_infer.sh prints, the bench-serve chart from a table
-#      in the form dev/bench/bench_serve.sh prints, and the bench-parallel chart from the committed
-#      doc/results/bench_parallel.txt, each naming the figures it drew
+#   4. the bench-cpu chart from the committed doc/results/bench_cpu.txt and from a summary in the
+#      form dev/bench/bench_cpu.sh writes (fp32 and bf16 per model), the bench-gpu chart from a
+#      table in the form dev/bench/gpu_speedup.sh writes, the bench-infer chart from tables in the
+#      form dev/bench/bench_infer.sh prints (fp32, bf16 and the GPU), the bench-serve chart from a
+#      table in the form dev/bench/bench_serve.sh prints, and the bench-parallel chart from the
+#      committed doc/results/bench_parallel.txt, each naming the figures it drew
 set -u
 . "$(dirname "$0")/lib.sh"
 if ! out=$(TEST_OFFLINE=${TEST_OFFLINE:-0} bash dev/bench/setup_plot.sh 2>&1); then
@@ -63,13 +64,33 @@ try_bad "give LOG" OUT="$dir/loss.png"
 ls "$dir"/tmp*.png >/dev/null 2>&1 && bad "a temporary picture was left behind"
 
 # 4. the benchmark charts
-"$PY" dev/bench/plot.py bench-cpu "$dir/bench_cpu.png" doc/results/bench_cpu.txt > "$dir/bench_cpu.out" 2>&1 ||
-  { bad "bench-cpu chart:"; cat "$dir/bench_cpu.out"; }
-is_png "$dir/bench_cpu.png" || bad "no bench-cpu chart"
-while read -r name ms gflops pct; do
-  grep -q "^$name: train_cpu $ms ms/step, $gflops GFLOP/s ($pct% of peak" "$dir/bench_cpu.out" ||
-    { bad "the bench-cpu chart does not show $name's $ms ms/step, $gflops GFLOP/s:"; cat "$dir/bench_cpu.out"; }
-done < <(sed -nE 's/^(\S+): ([0-9.]+) ms\/step \(median.*, ([0-9.]+) GFLOP\/s = ([0-9.]+)% of FMA peak.*/\1 \2 \3 \4/p' doc/results/bench_cpu.txt)
+# bench-cpu: the committed doc/results/bench_cpu.txt (rows "NAME PRECISION: ..."; before bf16,
+# "NAME: ... of FMA peak"), and a summary in the form of dev/bench/bench_cpu.sh with both precisions
+cat > "$dir/cpu.txt" <<'TABLE'
+machine: a text in the form of dev/bench/bench_cpu.sh, 2 cores, 2 OpenMP threads
+== summary: peaks on 2 threads: fp32 500.0 GFLOP/s (float32 FMA; highest of 8 measurements, lowest 490.0), bf16 1000.0 GFLOP/s (vdpbf16ps; highest of 8, lowest 980.0)
+d12 fp32: 800.0 ms/step (median; fastest 790.0), 320 tok/s, 239.0 GFLOP/s = 47.8% of fp32 peak [6*P*B*T = 191.2 GFLOP/step, P=124475904, B=4, T=64]; PyTorch 20000.0 ms/step = 25.00x the time of train_cpu
+d12 bf16: 500.0 ms/step (median; fastest 490.0), 512 tok/s, 382.4 GFLOP/s = 38.2% of bf16 peak [6*P*B*T = 191.2 GFLOP/step, P=124475904, B=4, T=64]; 1.60x the speed of fp32 (goal: >= 1.5x: met)
+default fp32: 250.0 ms/step (median; fastest 245.0), 2048 tok/s, 200.4 GFLOP/s = 40.1% of fp32 peak [6*P*B*T = 50.1 GFLOP/step, P=16299520, B=8, T=64]
+default bf16: 200.0 ms/step (median; fastest 195.0), 2560 tok/s, 250.4 GFLOP/s = 25.0% of bf16 peak [6*P*B*T = 50.1 GFLOP/step, P=16299520, B=8, T=64]; 1.25x the speed of fp32
+TABLE
+for text in doc/results/bench_cpu.txt "$dir/cpu.txt"; do
+  "$PY" dev/bench/plot.py bench-cpu "$dir/bench_cpu.png" "$text" > "$dir/bench_cpu.out" 2>&1 ||
+    { bad "bench-cpu chart of $text:"; cat "$dir/bench_cpu.out"; }
+  is_png "$dir/bench_cpu.png" || bad "no bench-cpu chart of $text"
+  rows=0
+  while IFS='|' read -r name ms gflops pct; do
+    rows=$((rows + 1))
+    grep -qF "$name: train_cpu $ms ms/step, $gflops GFLOP/s ($pct% of peak" "$dir/bench_cpu.out" ||
+      { bad "the bench-cpu chart of $text does not show $name's $ms ms/step, $gflops GFLOP/s:"; cat "$dir/bench_cpu.out"; }
+  done < <(sed -nE 's/^(\S+( fp32| bf16)?): ([0-9.]+) ms\/step \(median.*, ([0-9.]+) GFLOP\/s = ([0-9.]+)% of (FMA|fp32|bf16) peak.*/\1|\3|\4|\5/p' "$text")
+  [ "$rows" -ge 2 ] || bad "$text has $rows bench-cpu summary rows, expected 2 or more"
+done
+# the sample: each precision against its own peak, bf16's speed-up over fp32, PyTorch beside fp32
+grep -qxF "d12 fp32: train_cpu 800.0 ms/step, 239.0 GFLOP/s (47.8% of peak 500.0), PyTorch 20000.0 ms/step" "$dir/bench_cpu.out" &&
+  grep -qxF "d12 bf16: train_cpu 500.0 ms/step, 382.4 GFLOP/s (38.2% of peak 1000.0), 1.60x the speed of fp32" "$dir/bench_cpu.out" &&
+  grep -qxF "default bf16: train_cpu 200.0 ms/step, 250.4 GFLOP/s (25.0% of peak 1000.0), 1.25x the speed of fp32" "$dir/bench_cpu.out" ||
+  { bad "the bench-cpu chart does not show the two precisions of the sample:"; cat "$dir/bench_cpu.out"; }
 cat > "$dir/gpu.md" <<'TABLE'
 - GPU: a table in the form of dev/bench/gpu_speedup.sh
 | model | parameters | CPU ms/step | CPU tok/s | GPU fp32 ms/step | fp32 tok/s | fp32 MFU | GPU bf16 ms/step | bf16 tok/s | bf16 MFU | speedup fp32 | speedup bf16 |
@@ -92,6 +113,19 @@ batch    tok/s ms/token prefill tok/s  load others read GB/s bandwidth limit com
    64    640.0   100.00         305.0  0.70     2%      29.0          2600.0         900.0        71% (fma)        71.1%
 bench_infer: batch 64 = 12.8x the tokens/s of batch 1; batch 64 at 71.1% of the FMA peak (goal: >= 12x and >= 50%: met)
 
+== infer -w bf16: decode throughput by batch size (model: L=12 NH=12 C=768 V=50257 maxT=1024, 124475904 parameters, cpu, 2 threads, bf16); bf16 peak 460.0 GFLOP/s (vdpbf16ps; highest of 7 measurements, lowest 450.0)
+batch    tok/s ms/token prefill tok/s  load others read GB/s bandwidth limit compute limit   % of binding     % of peak
+    1     90.0    11.11         300.0  0.50     1%      30.0           120.0        1800.0        75% (bw)          5.0%
+    8    600.0    13.33         310.0  0.60     0%      30.0           940.0        1800.0        64% (bw)         33.3%
+   64   1280.0    50.00         305.0  0.70     2%      29.0          5200.0        1800.0        71% (fma)        71.1%
+
+== bf16 against fp32: decode tok/s of the runs above (each batch's two precisions ran one after the other)
+batch fp32 tok/s bf16 tok/s bf16/fp32 bf16 % of bw limit
+    1       50.0       90.0     1.80x                75%
+    8      300.0      600.0     2.00x                64%
+   64      640.0     1280.0     2.00x                25%
+bench_infer: bf16 at batch 1 = 1.80x the tokens/s of fp32, at 75% of its own bandwidth limit (goal: >= 1.7x and >= 85%: 1.7x met, 85% not)
+
 == infer_gpu: decode throughput by batch size (model: L=12 NH=12 C=768 V=50257 maxT=1024, 124475904 parameters, a GPU, bf16); limits unmeasured
 batch    tok/s ms/token prefill tok/s  load others read GB/s bandwidth limit compute limit   % of binding % of FMA peak
     1    400.0     2.50        5000.0  0.50     0%         -      unmeasured    unmeasured              -             -
@@ -100,8 +134,10 @@ TABLE
 "$PY" dev/bench/plot.py bench-infer "$dir/bench_infer.png" "$dir/infer.txt" > "$dir/bench_infer.out" 2>&1 || { bad "bench-infer chart:"; cat "$dir/bench_infer.out"; }
 is_png "$dir/bench_infer.png" || bad "no bench-infer chart"
 grep -qxF "infer: 3 batch sizes, batch 1 at 50.0 tok/s to batch 64 at 640.0 tok/s (12.8x); bandwidth limit 60.0 to 2600.0 tok/s, compute limit 900.0 tok/s" "$dir/bench_infer.out" &&
+  grep -qxF "infer -w bf16: 3 batch sizes, batch 1 at 90.0 tok/s to batch 64 at 1280.0 tok/s (14.2x); bandwidth limit 120.0 to 5200.0 tok/s, compute limit 1800.0 tok/s" "$dir/bench_infer.out" &&
+  grep -qxF "bf16 over fp32: batch 1 1.80x, batch 8 2.00x, batch 64 2.00x" "$dir/bench_infer.out" &&
   grep -qxF "infer_gpu: 2 batch sizes, batch 1 at 400.0 tok/s to batch 256 at 51200.0 tok/s (128.0x); limits unmeasured" "$dir/bench_infer.out" ||
-  { bad "the bench-infer chart does not show the two sweeps of the table:"; cat "$dir/bench_infer.out"; }
+  { bad "the bench-infer chart does not show the three sweeps of the table and bf16's speed-up:"; cat "$dir/bench_infer.out"; }
 cat > "$dir/serve.txt" <<'TABLE'
 machine: a text in the form of dev/bench/bench_serve.sh, 2 cores; Node v20.0.0; load average 0.50 before the run
   server -b 1: 1 clients x 4 requests, 256 tokens in 256 events, 80.0 tok/s, TTFT p50 30.00 p99 40.00 ms (load 0.50, others 1%, client 3%, server 98%)

@@ -19,11 +19,12 @@ STEPS=4
 args=(-e d2 -b 4 -t 25 -x $STEPS -l 1e-3 -u 2 -c 0.1 -v 2 -m 2 -s $STEPS -g 8)
 last=$(printf %08d $STEPS)
 
-# what a run printed, less what may differ: each step's time and speed, the average of those,
-# the thread count of the summary line, the output folder in the "wrote" line
+# what a run printed, less what may differ: each step's time, speed and MFU, the average of those,
+# the peak measured on the run's threads, the thread count of the summary line, the output folder
+# in the "wrote" line
 printed() {
   sed -E -e 's/ \| [0-9.]+ ms \| .*$//' -e 's/, threads [0-9]+$//' -e "s#$dir/t[0-9]+/##g" "$1" |
-    grep -v '^average'
+    grep -v -e '^average' -e '^peak: '
 }
 
 status=0

@@ -1,84 +1,53 @@
-// dev/bench/fma_peak.c: measures this machine's peak float32 FMA throughput on all OpenMP threads.
+// dev/bench/fma_peak.c: measures this machine's peak arithmetic throughput on all OpenMP threads,
+// in float32 FMAs (the default) or in AVX512_BF16's vdpbf16ps: the compute ceiling that
+// train_cpu's matmuls and infer's batched decoding are measured against (doc/cpu_speed.md,
+// doc/infer.md). The measurement is gpt2/cpu_peak.h's, the one train_cpu counts its MFU against:
+// every thread runs 24 independent vector chains of the instruction, nothing touching memory;
+// an FMA on one lane is 2 floating-point operations, a vdpbf16ps lane 4 (two products, two adds).
 //
-// Each thread runs many independent chains acc = acc * a + b on the widest vectors the build
-// targets (AVX-512: 16 floats, AVX2: 8, otherwise 4 and whatever the compiler makes of them).
-// One FMA unit finishes one FMA per cycle but each takes ~4 cycles, and a core may have two
-// units, so at least 2 x 4 chains must be in flight to keep them busy; we run 24, which also
-// fits in the 32 vector registers of AVX-512 without spilling. Nothing touches memory inside
-// the loop, so this is the compute ceiling that train_cpu's matmuls are measured against
-// (doc/cpu_speed.md). Counting: one FMA on one lane = 2 floating-point operations.
-//
-//   gcc -O3 -march=native -fopenmp dev/bench/fma_peak.c -o build/fma_peak && ./build/fma_peak
-//   prints: fma_peak_gflops 138.2 (threads 2, 16 float lanes, ...)
+//   gcc -O3 -march=native -fopenmp dev/bench/fma_peak.c -o build/fma_peak
+//   ./build/fma_peak [fp32|bf16] [ITERS]    (default fp32, 20000000 rounds per thread per run)
+//   prints: fma_peak_gflops 532.0 (threads 2, 16 float lanes, 24 chains; checksum 474.527)
+//       or: bf16_peak_gflops 1070.0 (threads 2, vdpbf16ps: 16 float lanes x 2 bf16 products, 24 chains; checksum ...)
+// A build without AVX512_BF16 (the CPU lacks it, or no -march=native) says so for bf16 and exits 2.
 
-#include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
+#include "../../gpt2/cpu_peak.h"
 
-#if defined(__AVX512F__)
-#define VEC_BYTES 64
-#elif defined(__AVX2__) || defined(__AVX__)
-#define VEC_BYTES 32
-#else
-#define VEC_BYTES 16
-#endif
-#define LANES (VEC_BYTES / 4)
-#define CHAINS 24
-
-typedef float vecf __attribute__((vector_size(VEC_BYTES)));
-
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
-
-// Runs `iters` rounds of CHAINS independent FMAs and returns a value that depends on all of
-// them, so the compiler cannot drop the work.
-static float fma_chains(long iters, float seed) {
-    vecf acc[CHAINS];
-    vecf a, b;
-    for (int l = 0; l < LANES; l++) { a[l] = 0.999999f; b[l] = 1e-7f * seed; }
-    for (int c = 0; c < CHAINS; c++) {
-        for (int l = 0; l < LANES; l++) acc[c][l] = seed + 0.001f * c + 0.0001f * l;
+static long parse_iters(const char* s) {
+    char* end;
+    long n = strtol(s, &end, 10);
+    if (*s == '\0' || *end != '\0' || n < 1) {
+        fprintf(stderr, "fma_peak: '%s' is not a count of rounds (a whole number >= 1)\n", s);
+        exit(1);
     }
-    for (long i = 0; i < iters; i++) {
-        // the asm barrier keeps `a` in a register and stops the compiler from folding iterations
-        __asm__ volatile("" : "+v"(a));
-        // fully unrolled so that every chain lives in its own register
-        #pragma GCC unroll 32
-        for (int c = 0; c < CHAINS; c++) acc[c] = acc[c] * a + b;   // contracted to one FMA
-    }
-    float sum = 0.0f;
-    for (int c = 0; c < CHAINS; c++) {
-        for (int l = 0; l < LANES; l++) sum += acc[c][l];
-    }
-    return sum;
+    return n;
 }
 
 int main(int argc, char** argv) {
-    long iters = argc > 1 ? atol(argv[1]) : 20000000;   // ~0.3 s per thread at 2.6 GHz (AVX-512)
-    int threads = 1;
-#ifdef _OPENMP
-    threads = omp_get_max_threads();
-#endif
-    fma_chains(iters / 20, 1.0f);   // warm-up: brings the cores to their working clock
-    double best = 0.0;
-    float sink = 0.0f;
-    for (int rep = 0; rep < 3; rep++) {   // best of 3: other processes only ever make it slower
-        double t0 = now_seconds();
-        #pragma omp parallel reduction(+ : sink)
-        {
-            sink += fma_chains(iters, 1.0f + rep);
-        }
-        double secs = now_seconds() - t0;
-        double gflops = 2.0 * LANES * CHAINS * (double)iters * threads / secs * 1e-9;
-        if (gflops > best) best = gflops;
+    const char* precision = "fp32";
+    int arg = 1;
+    if (arg < argc && (strcmp(argv[arg], "fp32") == 0 || strcmp(argv[arg], "bf16") == 0)) precision = argv[arg++];
+    long iters = arg < argc ? parse_iters(argv[arg++]) : 20000000;   // ~0.1 s per run on a 2.6 GHz core
+    if (arg < argc) {
+        fprintf(stderr, "usage: fma_peak [fp32|bf16] [ITERS]\n");
+        return 1;
     }
-    printf("fma_peak_gflops %.1f (threads %d, %d float lanes, %d chains; checksum %g)\n",
-           best, threads, LANES, CHAINS, (double)sink);
+    int bf16 = strcmp(precision, "bf16") == 0;
+    if (bf16 && !cpu_peak_has_bf16()) {
+        fprintf(stderr, "fma_peak: bf16: this build has no AVX512_BF16 (vdpbf16ps): the CPU lacks it, or the build "
+                        "was not -march=native\n");
+        return 2;
+    }
+    int threads;
+    float checksum;
+    double best = cpu_peak_measure(bf16, iters, 3, &threads, &checksum);  // best of 3
+    if (bf16) {
+        printf("bf16_peak_gflops %.1f (threads %d, vdpbf16ps: 16 float lanes x 2 bf16 products, %d chains; checksum %g)\n",
+               best, threads, CPU_PEAK_CHAINS, (double)checksum);
+    } else {
+        printf("fma_peak_gflops %.1f (threads %d, %d float lanes, %d chains; checksum %g)\n", best, threads,
+               CPU_PEAK_LANES, CPU_PEAK_CHAINS, (double)checksum);
+    }
     return 0;
 }

@@ -3,12 +3,14 @@
 
   plot.py loss OUT.png LOG [LOG...]     training and validation loss against the step, one colour
                                         per main.log (make plot LOG="a/main.log b/main.log" OUT=x.png)
-  plot.py bench-cpu OUT.png TEXT        make bench-cpu's summary (its "NAME: X ms/step ..." lines)
-                                        as bars: train_cpu against PyTorch, and against the FMA peak
+  plot.py bench-cpu OUT.png TEXT        make bench-cpu's summary (its "NAME PRECISION: X ms/step ..."
+                                        lines) as bars per model: train_cpu in fp32 and in bf16
+                                        against PyTorch, and each against the peak of its precision
   plot.py bench-gpu OUT.png TABLE.md    make bench-gpu's table (doc/results/gpu_speedup.md) as bars:
                                         ms per step of the CPU, the GPU in fp32 and in bf16, per model
   plot.py bench-infer OUT.png TEXT      make bench-infer's tables: decode tokens/s against the batch
-                                        size, with the memory-bandwidth and FMA-peak limits beside it
+                                        size in float32 and in bf16, with each one's memory-bandwidth
+                                        and peak limits beside it, and bf16's speed-up over float32
   plot.py bench-serve OUT.png TEXT      make bench-serve's table: tokens/s of the server and of the
                                         offline engine against the clients, and the server's latency
   plot.py bench-parallel OUT.png TEXT   make bench-parallel's table: memory per process and the step
@@ -120,49 +122,94 @@ def plot_loss(out, logs):
 
 # ---------- benchmark bars ----------
 
-def plot_bench_cpu(out, path):
-    """Bars from bench_cpu.sh's summary: per model, ms per step of train_cpu and of PyTorch, and
-    the GFLOP/s train_cpu reached under the FMA peak measured in the same run."""
+def read_bench_cpu(path):
+    """The peaks and rows of bench_cpu.sh's summary: ({precision: peak GFLOP/s}, [(model, precision,
+    ms/step, GFLOP/s, % of peak, PyTorch ms/step or None)], the text). A summary written before
+    bench_cpu.sh ran bf16 ("== summary: FMA peak X", rows "NAME: ...") reads as fp32 only, with
+    the precision None."""
     text = read_text(path)
-    peak = re.search(r'^== summary: FMA peak ([0-9.]+) GFLOP/s', text, re.M)
-    rows = re.findall(r'^(\S+): ([0-9.]+) ms/step \(median.*?, ([0-9.]+) GFLOP/s = ([0-9.]+)% of FMA peak'
-                      r'(?:.*?; PyTorch ([0-9.]+) ms/step)?', text, re.M)
-    if not peak or not rows:
-        fail(f'{path} has no bench-cpu summary (the "== summary" line and "NAME: X ms/step ..." lines of make bench-cpu)')
+    summary = re.search(r'^== summary: (.*)$', text, re.M)
+    peaks = {}
+    if summary:
+        old = re.match(r'FMA peak ([0-9.]+) GFLOP/s', summary.group(1))
+        if old:
+            peaks['fp32'] = float(old.group(1))
+        for prec, value in re.findall(r'\b(fp32|bf16) ([0-9.]+) GFLOP/s', summary.group(1)):
+            peaks[prec] = float(value)
+    rows = []
+    for m in re.finditer(r'^(\S+)(?: (fp32|bf16))?: ([0-9.]+) ms/step \(median.*?, ([0-9.]+) GFLOP/s = ([0-9.]+)% of (?:FMA|fp32|bf16) peak'
+                         r'(?:.*?; PyTorch ([0-9.]+) ms/step)?', text, re.M):
+        name, prec, ms, gflops, pct, torch = m.groups()
+        rows.append((name, prec, float(ms), float(gflops), float(pct), float(torch) if torch else None))
+    if not peaks or not rows:
+        fail(f'{path} has no bench-cpu summary (the "== summary" line and "NAME PRECISION: X ms/step ..." lines of make bench-cpu)')
+    for r in rows:
+        if (r[1] or 'fp32') not in peaks:
+            fail(f'{path}: the summary line gives no {r[1]} peak for the row {r[0]} {r[1]}')
+    return peaks, rows, text
+
+
+def plot_bench_cpu(out, path):
+    """Bars from bench_cpu.sh's summary, per model: left, ms per step of train_cpu in fp32 and in
+    bf16 and of PyTorch (fp32), each labelled with its ratio to train_cpu's fp32; right, the
+    GFLOP/s train_cpu reached in each precision under that precision's peak, measured in the same
+    run."""
+    peaks, rows, text = read_bench_cpu(path)
     machine = re.search(r'^machine: (.*)$', text, re.M)
+    names = list(dict.fromkeys(r[0] for r in rows))     # the models, in the order of the summary
+    precs = [p for p in ('fp32', 'bf16') if any((r[1] or 'fp32') == p for r in rows)]
+    row = {(r[0], r[1] or 'fp32'): r for r in rows}
+    colour = {'fp32': 'C0', 'bf16': 'C2'}
     plt = pyplot()
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    names = [r[0] for r in rows]
-    xs = range(len(rows))
-    ours = [float(r[1]) for r in rows]
-    torch = [float(r[4]) if r[4] else 0.0 for r in rows]
-    w = 0.38
-    left.bar([x - w / 2 for x in xs], ours, w, label='train_cpu', color='C0')
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    xs = range(len(names))
+    series = [(f'train_cpu {p}', colour[p], [row[(n, p)][2] if (n, p) in row else 0.0 for n in names]) for p in precs]
+    torch = [row[(n, 'fp32')][5] if (n, 'fp32') in row and row[(n, 'fp32')][5] else 0.0 for n in names]
     if any(torch):
-        left.bar([x + w / 2 for x in xs], torch, w, label='PyTorch (same step)', color='C1')
+        series.append(('PyTorch fp32 (same step)', 'C1', torch))
+    w = 0.8 / len(series)
+    for k, (label, c, ys) in enumerate(series):
+        at = [x + (k - (len(series) - 1) / 2) * w for x in xs]
+        left.bar([a for a, y in zip(at, ys) if y], [y for y in ys if y], w, label=label, color=c)
+        for a, n, y in zip(at, names, ys):
+            base = row[(n, 'fp32')][2] if (n, 'fp32') in row else None
+            if y:
+                note = f'\n({base / y:.2f}x)' if k > 0 and base and label.startswith('train_cpu') else \
+                       f'\n({y / base:.1f}x)' if k > 0 and base else ''
+                left.annotate(f'{y:.0f}{note}', (a, y), ha='center', va='bottom', fontsize=7)
+    if any(torch):
         left.set_yscale('log')
-    for x, a, b in zip(xs, ours, torch):
-        left.annotate(f'{a:.0f}', (x - w / 2, a), ha='center', va='bottom', fontsize=8)
-        if b:
-            left.annotate(f'{b:.0f}\n({b / a:.1f}x)', (x + w / 2, b), ha='center', va='bottom', fontsize=8)
     left.set_xticks(list(xs), names)
     left.set_ylabel('ms per training step (lower is better)')
-    left.legend(fontsize=8)
-    gflops = [float(r[2]) for r in rows]
-    right.bar(list(xs), gflops, 0.5, color='C0')
-    right.axhline(float(peak.group(1)), color='k', linestyle='--', linewidth=1,
-                  label=f'FMA peak {float(peak.group(1)):.0f} GFLOP/s (measured in the run)')
-    right.legend(fontsize=8, loc='upper right')
-    for x, g, r in zip(xs, gflops, rows):
-        right.annotate(f'{g:.0f} ({r[3]}%)', (x, g), ha='center', va='bottom', fontsize=8)
+    left.set_title("labels: ms; (bf16's speed-up over train_cpu fp32, PyTorch's time over it)", fontsize=7)
+    top = max(max(ys) for _, _, ys in series)
+    left.set_ylim(top=top * (8 if any(torch) else 1.35))   # room for the labels and the legend
+    left.legend(fontsize=8, loc='upper right')
+    w = 0.8 / len(precs)
+    for k, p in enumerate(precs):
+        at = [x + (k - (len(precs) - 1) / 2) * w for x in xs]
+        ys = [row[(n, p)][3] if (n, p) in row else 0.0 for n in names]
+        right.bar(at, ys, w, color=colour[p], label=f'train_cpu {p}')
+        right.axhline(peaks[p], color=colour[p], linestyle='--', linewidth=1,
+                      label=f'{p} peak {peaks[p]:.0f} GFLOP/s (measured in the run)')
+        for a, n, y in zip(at, names, ys):
+            if (n, p) in row:
+                right.annotate(f'{y:.0f}\n({row[(n, p)][4]:.1f}%)', (a, y), ha='center', va='bottom', fontsize=7)
     right.set_xticks(list(xs), names)
-    right.set_ylabel('train_cpu GFLOP/s')
-    right.set_ylim(0, float(peak.group(1)) * 1.3)
+    right.set_ylabel('train_cpu GFLOP/s (model FLOPs: 6PBT per step)')
+    right.set_title('labels: GFLOP/s (% of the peak of its precision)', fontsize=7)
+    right.set_ylim(0, max(peaks[p] for p in precs) * 1.35)
+    right.legend(fontsize=7, loc='upper left')
     if machine:
         fig.suptitle(f'make bench-cpu on {machine.group(1)}', fontsize=9)
     for r in rows:
-        print(f'{r[0]}: train_cpu {r[1]} ms/step, {r[2]} GFLOP/s ({r[3]}% of peak {peak.group(1)})' +
-              (f', PyTorch {r[4]} ms/step' if r[4] else ''))
+        label = f'{r[0]} {r[1]}' if r[1] else r[0]
+        line = f'{label}: train_cpu {r[2]} ms/step, {r[3]} GFLOP/s ({r[4]}% of peak {peaks[r[1] or "fp32"]})'
+        if r[5]:
+            line += f', PyTorch {r[5]} ms/step'
+        if r[1] == 'bf16' and (r[0], 'fp32') in row:
+            line += f', {row[(r[0], "fp32")][2] / r[2]:.2f}x the speed of fp32'
+        print(line)
     save(fig, out)
 
 
@@ -204,11 +251,12 @@ def plot_bench_gpu(out, path):
 
 
 def read_bench_infer(path):
-    """[(name, title, rows)] from bench_infer.sh's output: each "== NAME: TITLE" line and the table
-    under it, rows (batch, tok/s, bandwidth limit, compute limit), a limit None where unmeasured."""
+    """[(name, title, rows)] from bench_infer.sh's output: each "== NAME: TITLE" line (NAME: infer,
+    infer -w bf16, infer_gpu) and the table under it, rows (batch, tok/s, bandwidth limit, compute
+    limit), a limit None where unmeasured."""
     sweeps = []
     for line in read_text(path).splitlines():
-        head = re.match(r'^== (\S+): (.*)$', line)
+        head = re.match(r'^== (\S+(?: -w \S+)?): (.*)$', line)
         if head:
             sweeps.append((head.group(1), head.group(2), []))
             continue
@@ -223,26 +271,35 @@ def read_bench_infer(path):
 
 
 def plot_bench_infer(out, path):
-    """Decode tokens/s against the batch size (both axes log), one line per program, and for a
-    sweep whose limits were measured, the bandwidth limit (B x bandwidth / bytes per step, binding
-    at small batches) and the compute limit (FMA peak / FLOPs per token, at large ones)."""
+    """Left: decode tokens/s against the batch size (both axes log), one line per program and
+    precision, and for a sweep whose limits were measured, its bandwidth limit (B x bandwidth /
+    bytes per step, binding at small batches) and compute limit (its precision's peak / FLOPs per
+    token, at large ones). Right, where the text has both infer (float32) and infer -w bf16: bf16's
+    tokens/s over float32's at each batch size."""
     sweeps = read_bench_infer(path)
     text = read_text(path)
     machine = re.search(r'^machine: ([^;]*)', text, re.M)
+    by_name = {name: rows for name, _, rows in sweeps}
+    both = 'infer' in by_name and 'infer -w bf16' in by_name
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(8, 5))
+    if both:
+        fig, (ax, right) = plt.subplots(1, 2, figsize=(13, 5), gridspec_kw={'width_ratios': [3, 2]})
+    else:
+        fig, ax = plt.subplots(figsize=(8, 5))
     for i, (name, title, rows) in enumerate(sweeps):
         batches = [r[0] for r in rows]
         tps = [r[1] for r in rows]
-        ax.plot(batches, tps, marker='o', color=f'C{2 * i}', linewidth=1.8, label=f'{name}: decode tok/s (measured)')
+        colour = f'C{2 * i}'
+        label = f'{name} (float32)' if both and name == 'infer' else name
+        ax.plot(batches, tps, marker='o', color=colour, linewidth=1.8, label=f'{label}: decode tok/s (measured)')
         for b, t in zip(batches, tps):
             ax.annotate(f'{t:.0f}', (b, t), textcoords='offset points', xytext=(0, -12), ha='center', fontsize=7)
         line = f'{name}: {len(rows)} batch sizes, batch {batches[0]} at {tps[0]} tok/s to batch {batches[-1]} at {tps[-1]} tok/s ({tps[-1] / tps[0]:.1f}x)'
         if all(r[2] is not None and r[3] is not None for r in rows):
-            ax.plot(batches, [r[2] for r in rows], linestyle='--', color=f'C{2 * i + 1}',
-                    label=f'{name}: memory-bandwidth limit (B x GB/s / bytes per step)')
-            ax.plot(batches, [r[3] for r in rows], linestyle=':', color='k',
-                    label=f'{name}: FMA-peak limit (peak / FLOPs per token)')
+            ax.plot(batches, [r[2] for r in rows], linestyle='--', color=colour, alpha=0.6,
+                    label=f'{label}: memory-bandwidth limit (B x GB/s / bytes per step)')
+            ax.plot(batches, [r[3] for r in rows], linestyle=':', color=colour, alpha=0.9,
+                    label=f'{label}: compute limit (peak / FLOPs per token)')
             line += f'; bandwidth limit {rows[0][2]} to {rows[-1][2]} tok/s, compute limit {rows[-1][3]} tok/s'
         else:
             line += '; limits unmeasured'
@@ -257,9 +314,28 @@ def plot_bench_infer(out, path):
     bottom, top = ax.get_ylim()
     ax.set_ylim(bottom, top * 3)  # room for the legend above the curves
     ax.legend(fontsize=7, loc='upper left')
+    if both:
+        fp32 = {r[0]: r[1] for r in by_name['infer']}
+        bf16 = {r[0]: r[1] for r in by_name['infer -w bf16']}
+        batches = [b for b in all_batches if b in fp32 and b in bf16]
+        ratios = [bf16[b] / fp32[b] for b in batches]
+        xs = range(len(batches))
+        right.bar(xs, ratios, 0.6, color='C2')
+        right.axhline(1.0, color='k', linewidth=0.8)
+        for x, r in zip(xs, ratios):
+            right.annotate(f'{r:.2f}x', (x, r), ha='center', va='bottom', fontsize=8)
+        right.set_xticks(list(xs), [str(b) for b in batches])
+        right.set_xlabel('batch size')
+        right.set_ylabel('bf16 tok/s / float32 tok/s (same run)')
+        right.set_ylim(0, max(ratios + [2.0]) * 1.2)
+        right.set_title('bf16 weights against float32, batch by batch', fontsize=9)
+        print('bf16 over fp32: ' + ', '.join(f'batch {b} {r:.2f}x' for b, r in zip(batches, ratios)))
     model = re.search(r'model: (L=\S+ NH=\S+ C=\S+)', sweeps[0][1])
-    ax.set_title('make bench-infer' + (f': {model.group(1)}' if model else '') +
-                 (f', {machine.group(1)}' if machine else ''), fontsize=9)
+    heading = 'make bench-infer' + (f': {model.group(1)}' if model else '') + (f', {machine.group(1)}' if machine else '')
+    if both:
+        fig.suptitle(heading, fontsize=9)
+    else:
+        ax.set_title(heading, fontsize=9)
     save(fig, out)
 
 

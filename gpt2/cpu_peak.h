@@ -1,0 +1,182 @@
+// gpt2/cpu_peak.h: the peak arithmetic throughput of this machine's cores, measured, in the two
+// precisions train_cpu and infer compute in: what train_cpu's MFU is counted against and what the
+// benchmarks compare with (dev/bench/fma_peak.c prints it).
+//
+// Every OpenMP thread runs CPU_PEAK_CHAINS independent chains of one vector instruction, with
+// nothing touching memory:
+//   fp32  acc = acc * a + b, one FMA: 2 FLOPs per float lane, on the widest vectors of the build
+//         (AVX-512: 16 lanes, AVX2: 8, otherwise 4 and whatever the compiler makes of them);
+//   bf16  acc = vdpbf16ps(acc, a, b) (AVX512_BF16): each float32 lane adds the two products of
+//         its pair of bf16 values from a and b, 4 FLOPs per lane, 64 per instruction.
+// Either instruction takes ~4-6 cycles and a core may start two per cycle, so at least 2 x 6
+// chains must be in flight to keep the units busy; 24 do, and still fit in AVX-512's 32 vector
+// registers beside a and b. A warm-up brings the cores to their working clock, then the best of
+// a few timed runs counts: other processes can only make a run slower.
+//
+// A build without AVX512_BF16 has no bf16 instruction to measure (cpu_peak_has_bf16() is 0): its
+// bf16 products run on float32 FMAs (gpt2/cpu_bf16.h), so cpu_peak_of("bf16") is the FMA peak.
+
+#ifndef GPT2_CPU_PEAK_H
+#define GPT2_CPU_PEAK_H
+
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+// test/gradcheck.c compiles the CPU code again with `#define float double`, which the intrinsics'
+// header cannot take: there, no bf16 chains (it never measures a peak).
+#if defined(__AVX512BF16__) && defined(__AVX512F__) && !defined(float)
+#include <immintrin.h>
+#define CPU_PEAK_BF16 1
+#else
+#define CPU_PEAK_BF16 0
+#endif
+#include "io.h"
+
+#if defined(__AVX512F__)
+#define CPU_PEAK_VEC_BYTES 64
+#elif defined(__AVX2__) || defined(__AVX__)
+#define CPU_PEAK_VEC_BYTES 32
+#else
+#define CPU_PEAK_VEC_BYTES 16
+#endif
+#define CPU_PEAK_LANES ((int)(CPU_PEAK_VEC_BYTES / sizeof(float)))  // float32 lanes of one vector
+#define CPU_PEAK_CHAINS 24
+
+typedef float cpu_peak_vec __attribute__((vector_size(CPU_PEAK_VEC_BYTES)));
+
+// where the chains' sums go, so that the compiler cannot drop the work
+static volatile float cpu_peak_sink;
+
+static inline int cpu_peak_has_bf16(void) { return CPU_PEAK_BF16; }
+
+// FLOPs of one round (one instruction on every chain) of one thread
+static inline double cpu_peak_flops_per_round(int bf16) {
+    return (bf16 ? 4.0 * 16 : 2.0 * CPU_PEAK_LANES) * CPU_PEAK_CHAINS;
+}
+
+static inline double cpu_peak_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+// `iters` rounds of the float32 FMA chains; returns a value that depends on all of them (see cpu_peak_sink).
+static float cpu_peak_chains_fp32(long iters, float seed) {
+    cpu_peak_vec acc[CPU_PEAK_CHAINS];
+    cpu_peak_vec a, b;
+    for (int l = 0; l < CPU_PEAK_LANES; l++) {
+        a[l] = 0.999999f;
+        b[l] = 1e-7f * seed;
+    }
+    for (int c = 0; c < CPU_PEAK_CHAINS; c++) {
+        for (int l = 0; l < CPU_PEAK_LANES; l++) acc[c][l] = seed + 0.001f * c + 0.0001f * l;
+    }
+    for (long i = 0; i < iters; i++) {
+        // the asm barrier keeps `a` in a register and stops the compiler from folding iterations
+        __asm__ volatile("" : "+v"(a));
+        // fully unrolled so that every chain lives in its own register
+        #pragma GCC unroll 32
+        for (int c = 0; c < CPU_PEAK_CHAINS; c++) acc[c] = acc[c] * a + b;   // contracted to one FMA
+    }
+    float sum = 0.0f;
+    for (int c = 0; c < CPU_PEAK_CHAINS; c++) {
+        for (int l = 0; l < CPU_PEAK_LANES; l++) sum += acc[c][l];
+    }
+    return sum;
+}
+
+#if CPU_PEAK_BF16
+// `iters` rounds of the vdpbf16ps chains, as cpu_peak_chains_fp32. The products are ~1e-6, so
+// after 1e7 rounds the sums are ~10: no overflow and no denormals to slow the units down.
+static float cpu_peak_chains_bf16(long iters, float seed) {
+    __m512 acc[CPU_PEAK_CHAINS];
+    __m512bh a = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1e-3f), _mm512_set1_ps(1e-3f * seed));
+    __m512bh b = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1e-3f * seed), _mm512_set1_ps(1e-3f));
+    for (int c = 0; c < CPU_PEAK_CHAINS; c++) acc[c] = _mm512_set1_ps(seed + 0.001f * c);
+    for (long i = 0; i < iters; i++) {
+        __asm__ volatile("" : "+v"(a));
+        #pragma GCC unroll 32
+        for (int c = 0; c < CPU_PEAK_CHAINS; c++) acc[c] = _mm512_dpbf16_ps(acc[c], a, b);
+    }
+    float sum = 0.0f, lanes[16];
+    for (int c = 0; c < CPU_PEAK_CHAINS; c++) {
+        _mm512_storeu_ps(lanes, acc[c]);
+        for (int l = 0; l < 16; l++) sum += lanes[l];
+    }
+    return sum;
+}
+#endif
+
+// The peak in GFLOP/s of all OpenMP threads together (their number in *threads): a warm-up of
+// iters / 4 rounds, then the best of `reps` runs of `iters` rounds on every thread at once. bf16
+// needs cpu_peak_has_bf16(). *checksum: the chains' sums, printed so that the work is kept.
+static double cpu_peak_measure(int bf16, long iters, int reps, int* threads, float* checksum) {
+    if (bf16 && !cpu_peak_has_bf16()) fail("cpu_peak_measure: this build has no AVX512_BF16 instruction to measure");
+    double best = 0.0;
+    float sink = 0.0f;
+    int n = 1;
+    for (int rep = -1; rep < reps; rep++) {   // rep -1: the warm-up, not timed
+        long rounds = rep < 0 ? iters / 4 : iters;
+        double t0 = cpu_peak_seconds();
+        #pragma omp parallel reduction(+ : sink)
+        {
+#ifdef _OPENMP
+            #pragma omp single
+            n = omp_get_num_threads();
+#endif
+#if CPU_PEAK_BF16
+            if (bf16) sink += cpu_peak_chains_bf16(rounds, 1.0f + rep);
+            else
+#endif
+                sink += cpu_peak_chains_fp32(rounds, 1.0f + rep);
+        }
+        double secs = cpu_peak_seconds() - t0;
+        double gflops = cpu_peak_flops_per_round(bf16) * (double)rounds * n / secs * 1e-9;
+        if (rep >= 0 && gflops > best) best = gflops;
+    }
+    cpu_peak_sink = sink;
+    if (threads != NULL) *threads = n;
+    if (checksum != NULL) *checksum = sink;
+    return best;
+}
+
+// What the peak of a precision ("fp32" or "bf16") is measured on, for a header line.
+static inline const char* cpu_peak_instruction(const char* precision) {
+    if (strcmp(precision, "bf16") == 0 && cpu_peak_has_bf16()) return "bf16 vdpbf16ps";
+    if (strcmp(precision, "bf16") == 0) return "float32 FMA (no AVX512_BF16 in this build: its bf16 products run on FMAs)";
+    return "float32 FMA";
+}
+
+// The peak FLOP/s of all threads in a precision ("fp32" or "bf16"), measured on the first call
+// (~0.05-0.1 s) and remembered; *threads (may be NULL): how many threads it was measured on.
+static double cpu_peak_of_threads(const char* precision, int* threads) {
+    static double peak[2];
+    static int peak_threads[2];
+    int bf16 = strcmp(precision, "bf16") == 0;
+    if (!bf16 && strcmp(precision, "fp32") != 0) fail("cpu_peak_of: no peak for precision '%s' (fp32 or bf16)", precision);
+    bf16 = bf16 && cpu_peak_has_bf16();
+    if (peak[bf16] == 0.0) {
+        // short runs, many of them: on a shared machine the best of 10 catches a quiet moment.
+        // A run is 24e6 instructions per thread, a few ms at two a cycle
+        peak[bf16] = 1e9 * cpu_peak_measure(bf16, 1000000, 10, &peak_threads[bf16], NULL);
+    }
+    if (threads != NULL) *threads = peak_threads[bf16];
+    return peak[bf16];
+}
+
+static inline double cpu_peak_of(const char* precision) { return cpu_peak_of_threads(precision, NULL); }
+
+// Measures the peak of a precision (cpu_peak_of) and, when `print`, says so in one line.
+static inline void cpu_peak_report(const char* precision, int print) {
+    int threads;
+    double peak = cpu_peak_of_threads(precision, &threads);
+    if (print) {
+        printf("peak: %.1f GFLOP/s %s, measured on %d thread%s, the MFU reference\n", peak * 1e-9,
+               cpu_peak_instruction(precision), threads, threads > 1 ? "s" : "");
+    }
+}
+
+#endif // GPT2_CPU_PEAK_H
