@@ -2,7 +2,7 @@
 """Lesson 11: the same dot product in float32, summed in three orders, gives different bits.
 One output element of a decode step's product: K = 768 products of an input row and a weight
 column, added up (1) as gpt2/cpu_math.h does for every row whatever the batch: one chain of
-multiply-adds per KC = 256 block, the blocks added in turn; (2) split-K, as a GPU library may
+multiply-adds per KC = 1024 block, the blocks added in turn (here one block: K < KC); (2) split-K, as a GPU library may
 choose for a skinny product: four partial sums of 192 terms, added at the end; (3) as a
 matrix-vector kernel may: 16 lanes, lane j summing the terms k = j mod 16, the lanes added in a
 tree. Every step is rounded to float32 (a product of two float32 is exact in a double, so each
@@ -10,7 +10,7 @@ multiply-add is rounded once, as a fused multiply-add is, up to a rare double ro
 import random
 import struct
 
-K, KC, ROWS = 768, 256, 200
+K, KC, ROWS = 768, 1024, 200
 
 
 def f32(x):
@@ -30,7 +30,7 @@ def chain(x, w, ks, acc=0.0):
 def kc_blocks(x, w):      # (1) the CPU kernel's order: a chain per KC block, then added into C
     c = 0.0
     for k0 in range(0, K, KC):
-        c = f32(c + chain(x, w, range(k0, k0 + KC)))
+        c = f32(c + chain(x, w, range(k0, min(k0 + KC, K))))
     return c
 
 
