@@ -229,6 +229,10 @@ static void bf_pack_panel(uint32_t* dst, const float* src, size_t stride_r, size
                     __m512i units = _mm512_setzero_si512();
                     if (r0 + i < rows) {
                         const float* s = src + (size_t)(r0 + i) * stride_r + 2 * q0;
+                        // 16 rows at a time are more streams than the hardware's prefetcher
+                        // follows well from L3 (weight^T: 0.50 -> 0.38 ms for 768 x 3072)
+                        __builtin_prefetch(s + 64);
+                        __builtin_prefetch(s + 80);
                         units = bf_units_adjacent(_mm512_maskz_loadu_ps(low, s),
                                                   _mm512_maskz_loadu_ps(high, s + 16));
                     }
