@@ -29,8 +29,8 @@ typedef uint16_t bf16_t;   // the bits of a bf16 value (the GPU's type is CUDA's
 // float32 -> bf16, rounded to nearest, ties to even (as CUDA's __float2bfloat16 and
 // vcvtneps2bf16); a NaN stays a NaN (its payload made quiet so that rounding cannot carry it into
 // infinity). A float32 denormal (|x| < 2^-126) is rounded like any other value here, to a bf16
-// denormal or to 2^-126; vcvtneps2bf16 makes it a zero of its sign instead (measured on Zen 5, as
-// Intel documents it), and so do the products below in a build that runs on it.
+// denormal or to 2^-126; vcvtneps2bf16 makes it a zero of its sign instead (as Intel documents;
+// test_matmul checks it on the machine), and so do the products below where they run on it.
 static inline bf16_t bf16_from_float(float x) {
     uint32_t u;
     memcpy(&u, &x, sizeof(u));
@@ -50,9 +50,10 @@ static inline float bf16_round(float x) { return bf16_to_float(bf16_from_float(x
 // k taken in pairs, the unit of vdpbf16ps: each 32-bit lane of its operands holds two bf16, the
 // even k in the low half, the odd k in the high half, and the instruction adds both products of
 // the pair into the lane's float32 sum.
-//   packed B   a micro-panel of KC x NR is (KC/2) x NR 32-bit units, unit (q, j) =
-//              (B(2q, j), B(2q+1, j)): one row of units is NR_VECS vectors (2 of 16 units);
-//   packed A   a micro-panel of rows x KC is (KC/2) x rows units, unit (q, i) = (A(i, 2q), A(i, 2q+1)).
+//   packed B   a micro-panel of KC x NR is (KC/2) x NR 32-bit units,
+//              unit (q, j) = (B(2q, j), B(2q+1, j)): a row of units is NR_VECS vectors of 16;
+//   packed A   a micro-panel of rows x KC is (KC/2) x rows units,
+//              unit (q, i) = (A(i, 2q), A(i, 2q+1)).
 // An odd K pads its last pair with a zero, in A and in B. Each pair step of the micro-kernel loads
 // NR_VECS vectors of B, broadcasts one unit of A per row and runs rows x NR_VECS vdpbf16ps: the
 // float32 kernel's 14 x 32 register tile, each instruction two multiply-adds per lane.
@@ -61,19 +62,24 @@ static inline float bf16_round(float x) { return bf16_to_float(bf16_from_float(x
 //
 // Per element of C, in every build: for each KC block in turn, a sum that starts at zero and for
 // each pair in turn adds the odd product, then the even one (each add rounded to float32), then
-// one add into C. That is what vdpbf16ps does in a lane (measured on Zen 5: Intel's documented
-// order), and what the build without AVX512_BF16 does with two float32 multiply-adds per pair, so
-// both give the same bits wherever no product or sum falls below 2^-126: vdpbf16ps takes a
-// denormal input (a bf16 operand or the running sum) as zero and flushes a denormal result to zero.
-// Rounding to bf16 happens while packing, A and B alike, through the same conversion (the vector
-// one in a build with AVX512_BF16, which flushes float32 denormals to zero as above; bf16_from_float
-// otherwise): that is what makes packed and unpacked B give the same bits.
+// one add into C. That is what vdpbf16ps does in a lane (Intel's documented order; the builds'
+// fingerprints in test_matmul agree on the machine), and what the build without AVX512_BF16 does
+// with two float32 multiply-adds per pair, so both give the same bits wherever no product or sum
+// falls below 2^-126: vdpbf16ps takes a denormal input (a bf16 operand or the running sum) as zero
+// and flushes a denormal result to zero. Rounding to bf16 happens while packing, A and B alike,
+// through the same conversion (the vector one in a build with AVX512_BF16, which flushes float32
+// denormals to zero as above; bf16_from_float otherwise): that is what makes packed and unpacked B
+// give the same bits.
 //
 // Packing reads float32 in one of two layouts. Where the pairs (k, k+1) lie next to each other
 // (rows of inp and dout as A, weight^T as the forward pass's B), 32 floats of a row become 16 units
 // in one conversion, and a 16 x 16 block of units is transposed in registers (mm_transpose);
-// where k runs down the columns (weight as dinp's B, inp as dW's B, dout^T as dW's A), a row of 16
-// floats at k and one at k+1 become 16 units in one conversion and one interleaving permutation.
+// where k runs down the columns (weight as dinp's B, inp as dW's B, dout^T as dW's A), 16 floats at
+// k and the 16 below them at k+1 become 16 units in one conversion and one interleaving
+// permutation, a pair of rows at a time across the whole block.
+//
+// The vector path needs GCC (mm_transpose's __builtin_shuffle) and AVX512_BF16; every other build
+// runs the float32 path, with cpu_math.h's vectors.
 
 #if MM_VEC_BYTES == 64 && defined(__AVX512BF16__) && defined(MM_SHUFFLE_TRANSPOSE)
 #define BF_DPBF16 1   // the vector path: vdpbf16ps, and vcvtne2ps2bf16 to pack
@@ -138,7 +144,7 @@ static MM_ALWAYS_INLINE void bf_kernel_rows(int rows, int qc, const uint32_t* ap
         MM_UNROLL for (int v = 0; v < MM_NR_VECS; v++) acc[i][v] = zero;
 #ifdef BF_DPBF16
         // the tile of C, wanted at the end: its rows lie far apart (dW's 3072 x 768 is in L3 at
-        // best), and without this the kernel waits for them there (dW ~20% slower)
+        // best), and without this the kernel waits for them there (doc/cpu_speed.md)
         __builtin_prefetch(c + i * ldc, 1);
         __builtin_prefetch(c + i * ldc + MM_NR - 1, 1);
 #endif
@@ -149,8 +155,7 @@ static MM_ALWAYS_INLINE void bf_kernel_rows(int rows, int qc, const uint32_t* ap
         // B 32 pairs (4 KB) ahead, into the next panel near the end of this one: where B streams
         // from memory (generation's weights) and a few rows do a few instructions per line, the
         // hardware's prefetcher alone lets the kernel wait on memory between its bursts of
-        // arithmetic (M = 8: 190 -> 250 GFLOP/s on one core). A single row reads at the memory's
-        // speed without it.
+        // arithmetic (doc/cpu_speed.md). A single row reads at the memory's speed without it.
         if (rows >= 2) {
             __builtin_prefetch(bp + (size_t)(q + 32) * MM_NR);
             __builtin_prefetch(bp + (size_t)(q + 32) * MM_NR + 16);
@@ -182,7 +187,8 @@ static MM_ALWAYS_INLINE void bf_kernel_rows(int rows, int qc, const uint32_t* ap
 }
 
 // One copy of the body per row count, as mm_kernel does.
-static void bf_kernel(int qc, const uint32_t* ap, const uint32_t* bp, float* c, size_t ldc, int mr, int nr) {
+static void bf_kernel(int qc, const uint32_t* ap, const uint32_t* bp, float* c, size_t ldc, int mr,
+                      int nr) {
 #define BF_ROWS(r) case r: if (r <= MM_MR) bf_kernel_rows(r, qc, ap, bp, c, ldc, nr); break;
     switch (mr) {
         BF_ROWS(1) BF_ROWS(2) BF_ROWS(3) BF_ROWS(4) BF_ROWS(5) BF_ROWS(6) BF_ROWS(7)
@@ -230,7 +236,7 @@ static void bf_pack_panel(uint32_t* dst, const float* src, size_t stride_r, size
                     if (r0 + i < rows) {
                         const float* s = src + (size_t)(r0 + i) * stride_r + 2 * q0;
                         // 16 rows at a time are more streams than the hardware's prefetcher
-                        // follows well from L3 (weight^T: 0.50 -> 0.38 ms for 768 x 3072)
+                        // follows well from L3 (doc/cpu_speed.md)
                         __builtin_prefetch(s + 64);
                         __builtin_prefetch(s + 80);
                         units = bf_units_adjacent(_mm512_maskz_loadu_ps(low, s),
@@ -299,8 +305,8 @@ static void bf_pack_b(uint32_t* dst, const float* b, size_t rsb, size_t csb, int
     if (csb == 1 && rsb != 1) {
         // Rows of B contiguous (weight as dinp's B, inp as dW's): a pair of rows at a time, read
         // from end to end and spread over all the panels. Panel by panel, each pair of rows would
-        // be read NR floats at a time, a few bytes from each of kc rows far apart in memory: 3-4x
-        // slower from L3.
+        // be read NR floats at a time, a few bytes from each of kc rows far apart in memory: much
+        // slower from L3 (doc/cpu_speed.md).
         int nc_pad = (nc + MM_NR - 1) / MM_NR * MM_NR;
         for (int q = 0; q < qc; q++) {
             const float* even = b + (size_t)(2 * q) * rsb;
@@ -310,8 +316,8 @@ static void bf_pack_b(uint32_t* dst, const float* b, size_t rsb, size_t csb, int
                 __mmask16 inside = bf_mask(nc - j);
                 __m512 e = _mm512_maskz_loadu_ps(inside, even + j);
                 __m512 o = _mm512_maskz_loadu_ps(has_odd ? inside : 0, odd + j);
-                _mm512_store_si512(dst + (size_t)(j / MM_NR * MM_NR) * qc + (size_t)q * MM_NR + j % MM_NR,
-                                   bf_units_apart(e, o));
+                uint32_t* d = dst + (size_t)(j / MM_NR * MM_NR) * qc + (size_t)q * MM_NR + j % MM_NR;
+                _mm512_store_si512(d, bf_units_apart(e, o));
             }
         }
         return;
@@ -468,7 +474,8 @@ static inline void gemm_pack_b_bf16(bf16_t* packed, const float* b, size_t rsb, 
 // C (M x N, row stride ldc) += bf16(A) . B, B packed by gemm_pack_b_bf16. Bit for bit
 // gemm_accumulate_bf16's result with the B it was packed from.
 static inline void gemm_accumulate_packed_bf16(float* c, size_t ldc, const float* a, size_t rsa,
-                                               size_t csa, const bf16_t* packed_b, int M, int N, int K) {
+                                               size_t csa, const bf16_t* packed_b, int M, int N,
+                                               int K) {
     mm_check_aligned((const float*)packed_b, "gemm_accumulate_packed_bf16");
     bf_operand op = {NULL, 0, 0, (const uint32_t*)packed_b, mm_packed_width(N)};
     bf_gemm_threads(c, ldc, a, rsa, csa, &op, M, N, K);

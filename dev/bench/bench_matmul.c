@@ -93,6 +93,11 @@ static void bench_training(int reps, int naive) {
            step_flops / step_seconds * 1e-9);
 }
 
+typedef void (*forward_fn)(float* out, const float* inp, const float* weight, const float* bias,
+                           int B, int T, int C, int OC);
+typedef void (*backward_fn)(float* dinp, float* dweight, float* dbias, const float* dout,
+                            const float* inp, const float* weight, int B, int T, int C, int OC);
+
 // The training products in float32 and in bf16, taking turns in each run: fastest of `reps`.
 static void bench_training_bf16(int reps) {
     int BT = 256;
@@ -116,11 +121,11 @@ static void bench_training_bf16(int reps) {
         for (int r = 0; r < reps; r++) {
             for (int bf16 = 0; bf16 < 2; bf16++) {
                 double t0 = now_seconds();
-                if (bf16) matmul_forward_bf16_fast(out, inp, weight, bias, 1, BT, IC, OC);
-                else matmul_forward_fast(out, inp, weight, bias, 1, BT, IC, OC);
+                forward_fn forward = bf16 ? matmul_forward_bf16_fast : matmul_forward_fast;
+                forward(out, inp, weight, bias, 1, BT, IC, OC);
                 double t1 = now_seconds();
-                if (bf16) matmul_backward_bf16_fast(dinp, dweight, dbias, out, inp, weight, 1, BT, IC, OC);
-                else matmul_backward_fast(dinp, dweight, dbias, out, inp, weight, 1, BT, IC, OC);
+                backward_fn backward = bf16 ? matmul_backward_bf16_fast : matmul_backward_fast;
+                backward(dinp, dweight, dbias, out, inp, weight, 1, BT, IC, OC);
                 double t2 = now_seconds();
                 if (t1 - t0 < best[2 * bf16]) best[2 * bf16] = t1 - t0;
                 if (t2 - t1 < best[2 * bf16 + 1]) best[2 * bf16 + 1] = t2 - t1;
@@ -128,8 +133,9 @@ static void bench_training_bf16(int reps) {
         }
         printf("%-8s %5d -> %5d", shapes[s].name, IC, OC);
         for (int bf16 = 0; bf16 < 2; bf16++) {
-            printf("  %6.2f ms %6.1f, %6.2f ms %6.1f", best[2 * bf16] * 1e3, flops / best[2 * bf16] * 1e-9,
-                   best[2 * bf16 + 1] * 1e3, 2 * flops / best[2 * bf16 + 1] * 1e-9);
+            double fwd = best[2 * bf16], bwd = best[2 * bf16 + 1];
+            printf("  %6.2f ms %6.1f, %6.2f ms %6.1f", fwd * 1e3, flops / fwd * 1e-9, bwd * 1e3,
+                   2 * flops / bwd * 1e-9);
             step[bf16] += shapes[s].count * (best[2 * bf16] + best[2 * bf16 + 1]);
         }
         printf("  x%.2f, x%.2f\n", best[0] / best[2], best[1] / best[3]);
@@ -251,7 +257,8 @@ static void bench_packed(int reps, int cached, int bf16) {
             packed[k] = (float*)aligned_alloc_check(64, psize * sizeof(float));
             pack_weight(packed[k], weights[k], C, OC);
             if (bf16) {
-                packed16[k] = (bf16_t*)aligned_alloc_check(64, packed_weight_size_bf16(C, OC) * sizeof(bf16_t));
+                size_t bytes = packed_weight_size_bf16(C, OC) * sizeof(bf16_t);
+                packed16[k] = (bf16_t*)aligned_alloc_check(64, bytes);
                 pack_weight_bf16(packed16[k], weights[k], C, OC);
             }
         }
