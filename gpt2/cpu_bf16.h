@@ -224,7 +224,15 @@ static inline __m512i bf_units_apart(__m512 even, __m512 odd) {
 static void bf_pack_panel(uint32_t* dst, const float* src, size_t stride_r, size_t stride_p,
                           int rows, int rows_total, int kc) {
     int qc = (kc + 1) / 2;
-    if (stride_p == 1) {   // pairs adjacent: 16 rows x 16 units at a time, then a transpose
+    if (stride_p == 1 && rows == 1 && rows_total == 1) {   // a decode step's A: units in order
+        for (int q0 = 0; q0 < qc; q0 += 16) {
+            const float* s = src + 2 * q0;
+            int k = kc - 2 * q0;
+            __m512i units = bf_units_adjacent(_mm512_maskz_loadu_ps(bf_mask(k), s),
+                                              _mm512_maskz_loadu_ps(bf_mask(k - 16), s + 16));
+            _mm512_mask_storeu_epi32(dst + q0, bf_mask(qc - q0), units);
+        }
+    } else if (stride_p == 1) {   // pairs adjacent: 16 rows x 16 units at a time, then a transpose
         for (int r0 = 0; r0 < rows_total; r0 += 16) {
             __mmask16 inside = bf_mask(rows_total - r0);
             for (int q0 = 0; q0 < qc; q0 += 16) {
