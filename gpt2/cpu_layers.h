@@ -193,30 +193,27 @@ void matmul_forward_fast(float* out, const float* inp, const float* weight, cons
     gemm_accumulate(out, OC, inp, C, 1, weight, 1, C, B * T, OC, C);   // out += inp . weight^T
 }
 
-// dbias (OC) += column sums of dout (BT, OC), for the fast backward passes (float32 and bf16)
-static void matmul_dbias_accumulate(float* dbias, const float* dout, int BT, int OC) {
-    // each thread sums its own columns over bt in order: a fixed order, no races
-    #pragma omp parallel
-    {
-        int tid = 0, nth = 1;
-#ifdef _OPENMP
-        tid = omp_get_thread_num();
-        nth = omp_get_num_threads();
-#endif
-        int o0 = (int)((long long)OC * tid / nth), o1 = (int)((long long)OC * (tid + 1) / nth);
-        for (int bt = 0; bt < BT; bt++) {
-            const float* d = dout + (size_t)bt * OC;
-            for (int o = o0; o < o1; o++) dbias[o] += d[o];
-        }
-    }
-}
-
 void matmul_backward_fast(float* dinp, float* dweight, float* dbias, const float* dout,
                           const float* inp, const float* weight, int B, int T, int C, int OC) {
     int BT = B * T;
     gemm_accumulate(dinp, C, dout, OC, 1, weight, C, 1, BT, C, OC);    // dinp += dout . weight
     gemm_accumulate(dweight, C, dout, 1, OC, inp, C, 1, OC, C, BT);    // dW += dout^T . inp
-    if (dbias != NULL) matmul_dbias_accumulate(dbias, dout, BT, OC);
+    if (dbias != NULL) {
+        // each thread sums its own columns over bt in order: a fixed order, no races
+        #pragma omp parallel
+        {
+            int tid = 0, nth = 1;
+#ifdef _OPENMP
+            tid = omp_get_thread_num();
+            nth = omp_get_num_threads();
+#endif
+            int o0 = (int)((long long)OC * tid / nth), o1 = (int)((long long)OC * (tid + 1) / nth);
+            for (int bt = 0; bt < BT; bt++) {
+                const float* d = dout + (size_t)bt * OC;
+                for (int o = o0; o < o1; o++) dbias[o] += d[o];
+            }
+        }
+    }
 }
 
 // out (B,T,OC) = inp (B,T,C) . weight (OC,C)^T + bias (OC); bias may be NULL
@@ -344,7 +341,15 @@ void matmul_backward_bf16_fast(float* dinp, float* dweight, float* dbias, const 
     int BT = B * T;
     gemm_accumulate_bf16(dinp, C, dout, OC, 1, weight, C, 1, BT, C, OC);   // dinp += dout . weight
     gemm_accumulate_bf16(dweight, C, dout, 1, OC, inp, C, 1, OC, C, BT);   // dW += dout^T . inp
-    if (dbias != NULL) matmul_dbias_accumulate(dbias, dout, BT, OC);
+    if (dbias != NULL) {
+        // each thread its own outputs o, each summed over bt in order: a fixed order, no races
+        #pragma omp parallel for
+        for (int o = 0; o < OC; o++) {
+            float db = 0.0f;
+            for (int bt = 0; bt < BT; bt++) db += dout[(size_t)bt * OC + o];
+            dbias[o] += db;
+        }
+    }
 }
 
 // out (B,T,OC) = bf16(inp) . bf16(weight)^T + bias (OC); bias may be NULL
