@@ -359,9 +359,11 @@ static void bf_pack_a(uint32_t* dst, const float* a, size_t rsa, size_t csa, int
             }
             for (int i = 0; i < mc; i += MM_MR) {
                 int rows = mm_min(MM_MR, mc - i);
-                __mmask16 m = bf_mask(rows);
-                _mm512_mask_storeu_epi32(dst + (size_t)i * qc + (size_t)q * rows, m,
-                                         _mm512_maskz_loadu_epi32(m, units + i));
+                uint32_t* d = dst + (size_t)i * qc + (size_t)q * rows;
+                for (int r = 0; r < rows; r += 16) {   // once, for a tile of at most 16 rows
+                    __mmask16 m = bf_mask(rows - r);
+                    _mm512_mask_storeu_epi32(d + r, m, _mm512_maskz_loadu_epi32(m, units + i + r));
+                }
             }
         }
         return;
