@@ -260,28 +260,22 @@ static void bf_pack_panel(uint32_t* dst, const float* src, size_t stride_r, size
                 }
             }
         }
-    } else {               // k runs down the columns: rows of k and k+1 interleaved
+    } else {
+        // Neither stride is 1 (no product of the model's: where k runs down contiguous columns,
+        // bf_pack_a and bf_pack_b take a pair of rows at a time across the whole block): 16 of
+        // the rows at k and 16 at k+1 gathered, then converted and interleaved as there.
         for (int q = 0; q < qc; q++) {
             const float* even = src + (size_t)(2 * q) * stride_p;
             const float* odd = even + stride_p;   // read only when 2q + 1 < kc
             int has_odd = 2 * q + 1 < kc;
             for (int r0 = 0; r0 < rows_total; r0 += 16) {
-                int n = mm_min(16, rows - r0);
-                __m512 e, o;
-                if (stride_r == 1) {
-                    e = _mm512_maskz_loadu_ps(bf_mask(n), even + r0);
-                    o = _mm512_maskz_loadu_ps(has_odd ? bf_mask(n) : 0, odd + r0);
-                } else {   // neither stride is 1 (no product of the model's): gather
-                    float ge[16] = {0}, go[16] = {0};
-                    for (int i = 0; i < n; i++) {
-                        ge[i] = even[(size_t)(r0 + i) * stride_r];
-                        if (has_odd) go[i] = odd[(size_t)(r0 + i) * stride_r];
-                    }
-                    e = _mm512_loadu_ps(ge);
-                    o = _mm512_loadu_ps(go);
+                float e[16] = {0}, o[16] = {0};
+                for (int i = 0; i < 16 && r0 + i < rows; i++) {
+                    e[i] = even[(size_t)(r0 + i) * stride_r];
+                    if (has_odd) o[i] = odd[(size_t)(r0 + i) * stride_r];
                 }
-                _mm512_mask_storeu_epi32(dst + (size_t)q * rows_total + r0,
-                                         bf_mask(rows_total - r0), bf_units_apart(e, o));
+                _mm512_mask_storeu_epi32(dst + (size_t)q * rows_total + r0, bf_mask(rows_total - r0),
+                                         bf_units_apart(_mm512_loadu_ps(e), _mm512_loadu_ps(o)));
             }
         }
     }
