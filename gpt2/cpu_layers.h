@@ -330,6 +330,27 @@ void matmul_backward_bf16_naive(float* dinp, float* dweight, float* dbias, const
     }
 }
 
+// dbias (OC) += column sums of dout (BT, OC), float32, as matmul_backward_fast sums them: each
+// thread its own columns, the rows in order (a fixed order, no races), reading dout row by row.
+// matmul_backward_fast has the same loop inline (lesson 3 quotes it). A loop over the columns,
+// each summed down its rows, reads dout one float per row at a time: much slower on a wide dout
+// (doc/cpu_speed.md).
+static void matmul_dbias_rows(float* dbias, const float* dout, int BT, int OC) {
+    #pragma omp parallel
+    {
+        int tid = 0, nth = 1;
+#ifdef _OPENMP
+        tid = omp_get_thread_num();
+        nth = omp_get_num_threads();
+#endif
+        int o0 = (int)((long long)OC * tid / nth), o1 = (int)((long long)OC * (tid + 1) / nth);
+        for (int bt = 0; bt < BT; bt++) {
+            const float* d = dout + (size_t)bt * OC;
+            for (int o = o0; o < o1; o++) dbias[o] += d[o];
+        }
+    }
+}
+
 void matmul_forward_bf16_fast(float* out, const float* inp, const float* weight, const float* bias,
                               int B, int T, int C, int OC) {
     matmul_bias_fill(out, bias, B * T, OC);
@@ -341,15 +362,7 @@ void matmul_backward_bf16_fast(float* dinp, float* dweight, float* dbias, const 
     int BT = B * T;
     gemm_accumulate_bf16(dinp, C, dout, OC, 1, weight, C, 1, BT, C, OC);   // dinp += dout . weight
     gemm_accumulate_bf16(dweight, C, dout, 1, OC, inp, C, 1, OC, C, BT);   // dW += dout^T . inp
-    if (dbias != NULL) {
-        // each thread its own outputs o, each summed over bt in order: a fixed order, no races
-        #pragma omp parallel for
-        for (int o = 0; o < OC; o++) {
-            float db = 0.0f;
-            for (int bt = 0; bt < BT; bt++) db += dout[(size_t)bt * OC + o];
-            dbias[o] += db;
-        }
-    }
+    if (dbias != NULL) matmul_dbias_rows(dbias, dout, BT, OC);
 }
 
 // out (B,T,OC) = bf16(inp) . bf16(weight)^T + bias (OC); bias may be NULL
