@@ -18,7 +18,7 @@
 // within 2 ulp of the correctly rounded result (Cephes' bounds are ~1.3 ulp), and at 0, +-inf,
 // NaN and far below exp's range.
 //
-// The bf16 products (gpt2/cpu_bf16.h): gemm_pack_b_bf16 on a million float32 bit patterns of
+// The bf16 products (gpt2/cpu_bf16.h): gemm_pack_b_bf16 on 2.1 million float32 bit patterns of
 // every class, in the three layouts its packing reads, must put each one where the layout says,
 // rounded exactly as bf16_from_float rounds it (denormals: as the build's conversion does);
 // matmul_forward_bf16, matmul_forward_packed_bf16 and matmul_backward_bf16 against the product of
