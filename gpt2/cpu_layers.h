@@ -281,43 +281,152 @@ void matmul_forward_packed(float* out, const float* inp, const float* packed_wei
 // ---------- matmul in bf16: train_cpu -p bf16, infer -w bf16 ----------
 // The same linear layer with its products in bf16 (gpt2/cpu_bf16.h): inputs, weights and output
 // gradients rounded to bf16 as the products read them, products exact, sums and results float32.
+// As in float32, the naive loops are the definition and `make MATMUL=naive` runs them; the fast
+// ones are gemm_accumulate_bf16 (vdpbf16ps where the build has AVX512_BF16). Both keep the
+// contract of gpt2/cpu_bf16.h: one fixed order of the sums per element, so the same bits for any
+// thread count and for a row whatever the other rows are, the packed weight as the unpacked one.
+
+void matmul_forward_bf16_naive(float* out, const float* inp, const float* weight, const float* bias,
+                               int B, int T, int C, int OC) {
+    // out (B,T,OC) = bf16(inp) (B,T,C) . bf16(weight) (OC,C)^T + bias (OC); bias may be NULL
+    #pragma omp parallel for
+    for (int bt = 0; bt < B * T; bt++) {
+        const float* x = inp + (size_t)bt * C;
+        for (int o = 0; o < OC; o++) {
+            const float* w = weight + (size_t)o * C;
+            float val = bias != NULL ? bias[o] : 0.0f;
+            for (int i = 0; i < C; i++) val += bf16_round(x[i]) * bf16_round(w[i]);   // exact product
+            out[(size_t)bt * OC + o] = val;
+        }
+    }
+}
+
+void matmul_backward_bf16_naive(float* dinp, float* dweight, float* dbias, const float* dout,
+                                const float* inp, const float* weight, int B, int T, int C, int OC) {
+    // dinp (B,T,C) += bf16(dout) (B,T,OC) . bf16(weight) (OC,C)
+    #pragma omp parallel for
+    for (int bt = 0; bt < B * T; bt++) {
+        const float* d = dout + (size_t)bt * OC;
+        float* dx = dinp + (size_t)bt * C;
+        for (int o = 0; o < OC; o++) {
+            const float* w = weight + (size_t)o * C;
+            float d_o = bf16_round(d[o]);
+            for (int i = 0; i < C; i++) dx[i] += d_o * bf16_round(w[i]);
+        }
+    }
+    // dweight (OC,C) += bf16(dout)^T . bf16(inp), dbias (OC) += sum over rows of dout (float32)
+    #pragma omp parallel for
+    for (int o = 0; o < OC; o++) {
+        float* dw = dweight + (size_t)o * C;
+        float db = 0.0f;
+        for (int bt = 0; bt < B * T; bt++) {
+            float d = dout[(size_t)bt * OC + o];
+            float d_o = bf16_round(d);
+            const float* x = inp + (size_t)bt * C;
+            for (int i = 0; i < C; i++) dw[i] += d_o * bf16_round(x[i]);
+            db += d;
+        }
+        if (dbias != NULL) dbias[o] += db;
+    }
+}
+
+// dbias (OC) += column sums of dout (BT, OC), float32, as matmul_backward_fast sums them: each
+// thread its own columns, the rows in order (a fixed order, no races), reading dout row by row.
+// matmul_backward_fast has the same loop inline (lesson 3 quotes it). A loop over the columns,
+// each summed down its rows, reads dout one float per row at a time: much slower on a wide dout
+// (doc/cpu_speed.md).
+static void matmul_dbias_rows(float* dbias, const float* dout, int BT, int OC) {
+    #pragma omp parallel
+    {
+        int tid = 0, nth = 1;
+#ifdef _OPENMP
+        tid = omp_get_thread_num();
+        nth = omp_get_num_threads();
+#endif
+        int o0 = (int)((long long)OC * tid / nth), o1 = (int)((long long)OC * (tid + 1) / nth);
+        for (int bt = 0; bt < BT; bt++) {
+            const float* d = dout + (size_t)bt * OC;
+            for (int o = o0; o < o1; o++) dbias[o] += d[o];
+        }
+    }
+}
+
+void matmul_forward_bf16_fast(float* out, const float* inp, const float* weight, const float* bias,
+                              int B, int T, int C, int OC) {
+    matmul_bias_fill(out, bias, B * T, OC);
+    gemm_accumulate_bf16(out, OC, inp, C, 1, weight, 1, C, B * T, OC, C);   // out += inp . weight^T
+}
+
+void matmul_backward_bf16_fast(float* dinp, float* dweight, float* dbias, const float* dout,
+                               const float* inp, const float* weight, int B, int T, int C, int OC) {
+    int BT = B * T;
+    gemm_accumulate_bf16(dinp, C, dout, OC, 1, weight, C, 1, BT, C, OC);   // dinp += dout . weight
+    gemm_accumulate_bf16(dweight, C, dout, 1, OC, inp, C, 1, OC, C, BT);   // dW += dout^T . inp
+    if (dbias != NULL) matmul_dbias_rows(dbias, dout, BT, OC);
+}
 
 // out (B,T,OC) = bf16(inp) . bf16(weight)^T + bias (OC); bias may be NULL
 void matmul_forward_bf16(float* out, const float* inp, const float* weight, const float* bias,
                          int B, int T, int C, int OC) {
-    matmul_bias_fill(out, bias, B * T, OC);
-    gemm_accumulate_bf16(out, OC, inp, C, 1, weight, 1, C, B * T, OC, C);
+#ifdef MATMUL_NAIVE
+    matmul_forward_bf16_naive(out, inp, weight, bias, B, T, C, OC);
+#else
+    matmul_forward_bf16_fast(out, inp, weight, bias, B, T, C, OC);
+#endif
 }
 
 // dinp += bf16(dout) . bf16(weight), dweight += bf16(dout)^T . bf16(inp), dbias += column sums
 // of dout (float32; may be NULL)
 void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout,
                           const float* inp, const float* weight, int B, int T, int C, int OC) {
-    int BT = B * T;
-    gemm_accumulate_bf16(dinp, C, dout, OC, 1, weight, C, 1, BT, C, OC);
-    gemm_accumulate_bf16(dweight, C, dout, 1, OC, inp, C, 1, OC, C, BT);
-    if (dbias != NULL) {
-        for (int bt = 0; bt < BT; bt++) {
-            for (int o = 0; o < OC; o++) dbias[o] += dout[(size_t)bt * OC + o];
-        }
-    }
+#ifdef MATMUL_NAIVE
+    matmul_backward_bf16_naive(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
+#else
+    matmul_backward_bf16_fast(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
+#endif
 }
 
+// The weight packed once, as pack_weight and matmul_forward_packed in float32. Under MATMUL_NAIVE
+// the "packing" is the weight rounded to bf16 in its own layout, and the product the naive loops.
+
 // bf16 values that pack_weight_bf16 writes for a weight (OC, C).
-size_t packed_weight_size_bf16(int C, int OC) { return gemm_packed_size_bf16(C, OC); }
+size_t packed_weight_size_bf16(int C, int OC) {
+#ifdef MATMUL_NAIVE
+    return (size_t)OC * C;
+#else
+    return gemm_packed_size_bf16(C, OC);   // the operand is weight^T, C x OC
+#endif
+}
 
 // packed (packed_weight_size_bf16(C, OC) values, 64-byte aligned) = weight (OC, C) rounded to
 // bf16, packed.
 void pack_weight_bf16(bf16_t* packed, const float* weight, int C, int OC) {
-    gemm_pack_b_bf16(packed, weight, 1, C, C, OC);
+#ifdef MATMUL_NAIVE
+    for (size_t i = 0; i < (size_t)OC * C; i++) packed[i] = bf16_from_float(weight[i]);
+#else
+    gemm_pack_b_bf16(packed, weight, 1, C, C, OC);   // weight^T(k, o) = weight[o*C + k]
+#endif
 }
 
 // out (B,T,OC) = bf16(inp) . weight^T + bias, the weight packed by pack_weight_bf16; bias may be
 // NULL. The same bits as matmul_forward_bf16 on the weight it was packed from.
 void matmul_forward_packed_bf16(float* out, const float* inp, const bf16_t* packed_weight,
                                 const float* bias, int B, int T, int C, int OC) {
+#ifdef MATMUL_NAIVE
+    #pragma omp parallel for
+    for (int bt = 0; bt < B * T; bt++) {
+        const float* x = inp + (size_t)bt * C;
+        for (int o = 0; o < OC; o++) {
+            const bf16_t* w = packed_weight + (size_t)o * C;
+            float val = bias != NULL ? bias[o] : 0.0f;
+            for (int i = 0; i < C; i++) val += bf16_round(x[i]) * bf16_to_float(w[i]);
+            out[(size_t)bt * OC + o] = val;
+        }
+    }
+#else
     matmul_bias_fill(out, bias, B * T, OC);
     gemm_accumulate_packed_bf16(out, OC, inp, C, 1, packed_weight, B * T, OC, C);
+#endif
 }
 
 // ---------- attention ----------

@@ -18,6 +18,16 @@
 // within 2 ulp of the correctly rounded result (Cephes' bounds are ~1.3 ulp), and at 0, +-inf,
 // NaN and far below exp's range.
 //
+// The bf16 products (gpt2/cpu_bf16.h): gemm_pack_b_bf16 on 2.1 million float32 bit patterns of
+// every class, in the three layouts its packing reads, must put each one where the layout says,
+// rounded exactly as bf16_from_float rounds it (denormals: as the build's conversion does);
+// matmul_forward_bf16, matmul_forward_packed_bf16 and matmul_backward_bf16 against the product of
+// the bf16-rounded operands in double, on the shapes above and on odd K in the last k block of
+// forward and dweight: within the tolerance below on random operands, exactly on operands that
+// round to multiples of 1/8 (sums float32 holds exactly, so any wrong rounding, pairing or dropped
+// term shows); determinism, batch invariance and packed against unpacked as in float32. And a
+// fingerprint of one layer's bf16 products, which test_matmul.sh compares across builds.
+//
 // Tolerance: float32 dot products over K terms carry rounding error proportional to the sum of
 // the absolute values of the terms, so each element is compared with
 //   |fast - naive| <= 1e-5 * (|naive| + sum |terms|) + 1e-6
@@ -119,8 +129,14 @@ static int check_shape(int BT, int C, int OC, int use_bias) {
     return fails;
 }
 
+typedef void (*forward_fn)(float* out, const float* inp, const float* weight, const float* bias,
+                           int B, int T, int C, int OC);
+typedef void (*backward_fn)(float* dinp, float* dweight, float* dbias, const float* dout,
+                            const float* inp, const float* weight, int B, int T, int C, int OC);
+
 // Forward and backward with 1 thread and with all threads must agree bit for bit.
-static int check_determinism(int BT, int C, int OC) {
+static int check_determinism(const char* name, forward_fn forward, backward_fn backward,
+                             int BT, int C, int OC) {
     size_t ni = (size_t)BT * C, nw = (size_t)OC * C, no = (size_t)BT * OC;
     float* inp = random_array(ni);
     float* weight = random_array(nw);
@@ -136,8 +152,8 @@ static int check_determinism(int BT, int C, int OC) {
         float* dinp = (float*)calloc_check(ni, sizeof(float));
         float* dweight = (float*)calloc_check(nw, sizeof(float));
         float* dbias = (float*)calloc_check(OC, sizeof(float));
-        matmul_forward_fast(out, inp, weight, bias, 1, BT, C, OC);
-        matmul_backward_fast(dinp, dweight, dbias, dout, inp, weight, 1, BT, C, OC);
+        forward(out, inp, weight, bias, 1, BT, C, OC);
+        backward(dinp, dweight, dbias, dout, inp, weight, 1, BT, C, OC);
         results[run][0] = out; results[run][1] = dinp;
         results[run][2] = dweight; results[run][3] = dbias;
     }
@@ -155,8 +171,8 @@ static int check_determinism(int BT, int C, int OC) {
         free(results[0][k]);
         free(results[1][k]);
     }
-    printf("%s determinism BT=%d C=%d OC=%d: 1 thread vs %d threads\n", fails ? "FAIL" : "ok  ",
-           BT, C, OC, threads);
+    printf("%s determinism of %s BT=%d C=%d OC=%d: 1 thread vs %d threads\n",
+           fails ? "FAIL" : "ok  ", name, BT, C, OC, threads);
     free(inp); free(weight); free(bias); free(dout);
     return fails;
 }
@@ -179,63 +195,103 @@ static int compare_rows(const char* what, const float* a, const float* b, int n_
     return bad;
 }
 
-// gemm_accumulate and gemm_accumulate_packed on the first M rows of A, for every M of rows[],
-// on 1 and 2 threads, adding into the same random C, must give the bits of gemm_accumulate on all
-// the rows (the largest M) on 1 thread: a row's result depends neither on M nor on how B came
-// packed. B is K x N (rsb = N) or a weight's transpose (rsb = 1, csb = K).
-static int check_packed_gemm(const int* rows, int n_rows, int N, int K, int b_transposed) {
+// B packed once for the product in float32 (bf16 = 0) or bf16 (bf16 = 1), 64-byte aligned.
+static void* pack_b(int bf16, const float* b, size_t rsb, size_t csb, int K, int N) {
+    if (bf16) {
+        bf16_t* packed = (bf16_t*)aligned_alloc_check(64, gemm_packed_size_bf16(K, N) * sizeof(bf16_t));
+        gemm_pack_b_bf16(packed, b, rsb, csb, K, N);
+        return packed;
+    }
+    float* packed = (float*)aligned_alloc_check(64, gemm_packed_size(K, N) * sizeof(float));
+    gemm_pack_b(packed, b, rsb, csb, K, N);
+    return packed;
+}
+
+// C (M x N) += A (M x K, rows contiguous) . B, in float32 or bf16, B as given (packed == NULL) or
+// packed by pack_b.
+static void product(int bf16, float* c, const float* a, const float* b, size_t rsb, size_t csb,
+                    const void* packed, int M, int N, int K) {
+    if (bf16 && packed != NULL) gemm_accumulate_packed_bf16(c, N, a, K, 1, (const bf16_t*)packed, M, N, K);
+    else if (bf16) gemm_accumulate_bf16(c, N, a, K, 1, b, rsb, csb, M, N, K);
+    else if (packed != NULL) gemm_accumulate_packed(c, N, a, K, 1, (const float*)packed, M, N, K);
+    else gemm_accumulate(c, N, a, K, 1, b, rsb, csb, M, N, K);
+}
+
+// gemm_accumulate and gemm_accumulate_packed (or their bf16 twins) on the first M rows of A, for
+// every M of rows[], on 1 and 2 threads, adding into the same random C, must give the bits of the
+// unpacked product on all the rows (the largest M) on 1 thread: a row's result depends neither on
+// M nor on how B came packed. B is K x N (rsb = N) or a weight's transpose (rsb = 1, csb = K).
+static int check_packed_gemm(int bf16, const int* rows, int n_rows, int N, int K, int b_transposed) {
     int fails = 0, threads = num_threads(), max_rows = rows[n_rows - 1];
     float* b = random_array((size_t)K * N);
     size_t rsb = b_transposed ? 1 : (size_t)N, csb = b_transposed ? (size_t)K : 1;
-    float* packed = (float*)aligned_alloc_check(64, gemm_packed_size(K, N) * sizeof(float));
-    gemm_pack_b(packed, b, rsb, csb, K, N);
+    void* packed = pack_b(bf16, b, rsb, csb, K, N);
     float* a = random_array((size_t)max_rows * K);
     float* c0 = random_array((size_t)max_rows * N);
     float* ref = copy_array(c0, (size_t)max_rows * N);
     set_threads(1);
-    gemm_accumulate(ref, N, a, K, 1, b, rsb, csb, max_rows, N, K);
+    product(bf16, ref, a, b, rsb, csb, NULL, max_rows, N, K);
+    const char* name = bf16 ? "gemm_accumulate_bf16" : "gemm_accumulate";
     for (int m = 0; m < n_rows; m++) {
         int M = rows[m];
-        for (int run = 0; run < 4; run++) {   // gemm_accumulate, then packed; 1 and 2 threads
+        for (int run = 0; run < 4; run++) {   // unpacked, then packed; 1 and 2 threads
             int packed_b = run >= 2, nth = run % 2 + 1;
             float* c = copy_array(c0, (size_t)M * N);
             set_threads(nth);
-            if (packed_b) gemm_accumulate_packed(c, N, a, K, 1, packed, M, N, K);
-            else gemm_accumulate(c, N, a, K, 1, b, rsb, csb, M, N, K);
+            product(bf16, c, a, b, rsb, csb, packed_b ? packed : NULL, M, N, K);
             char what[160];
-            snprintf(what, sizeof(what), "%s on %d thread(s), M=%d N=%d K=%d",
-                     packed_b ? "gemm_accumulate_packed" : "gemm_accumulate", nth, M, N, K);
+            snprintf(what, sizeof(what), "%s%s on %d thread(s), M=%d N=%d K=%d", name,
+                     packed_b ? " (packed)" : "", nth, M, N, K);
             fails += compare_rows(what, c, ref, M, N) > 0;
             free(c);
         }
     }
     set_threads(threads);
-    printf("%s packed gemm N=%d K=%d B=%s: M = 1..%d rows, 1 and 2 threads, packed or not, "
-           "bit-identical to the first M rows of %d\n", fails ? "FAIL" : "ok  ", N, K,
+    printf("%s packed %s N=%d K=%d B=%s: M = 1..%d rows, 1 and 2 threads, packed or not, "
+           "bit-identical to the first M rows of %d\n", fails ? "FAIL" : "ok  ", name, N, K,
            b_transposed ? "weight^T" : "plain", max_rows, max_rows);
     free(b); free(packed); free(a); free(c0); free(ref);
     return fails;
 }
 
-// matmul_forward_packed on M rows (2 threads) against: each row alone (1 thread), the rows in
-// reverse order (each row in another position), and matmul_forward on the M rows. All bit for bit.
-static int check_packed_rows(int M, int C, int OC, int use_bias) {
+// The weight packed once, in float32 or bf16: pack_weight(_bf16) into a new 64-byte aligned
+// buffer, and matmul_forward_packed(_bf16) on it.
+static void* pack_weight_as(int bf16, const float* weight, int C, int OC) {
+    if (bf16) {
+        bf16_t* p = (bf16_t*)aligned_alloc_check(64, packed_weight_size_bf16(C, OC) * sizeof(bf16_t));
+        pack_weight_bf16(p, weight, C, OC);
+        return p;
+    }
+    float* p = (float*)aligned_alloc_check(64, packed_weight_size(C, OC) * sizeof(float));
+    pack_weight(p, weight, C, OC);
+    return p;
+}
+
+static void forward_packed(int bf16, float* out, const float* inp, const void* packed,
+                           const float* bias, int BT, int C, int OC) {
+    if (bf16) matmul_forward_packed_bf16(out, inp, (const bf16_t*)packed, bias, 1, BT, C, OC);
+    else matmul_forward_packed(out, inp, (const float*)packed, bias, 1, BT, C, OC);
+}
+
+// matmul_forward_packed (or _bf16) on M rows (2 threads) against: each row alone (1 thread), the
+// rows in reverse order (each row in another position), and matmul_forward (_bf16) on the M rows.
+// All bit for bit.
+static int check_packed_rows(int bf16, int M, int C, int OC, int use_bias) {
     int fails = 0, threads = num_threads();
     float* inp = random_array((size_t)M * C);
     float* weight = random_array((size_t)OC * C);
     float* bias = use_bias ? random_array(OC) : NULL;
-    float* packed = (float*)aligned_alloc_check(64, packed_weight_size(C, OC) * sizeof(float));
-    pack_weight(packed, weight, C, OC);
+    void* packed = pack_weight_as(bf16, weight, C, OC);
     size_t no = (size_t)M * OC;
     float* out = random_array(no);
     float* other = random_array(no);
     float* reversed = random_array((size_t)M * C);
     set_threads(2);
-    matmul_forward_packed(out, inp, packed, bias, 1, M, C, OC);
+    forward_packed(bf16, out, inp, packed, bias, M, C, OC);
 
     set_threads(1);
     for (int r = 0; r < M; r++) {
-        matmul_forward_packed(other + (size_t)r * OC, inp + (size_t)r * C, packed, bias, 1, 1, C, OC);
+        forward_packed(bf16, other + (size_t)r * OC, inp + (size_t)r * C, packed, bias, 1, C, OC);
     }
     fails += compare_rows("each row alone (M=1, 1 thread)", other, out, M, OC) > 0;
 
@@ -243,20 +299,256 @@ static int check_packed_rows(int M, int C, int OC, int use_bias) {
     for (int r = 0; r < M; r++) {
         memcpy(reversed + (size_t)(M - 1 - r) * C, inp + (size_t)r * C, (size_t)C * sizeof(float));
     }
-    matmul_forward_packed(other, reversed, packed, bias, 1, M, C, OC);
+    forward_packed(bf16, other, reversed, packed, bias, M, C, OC);
     for (int r = 0; r < M; r++) {
         fails += compare_rows("a row in reverse position", other + (size_t)(M - 1 - r) * OC,
                               out + (size_t)r * OC, 1, OC) > 0;
     }
 
-    matmul_forward(other, inp, weight, bias, 1, M, C, OC);
-    fails += compare_rows("against matmul_forward", other, out, M, OC) > 0;
+    if (bf16) matmul_forward_bf16(other, inp, weight, bias, 1, M, C, OC);
+    else matmul_forward(other, inp, weight, bias, 1, M, C, OC);
+    fails += compare_rows("against the unpacked forward", other, out, M, OC) > 0;
     set_threads(threads);
-    printf("%s matmul_forward_packed BT=%d C=%d OC=%d bias=%s: each row as alone, as in another "
-           "position, as matmul_forward\n", fails ? "FAIL" : "ok  ", M, C, OC,
-           use_bias ? "yes" : "NULL");
+    printf("%s matmul_forward_packed%s BT=%d C=%d OC=%d bias=%s: each row as alone, as in another "
+           "position, as matmul_forward%s\n", fails ? "FAIL" : "ok  ", bf16 ? "_bf16" : "", M, C,
+           OC, use_bias ? "yes" : "NULL", bf16 ? "_bf16" : "");
     free(inp); free(weight); free(bias); free(packed); free(out); free(other); free(reversed);
     return fails;
+}
+
+// ---------- bf16 products ----------
+
+// c (M x N, as the caller set it) += bf16(A) . bf16(B) in double, and bound += |bf16(A)| . |bf16(B)|
+// (the sum of the absolute values of the terms), A and B addressed as in gemm_accumulate.
+static void reference_bf16(double* c, double* bound, const float* a, size_t rsa, size_t csa,
+                           const float* b, size_t rsb, size_t csb, int M, int N, int K) {
+    double* ar = (double*)malloc_check((size_t)M * K * sizeof(double));   // A rounded, (M, K)
+    double* br = (double*)malloc_check((size_t)N * K * sizeof(double));   // B^T rounded, (N, K)
+    for (int i = 0; i < M; i++)
+        for (int p = 0; p < K; p++) ar[(size_t)i * K + p] = bf16_round(a[i * rsa + p * csa]);
+    for (int j = 0; j < N; j++)
+        for (int p = 0; p < K; p++) br[(size_t)j * K + p] = bf16_round(b[p * rsb + j * csb]);
+    for (int i = 0; i < M; i++) {
+        for (int j = 0; j < N; j++) {
+            const double* x = ar + (size_t)i * K;
+            const double* y = br + (size_t)j * K;
+            double sum = 0.0, abs_sum = 0.0;
+            for (int p = 0; p < K; p++) {
+                sum += x[p] * y[p];
+                abs_sum += fabs(x[p] * y[p]);
+            }
+            c[(size_t)i * N + j] += sum;
+            bound[(size_t)i * N + j] += abs_sum;
+        }
+    }
+    free(ar);
+    free(br);
+}
+
+// Elements of got that differ from ref: bit for bit when exact (ref is then a float32 value),
+// else beyond 1e-5 * (|ref| + bound) + 1e-6 as compare() allows. Prints the worst; returns 1 on
+// any failure.
+static int compare_ref(const char* what, const float* got, const double* ref, const double* bound,
+                       size_t n, int exact) {
+    int bad = 0;
+    double worst = -1.0;
+    size_t worst_i = 0;
+    for (size_t i = 0; i < n; i++) {
+        double err = fabs((double)got[i] - ref[i]);
+        double tol = exact ? 0.0 : 1e-5 * (fabs(ref[i]) + bound[i]) + 1e-6;
+        if (!(err <= tol)) bad++;
+        if (!(err - tol <= worst)) { worst = err - tol; worst_i = i; }
+    }
+    if (bad > 0) {
+        printf("  FAIL %s: %d of %zu elements %s; worst [%zu] got %.9g reference %.9g\n", what, bad,
+               n, exact ? "not exact" : "out of tolerance", worst_i, got[worst_i], ref[worst_i]);
+    }
+    return bad > 0;
+}
+
+// A float32 that rounds to the bf16 value m/8, m random in -15..15: m/8 moved away from zero by up
+// to half a bf16 ulp, or towards zero by up to a quarter (half the ulp below a power of two), an
+// exact tie one time in eight (m/8 has at most 4 significant bits: its last bf16 bit is 0, so a
+// tie rounds back to it). Truncation, ties away from zero or no rounding give another value.
+// Products of such values are multiples of 1/64 below 4 and float32 holds their sums over a few
+// thousand terms exactly, in any order: the product must then equal the double reference exactly.
+static float exact_operand(void) {
+    int m = (int)(random_u32(&rng_state) % 31) - 15;
+    float v = m / 8.0f;
+    if (m == 0) return v;
+    int e;
+    frexpf(fabsf(v), &e);   // |v| in [2^(e-1), 2^e): a bf16 ulp there is 2^(e-8)
+    uint32_t r = random_u32(&rng_state);
+    int away = r & 1, tie = (r >> 1) % 8 == 0;
+    float d = ldexpf(tie ? 1.0f : random_f32(&rng_state), away ? e - 9 : e - 10);
+    return v + copysignf(away ? d : -d, v);
+}
+
+static float* exact_array(size_t n) {
+    float* x = (float*)malloc_check(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = exact_operand();
+    return x;
+}
+
+// Multiples of 1/64 in [-4, 4]: starting values of sums that stay exact.
+static float* sixty_fourths(size_t n) {
+    float* x = (float*)malloc_check(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = (float)((int)(random_u32(&rng_state) % 513) - 256) / 64.0f;
+    return x;
+}
+
+static double* to_double(const float* x, size_t n, int absolute) {
+    double* y = (double*)malloc_check(n * sizeof(double));
+    for (size_t i = 0; i < n; i++) y[i] = absolute ? fabs((double)x[i]) : (double)x[i];
+    return y;
+}
+
+// One shape in bf16: matmul_forward_bf16, matmul_forward_packed_bf16 and matmul_backward_bf16
+// (dinp, dweight, dbias) against the product of the bf16-rounded operands in double: within a
+// float32 sum's rounding on random operands, exactly on exact_operand's (dbias, a float32 sum of
+// unrounded dout, always within the tolerance).
+static int check_bf16_shape(int BT, int C, int OC, int use_bias, int exact) {
+    size_t ni = (size_t)BT * C, nw = (size_t)OC * C, no = (size_t)BT * OC;
+    float* (*operands)(size_t) = exact ? exact_array : random_array;
+    float* (*starts)(size_t) = exact ? sixty_fourths : random_array;
+    float* inp = operands(ni);
+    float* weight = operands(nw);
+    float* dout = operands(no);
+    float* bias = use_bias ? starts(OC) : NULL;
+    int fails = 0;
+
+    // forward, into garbage that it must overwrite; then with the weight packed
+    double* ref = (double*)calloc_check(no, sizeof(double));
+    double* bound = (double*)calloc_check(no, sizeof(double));
+    for (size_t i = 0; use_bias && i < no; i++) {
+        ref[i] = bias[i % OC];
+        bound[i] = fabs(bias[i % OC]);
+    }
+    reference_bf16(ref, bound, inp, C, 1, weight, 1, C, BT, OC, C);
+    float* out = random_array(no);
+    matmul_forward_bf16(out, inp, weight, bias, 1, BT, C, OC);
+    fails += compare_ref("matmul_forward_bf16", out, ref, bound, no, exact);
+    void* packed = pack_weight_as(1, weight, C, OC);
+    float* out_packed = random_array(no);
+    matmul_forward_packed_bf16(out_packed, inp, (const bf16_t*)packed, bias, 1, BT, C, OC);
+    fails += compare_ref("matmul_forward_packed_bf16", out_packed, ref, bound, no, exact);
+    free(ref); free(bound); free(out); free(packed); free(out_packed);
+
+    // backward, into gradients that start non-zero
+    float* dinp = starts(ni);
+    float* dweight = starts(nw);
+    float* dbias = use_bias ? starts(OC) : NULL;
+    double* dinp_ref = to_double(dinp, ni, 0);
+    double* dinp_bound = to_double(dinp, ni, 1);
+    double* dweight_ref = to_double(dweight, nw, 0);
+    double* dweight_bound = to_double(dweight, nw, 1);
+    reference_bf16(dinp_ref, dinp_bound, dout, OC, 1, weight, C, 1, BT, C, OC);
+    reference_bf16(dweight_ref, dweight_bound, dout, 1, OC, inp, C, 1, OC, C, BT);
+    double* dbias_ref = use_bias ? to_double(dbias, OC, 0) : NULL;
+    double* dbias_bound = use_bias ? to_double(dbias, OC, 1) : NULL;
+    for (size_t i = 0; use_bias && i < no; i++) {
+        dbias_ref[i % OC] += dout[i];
+        dbias_bound[i % OC] += fabs(dout[i]);
+    }
+    matmul_backward_bf16(dinp, dweight, dbias, dout, inp, weight, 1, BT, C, OC);
+    fails += compare_ref("matmul_backward_bf16 dinp", dinp, dinp_ref, dinp_bound, ni, exact);
+    fails += compare_ref("matmul_backward_bf16 dweight", dweight, dweight_ref, dweight_bound, nw, exact);
+    if (use_bias) fails += compare_ref("matmul_backward_bf16 dbias", dbias, dbias_ref, dbias_bound, OC, 0);
+
+    printf("%s bf16 BT=%d C=%d OC=%d bias=%s, %s\n", fails ? "FAIL" : "ok  ", BT, C, OC,
+           use_bias ? "yes" : "NULL", exact ? "operands that round to m/8: exact" : "random operands");
+    free(inp); free(weight); free(dout); free(bias);
+    free(dinp); free(dweight); free(dbias);
+    free(dinp_ref); free(dinp_bound); free(dweight_ref); free(dweight_bound);
+    free(dbias_ref); free(dbias_bound);
+    return fails;
+}
+
+// What the packing makes of x: bf16_from_float's rounding, except that a build with
+// AVX512_BF16 converts with vcvtne2ps2bf16, which turns a float32 denormal into a zero of its sign.
+static bf16_t packed_bf16(float x) {
+#ifdef BF_DPBF16
+    if (fpclassify(x) == FP_SUBNORMAL) return signbit(x) ? 0x8000 : 0x0000;
+#endif
+    return bf16_from_float(x);
+}
+
+// gemm_pack_b_bf16 on a K x N operand B (element (p, j) at b[p * rsb + j * csb]) of float32 bit
+// patterns from every class (all exponents, ties, NaNs with payloads, infinities, values that
+// round up to infinity, denormals, zeros) must write exactly the layout of gpt2/cpu_bf16.h: each
+// element rounded as bf16_from_float rounds it (so the vector conversion matches the scalar one on
+// every normal number), at its place among the units, zeros in the padding.
+static int check_bf16_packing(int K, int N, size_t rsb, size_t csb) {
+    static const uint32_t special[] = {
+        0x3f808000, 0x3f818000, 0xbf808000, 0x3f80ffff, 0x3f817fff, 0x3f818001,   // ties and near
+        0x7f800001, 0x7fa12345, 0xffc00000, 0x7fffffff, 0xff800001,               // NaNs
+        0x7f800000, 0xff800000, 0x7f7fffff, 0x7f7f8000, 0xff7f8000, 0x7f7f7fff,   // inf, overflow
+        0x00000001, 0x807fffff, 0x007fffff, 0x00008000, 0x00800000, 0x80800000,   // denormals, min
+        0x00000000, 0x80000000};
+    int n_special = (int)(sizeof(special) / sizeof(special[0]));
+    size_t size = (size_t)(K - 1) * rsb + (size_t)(N - 1) * csb + 1;
+    float* b = (float*)malloc_check(size * sizeof(float));
+    for (size_t i = 0; i < size; i++) {
+        uint32_t u = (uint32_t)(i * 2654435761u) ^ (uint32_t)(i >> 7);   // every exponent
+        if (i % 5 == 1) u = (u & 0xffff0000u) | 0x8000u;                      // a tie
+        if (i < (size_t)n_special) u = special[i];
+        memcpy(&b[i], &u, sizeof(u));
+    }
+    size_t n_bf16 = gemm_packed_size_bf16(K, N), n_pad = mm_packed_width(N);
+    bf16_t* packed = (bf16_t*)aligned_alloc_check(64, n_bf16 * sizeof(bf16_t));
+    bf16_t* expected = (bf16_t*)calloc_check(n_bf16, sizeof(bf16_t));
+    memset(packed, 0x55, n_bf16 * sizeof(bf16_t));   // the padding must be written too
+    gemm_pack_b_bf16(packed, b, rsb, csb, K, N);
+    for (int p = 0; p < K; p++) {
+        int pc = p / BF_KC * BF_KC, qc = (mm_min(BF_KC, K - pc) + 1) / 2, q = (p - pc) / 2;
+        for (int j = 0; j < N; j++) {
+            size_t unit = (size_t)(pc / 2) * n_pad + (size_t)(j / MM_NR * MM_NR) * qc +
+                          (size_t)q * MM_NR + j % MM_NR;
+            // the unit (even k, odd k) as 2 bf16 in memory, the even one first (little-endian)
+            expected[2 * unit + (p - pc) % 2] = packed_bf16(b[p * rsb + j * csb]);
+        }
+    }
+    int fails = 0;
+    for (size_t i = 0; i < n_bf16 && fails == 0; i++) {
+        if (packed[i] != expected[i]) {
+            printf("  FAIL gemm_pack_b_bf16: bf16 %zu of the packed operand is %04x, should be "
+                   "%04x\n", i, packed[i], expected[i]);
+            fails = 1;
+        }
+    }
+    printf("%s gemm_pack_b_bf16 K=%d N=%d rsb=%zu csb=%zu: %zu float32 patterns, each rounded to "
+           "bf16 and in its place\n", fails ? "FAIL" : "ok  ", K, N, rsb, csb, (size_t)K * N);
+    free(b); free(packed); free(expected);
+    return fails;
+}
+
+// A hash (FNV-1a) of the bits of a bf16 layer's three products (forward, dinp, dweight) on fixed
+// random operands, through the fast functions in every build. Every build sums each element in
+// the same order (gpt2/cpu_bf16.h) and no sum here comes near a denormal, so every build must
+// print the same value: test_matmul.sh compares them.
+static uint64_t bf16_fingerprint(void) {
+    uint64_t saved = rng_state;
+    rng_state = 2024;
+    int BT = 37, C = 2 * BF_KC + 7, OC = 45;
+    size_t ni = (size_t)BT * C, nw = (size_t)OC * C, no = (size_t)BT * OC;
+    float* inp = random_array(ni);
+    float* weight = random_array(nw);
+    float* dout = random_array(no);
+    float* out = random_array(no);
+    float* dinp = random_array(ni);
+    float* dweight = random_array(nw);
+    matmul_forward_bf16_fast(out, inp, weight, NULL, 1, BT, C, OC);
+    matmul_backward_bf16_fast(dinp, dweight, NULL, dout, inp, weight, 1, BT, C, OC);
+    uint64_t h = 0xcbf29ce484222325ull;
+    const float* results[3] = {out, dinp, dweight};
+    size_t sizes[3] = {no, ni, nw};
+    for (int k = 0; k < 3; k++) {
+        const unsigned char* bytes = (const unsigned char*)results[k];
+        for (size_t i = 0; i < sizes[k] * sizeof(float); i++) h = (h ^ bytes[i]) * 0x100000001b3ull;
+    }
+    free(inp); free(weight); free(dout); free(out); free(dinp); free(dweight);
+    rng_state = saved;
+    return h;
 }
 
 // Error of got in ulps of the float nearest want.
@@ -325,15 +617,43 @@ int main(void) {
     fails += check_shape(7, 40, MM_NC + 37, 1);    // several column blocks (OC > NC)
     fails += check_shape(65, 2 * MM_KC + 3, 20, 0);  // several k blocks in forward (C > KC)
     fails += check_shape(300, 64, 48, 1);            // several k blocks in dweight (BT > KC)
-    fails += check_determinism(257, 769, 301);
+    fails += check_determinism("matmul_forward/backward_fast", matmul_forward_fast,
+                               matmul_backward_fast, 257, 769, 301);
     int packed_rows[] = {1, 2, 3, 13, 14, 15, 29, 64, 100};
-    fails += check_packed_gemm(packed_rows, 9, 37, 300, 1);    // M > N: slices of rows
-    fails += check_packed_gemm(packed_rows, 9, 301, 768, 1);
-    fails += check_packed_gemm(packed_rows, 9, 301, 300, 0);
-    fails += check_packed_gemm(packed_rows, 9, 2 * MM_NC + 104, 300, 1);   // NC blocks in a slice
-    fails += check_packed_rows(29, 768, 301, 1);
-    fails += check_packed_rows(64, 300, MM_NC + 37, 0);
-    fails += check_packed_rows(100, 300, 37, 1);             // slices of rows at M = 100
+    fails += check_packed_gemm(0, packed_rows, 9, 37, 300, 1);    // M > N: slices of rows
+    fails += check_packed_gemm(0, packed_rows, 9, 301, 768, 1);
+    fails += check_packed_gemm(0, packed_rows, 9, 301, 300, 0);
+    fails += check_packed_gemm(0, packed_rows, 9, 2 * MM_NC + 104, 300, 1);   // NC blocks in a slice
+    fails += check_packed_rows(0, 29, 768, 301, 1);
+    fails += check_packed_rows(0, 64, 300, MM_NC + 37, 0);
+    fails += check_packed_rows(0, 100, 300, 37, 1);             // slices of rows at M = 100
+
+    printf("bf16 products: %s, KC %d\n", cpu_bf16_arith(), BF_KC);
+    fails += check_bf16_packing(2 * BF_KC + 37, 1000, 1, 2 * BF_KC + 37);   // weight^T: pairs adjacent
+    fails += check_bf16_packing(2 * BF_KC + 37, 1000, 1000, 1);              // k down the columns
+    fails += check_bf16_packing(301, 45, 2 * 45, 2);                         // neither stride 1
+    for (int r = 0; r < 4; r++) {
+        for (int s = 0; s < 4; s++) {
+            fails += check_bf16_shape(rows[r], shapes[s][0], shapes[s][1], (r + s) % 2, 0);
+        }
+    }
+    fails += check_bf16_shape(7, 40, MM_NC + 37, 1, 0);        // several column blocks
+    fails += check_bf16_shape(65, 2 * BF_KC + 3, 20, 0, 0);    // several k blocks in forward
+    fails += check_bf16_shape(600, 64, 48, 1, 0);              // several k blocks in dweight
+    fails += check_bf16_shape(29, 2 * BF_KC + 7, 45, 1, 1);    // odd K in the last k block
+    fails += check_bf16_shape(1, 2 * BF_KC + 1, 37, 0, 1);
+    fails += check_bf16_shape(601, 70, 33, 1, 1);              // odd K in dweight's last block
+    fails += check_determinism("matmul_forward/backward_bf16", matmul_forward_bf16,
+                               matmul_backward_bf16, 257, 769, 301);
+    fails += check_packed_gemm(1, packed_rows, 9, 37, 300, 1);
+    fails += check_packed_gemm(1, packed_rows, 9, 301, 2 * BF_KC + 7, 1);
+    fails += check_packed_gemm(1, packed_rows, 9, 301, 301, 0);
+    fails += check_packed_gemm(1, packed_rows, 9, 2 * MM_NC + 104, 300, 1);
+    fails += check_packed_rows(1, 29, 768, 301, 1);
+    fails += check_packed_rows(1, 64, 301, MM_NC + 37, 0);
+    fails += check_packed_rows(1, 100, 300, 37, 1);
+    printf("bf16 fingerprint: %016llx\n", (unsigned long long)bf16_fingerprint());
+
     fails += check_vector_math();
     if (fails > 0) {
         printf("matmul_check: %d checks FAILED\n", fails);

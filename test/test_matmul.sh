@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# The fast matmul (gpt2/cpu_layers.h on gpt2/cpu_math.h) against the naive loops
-# (test/matmul_check.c), built three ways so that every code path the build can pick is checked
-# on this machine: the normal build (-march=native where the compiler takes it: AVX-512 or AVX2
-# tiles), the portable x86-64 baseline (16-byte vectors), and the plain-C fallback
-# (-DMATMUL_PLAIN_C, scalar register tile, what compilers without GCC vector extensions get),
-# and the naive build (-DMATMUL_NAIVE, make MATMUL=naive: matmul_forward_packed on the naive
-# loops). Also compiles it as C++, as nvcc does.
+# The fast matmul (gpt2/cpu_layers.h on gpt2/cpu_math.h and gpt2/cpu_bf16.h) against the naive
+# loops and, in bf16, against the product in double (test/matmul_check.c), built several ways so
+# that every code path the build can pick is checked on this machine: the normal build
+# (-march=native where the compiler takes it: AVX-512 or AVX2 tiles, vdpbf16ps with AVX512_BF16),
+# the same without AVX512_BF16 (-mno-avx512bf16, where -march=native gives it: the bf16 products
+# on float32 FMAs with AVX-512 vectors), the portable x86-64 baseline (16-byte vectors), the
+# plain-C fallback (-DMATMUL_PLAIN_C, scalar register tile, what compilers without GCC vector
+# extensions get), and the naive build (-DMATMUL_NAIVE, make MATMUL=naive: matmul_forward_packed
+# on the naive loops). Every build sums the bf16 products in the same order, so their bf16
+# fingerprints (a hash of one layer's products) must agree. Also compiles it as C++, as nvcc does.
 set -u
 cd "$(dirname "$0")/.."
 CC=${CC:-gcc}
@@ -15,15 +18,29 @@ mkdir -p build
 native=""
 echo 'int main(void){return 0;}' | $CC -march=native -x c - -o /dev/null 2>/dev/null && native="-march=native"
 base_flags=$(echo "$CFLAGS" | sed 's/-march=native//g')
+no_bf16=""
+[ -n "$native" ] && echo 'int main(void){return 0;}' | $CC -march=native -mno-avx512bf16 -x c - -o /dev/null 2>/dev/null \
+  && $CC -march=native -dM -E -x c /dev/null | grep -q __AVX512BF16__ && no_bf16="$native -mno-avx512bf16"
+variants=("native:$base_flags $native")
+[ -n "$no_bf16" ] && variants+=("native-no-bf16:$base_flags $no_bf16")
+variants+=("baseline:$base_flags" "plain-c:$base_flags -DMATMUL_PLAIN_C" "naive:$base_flags $native -DMATMUL_NAIVE")
 status=0
-for variant in "native:$base_flags $native" "baseline:$base_flags" "plain-c:$base_flags -DMATMUL_PLAIN_C" \
-               "naive:$base_flags $native -DMATMUL_NAIVE"; do
+fingerprints=""
+for variant in "${variants[@]}"; do
   name=${variant%%:*}
   flags=${variant#*:}
   echo "== $name ($flags)"
   $CC $flags -o build/matmul_check_$name test/matmul_check.c -lm || { echo "FAIL: matmul_check ($name) does not build"; exit 1; }
-  ./build/matmul_check_$name || status=1
+  ./build/matmul_check_$name | tee build/matmul_check_$name.log
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  fingerprints+="$name $(grep '^bf16 fingerprint:' build/matmul_check_$name.log | awk '{print $3}')"$'\n'
 done
+echo "== bf16 fingerprints"
+printf "%s" "$fingerprints"
+if [ "$(printf "%s" "$fingerprints" | awk 'NF != 2 { print "missing" } NF == 2 { print $2 }' | sort -u | wc -l)" -ne 1 ]; then
+  echo "FAIL: the builds' bf16 products differ (or one printed no fingerprint)"
+  status=1
+fi
 echo "== as C++"
 if command -v "$CXX" > /dev/null; then
   $CXX -x c++ $base_flags $native -fsyntax-only test/matmul_check.c || { echo "FAIL: does not compile as C++"; status=1; }

@@ -5,12 +5,18 @@
 //
 //   gcc -O3 -march=native -fopenmp dev/bench/bench_matmul.c -o build/bench_matmul -lm
 //   ./build/bench_matmul [reps=5] [naive=0]
+//   ./build/bench_matmul bf16 [reps=5]
 //   ./build/bench_matmul packed [reps=7] [cached]
+//   ./build/bench_matmul packed-bf16 [reps=7] [cached]
 //
 // Per layer (x12): qkv C->3C, attproj C->C, fc C->4C, fcproj 4C->C; then the output layer
 // C->Vp (Vp = 50304), the largest single product. Forward = out; backward = dinp and dW (dbias
 // is free next to them). Each time is the fastest of `reps` runs (other processes can only make
 // a run slower); the last line adds the matmuls up to one training step.
+//
+// `bf16`: the same products in float32 and in bf16 (matmul_forward_bf16_fast and
+// matmul_backward_bf16_fast, gpt2/cpu_bf16.h) side by side, taking turns within each run, and how
+// many times as fast bf16 is.
 //
 // `packed`: generation's products, the same five shapes at M = 1, 8 and 64 rows (a decode step of
 // 1, 8, 64 sequences): matmul_forward_packed against matmul_forward, and at M = 1 against a
@@ -20,6 +26,8 @@
 // the pass before. The products take turns, in an order that rotates; times are the median over
 // `reps` rounds. `cached`: one copy of each weight and the caches left alone, so that the weights
 // stay in L3 where they fit (all but the output layer's) and the kernels' own speed shows.
+// `packed-bf16`: the same, matmul_forward_packed against matmul_forward_packed_bf16 (the weight
+// packed in bf16: half the bytes to read).
 
 #include "../../gpt2/cpu_layers.h"
 #include "../../gpt2/random.h"
@@ -85,6 +93,60 @@ static void bench_training(int reps, int naive) {
            step_flops / step_seconds * 1e-9);
 }
 
+typedef void (*forward_fn)(float* out, const float* inp, const float* weight, const float* bias,
+                           int B, int T, int C, int OC);
+typedef void (*backward_fn)(float* dinp, float* dweight, float* dbias, const float* dout,
+                            const float* inp, const float* weight, int B, int T, int C, int OC);
+
+// The training products in float32 and in bf16, taking turns in each run: fastest of `reps`.
+static void bench_training_bf16(int reps) {
+    int BT = 256;
+    uint64_t rng = 1;
+    double step[2] = {0.0, 0.0}, step_flops = 0.0;
+    printf("B*T = %d, %d threads, bf16 on %s; GFLOP/s counts 2 per multiply-add; xN: bf16 is N "
+           "times as fast\n", BT, num_threads(), cpu_bf16_arith());
+    printf("%-8s %13s  %-31s %-31s %s\n", "product", "C -> OC", "float32 forward, backward",
+           "bf16 forward, backward", "bf16 speed-up");
+    for (int s = 0; s < NUM_SHAPES; s++) {
+        int IC = shapes[s].in, OC = shapes[s].out;
+        float* inp = random_array((size_t)BT * IC, &rng);
+        float* weight = random_array((size_t)OC * IC, &rng);
+        float* bias = random_array(OC, &rng);
+        float* out = random_array((size_t)BT * OC, &rng);
+        float* dinp = random_array((size_t)BT * IC, &rng);
+        float* dweight = random_array((size_t)OC * IC, &rng);
+        float* dbias = random_array(OC, &rng);
+        double flops = 2.0 * BT * IC * OC;
+        double best[4] = {1e30, 1e30, 1e30, 1e30};   // fp32 fwd, fp32 bwd, bf16 fwd, bf16 bwd
+        for (int r = 0; r < reps; r++) {
+            for (int bf16 = 0; bf16 < 2; bf16++) {
+                double t0 = now_seconds();
+                forward_fn forward = bf16 ? matmul_forward_bf16_fast : matmul_forward_fast;
+                forward(out, inp, weight, bias, 1, BT, IC, OC);
+                double t1 = now_seconds();
+                backward_fn backward = bf16 ? matmul_backward_bf16_fast : matmul_backward_fast;
+                backward(dinp, dweight, dbias, out, inp, weight, 1, BT, IC, OC);
+                double t2 = now_seconds();
+                if (t1 - t0 < best[2 * bf16]) best[2 * bf16] = t1 - t0;
+                if (t2 - t1 < best[2 * bf16 + 1]) best[2 * bf16 + 1] = t2 - t1;
+            }
+        }
+        printf("%-8s %5d -> %5d", shapes[s].name, IC, OC);
+        for (int bf16 = 0; bf16 < 2; bf16++) {
+            double fwd = best[2 * bf16], bwd = best[2 * bf16 + 1];
+            printf("  %6.2f ms %6.1f, %6.2f ms %6.1f", fwd * 1e3, flops / fwd * 1e-9, bwd * 1e3,
+                   2 * flops / bwd * 1e-9);
+            step[bf16] += shapes[s].count * (best[2 * bf16] + best[2 * bf16 + 1]);
+        }
+        printf("  x%.2f, x%.2f\n", best[0] / best[2], best[1] / best[3]);
+        step_flops += shapes[s].count * 3 * flops;
+        free(inp); free(weight); free(bias); free(out); free(dinp); free(dweight); free(dbias);
+    }
+    printf("all matmuls of one training step: float32 %.1f ms, %.1f GFLOP/s; bf16 %.1f ms, %.1f "
+           "GFLOP/s; x%.2f\n", step[0] * 1e3, step_flops / step[0] * 1e-9, step[1] * 1e3,
+           step_flops / step[1] * 1e-9, step[0] / step[1]);
+}
+
 // ---------- generation: the weight packed once ----------
 
 // A decode step's product as dot products: out (OC) = weight (OC, C) . inp (C) + bias, each
@@ -106,7 +168,7 @@ static int compare_double(const void* a, const void* b) {
     return (x > y) - (x < y);
 }
 
-enum { PACKED, FORWARD, MATVEC, NUM_PRODUCTS };
+enum { PACKED, FORWARD, MATVEC, PACKED_BF16, NUM_PRODUCTS };
 
 // Reads 256 MiB (8x the L3) so that the next pass finds none of the last one's weights in cache:
 // without it, a pass that streams the same weights as the pass before it (matmul_forward and the
@@ -129,63 +191,76 @@ static double median(double* x, int n) {
     return x[n / 2];
 }
 
-// Times the products (MATVEC only at M = 1) in reps rounds, each round one pass of each product,
-// each pass one call per copy of the weight: PACKED on the packed copies, the others on the plain
-// ones. The products take turns, so that a busy moment of the machine falls on all of them, in an
-// order that rotates from round to round, so that none always follows the same one. seconds: the
-// median time per call of each; ratio: the median over rounds of each one's time / PACKED's in
-// the same round (how many times faster the packed product is: the steadier figure on a shared
-// machine).
-static void time_products(double* seconds, double* ratio, int reps, int cached, float* out,
-                          const float* inp, float** weights, float** packed, int copies,
-                          const float* bias, int M, int C, int OC) {
-    int n = M == 1 ? NUM_PRODUCTS : MATVEC;
+// Times the n products of which[] in reps rounds, each round one pass of each product, each pass
+// one call per copy of the weight: PACKED on the packed copies, PACKED_BF16 on the bf16 ones, the
+// others on the plain ones. The products take turns, so that a busy moment of the machine falls
+// on all of them, in an order that rotates from round to round, so that none always follows the
+// same one. seconds: the median time per call of each; ratio: the median over rounds of each
+// one's time / the first one's in the same round (how many times faster the first product is: the
+// steadier figure on a shared machine).
+static void time_products(double* seconds, double* ratio, const int* which, int n, int reps,
+                          int cached, float* out, const float* inp, float** weights, float** packed,
+                          bf16_t** packed16, int copies, const float* bias, int M, int C, int OC) {
     double* times = (double*)malloc_check((size_t)n * reps * sizeof(double));
     double* ratios = (double*)malloc_check((size_t)n * reps * sizeof(double));
     for (int r = 0; r < reps; r++) {
         for (int turn = 0; turn < n; turn++) {
-            int which = (turn + r) % n;
+            int w = (turn + r) % n, product = which[w];
             if (!cached) evict_caches();
             double t0 = now_seconds();
             for (int k = 0; k < copies; k++) {
-                if (which == PACKED) matmul_forward_packed(out, inp, packed[k], bias, 1, M, C, OC);
-                else if (which == FORWARD) matmul_forward(out, inp, weights[k], bias, 1, M, C, OC);
+                if (product == PACKED) matmul_forward_packed(out, inp, packed[k], bias, 1, M, C, OC);
+                else if (product == PACKED_BF16) {
+                    matmul_forward_packed_bf16(out, inp, packed16[k], bias, 1, M, C, OC);
+                } else if (product == FORWARD) matmul_forward(out, inp, weights[k], bias, 1, M, C, OC);
                 else matvec_simd(out, inp, weights[k], bias, C, OC);
             }
-            times[which * reps + r] = (now_seconds() - t0) / copies;
+            times[w * reps + r] = (now_seconds() - t0) / copies;
         }
-        for (int which = 0; which < n; which++) {
-            ratios[which * reps + r] = times[which * reps + r] / times[PACKED * reps + r];
-        }
+        for (int w = 0; w < n; w++) ratios[w * reps + r] = times[w * reps + r] / times[r];
     }
-    for (int which = 0; which < n; which++) {
-        seconds[which] = median(times + which * reps, reps);
-        ratio[which] = median(ratios + which * reps, reps);
+    for (int w = 0; w < n; w++) {
+        seconds[which[w]] = median(times + w * reps, reps);
+        ratio[which[w]] = median(ratios + w * reps, reps);
     }
     free(times);
     free(ratios);
 }
 
-static void bench_packed(int reps, int cached) {
+// bf16 = 0: matmul_forward_packed against matmul_forward (and the matrix-vector product at
+// M = 1); bf16 = 1: matmul_forward_packed_bf16 against matmul_forward_packed.
+static void bench_packed(int reps, int cached, int bf16) {
     int rows[3] = {1, 8, 64};
     uint64_t rng = 1;
     printf("generation's products, %s, median of %d rounds, %d threads; GFLOP/s counts 2 per "
-           "multiply-add, xN: packed is N times as fast (median of the rounds' ratios); GB/s: the "
+           "multiply-add, xN: %s is N times as fast (median of the rounds' ratios); GB/s: the "
            "weight's bytes per second\n",
            cached ? "one copy of each weight, cached" : "weights cycled through >= 128 MiB of copies",
-           reps, num_threads());
-    printf("%-8s %12s %3s  %-22s %-30s %s\n", "product", "C -> OC", "M", "matmul_forward_packed",
-           "matmul_forward", "matvec (omp simd)");
+           reps, num_threads(), bf16 ? "bf16" : "packed");
+    if (bf16) {
+        printf("bf16 on %s\n", cpu_bf16_arith());
+        printf("%-8s %12s %3s  %-22s %s\n", "product", "C -> OC", "M",
+               "matmul_forward_packed_bf16", "matmul_forward_packed (float32)");
+    } else {
+        printf("%-8s %12s %3s  %-22s %-30s %s\n", "product", "C -> OC", "M",
+               "matmul_forward_packed", "matmul_forward", "matvec (omp simd)");
+    }
     for (int s = 0; s < NUM_SHAPES; s++) {
         int C = shapes[s].in, OC = shapes[s].out;
         size_t wsize = (size_t)OC * C, psize = packed_weight_size(C, OC);
         int copies = cached ? 1 : (int)((128u << 20) / (wsize * sizeof(float)) + 1);
         float** weights = (float**)malloc_check(copies * sizeof(float*));
         float** packed = (float**)malloc_check(copies * sizeof(float*));
+        bf16_t** packed16 = (bf16_t**)calloc_check(copies, sizeof(bf16_t*));
         for (int k = 0; k < copies; k++) {
             weights[k] = random_array(wsize, &rng);
             packed[k] = (float*)aligned_alloc_check(64, psize * sizeof(float));
             pack_weight(packed[k], weights[k], C, OC);
+            if (bf16) {
+                size_t bytes = packed_weight_size_bf16(C, OC) * sizeof(bf16_t);
+                packed16[k] = (bf16_t*)aligned_alloc_check(64, bytes);
+                pack_weight_bf16(packed16[k], weights[k], C, OC);
+            }
         }
         float* bias = random_array(OC, &rng);
         float* inp = random_array((size_t)rows[2] * C, &rng);
@@ -194,7 +269,18 @@ static void bench_packed(int reps, int cached) {
             int M = rows[m];
             double flops = 2.0 * M * C * OC, gb = wsize * sizeof(float) * 1e-9;
             double t[NUM_PRODUCTS], x[NUM_PRODUCTS];
-            time_products(t, x, reps, cached, out, inp, weights, packed, copies, bias, M, C, OC);
+            if (bf16) {
+                int which[2] = {PACKED_BF16, PACKED};
+                time_products(t, x, which, 2, reps, cached, out, inp, weights, packed, packed16,
+                              copies, bias, M, C, OC);
+                printf("%-8s %5d -> %5d %3d  %6.1f GFLOP/s %5.1f GB/s  %6.1f GFLOP/s %5.1f GB/s x%.2f\n",
+                       shapes[s].name, C, OC, M, flops / t[PACKED_BF16] * 1e-9, gb / 2 / t[PACKED_BF16],
+                       flops / t[PACKED] * 1e-9, gb / t[PACKED], x[PACKED]);
+                continue;
+            }
+            int which[3] = {PACKED, FORWARD, MATVEC};
+            time_products(t, x, which, M == 1 ? 3 : 2, reps, cached, out, inp, weights, packed,
+                          packed16, copies, bias, M, C, OC);
             printf("%-8s %5d -> %5d %3d  %6.1f GFLOP/s %5.1f GB/s  %6.1f GFLOP/s %5.1f GB/s x%.2f",
                    shapes[s].name, C, OC, M, flops / t[PACKED] * 1e-9, gb / t[PACKED],
                    flops / t[FORWARD] * 1e-9, gb / t[FORWARD], x[FORWARD]);
@@ -207,14 +293,19 @@ static void bench_packed(int reps, int cached) {
         for (int k = 0; k < copies; k++) {
             free(weights[k]);
             free(packed[k]);
+            free(packed16[k]);
         }
-        free(weights); free(packed); free(bias); free(inp); free(out);
+        free(weights); free(packed); free(packed16); free(bias); free(inp); free(out);
     }
 }
 
 int main(int argc, char** argv) {
-    if (argc > 1 && strcmp(argv[1], "packed") == 0) {
-        bench_packed(argc > 2 ? atoi(argv[2]) : 7, argc > 3 && strcmp(argv[3], "cached") == 0);
+    const char* mode = argc > 1 ? argv[1] : "";
+    int cached = argc > 3 && strcmp(argv[3], "cached") == 0;
+    if (strcmp(mode, "packed") == 0 || strcmp(mode, "packed-bf16") == 0) {
+        bench_packed(argc > 2 ? atoi(argv[2]) : 7, cached, strcmp(mode, "packed-bf16") == 0);
+    } else if (strcmp(mode, "bf16") == 0) {
+        bench_training_bf16(argc > 2 ? atoi(argv[2]) : 5);
     } else {
         bench_training(argc > 1 ? atoi(argv[1]) : 5, argc > 2 ? atoi(argv[2]) : 0);
     }
