@@ -151,6 +151,9 @@ static MM_ALWAYS_INLINE void mm_kernel_rows(int rows, int kc, const float* ap, c
     mm_vec acc[MM_MR][MM_NR_VECS];
     MM_UNROLL for (int i = 0; i < rows; i++) {
         MM_UNROLL for (int v = 0; v < MM_NR_VECS; v++) acc[i][v] = zero;
+        // the tile of C, which the end of the call adds into, on its way while the FMAs run
+        __builtin_prefetch(c + i * ldc, 1);
+        __builtin_prefetch(c + i * ldc + MM_NR - 1, 1);
     }
     for (int p = 0; p < kc; p++) {
         const mm_vec* b = (const mm_vec*)(bp + (size_t)p * MM_NR);   // 64-byte aligned
@@ -294,6 +297,39 @@ typedef struct {
 // holds MC_PAD x KC floats and packed_b KC x NC (unused when B comes packed), both 64-byte
 // aligned. Each KC x nc block of B is packed here, or found where gemm_pack_b put it: both give
 // the kernel the same panels, so both give the same bits.
+// The source of the next block of B that gemm_block will pack, fetched into the caches a share
+// at a time while the kernel works on the present one: packing then reads it from cache rather
+// than memory, and the bytes come from memory while the FMA units are busy. Its lines are walked
+// as segments of contiguous floats: rows of B where a row is contiguous (csb = 1), else columns
+// (rsb = 1); B with neither is left to the hardware.
+typedef struct {
+    const float* base;      // the first float of the first segment
+    size_t stride;          // floats from one segment to the next
+    int segments, length;   // how many segments, floats in each
+    int segment, offset;    // the cursor: the next line to fetch
+} mm_prefetch;
+
+static mm_prefetch mm_prefetch_block(const mm_operand* b, int pc, int kc, int j, int nc) {
+    mm_prefetch f = {NULL, 0, 0, 0, 0, 0};
+    if (b->packed != NULL || kc <= 0 || nc <= 0) return f;
+    const float* origin = b->b + pc * b->rsb + j * b->csb;
+    if (b->csb == 1) {
+        f.base = origin, f.stride = b->rsb, f.segments = kc, f.length = nc;
+    } else if (b->rsb == 1) {
+        f.base = origin, f.stride = b->csb, f.segments = nc, f.length = kc;
+    }
+    return f;
+}
+
+// Fetches the next `lines` cache lines of the block (64 bytes, 16 floats each).
+static inline void mm_prefetch_some(mm_prefetch* f, int lines) {
+    for (; lines > 0 && f->segment < f->segments; lines--) {
+        __builtin_prefetch(f->base + f->segment * f->stride + f->offset, 0, 2);
+        f->offset += 16;
+        if (f->offset >= f->length) f->segment++, f->offset = 0;
+    }
+}
+
 static void gemm_block(float* c, size_t ldc, const float* a, size_t rsa, size_t csa,
                        const mm_operand* b, int j0, int M, int N, int K,
                        float* packed_a, float* packed_b) {
@@ -308,6 +344,13 @@ static void gemm_block(float* c, size_t ldc, const float* a, size_t rsa, size_t 
                 mm_pack_b(packed_b, b->b + pc * b->rsb + (j0 + jc) * b->csb, b->rsb, b->csb, kc, nc);
                 bp = packed_b;
             }
+            // the next block in this loop order: the next KC rows, else the next NC columns
+            int next_pc = pc + MM_KC < K ? pc + MM_KC : 0, next_jc = pc + MM_KC < K ? jc : jc + MM_NC;
+            mm_prefetch next = mm_prefetch_block(b, next_pc, mm_min(MM_KC, K - next_pc), j0 + next_jc,
+                                                 mm_min(MM_NC, N - next_jc));
+            int calls = (nc + MM_NR - 1) / MM_NR * ((M + MM_MR - 1) / MM_MR + (M + MM_MC - 1) / MM_MC);
+            int lines_per_call = next.segments == 0 ? 0
+                : (int)(((long long)next.segments * ((next.length + 15) / 16) + calls - 1) / calls);
             for (int ic = 0; ic < M; ic += MM_MC) {
                 int mc = mm_min(MM_MC, M - ic);
                 for (int i = 0; i < mc; i += MM_MR) {   // the last one as high as its tile
@@ -320,6 +363,7 @@ static void gemm_block(float* c, size_t ldc, const float* a, size_t rsa, size_t 
                         mm_kernel(kc, packed_a + (size_t)i * kc, bp + (size_t)j * kc,
                                   c + (ic + i) * ldc + jc + j, ldc, mm_min(MM_MR, mc - i),
                                   mm_min(MM_NR, nc - j));
+                        mm_prefetch_some(&next, lines_per_call);
                     }
                 }
             }
