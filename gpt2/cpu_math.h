@@ -272,6 +272,22 @@ static void mm_pack_panel(float* dst, const float* src, size_t stride_r, size_t 
 // micro-panels one after another, the last one padded with zero columns (the kernel multiplies
 // them and stores none of them): the panel of columns j..j+NR-1 at dst + j * kc.
 static void mm_pack_b(float* dst, const float* b, size_t rsb, size_t csb, int kc, int nc) {
+    if (csb == 1 && rsb != 1) {
+        // rows of B contiguous (the weight as dinp's B, inp as dW's): read row by row, each row
+        // dealt out to every panel. Panel by panel, the reads would be NR floats from each of kc
+        // rows far apart, more streams than the hardware's prefetcher follows (half the speed,
+        // doc/cpu_speed.md).
+        for (int p = 0; p < kc; p++) {
+            const float* row = b + p * rsb;
+            for (int j = 0; j < nc; j += MM_NR) {
+                float* d = dst + (size_t)j * kc + (size_t)p * MM_NR;
+                int cols = mm_min(MM_NR, nc - j);
+                memcpy(d, row + j, (size_t)cols * sizeof(float));
+                if (cols < MM_NR) memset(d + cols, 0, (size_t)(MM_NR - cols) * sizeof(float));
+            }
+        }
+        return;
+    }
     for (int j = 0; j < nc; j += MM_NR) {
         float* panel = dst + (size_t)j * kc;
         int cols = mm_min(MM_NR, nc - j);
@@ -279,6 +295,29 @@ static void mm_pack_b(float* dst, const float* b, size_t rsb, size_t csb, int kc
         for (int p = 0; cols < MM_NR && p < kc; p++) {
             memset(panel + (size_t)p * MM_NR + cols, 0, (size_t)(MM_NR - cols) * sizeof(float));
         }
+    }
+}
+
+// Packs the mc x kc block of A at a (element (i, p) at a[i * rsa + p * csa]) into MR-row
+// micro-panels one after another, the last one only as high as its rows: the panel of rows
+// i..i+MR-1 at dst + i * kc.
+static void mm_pack_a(float* dst, const float* a, size_t rsa, size_t csa, int mc, int kc) {
+    if (rsa == 1 && csa != 1) {
+        // columns of A contiguous (dout^T as dW's A): read along each column p, its mc floats
+        // dealt out to the panels, rather than MR floats from each of kc columns far apart per
+        // panel (as mm_pack_b above)
+        for (int p = 0; p < kc; p++) {
+            const float* col = a + p * csa;
+            for (int i = 0; i < mc; i += MM_MR) {
+                int rows = mm_min(MM_MR, mc - i);
+                memcpy(dst + (size_t)i * kc + (size_t)p * rows, col + i, (size_t)rows * sizeof(float));
+            }
+        }
+        return;
+    }
+    for (int i = 0; i < mc; i += MM_MR) {
+        int rows = mm_min(MM_MR, mc - i);
+        mm_pack_panel(dst + (size_t)i * kc, a + i * rsa, rsa, csa, rows, rows, kc);
     }
 }
 
@@ -353,11 +392,7 @@ static void gemm_block(float* c, size_t ldc, const float* a, size_t rsa, size_t 
                 : (int)(((long long)next.segments * ((next.length + 15) / 16) + calls - 1) / calls);
             for (int ic = 0; ic < M; ic += MM_MC) {
                 int mc = mm_min(MM_MC, M - ic);
-                for (int i = 0; i < mc; i += MM_MR) {   // the last one as high as its tile
-                    int rows = mm_min(MM_MR, mc - i);
-                    mm_pack_panel(packed_a + (size_t)i * kc, a + (ic + i) * rsa + pc * csa, rsa,
-                                  csa, rows, rows, kc);
-                }
+                mm_pack_a(packed_a, a + ic * rsa + pc * csa, rsa, csa, mc, kc);
                 for (int j = 0; j < nc; j += MM_NR) {        // one B micro-panel, from L1,
                     for (int i = 0; i < mc; i += MM_MR) {    // against every A micro-panel in L2
                         mm_kernel(kc, packed_a + (size_t)i * kc, bp + (size_t)j * kc,
@@ -482,9 +517,33 @@ static inline void gemm_accumulate_packed(float* c, size_t ldc, const float* a, 
 // sum a[i] * b[i] over i < n. Summed in the order written (s += a[i] * b[i]), a dot product is one
 // chain of dependent adds, which the compiler may not reorder, so it runs one multiply-add per
 // add latency on one lane. Here lane j keeps its own sum of the terms i = j mod 16, and the 16
-// sums are added in a fixed tree at the end: a fixed order too (the same bits every run, on any
-// number of threads), in which the 16 lanes are one vector FMA per 16 terms. Attention's scores
-// and its backward's dot products run on it (gpt2/cpu_layers.h).
+// sums are added in a fixed tree at the end (halves, then quarters, ...): a fixed order too (the
+// same bits every run, on any number of threads), in which the 16 lanes are one vector FMA per
+// 16 terms. Attention's scores and its backward's dot products run on it (gpt2/cpu_layers.h).
+#if defined(__GNUC__) && !defined(__CUDACC__)
+typedef float dot_vec16 __attribute__((vector_size(16 * sizeof(float))));
+typedef float dot_vec8 __attribute__((vector_size(8 * sizeof(float))));
+typedef float dot_vec4 __attribute__((vector_size(4 * sizeof(float))));
+static inline float dot_lanes(const float* a, const float* b, int n) {
+    dot_vec16 s = {0}, x, y;
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        memcpy(&x, a + i, sizeof(x));
+        memcpy(&y, b + i, sizeof(y));
+        s += x * y;
+    }
+    for (int j = 0; i < n; i++, j++) s[j] += a[i] * b[i];
+    dot_vec8 lo8, hi8;   // the tree in registers: halves added as vectors
+    memcpy(&lo8, &s, sizeof(lo8));
+    memcpy(&hi8, (const char*)&s + sizeof(lo8), sizeof(hi8));
+    lo8 += hi8;
+    dot_vec4 lo4, hi4;
+    memcpy(&lo4, &lo8, sizeof(lo4));
+    memcpy(&hi4, (const char*)&lo8 + sizeof(lo4), sizeof(hi4));
+    lo4 += hi4;
+    return (lo4[0] + lo4[2]) + (lo4[1] + lo4[3]);
+}
+#else
 static inline float dot_lanes(const float* a, const float* b, int n) {
     float s[16] = {0.0f};
     int i = 0;
@@ -492,11 +551,12 @@ static inline float dot_lanes(const float* a, const float* b, int n) {
         for (int j = 0; j < 16; j++) s[j] += a[i + j] * b[i + j];
     }
     for (int j = 0; i < n; i++, j++) s[j] += a[i] * b[i];
-    for (int w = 8; w >= 1; w /= 2) {
+    for (int w = 8; w >= 2; w /= 2) {
         for (int j = 0; j < w; j++) s[j] += s[j + w];
     }
-    return s[0];
+    return (s[0] + s[2]) + (s[1] + s[3]);
 }
+#endif
 
 // ---------- exp and tanh that vectorise ----------
 // GELU needs tanh of every MLP activation (B*T*4C of them, forward and backward), softmax an exp
