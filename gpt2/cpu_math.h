@@ -272,22 +272,6 @@ static void mm_pack_panel(float* dst, const float* src, size_t stride_r, size_t 
 // micro-panels one after another, the last one padded with zero columns (the kernel multiplies
 // them and stores none of them): the panel of columns j..j+NR-1 at dst + j * kc.
 static void mm_pack_b(float* dst, const float* b, size_t rsb, size_t csb, int kc, int nc) {
-    if (csb == 1 && rsb != 1) {
-        // rows of B contiguous (the weight as dinp's B, inp as dW's): read row by row, each row
-        // dealt out to every panel. Panel by panel, the reads would be NR floats from each of kc
-        // rows far apart, more streams than the hardware's prefetcher follows (half the speed,
-        // doc/cpu_speed.md).
-        for (int p = 0; p < kc; p++) {
-            const float* row = b + p * rsb;
-            for (int j = 0; j < nc; j += MM_NR) {
-                float* d = dst + (size_t)j * kc + (size_t)p * MM_NR;
-                int cols = mm_min(MM_NR, nc - j);
-                memcpy(d, row + j, (size_t)cols * sizeof(float));
-                if (cols < MM_NR) memset(d + cols, 0, (size_t)(MM_NR - cols) * sizeof(float));
-            }
-        }
-        return;
-    }
     for (int j = 0; j < nc; j += MM_NR) {
         float* panel = dst + (size_t)j * kc;
         int cols = mm_min(MM_NR, nc - j);
@@ -302,19 +286,6 @@ static void mm_pack_b(float* dst, const float* b, size_t rsb, size_t csb, int kc
 // micro-panels one after another, the last one only as high as its rows: the panel of rows
 // i..i+MR-1 at dst + i * kc.
 static void mm_pack_a(float* dst, const float* a, size_t rsa, size_t csa, int mc, int kc) {
-    if (rsa == 1 && csa != 1) {
-        // columns of A contiguous (dout^T as dW's A): read along each column p, its mc floats
-        // dealt out to the panels, rather than MR floats from each of kc columns far apart per
-        // panel (as mm_pack_b above)
-        for (int p = 0; p < kc; p++) {
-            const float* col = a + p * csa;
-            for (int i = 0; i < mc; i += MM_MR) {
-                int rows = mm_min(MM_MR, mc - i);
-                memcpy(dst + (size_t)i * kc + (size_t)p * rows, col + i, (size_t)rows * sizeof(float));
-            }
-        }
-        return;
-    }
     for (int i = 0; i < mc; i += MM_MR) {
         int rows = mm_min(MM_MR, mc - i);
         mm_pack_panel(dst + (size_t)i * kc, a + i * rsa, rsa, csa, rows, rows, kc);

@@ -33,10 +33,19 @@ static double now_seconds(void) {
 // Sum of x[0..n). The `omp simd` reduction lets the compiler keep one partial sum per vector
 // lane (16 with AVX-512) and reorder the additions, which plain C forbids without -ffast-math;
 // one vector add per 64 bytes is far faster than DRAM delivers them, so the loads set the pace.
+// Every 1 KB read, the 1 KB 8 KB ahead is asked for (a prefetch per 64-byte line), as the packed
+// products of generation do (gpt2/cpu_math.h, gpt2/cpu_bf16.h): the hardware's prefetcher alone
+// keeps fewer lines in flight, and measured 10% less on the development machine (64 against
+// 71 GB/s, alternating), below what infer itself then read.
 static float sum_slice(const float* x, size_t n) {
     float acc = 0.0f;
-    #pragma omp simd reduction(+:acc)
-    for (size_t i = 0; i < n; i++) acc += x[i];
+    size_t i = 0;
+    for (; i + 256 <= n; i += 256) {
+        for (int line = 0; line < 256; line += 16) __builtin_prefetch(x + i + 2048 + line);
+        #pragma omp simd reduction(+:acc)
+        for (size_t j = i; j < i + 256; j++) acc += x[j];
+    }
+    for (; i < n; i++) acc += x[i];
     return acc;
 }
 
