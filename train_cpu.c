@@ -149,13 +149,20 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
     model->mean_loss = (float)(sum / ((double)B * T));
 }
 
-// memset on all threads, in pieces (one thread alone fills memory at a fraction of its bandwidth)
+// memset on all threads, one piece each: one thread alone fills memory at a fraction of its
+// bandwidth. The pieces are as large as they can be, as glibc's memset writes a large block
+// with non-temporal stores, which do not read each line before writing it (in pieces of 256 KB
+// the d12 step's zeroing took 2.7 times as long).
 static void zero_floats(float* x, size_t n) {
-    const size_t piece = 1 << 16;
-    #pragma omp parallel for schedule(static)
-    for (long long k = 0; k < (long long)((n + piece - 1) / piece); k++) {
-        size_t start = (size_t)k * piece, count = n - start < piece ? n - start : piece;
-        memset(x + start, 0, count * sizeof(float));
+    #pragma omp parallel
+    {
+        int tid = 0, nth = 1;
+#ifdef _OPENMP
+        tid = omp_get_thread_num();
+        nth = omp_get_num_threads();
+#endif
+        size_t start = n / nth * tid, end = tid == nth - 1 ? n : n / nth * (tid + 1);
+        memset(x + start, 0, (end - start) * sizeof(float));
     }
 }
 
