@@ -234,10 +234,10 @@ static void gpt2_scale_grads(GPT2* model, size_t offset, size_t n, float factor)
     for (long long i = 0; i < (long long)n; i++) g[i] *= factor;
 }
 
-// The training loop's clip (gpt2/run.h) scales the parameters that this process updates, right
-// before the update: rather than a pass over the gradients of its own (a read and a write of
-// every one), the factor waits in grads_factor and gpt2_update multiplies each gradient by it as
-// it reads it: the same product, the same bits, one pass less.
+// The training loop's clip (gpt2/run.h) scales the gradients of the parameters this process
+// updates, right before the update: rather than a pass over the gradients of its own (a read and
+// a write of every one), the factor waits in grads_factor and gpt2_update multiplies each
+// gradient by it as it reads it: the same product, the same bits, one pass less.
 static void gpt2_scale_grads_at_update(GPT2* model, size_t offset, size_t n, float factor) {
     if (offset != model->opt_offset || n != model->opt_count || model->grads_factor != 0.0f) {
         gpt2_scale_grads(model, offset, n, factor);   // not what the update reads: scale now

@@ -380,7 +380,8 @@ static void gemm_block(float* c, size_t ldc, const float* a, size_t rsa, size_t 
 // The packing buffers, kept from one product to the next and grown when a product needs more:
 // up to 9 MB a thread, which, allocated and freed on every call, the C library handed back to
 // the kernel and took again as fresh pages (mapped and zeroed each time). One set for each thread
-// that calls a product (the server's threads may), which its OpenMP threads share out.
+// that calls products (thread-local: two threads calling at once would not share one), which
+// its OpenMP threads share out; the set lives until the program ends.
 #ifdef __cplusplus
 #define MM_THREAD_LOCAL thread_local
 #else
