@@ -193,27 +193,32 @@ void matmul_forward_fast(float* out, const float* inp, const float* weight, cons
     gemm_accumulate(out, OC, inp, C, 1, weight, 1, C, B * T, OC, C);   // out += inp . weight^T
 }
 
+// dbias (OC) += column sums of dout (BT, OC), float32: each thread its own columns, the rows in
+// order (a fixed order, no races), reading dout row by row. A loop over the columns, each summed
+// down its rows, reads dout one float per row at a time: much slower on a wide dout
+// (doc/cpu_speed.md). The fast backward passes of both precisions call it.
+static void matmul_dbias_rows(float* dbias, const float* dout, int BT, int OC) {
+    #pragma omp parallel
+    {
+        int tid = 0, nth = 1;
+#ifdef _OPENMP
+        tid = omp_get_thread_num();
+        nth = omp_get_num_threads();
+#endif
+        int o0 = (int)((long long)OC * tid / nth), o1 = (int)((long long)OC * (tid + 1) / nth);
+        for (int bt = 0; bt < BT; bt++) {
+            const float* d = dout + (size_t)bt * OC;
+            for (int o = o0; o < o1; o++) dbias[o] += d[o];
+        }
+    }
+}
+
 void matmul_backward_fast(float* dinp, float* dweight, float* dbias, const float* dout,
                           const float* inp, const float* weight, int B, int T, int C, int OC) {
     int BT = B * T;
     gemm_accumulate(dinp, C, dout, OC, 1, weight, C, 1, BT, C, OC);    // dinp += dout . weight
     gemm_accumulate(dweight, C, dout, 1, OC, inp, C, 1, OC, C, BT);    // dW += dout^T . inp
-    if (dbias != NULL) {
-        // each thread sums its own columns over bt in order: a fixed order, no races
-        #pragma omp parallel
-        {
-            int tid = 0, nth = 1;
-#ifdef _OPENMP
-            tid = omp_get_thread_num();
-            nth = omp_get_num_threads();
-#endif
-            int o0 = (int)((long long)OC * tid / nth), o1 = (int)((long long)OC * (tid + 1) / nth);
-            for (int bt = 0; bt < BT; bt++) {
-                const float* d = dout + (size_t)bt * OC;
-                for (int o = o0; o < o1; o++) dbias[o] += d[o];
-            }
-        }
-    }
+    if (dbias != NULL) matmul_dbias_rows(dbias, dout, BT, OC);
 }
 
 // out (B,T,OC) = inp (B,T,C) . weight (OC,C)^T + bias (OC); bias may be NULL
@@ -327,27 +332,6 @@ void matmul_backward_bf16_naive(float* dinp, float* dweight, float* dbias, const
             db += d;
         }
         if (dbias != NULL) dbias[o] += db;
-    }
-}
-
-// dbias (OC) += column sums of dout (BT, OC), float32, as matmul_backward_fast sums them: each
-// thread its own columns, the rows in order (a fixed order, no races), reading dout row by row.
-// matmul_backward_fast has the same loop inline (lesson 3 quotes it). A loop over the columns,
-// each summed down its rows, reads dout one float per row at a time: much slower on a wide dout
-// (doc/cpu_speed.md).
-static void matmul_dbias_rows(float* dbias, const float* dout, int BT, int OC) {
-    #pragma omp parallel
-    {
-        int tid = 0, nth = 1;
-#ifdef _OPENMP
-        tid = omp_get_thread_num();
-        nth = omp_get_num_threads();
-#endif
-        int o0 = (int)((long long)OC * tid / nth), o1 = (int)((long long)OC * (tid + 1) / nth);
-        for (int bt = 0; bt < BT; bt++) {
-            const float* d = dout + (size_t)bt * OC;
-            for (int o = o0; o < o1; o++) dbias[o] += d[o];
-        }
     }
 }
 
