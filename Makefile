@@ -399,7 +399,7 @@ test:
 # up); make test runs each for 10 s. Needs clang with libFuzzer (test/setup.sh installs it).
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 180
-FUZZ_TARGETS := encode decode tokenizer_file vocab checkpoint safetensors tokens state json request completion
+FUZZ_TARGETS := encode decode tokenizer_file vocab checkpoint safetensors tokens shards state json request completion
 FUZZ_FLAGS   := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
                 -Wall -Wextra -Wno-unused-parameter -Wno-unused-function -Wno-unknown-pragmas
 

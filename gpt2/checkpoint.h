@@ -292,8 +292,11 @@ typedef struct {
     int global_batch;      // rows of T per optimizer step, over all processes and micro-steps
     int T;                 // (a resume must keep global_batch x T, the tokens per step)
     uint64_t epoch;        // data loader: passes completed
-    uint64_t batch_index;  // data loader: next batch of this pass
+    uint64_t shard_pos;    // data loader: the shard being read, its place in this pass's order
+    uint64_t batch_index;  // data loader: next batch of that shard
     uint64_t rng;          // sampling random state
+    int num_shards;        // the training data the position is in: its shards, and its whole
+    uint64_t num_batches;  // batches per pass (0 in files written before they were recorded)
 } TrainState;
 
 static inline void write_state(const char* path, TrainState s, const float* m, const float* v, size_t n) {
@@ -307,6 +310,9 @@ static inline void write_state(const char* path, TrainState s, const float* m, c
     memcpy(&header[12], &s.rng, 8);
     uint64_t n64 = n;
     memcpy(&header[14], &n64, 8);
+    memcpy(&header[16], &s.shard_pos, 8);
+    header[18] = s.num_shards;
+    memcpy(&header[20], &s.num_batches, 8);
     AtomicFile a = atomic_open_check(path);
     fwrite_check(header, sizeof(int32_t), HEADER_INTS, a.f, path);
     fwrite_check(m, sizeof(float), n, a.f, path);
@@ -334,9 +340,12 @@ static inline void read_state(const char* path, TrainState* s, float* m, float* 
     memcpy(&s->epoch, &header[8], 8);
     memcpy(&s->batch_index, &header[10], 8);
     memcpy(&s->rng, &header[12], 8);
+    memcpy(&s->shard_pos, &header[16], 8);
+    s->num_shards = header[18];
+    memcpy(&s->num_batches, &header[20], 8);
     // a run writes step >= 0, a batch of at least one row of one token, and a random state that
     // is never 0 (xorshift would then give 0 for ever); anything else is not a state of ours
-    if (s->step < 0 || s->global_batch < 1 || s->T < 1 || s->rng == 0) {
+    if (s->step < 0 || s->global_batch < 1 || s->T < 1 || s->rng == 0 || s->num_shards < 0) {
         fail("%s is corrupt: step %d, batch %d x %d, sampling state %llu", path, s->step, s->global_batch, s->T,
              (unsigned long long)s->rng);
     }

@@ -100,8 +100,9 @@ static inline TrainConfig train_config_defaults(int on_gpu) {
 static inline void print_usage(const char* prog, TrainConfig d) {
     fprintf(stderr,
             "usage: %s [options]\n"
-            "  -i FILE   training tokens (default %s)\n"
-            "  -j FILE   validation tokens (default %s)\n"
+            "  -i FILES  training tokens: a token file, a glob of shards (quoted: \"data/fineweb_train_*.bin\")\n"
+            "            or a comma-separated list of either; one shard in memory at a time (default %s)\n"
+            "  -j FILES  validation tokens, the same way (default %s)\n"
             "  -e INIT   checkpoint (llm.c .bin or model.safetensors) or dN for a fresh model of N layers (default %s)\n"
             "  -o DIR    output directory for main.log, checkpoints and state (default none)\n"
             "  -k FILE   tokenizer file for printing samples (default %s)\n"
@@ -325,6 +326,19 @@ static inline void run_split_batch(Run* run, long long resumed_tokens) {
     run->micro_steps = (int)(total / pass);
 }
 
+// A resumed run continues where the state says the training data was read to, in the same data:
+// the same shards (their number and their batches per pass, where the state records them).
+static inline void run_seek_data(Run* run, TrainState state) {
+    DataLoader* dl = &run->train;
+    if (state.num_shards > 0 && (state.num_shards != dl->num_shards || state.num_batches != dl->num_batches)) {
+        fail("-i %s: %d token file%s of %zu batches per pass, but the run being resumed read %d of %llu: resume "
+             "with the same training data (or start a new run from its checkpoint with -e)", run->cfg.train_file,
+             dl->num_shards, dl->num_shards == 1 ? "" : "s", dl->num_batches, state.num_shards,
+             (unsigned long long)state.num_batches);
+    }
+    dataloader_seek(dl, state.epoch, (size_t)state.shard_pos, (size_t)state.batch_index);
+}
+
 // Every input of a run, checked: -d, the model, -t against its context, the token files, a
 // resumed state, and whatever check_model, if not NULL, asks of the model's shape.
 static inline void run_open_inputs(Run* run, TrainConfig cfg, void (*check_model)(GPT2Config)) {
@@ -351,7 +365,7 @@ static inline void run_open_inputs(Run* run, TrainConfig cfg, void (*check_model
     // parallel parts and pipeline stages) read the same batches
     dataloader_init(&run->train, cfg.train_file, cfg.micro_batch, cfg.T, split.dp_rank, split.dp, run->micro_steps,
                     mc.vocab_size, cfg.shuffle, cfg.seed);
-    if (cfg.resume) dataloader_seek(&run->train, state.epoch, (size_t)state.batch_index);
+    if (cfg.resume) run_seek_data(run, state);
     if (cfg.val_every > 0) {
         dataloader_init(&run->val, cfg.val_file, cfg.micro_batch, cfg.T, split.dp_rank, split.dp, run->micro_steps,
                         mc.vocab_size, 0, 0);
@@ -620,7 +634,9 @@ static inline void run_print_summary(const Run* run, const GPT2* model) {
         printf("pipeline: %d stages, %s schedule, %d micro-steps per step: bubble (P-1)/(M+P-1) = %.1f%%\n", split.pp,
                c->gpipe ? "GPipe" : "1F1B", run->micro_steps, 100.0 * pipeline_bubble(split.pp, run->micro_steps));
     }
-    printf("train: %s (%zu tokens, %zu batches)%s, val: %s\n", c->train_file, run->train.num_tokens,
+    char shards[32] = "";
+    if (run->train.num_shards > 1) snprintf(shards, sizeof(shards), "%d shards, ", run->train.num_shards);
+    printf("train: %s (%s%zu tokens, %zu batches)%s, val: %s\n", c->train_file, shards, run->train.num_tokens,
            run->train.num_batches, c->shuffle ? " shuffled" : "", c->val_every > 0 ? c->val_file : "off");
     printf("steps %d, lr %g (warmup %d, final fraction %g), weight decay %g, seed %llu, threads %d\n",
            c->max_steps, c->learning_rate, c->warmup_steps, c->final_lr_frac, c->weight_decay,
@@ -794,7 +810,10 @@ static inline void run_save(Run* run, const Trainer* dev, GPT2* model, int step)
     state.global_batch = (int)(run->step_tokens / run->cfg.T);
     state.T = run->cfg.T;
     state.epoch = run->train.epoch;
+    state.shard_pos = run->train.shard_pos;
     state.batch_index = run->train.batch_index;
+    state.num_shards = run->train.num_shards;
+    state.num_batches = run->train.num_batches;
     state.rng = run->sample_rng;
     snprintf(run->path, sizeof(run->path), "%s/state_%08d.bin", run->cfg.output_dir, step);
     write_state(run->path, state, host->m_memory, host->v_memory, host->num_parameters);

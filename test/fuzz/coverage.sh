@@ -36,8 +36,11 @@ functions() {
                        safetensors_read safetensors_close gpt2/checkpoint.h: hf_load hf_layer_of hf_config
                        hf_check_rest hf_tensors gpt2_read_safetensors gpt2_build_from_file
                        gpt2/json.h: $json $json_any" ;;
-    tokens) echo "gpt2/dataloader.h: dataloader_init dataloader_make_order dataloader_seek dataloader_next_batch
-                  gpt2/io.h: read_header_check" ;;
+    tokens) echo "gpt2/dataloader.h: dataloader_init shard_open_check shard_check dataloader_seek dataloader_next_batch
+                  dataloader_load gpt2/io.h: read_header_check" ;;
+    shards) echo "gpt2/dataloader.h: dataloader_name_shards dataloader_add_shard dataloader_init shard_open_check
+                  shard_check shuffle_indices dataloader_order_shards dataloader_order_batches dataloader_seek
+                  dataloader_next_batch dataloader_load dataloader_unload dataloader_free gpt2/io.h: read_header_check" ;;
     state) echo "gpt2/checkpoint.h: read_state gpt2/io.h: read_header_check" ;;
     json) echo "gpt2/json.h: $json $json_any gpt2/utf8.h: utf8_decode utf8_encode" ;;
     request) echo "gpt2/requests.h: request_complain request_field request_number request_field_value

@@ -31,7 +31,7 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         fuzz_file("tokens", tokens, sizeof(tokens));
         DataLoader dl;
         dataloader_init(&dl, "tokens", 2, 3, 0, 1, 1, 1, 1, 7);
-        dataloader_seek(&dl, s.epoch, (size_t)s.batch_index);
+        dataloader_seek(&dl, s.epoch, (size_t)s.shard_pos, (size_t)s.batch_index);
         for (int k = 0; k < 6; k++) dataloader_next_batch(&dl);
         dataloader_free(&dl);
     }

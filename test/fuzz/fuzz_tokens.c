@@ -17,7 +17,7 @@ static void check_loader(const char* path, const uint8_t* data, size_t size, int
     FUZZ_CHECK(size == header + 2 * dl.num_tokens && dl.num_tokens >= dl.batch_tokens + 1,
                "accepted %zu bytes holding %zu tokens", size, dl.num_tokens);
     for (int pass = 0; pass < 2; pass++) {
-        if (pass == 1) dataloader_seek(&dl, 3, dl.num_batches);  // the end of a pass: wraps
+        if (pass == 1) dataloader_seek(&dl, 3, 0, dl.num_batches);  // the end of a pass: wraps
         size_t parts = dl.num_batches * (size_t)micro + 1;
         for (size_t k = 0; k < parts && k < 64; k++) {
             dataloader_next_batch(&dl);

@@ -181,6 +181,18 @@ def main():
     write("tokens", "id_too_large", tokens([1, 2, 3, 50, 4, 5, 6, 7, 8, 9]))
     write("tokens", "count_too_large", header(TOKENS_MAGIC, 1, 1000) + b"\1\0" * 10)
 
+    # shards: fuzz_shards.c's input is a count byte, the first two files' lengths (uint16), then
+    # the files end to end
+    def shards(*files):
+        lengths = [len(f) for f in files[:2]] + [0, 0]
+        return bytes([len(files) - 1]) + struct.pack("<2H", *lengths[:2]) + b"".join(files)
+    srng = random.Random(33)  # its own, so that the seeds written after these stay as they were
+    write("shards", "one", shards(tokens([srng.randrange(50) for _ in range(20)])))
+    write("shards", "three", shards(tokens([srng.randrange(50) for _ in range(9)]), tokens([1, 2]),
+                                   tokens([srng.randrange(50) for _ in range(30)])))
+    write("shards", "second_too_large", shards(tokens([1, 2, 3, 4, 5, 6, 7]), tokens([1, 2, 3, 50, 4, 5])))
+    write("shards", "second_version_2", shards(tokens([1, 2, 3, 4, 5, 6, 7]), header(TOKENS_MAGIC, 2, 2) + b"\1\0\0\0" * 2))
+
     # state: fuzz_state.c's model of 24 parameters
     def state(step, B, T, epoch, batch, rngstate):
         h = list(struct.unpack("<256i", header(STATE_MAGIC, 1, step, B, T)))

@@ -1,0 +1,69 @@
+"""shards_make.py: token shards written the way llm.c's data scripts write them, for the tests.
+
+llm.c (dev/data/data_common.py, used by its fineweb.py) writes a shard as a header of 256 int32
+(magic 20240520, version, token count, the rest zero) followed by the ids, uint16 for GPT-2
+(version 1) and uint32 for llama-3 (version 2); FineWeb's shards are NAME_val_000000.bin (the
+first) and NAME_train_000001.bin, ... . This writer follows that layout independently of the C
+code under test.
+
+    shards_make.py split TOKENS.bin PREFIX N1,N2,...   the ids of TOKENS.bin (a token file) cut into
+                                                      PREFIX_train_000001.bin, ... of N1, N2, ... ids
+                                                      (the rest into one more shard)
+    shards_make.py big PREFIX SHARDS TOKENS V          SHARDS shards of TOKENS random ids below V
+    shards_make.py write OUT VERSION ID,ID,...         one shard of these ids (version 2: uint32)
+    shards_make.py state STATE.bin                      the data position a state file records
+    shards_make.py rss ARGS...                          runs ARGS, prints its peak resident memory (MB)
+"""
+
+import os
+import resource
+import subprocess
+import sys
+
+import numpy as np
+
+
+def write_shard(path, ids, version=1):
+    header = np.zeros(256, dtype=np.int32)
+    header[0], header[1], header[2] = 20240520, version, len(ids)
+    with open(path, "wb") as f:
+        f.write(header.tobytes())
+        f.write(np.asarray(ids, dtype=np.uint16 if version == 1 else np.uint32).tobytes())
+
+
+def read_tokens(path):
+    with open(path, "rb") as f:
+        header = np.frombuffer(f.read(1024), dtype=np.int32)
+        return np.frombuffer(f.read(), dtype=np.uint16)[: header[2]]
+
+
+def main():
+    cmd = sys.argv[1]
+    if cmd == "split":
+        ids, prefix = read_tokens(sys.argv[2]), sys.argv[3]
+        start, k = 0, 1
+        for n in [int(x) for x in sys.argv[4].split(",")] + [None]:
+            end = len(ids) if n is None else start + n
+            write_shard("%s_train_%06d.bin" % (prefix, k), ids[start:end])
+            start, k = end, k + 1
+    elif cmd == "big":
+        prefix, shards, n, V = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+        rng = np.random.default_rng(0)
+        for k in range(shards):
+            write_shard("%s_train_%06d.bin" % (prefix, k + 1), rng.integers(0, V, n))
+    elif cmd == "write":
+        write_shard(sys.argv[2], [int(x) for x in sys.argv[4].split(",")], int(sys.argv[3]))
+    elif cmd == "state":
+        with open(sys.argv[2], "rb") as f:
+            h = np.frombuffer(f.read(1024), dtype=np.int32)
+        q = lambda i: int(h[i].astype(np.int64) & 0xffffffff | (int(h[i + 1]) << 32))
+        print("pass %d shard %d batch %d shards %d batches %d" % (q(8), q(16), q(10), h[18], q(20)))
+    elif cmd == "rss":
+        subprocess.run(sys.argv[2:], stdout=subprocess.DEVNULL, check=True)
+        print("%.0f" % (resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024))
+    else:
+        sys.exit("unknown command " + cmd)
+
+
+if __name__ == "__main__":
+    main()
