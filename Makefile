@@ -10,6 +10,7 @@
 #                        batch, REPEATS sweeps (MODEL=d12 TOKENS=64 CLIENTS="1 8 32 64" ROUNDS=4
 #                        REPEATS=3; needs Node 18+)
 #   make bench-dp        data-parallel training on this machine: 1 and 2 processes under mpirun
+#   make bench-data      peak memory of training on 3.2 GB of token shards vs Tiny Shakespeare
 #   make bench-parallel  every split of training over 2 processes (dp, tp, pp, ZeRO-1) against 1:
 #                        ms/step, memory per process, communication (STEPS=30 B=8 T=64)
 #   make plot LOG=DIR/main.log OUT=FILE.png
@@ -179,7 +180,7 @@ else
   ALL_TARGETS := $(CPU_PROGRAMS)
 endif
 
-.PHONY: all data test plot lessons roofline-doc fuzz fuzz-targets fuzz-coverage bench bench-tokenizer bench-cpu bench-infer bench-serve bench-dp bench-parallel clean gpu-status gpu-checks gpu-emu race-emu bench-gpu train_gpu_emu infer_gpu_emu kernels kernels-emu figures
+.PHONY: all data test plot lessons roofline-doc fuzz fuzz-targets fuzz-coverage bench bench-tokenizer bench-cpu bench-infer bench-serve bench-dp bench-data bench-parallel clean gpu-status gpu-checks gpu-emu race-emu bench-gpu train_gpu_emu infer_gpu_emu kernels kernels-emu figures
 
 all: $(ALL_TARGETS) gpu-status
 	@echo "built: $(ALL_TARGETS) ($(OMP_STATUS), $(MPI_STATUS), $(SERVE_STATUS))"
@@ -452,6 +453,11 @@ bench-serve: infer
 # data parallel on this machine's CPU: 1 and 2 processes, and the all-reduce's cost (doc/parallel.md)
 bench-dp: train_cpu
 	bash dev/bench/bench_dp.sh
+
+# the peak memory of a run on 3.2 GB of token shards against one on Tiny Shakespeare (dev/bench/bench_data.sh)
+bench-data: train_cpu data
+	@mkdir -p build/bench
+	set -o pipefail; bash dev/bench/bench_data.sh | tee build/bench/bench_data.txt
 
 # tensor, pipeline and data parallel and ZeRO-1 on this machine's CPU, 2 processes each, against 1:
 # the table and the runs' output in doc/results/bench_parallel.txt, the chart beside it
