@@ -78,7 +78,8 @@ static inline void write_checkpoint(const char* path, GPT2Config config, const f
 // The four matrices are transformers' Conv1D, which computes x @ W + b with W stored (in, out):
 // the transpose of the (out, in) rows of a Linear and of llm.c. The model's shape comes from
 // the file: V and C from wte, maxT from wpe's rows, L from the h.N count. The number of heads is
-// not stored; every GPT-2 size uses heads of 64 channels, so NH = C / 64.
+// not in the file: transformers keeps it in config.json beside it (n_head, read when the file is
+// there); without one, NH = C / 64, as every GPT-2 size has heads of 64 channels.
 // Also accepted: h.N.attn.bias and h.N.attn.masked_bias, the causal-mask buffers older files
 // hold (not parameters: skipped), and lm_head.weight, which must equal wte (GPT-2 ties them).
 // Anything else is an error: a missing or misshapen tensor, an unknown one.
@@ -144,7 +145,53 @@ static int hf_layer_of(const char* name, const char** rest) {
     return (int)layer;
 }
 
-// The model's shape, from wte (V, C), wpe (maxT, C) and the highest h.N.
+// config.json beside the safetensors file at st_path (in the same folder), into *path (cap
+// bytes). Returns whether it exists.
+static int hf_config_json_path(const char* st_path, char* path, size_t cap) {
+    const char* slash = strrchr(st_path, '/');
+    int dir_len = slash != NULL ? (int)(slash - st_path) + 1 : 0;
+    if (snprintf(path, cap, "%.*sconfig.json", dir_len, st_path) >= (int)cap) return 0;
+    return file_exists(path);
+}
+
+// The number of heads from config.json (path), whose sizes, where it gives them, must be the
+// tensors' (c: the shape the tensors say, its heads unknown). transformers' names: n_head,
+// n_embd, n_layer, n_positions, vocab_size; other keys are not about the shape.
+static int hf_config_json_heads(const char* path, GPT2Config c) {
+    FILE* f = fopen_check(path, "rb");
+    long long size = file_size_check(f, path);
+    if (size > (1 << 20)) fail("%s: %lld bytes, too large for a model's config.json", path, size);
+    char* text = (char*)malloc_check((size_t)size);
+    fread_check(text, 1, (size_t)size, f, path);
+    fclose(f);
+    JsonReader r = json_reader(text, (size_t)size, path, NULL);
+    const char* keys[5] = {"n_head", "n_embd", "n_layer", "n_positions", "vocab_size"};
+    long long want[5] = {0, c.channels, c.num_layers, c.max_seq_len, c.vocab_size};
+    long long got[5] = {-1, -1, -1, -1, -1};  // -1: not given
+    json_expect(&r, '{');
+    for (size_t i = 0; json_next(&r, '}', i); i++) {
+        char key[64];
+        st_json_name(&r, key, sizeof(key));
+        json_expect(&r, ':');
+        int k = 0;
+        while (k < 5 && strcmp(key, keys[k]) != 0) k++;
+        if (k == 5) json_skip_value(&r);
+        else got[k] = json_int(&r, INT32_MAX, keys[k]);
+    }
+    json_end(&r);
+    free(text);
+    for (int k = 1; k < 5; k++) {
+        if (got[k] != -1 && got[k] != want[k]) {
+            fail("%s: %s is %lld, the tensors beside it say %lld", path, keys[k], got[k], want[k]);
+        }
+    }
+    if (got[0] == -1) fail("%s: no n_head, the number of attention heads", path);
+    if (got[0] == 0 || c.channels % got[0] != 0) fail("%s: n_head %lld does not divide n_embd %d", path, got[0], c.channels);
+    return (int)got[0];
+}
+
+// The model's shape, from wte (V, C), wpe (maxT, C), the highest h.N and config.json's n_head
+// (else heads of 64 channels).
 static GPT2Config hf_config(const Safetensors* st, const char* prefix) {
     char name[SAFETENSORS_MAX_NAME];
     snprintf(name, sizeof(name), "%swte.weight", prefix);
@@ -166,11 +213,17 @@ static GPT2Config hf_config(const Safetensors* st, const char* prefix) {
     int V = (int)(wte->shape[0] < INT32_MAX ? wte->shape[0] : -1);
     int C = (int)(wte->shape[1] < INT32_MAX ? wte->shape[1] : -1);
     int maxT = (int)(wpe->shape[0] < INT32_MAX ? wpe->shape[0] : -1);
-    if (C <= 0 || C % GPT2_HEAD_SIZE != 0) {
-        fail("%s: channels C=%d are not a multiple of GPT-2's head size %d, so the number of heads "
-             "is unknown", st->path, C, GPT2_HEAD_SIZE);
+    GPT2Config c = gpt2_config(maxT, V, L, 1, C, (V + 127) / 128 * 128);
+    gpt2_check_config(c, st->path);
+    char json[4096];
+    if (hf_config_json_path(st->path, json, sizeof(json))) {
+        c.num_heads = hf_config_json_heads(json, c);
+    } else if (C % GPT2_HEAD_SIZE != 0) {
+        fail("%s: channels C=%d are not a multiple of GPT-2's head size %d, and no config.json beside it "
+             "gives n_head, so the number of heads is unknown", st->path, C, GPT2_HEAD_SIZE);
+    } else {
+        c.num_heads = C / GPT2_HEAD_SIZE;
     }
-    GPT2Config c = gpt2_config(maxT, V, L, C / GPT2_HEAD_SIZE, C, (V + 127) / 128 * 128);
     gpt2_check_config(c, st->path);
     return c;
 }
