@@ -230,8 +230,11 @@ def check_export(args):
     names = ["transformer.wte.weight", "transformer.wpe.weight"]
     names += [f"transformer.h.{l}.{n}" for l in range(L) for n in LAYER_TENSORS]
     names += ["transformer.ln_f.weight", "transformer.ln_f.bias"]
-    if list(t) != names:   # the file's order, which is also save_pretrained's set of names
-        problems.append(f"tensors {list(t)[:6]}..., expected {names[:6]}... ({len(names)})")
+    extra, missing = [n for n in t if n not in names], [n for n in names if n not in t]
+    if extra or missing:   # save_pretrained's names: lm_head.weight, tied to wte, is not among them
+        problems.append(f"tensors not in transformers' layout: {extra} too many, {missing} missing")
+    elif list(t) != names:
+        problems.append(f"tensors in the order {list(t)}, not the model's {names}")
     want = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "vocab_size": V,
             "n_positions": maxT, "n_ctx": maxT, "n_embd": C, "n_layer": L,
             "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5, "tie_word_embeddings": True,
