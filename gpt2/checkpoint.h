@@ -1,12 +1,14 @@
 // gpt2/checkpoint.h: a GPT-2 in and out of files (doc/formats.md): llm.c checkpoints (read as
-// float32 or bfloat16, written as float32), Hugging Face model.safetensors files (read), fresh
-// models (-e dN), and the training state that resumes a run (state_STEP.bin beside
-// model_STEP.bin). Every reader checks a file's size against its header before it trusts it.
+// float32 or bfloat16, written as float32), Hugging Face model.safetensors files (read, and
+// written with their config.json), fresh models (-e dN), and the training state that resumes a
+// run (state_STEP.bin beside model_STEP.bin). Every reader checks a file's size against its
+// header before it trusts it.
 
 #ifndef GPT2_CHECKPOINT_H
 #define GPT2_CHECKPOINT_H
 
 #include <ctype.h>
+#include "arithmetic.h"  // LAYERNORM_EPS, for config.json
 #include "io.h"
 #include "model.h"
 #include "safetensors.h"
@@ -78,7 +80,8 @@ static inline void write_checkpoint(const char* path, GPT2Config config, const f
 // The four matrices are transformers' Conv1D, which computes x @ W + b with W stored (in, out):
 // the transpose of the (out, in) rows of a Linear and of llm.c. The model's shape comes from
 // the file: V and C from wte, maxT from wpe's rows, L from the h.N count. The number of heads is
-// not stored; every GPT-2 size uses heads of 64 channels, so NH = C / 64.
+// not in the file: transformers keeps it in config.json beside it (n_head, read when the file is
+// there); without one, NH = C / 64, as every GPT-2 size has heads of 64 channels.
 // Also accepted: h.N.attn.bias and h.N.attn.masked_bias, the causal-mask buffers older files
 // hold (not parameters: skipped), and lm_head.weight, which must equal wte (GPT-2 ties them).
 // Anything else is an error: a missing or misshapen tensor, an unknown one.
@@ -144,7 +147,53 @@ static int hf_layer_of(const char* name, const char** rest) {
     return (int)layer;
 }
 
-// The model's shape, from wte (V, C), wpe (maxT, C) and the highest h.N.
+// config.json beside the safetensors file at st_path (in the same folder), into *path (cap
+// bytes). Returns whether it exists.
+static int hf_config_json_path(const char* st_path, char* path, size_t cap) {
+    const char* slash = strrchr(st_path, '/');
+    int dir_len = slash != NULL ? (int)(slash - st_path) + 1 : 0;
+    if (snprintf(path, cap, "%.*sconfig.json", dir_len, st_path) >= (int)cap) return 0;
+    return file_exists(path);
+}
+
+// The number of heads from config.json (path), whose sizes, where it gives them, must be the
+// tensors' (c: the shape the tensors say, its heads unknown). transformers' names: n_head,
+// n_embd, n_layer, n_positions, vocab_size; other keys are not about the shape.
+static int hf_config_json_heads(const char* path, GPT2Config c) {
+    FILE* f = fopen_check(path, "rb");
+    long long size = file_size_check(f, path);
+    if (size > (1 << 20)) fail("%s: %lld bytes, too large for a model's config.json", path, size);
+    char* text = (char*)malloc_check((size_t)size);
+    fread_check(text, 1, (size_t)size, f, path);
+    fclose(f);
+    JsonReader r = json_reader(text, (size_t)size, path, NULL);
+    const char* keys[5] = {"n_head", "n_embd", "n_layer", "n_positions", "vocab_size"};
+    long long want[5] = {0, c.channels, c.num_layers, c.max_seq_len, c.vocab_size};
+    long long got[5] = {-1, -1, -1, -1, -1};  // -1: not given
+    json_expect(&r, '{');
+    for (size_t i = 0; json_next(&r, '}', i); i++) {
+        char key[64];
+        st_json_name(&r, key, sizeof(key));
+        json_expect(&r, ':');
+        int k = 0;
+        while (k < 5 && strcmp(key, keys[k]) != 0) k++;
+        if (k == 5) json_skip_value(&r);
+        else got[k] = json_int(&r, INT32_MAX, keys[k]);
+    }
+    json_end(&r);
+    free(text);
+    for (int k = 1; k < 5; k++) {
+        if (got[k] != -1 && got[k] != want[k]) {
+            fail("%s: %s is %lld, the tensors beside it say %lld", path, keys[k], got[k], want[k]);
+        }
+    }
+    if (got[0] == -1) fail("%s: no n_head, the number of attention heads", path);
+    if (got[0] == 0 || c.channels % got[0] != 0) fail("%s: n_head %lld does not divide n_embd %d", path, got[0], c.channels);
+    return (int)got[0];
+}
+
+// The model's shape, from wte (V, C), wpe (maxT, C), the highest h.N and config.json's n_head
+// (else heads of 64 channels).
 static GPT2Config hf_config(const Safetensors* st, const char* prefix) {
     char name[SAFETENSORS_MAX_NAME];
     snprintf(name, sizeof(name), "%swte.weight", prefix);
@@ -166,11 +215,17 @@ static GPT2Config hf_config(const Safetensors* st, const char* prefix) {
     int V = (int)(wte->shape[0] < INT32_MAX ? wte->shape[0] : -1);
     int C = (int)(wte->shape[1] < INT32_MAX ? wte->shape[1] : -1);
     int maxT = (int)(wpe->shape[0] < INT32_MAX ? wpe->shape[0] : -1);
-    if (C <= 0 || C % GPT2_HEAD_SIZE != 0) {
-        fail("%s: channels C=%d are not a multiple of GPT-2's head size %d, so the number of heads "
-             "is unknown", st->path, C, GPT2_HEAD_SIZE);
+    GPT2Config c = gpt2_config(maxT, V, L, 1, C, (V + 127) / 128 * 128);
+    gpt2_check_config(c, st->path);
+    char json[4096];
+    if (hf_config_json_path(st->path, json, sizeof(json))) {
+        c.num_heads = hf_config_json_heads(json, c);
+    } else if (C % GPT2_HEAD_SIZE != 0) {
+        fail("%s: channels C=%d are not a multiple of GPT-2's head size %d, and no config.json beside it "
+             "gives n_head, so the number of heads is unknown", st->path, C, GPT2_HEAD_SIZE);
+    } else {
+        c.num_heads = C / GPT2_HEAD_SIZE;
     }
-    GPT2Config c = gpt2_config(maxT, V, L, C / GPT2_HEAD_SIZE, C, (V + 127) / 128 * 128);
     gpt2_check_config(c, st->path);
     return c;
 }
@@ -234,6 +289,135 @@ static void gpt2_read_safetensors(GPT2* model, Safetensors* st) {
     gpt2_allocate_params(model, c);
     hf_tensors(st, prefix, c, &model->params);
     hf_check_rest(st, prefix, model);
+}
+
+// ---------- GPT-2 to Hugging Face: model.safetensors and config.json ----------
+// What transformers' GPT2LMHeadModel.save_pretrained writes, for transformers (from_pretrained)
+// and every tool that reads its files: the names above behind "transformer.", the Conv1D
+// matrices transposed to (in, out), wte with its V rows (the padding rows are ours alone), and no
+// lm_head.weight: save_pretrained leaves out a weight tied to another (GPT2LMHeadModel declares
+// lm_head.weight tied to wte), and from_pretrained ties it back. Every tensor is float32, the
+// model's own values, so reading the file back gives the same parameters bit for bit.
+
+#define HF_WEIGHTS_FILE "model.safetensors"
+#define HF_CONFIG_FILE "config.json"
+
+// Refuses, before any work, to export into dir where either file exists (nothing of the user's
+// is overwritten), and makes dir if it is not there (its parent must be).
+static inline void hf_export_prepare(const char* dir) {
+    struct stat st;
+    if (stat(dir, &st) != 0) {
+        if (mkdir(dir, 0755) != 0) fail("--export %s: cannot create the directory: %s", dir, strerror(errno));
+        return;
+    }
+    if (!S_ISDIR(st.st_mode)) fail("--export %s: exists and is not a directory", dir);
+    const char* files[2] = {HF_WEIGHTS_FILE, HF_CONFIG_FILE};
+    for (int i = 0; i < 2; i++) {
+        char path[4096];
+        snprintf(path, sizeof(path), "%s/%s", dir, files[i]);
+        if (stat(path, &st) == 0) {
+            fail("--export %s: %s exists; not overwriting it (remove it or choose another directory)", dir, path);
+        }
+    }
+}
+
+// transformers' GPT2Config for this model. Dropout 0: this project trains without it (and
+// from_pretrained gives a model in eval mode, where dropout does nothing anyway). bos and eos are
+// GPT-2's end-of-text for GPT-2's vocabulary; for any other, the model does not say.
+static void hf_write_config(const char* path, GPT2Config c) {
+    AtomicFile a = atomic_open_check(path);
+    char eot[16] = "null";
+    if (c.vocab_size == GPT2_VOCAB) snprintf(eot, sizeof(eot), "%d", GPT2_EOT);
+    fprintf(a.f,
+            "{\n"
+            "  \"architectures\": [\"GPT2LMHeadModel\"],\n"
+            "  \"model_type\": \"gpt2\",\n"
+            "  \"vocab_size\": %d,\n"
+            "  \"n_positions\": %d,\n"
+            "  \"n_ctx\": %d,\n"
+            "  \"n_embd\": %d,\n"
+            "  \"n_layer\": %d,\n"
+            "  \"n_head\": %d,\n"
+            "  \"n_inner\": null,\n"
+            "  \"activation_function\": \"gelu_new\",\n"
+            "  \"layer_norm_epsilon\": %g,\n"
+            "  \"resid_pdrop\": 0.0,\n"
+            "  \"embd_pdrop\": 0.0,\n"
+            "  \"attn_pdrop\": 0.0,\n"
+            "  \"initializer_range\": 0.02,\n"
+            "  \"scale_attn_weights\": true,\n"
+            "  \"scale_attn_by_inverse_layer_idx\": false,\n"
+            "  \"reorder_and_upcast_attn\": false,\n"
+            "  \"tie_word_embeddings\": true,\n"
+            "  \"use_cache\": true,\n"
+            "  \"bos_token_id\": %s,\n"
+            "  \"eos_token_id\": %s,\n"
+            "  \"torch_dtype\": \"float32\"\n"
+            "}\n",
+            c.vocab_size, c.max_seq_len, c.max_seq_len, c.channels, c.num_layers, c.num_heads,
+            (double)LAYERNORM_EPS, eot, eot);
+    atomic_close_check(&a);
+}
+
+// The tensors of the export: wte, wpe, the layers' and ln_f's.
+static inline int hf_num_tensors(GPT2Config c) {
+    return 4 + NUM_HF_LAYER_TENSORS * c.num_layers;
+}
+
+// One tensor of the export, (rows) when cols is 0, else (rows, cols); transposed: data is ours,
+// (cols, rows), the file's is its transpose.
+static SafetensorsTensor hf_tensor(const char* name, const float* data, long long rows, long long cols,
+                                   int transposed) {
+    SafetensorsTensor t;
+    memset(&t, 0, sizeof(t));
+    snprintf(t.name, sizeof(t.name), "transformer.%s", name);
+    t.dtype = "F32";
+    t.ndim = cols == 0 ? 1 : 2;
+    t.shape[0] = rows;
+    t.shape[1] = cols;
+    t.data = data;
+    t.transposed = transposed;
+    return t;
+}
+
+// Writes dir/model.safetensors and dir/config.json (hf_export_prepare has checked dir); returns
+// the size of model.safetensors in bytes.
+static inline long long gpt2_write_hf(const GPT2* model, const char* dir) {
+    GPT2Config c = model->config;
+    const ParameterTensors* p = &model->params;
+    long long V = c.vocab_size, Vp = c.padded_vocab_size, C = c.channels;
+    // the padding rows of wte are zero in every checkpoint of ours; no token has them, so the
+    // file, which has none, computes the same logits either way
+    for (size_t i = (size_t)(V * C); i < (size_t)(Vp * C); i++) {
+        if (p->wte[i] != 0.0f) {
+            fprintf(stderr, "note: wte's padding rows %lld..%lld are not zero; no token has them, and the export "
+                    "leaves them out as always\n", V, Vp - 1);
+            break;
+        }
+    }
+    SafetensorsTensor* t = (SafetensorsTensor*)malloc_check((size_t)hf_num_tensors(c) * sizeof(SafetensorsTensor));
+    int n = 0;
+    t[n++] = hf_tensor("wte.weight", p->wte, V, C, 0);
+    t[n++] = hf_tensor("wpe.weight", p->wpe, c.max_seq_len, C, 0);
+    for (int l = 0; l < c.num_layers; l++) {
+        for (int k = 0; k < NUM_HF_LAYER_TENSORS; k++) {
+            const HFLayerTensor* h = &HF_LAYER_TENSORS[k];
+            long long out = h->out * C, in = h->in * C;  // ours (out, in); the file's (in, out)
+            const float* src = ((float* const*)p)[h->tensor] + (size_t)l * (size_t)(out * (in ? in : 1));
+            char name[64];  // h.N.mlp.c_proj.weight
+            snprintf(name, sizeof(name), "h.%d.%s", l, h->name);
+            t[n++] = in == 0 ? hf_tensor(name, src, out, 0, 0) : hf_tensor(name, src, in, out, 1);
+        }
+    }
+    t[n++] = hf_tensor("ln_f.weight", p->lnfw, C, 0, 0);
+    t[n++] = hf_tensor("ln_f.bias", p->lnfb, C, 0, 0);
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/%s", dir, HF_WEIGHTS_FILE);
+    long long bytes = safetensors_write(path, t, n);
+    free(t);
+    snprintf(path, sizeof(path), "%s/%s", dir, HF_CONFIG_FILE);
+    hf_write_config(path, c);
+    return bytes;
 }
 
 // ---------- building a model ----------

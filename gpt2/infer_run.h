@@ -1,7 +1,8 @@
 // gpt2/infer_run.h: the command line of generation, the same for infer.c (CPU) and infer_gpu.cu
 // (GPU): the flags, the two ways of running (one prompt printed as it is generated; a file of
-// requests answered as JSON lines), and the report. Each program brings its device
-// (EngineDevice: the forward pass over its paged cache) and calls infer_main.
+// requests answered as JSON lines), and the report; and --export, which writes the model in
+// Hugging Face's layout instead, on the host, before any device is started. Each program brings
+// its device (EngineDevice: the forward pass over its paged cache) and calls infer_main.
 
 #ifndef GPT2_INFER_RUN_H
 #define GPT2_INFER_RUN_H
@@ -28,6 +29,7 @@ typedef struct {
     int queue;               // -q: with --serve, choices waiting for a slot at most
     double time_limit;       // -t: with --serve, seconds a request may take
     int connections;         // -c: with --serve, open connections at most
+    const char* export_dir;  // --export DIR: write DIR/model.safetensors and DIR/config.json, then exit
 #ifdef GPT2_SERVE
     struct sockaddr_storage serve_addr;  // --serve's address, resolved before the model is read
 #endif
@@ -48,6 +50,9 @@ static void infer_usage(const char* prog) {
             "  -q N      with --serve: choices waiting for a slot, at most; more get HTTP 429 (default 256)\n"
             "  -t SECS   with --serve: seconds a request may take, waiting included (default 600)\n"
             "  -c N      with --serve: open connections, at most (default 256)\n"
+            "  --export DIR  write the model in Hugging Face's GPT-2 layout instead, DIR/model.safetensors\n"
+            "            (float32) and DIR/config.json, for transformers' GPT2LMHeadModel.from_pretrained(DIR),\n"
+            "            then exit (doc/infer.md); makes DIR, never overwrites a file in it\n"
             "  -b N      with -f or --serve: sequences generated together, at most (default 8)\n"
             "  -m PAGES  pages of %d positions in the key-value cache's pool (default: every sequence a\n"
             "            whole context, within 2 GiB, and never less than one whole context)\n"
@@ -97,6 +102,10 @@ static InferConfig infer_parse_args(int argc, char** argv) {
             c.serve = val;
             continue;
         }
+        if (strcmp(flag, "--export") == 0) {
+            c.export_dir = val;
+            continue;
+        }
         switch (flag[0] == '-' && flag[1] != '-' ? flag[1] : 0) {
             case 'e': c.model = val; break;
             case 'k': c.tokenizer = val; break;
@@ -127,6 +136,9 @@ static InferConfig infer_parse_args(int argc, char** argv) {
     if (c.requests != NULL && c.prompt != NULL) fail("-p and -f: give one prompt or a file of requests, not both");
     if (c.serve != NULL && (c.requests != NULL || c.prompt != NULL)) {
         fail("--serve answers requests over HTTP: give no -p or -f with it");
+    }
+    if (c.export_dir != NULL && (c.serve != NULL || c.requests != NULL || c.prompt != NULL)) {
+        fail("--export writes the model and exits: give no -p, -f or --serve with it");
     }
     if (c.serve == NULL && (c.queue >= 0 || c.time_limit >= 0 || c.connections >= 0)) {
         fail("-q, -t and -c bound a server: they go with --serve HOST:PORT");
@@ -354,10 +366,26 @@ static const char* infer_default_precision(const InferDevice* dev, const GPT2* m
     return dev->bf16_weights_in_bf16 && weights_are_bf16(model) ? "bf16" : device_default;
 }
 
+// --export: the model (any -e) in Hugging Face's layout, on the host; no tokenizer, no device.
+static int infer_export(const InferConfig* cfg) {
+    hf_export_prepare(cfg->export_dir);
+    GPT2 model;
+    gpt2_build(&model, cfg->model, cfg->gen.seed);
+    long long bytes = gpt2_write_hf(&model, cfg->export_dir);
+    GPT2Config c = model.config;
+    printf("wrote %s/%s: %d tensors, float32, %lld bytes\n", cfg->export_dir, HF_WEIGHTS_FILE,
+           hf_num_tensors(c), bytes);
+    printf("wrote %s/%s: GPT2LMHeadModel, n_layer %d, n_head %d, n_embd %d, vocab_size %d, n_positions %d\n",
+           cfg->export_dir, HF_CONFIG_FILE, c.num_layers, c.num_heads, c.channels, c.vocab_size, c.max_seq_len);
+    gpt2_free(&model);
+    return 0;
+}
+
 // The program: reads the flags, the model and the tokenizer, builds the device and runs one
 // prompt or the requests; returns the exit status.
 static int infer_main(int argc, char** argv, const InferDevice* dev) {
     InferConfig cfg = infer_parse_args(argc, argv);
+    if (cfg.export_dir != NULL) return infer_export(&cfg);
 #ifdef GPT2_SERVE
     if (cfg.serve != NULL) {
         server_address(cfg.serve, &cfg.serve_addr);  // a bad address is told before the model is read

@@ -3,8 +3,9 @@
 // GPT-2, read with gpt2/json.h) is one flat object: "__metadata__" (skipped) and, per tensor,
 // "name": {"dtype": "F32", "shape": [768, 2304], "data_offsets": [begin, end]}, the offsets
 // counted from the end of the header. Every tensor's byte range is checked against its dtype, its
-// shape and the file's size before anything is read. What the tensors mean is the caller's
-// business (gpt2/checkpoint.h maps GPT-2's names onto the model).
+// shape and the file's size before anything is read. The writer (at the end) lays out the same
+// format, tensor by tensor. What the tensors mean is the caller's business (gpt2/checkpoint.h
+// maps GPT-2's names onto the model and back).
 
 #ifndef GPT2_SAFETENSORS_H
 #define GPT2_SAFETENSORS_H
@@ -245,6 +246,93 @@ static inline void safetensors_close(Safetensors* st) {
     free(st->entries);
     fclose(st->f);
     memset(st, 0, sizeof(*st));
+}
+
+// ---------- writing ----------
+// A file as Hugging Face's safetensors library writes one: the header {"__metadata__": {"format":
+// "pt"}, "name": {"dtype", "shape", "data_offsets"}, ...}, padded with spaces so that the data
+// starts at a multiple of 8 bytes, then the tensors end to end in the order given. transformers
+// refuses a file whose metadata lacks "format" (it names the framework the tensors came from).
+
+typedef struct {
+    char name[SAFETENSORS_MAX_NAME];  // printable ASCII without '"' or '\\': written as it is
+    const char* dtype;                // "F32", "BF16", ... (st_dtype_size knows its size)
+    int ndim;
+    long long shape[SAFETENSORS_MAX_DIMS];
+    const void* data;  // the elements, row-major; with transposed, a 2-D tensor's transpose:
+    int transposed;    // data is (shape[1], shape[0]), written out as (shape[0], shape[1])
+} SafetensorsTensor;
+
+static size_t st_tensor_bytes(const SafetensorsTensor* t) {
+    size_t n = st_dtype_size(t->dtype);
+    for (int d = 0; d < t->ndim; d++) n *= (size_t)t->shape[d];
+    return n;
+}
+
+// Appends printf-style text to the growing string *buf (length *len, capacity *cap).
+static void st_append(char** buf, size_t* len, size_t* cap, const char* fmt, ...) {
+    va_list args;
+    va_start(args, fmt);
+    int n = vsnprintf(NULL, 0, fmt, args);
+    va_end(args);
+    if (*len + (size_t)n + 1 > *cap) {
+        *cap = 2 * (*len + (size_t)n + 1);
+        *buf = (char*)realloc_check(*buf, *cap);
+    }
+    va_start(args, fmt);
+    vsnprintf(*buf + *len, *cap - *len, fmt, args);
+    va_end(args);
+    *len += (size_t)n;
+}
+
+// Writes the n tensors to path (atomically: gpt2/io.h's AtomicFile), one at a time: nothing is
+// copied but the one transposed tensor being written. Returns the file's size in bytes.
+static inline long long safetensors_write(const char* path, const SafetensorsTensor* tensors, int n) {
+    size_t len = 0, cap = 4096;
+    char* json = (char*)malloc_check(cap);
+    st_append(&json, &len, &cap, "{\"__metadata__\":{\"format\":\"pt\"}");
+    long long offset = 0;
+    for (int i = 0; i < n; i++) {
+        const SafetensorsTensor* t = &tensors[i];
+        for (const char* c = t->name; *c; c++) {
+            if (*c < 0x20 || *c > 0x7e || *c == '"' || *c == '\\') fail("%s: cannot write tensor name %s", path, t->name);
+        }
+        if (st_dtype_size(t->dtype) == 0 || t->ndim > SAFETENSORS_MAX_DIMS || (t->transposed && t->ndim != 2)) {
+            fail("%s: tensor %s: dtype %s with %d dimensions%s cannot be written", path, t->name, t->dtype, t->ndim,
+                 t->transposed ? " (transposed)" : "");
+        }
+        st_append(&json, &len, &cap, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[", t->name, t->dtype);
+        for (int d = 0; d < t->ndim; d++) st_append(&json, &len, &cap, "%s%lld", d ? "," : "", t->shape[d]);
+        long long bytes = (long long)st_tensor_bytes(t);
+        st_append(&json, &len, &cap, "],\"data_offsets\":[%lld,%lld]}", offset, offset + bytes);
+        offset += bytes;
+    }
+    st_append(&json, &len, &cap, "}");
+    while (len % 8 != 0) st_append(&json, &len, &cap, " ");  // 8 + len: the data 8-byte aligned
+    uint64_t header_len = len;
+    AtomicFile a = atomic_open_check(path);
+    fwrite_check(&header_len, sizeof(header_len), 1, a.f, path);
+    fwrite_check(json, 1, len, a.f, path);
+    free(json);
+    for (int i = 0; i < n; i++) {
+        const SafetensorsTensor* t = &tensors[i];
+        size_t bytes = st_tensor_bytes(t);
+        if (!t->transposed) {
+            fwrite_check(t->data, 1, bytes, a.f, path);
+            continue;
+        }
+        size_t elem = st_dtype_size(t->dtype), rows = (size_t)t->shape[0], cols = (size_t)t->shape[1];
+        const char* src = (const char*)t->data;  // (cols, rows)
+        char* out = (char*)malloc_check(bytes);  // (rows, cols)
+        #pragma omp parallel for
+        for (long long r = 0; r < (long long)rows; r++) {
+            for (size_t c = 0; c < cols; c++) memcpy(out + ((size_t)r * cols + c) * elem, src + (c * rows + (size_t)r) * elem, elem);
+        }
+        fwrite_check(out, 1, bytes, a.f, path);
+        free(out);
+    }
+    atomic_close_check(&a);
+    return 8 + (long long)len + offset;
 }
 
 #endif // GPT2_SAFETENSORS_H

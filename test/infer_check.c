@@ -8,6 +8,9 @@
 //                               products in bf16, and how far bf16 is from float32
 //   infer_check hf MODEL EXPECT a Hugging Face safetensors file written by dev/reference/hf_ref.py: the
 //                               logits of both paths against PyTorch's (EXPECT)
+//   infer_check same A B        two model files (anything -e reads) load to the same shape and the
+//                               same parameters, bit for bit: an export (infer --export) against
+//                               the checkpoint it came from
 //
 // Exits non-zero on the first failed check, naming it.
 
@@ -404,14 +407,43 @@ static void check_hf(const char* model_path, const char* expect_path) {
     gpt2_free(&model);
 }
 
+// ---------- two files, one model ----------
+
+static void check_same(const char* a_path, const char* b_path) {
+    GPT2 a, b;
+    gpt2_build_from_file(&a, a_path);
+    gpt2_build_from_file(&b, b_path);
+    GPT2Config x = a.config, y = b.config;
+    char what[512];
+    snprintf(what, sizeof(what), "the same shape: maxT=%d/%d V=%d/%d Vp=%d/%d L=%d/%d NH=%d/%d C=%d/%d", x.max_seq_len,
+             y.max_seq_len, x.vocab_size, y.vocab_size, x.padded_vocab_size, y.padded_vocab_size, x.num_layers,
+             y.num_layers, x.num_heads, y.num_heads, x.channels, y.channels);
+    check(memcmp(&x, &y, sizeof(x)) == 0, what);
+    if (memcmp(&x, &y, sizeof(x)) == 0) {
+        for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+            const float* p = ((float* const*)&a.params)[i];
+            const float* q = ((float* const*)&b.params)[i];
+            size_t n = a.param_sizes[i], differ = 0;
+            for (size_t j = 0; j < n; j++) differ += memcmp(&p[j], &q[j], sizeof(float)) != 0;
+            if (differ) snprintf(what, sizeof(what), "%s: %zu of %zu values differ", PARAMETERS[i].name, differ, n);
+            else snprintf(what, sizeof(what), "%s: all %zu values the same bit for bit", PARAMETERS[i].name, n);
+            check(differ == 0, what);
+        }
+    }
+    gpt2_free(&a);
+    gpt2_free(&b);
+}
+
 int main(int argc, char** argv) {
     if (argc == 2 && strcmp(argv[1], "kv") == 0) {
         check_kv();
         check_filter();
     } else if (argc == 4 && strcmp(argv[1], "hf") == 0) {
         check_hf(argv[2], argv[3]);
+    } else if (argc == 4 && strcmp(argv[1], "same") == 0) {
+        check_same(argv[2], argv[3]);
     } else {
-        fprintf(stderr, "usage: infer_check kv | infer_check hf MODEL.safetensors EXPECT\n");
+        fprintf(stderr, "usage: infer_check kv | infer_check hf MODEL.safetensors EXPECT | infer_check same A B\n");
         return 2;
     }
     printf("%s\n", failures == 0 ? "all checks passed" : "SOME CHECKS FAILED");
