@@ -3,7 +3,8 @@
 //
 //   ./tokenizer vocab encoder.json vocab.bpe OUT   OpenAI's two files -> the tokenizer file
 //   ./tokenizer encode [FILE] | decode [FILE]       text <-> token ids, exactly as tiktoken
-//   ./tokenizer prepare TEXT OUT_PREFIX             a text -> OUT_PREFIX_{val,train}.bin
+//   ./tokenizer prepare [-n TOKENS] TEXT... OUT_PREFIX
+//                                                   texts -> OUT_PREFIX_{val,train}.bin, or shards
 //
 // Read gpt2/tokenizer.h first: it is the byte-pair encoder itself (the pre-tokenizer, merging by
 // rank, decoding), kept there because infer.c encodes prompts with it and the trainers decode
@@ -11,12 +12,14 @@
 // vocabulary down (every byte as a printable character, merges as pairs of such strings, ranked
 // by their line in vocab.bpe), the checks that the two files agree, and the commands.
 
+#include <dirent.h>
 #include <unistd.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #include "gpt2/io.h"
 #include "gpt2/json.h"
 #include "gpt2/tokenizer.h"
-
-#define VAL_TOKENS 32768  // llm.c's split: the first 32,768 tokens are the validation set
 
 // ---------- reading whole files ----------
 
@@ -280,7 +283,7 @@ static void cmd_vocab(const char* json_path, const char* bpe_path, const char* o
     tokenizer_free(&t);
 }
 
-// ---------- encode, decode, prepare, bench ----------
+// ---------- encode, decode ----------
 
 static void cmd_encode(const Tokenizer* t, const char* path, int eot_is_special) {
     size_t len, n;
@@ -354,17 +357,137 @@ static void cmd_decode(const Tokenizer* t, const char* path) {
     free(in);
 }
 
-static void write_token_file(const char* path, const int* ids, size_t n) {
-    int32_t header[HEADER_INTS];
-    header_init(header, TOKENS_MAGIC, TOKENS_VERSION);
-    header[2] = (int32_t)n;
-    uint16_t* u16 = (uint16_t*)malloc_check(n * sizeof(uint16_t));
-    for (size_t i = 0; i < n; i++) u16[i] = (uint16_t)ids[i];
-    AtomicFile a = atomic_open_check(path);
-    fwrite_check(header, sizeof(int32_t), HEADER_INTS, a.f, path);
-    fwrite_check(u16, sizeof(uint16_t), n, a.f, path);
-    atomic_close_check(&a);
-    free(u16);
+// ---------- prepare: text to token files ----------
+//
+// `prepare` streams. It reads the text a chunk at a time, cuts the chunk into segments (the
+// sections that a blank line ends, and pieces of long sections), encodes the segments on all
+// cores, and writes their ids in order to token files filled one after another. Its memory is
+// a chunk of text and the ids of a chunk, whatever the size of the text: only a stretch of text
+// longer than a chunk with no place to cut it (below) makes the buffer grow.
+
+#define VAL_TOKENS 32768  // llm.c's split: the first 32,768 tokens are the validation set
+#ifndef PREPARE_CHUNK_BYTES  // both can be set when compiling: a test makes them small
+#define PREPARE_CHUNK_BYTES ((size_t)32 << 20)  // text read at a time
+#endif
+#ifndef PREPARE_PIECE_BYTES
+#define PREPARE_PIECE_BYTES ((size_t)256 << 10)  // longer sections are cut into pieces of about this
+                                                 // size, and a thread's job is at least this much
+#endif
+
+// A stretch of text encoded on its own: a section, or a piece of one.
+typedef struct {
+    size_t start, len;  // bytes of the chunk
+    int new_section;    // it starts a section: <|endoftext|> goes before it
+} Segment;
+
+typedef struct {
+    Segment* data;
+    size_t n, cap;
+} SegmentList;
+
+static void segment_push(SegmentList* l, size_t start, size_t len, int new_section) {
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 1024;
+        l->data = (Segment*)realloc_check(l->data, l->cap * sizeof(Segment));
+    }
+    l->data[l->n].start = start;
+    l->data[l->n].len = len;
+    l->data[l->n].new_section = new_section;
+    l->n++;
+}
+
+// Just past the first "\n\n" of text[from..have), or 0 if there is none: the end of the section
+// that runs through from (the caller searches from the section's start, or from a place where
+// no "\n\n" can begin, so that the pairs are found as a search from the start finds them).
+static size_t section_end(const unsigned char* text, size_t from, size_t have) {
+    while (from + 1 < have) {
+        const unsigned char* nl = (const unsigned char*)memchr(text + from, '\n', have - 1 - from);
+        if (nl == NULL) break;
+        size_t i = (size_t)(nl - text);
+        if (text[i + 1] == '\n') return i + 2;
+        from = i + 1;
+    }
+    return 0;
+}
+
+// Where a section may be cut, so that encoding the two halves on their own gives exactly the ids
+// of encoding it whole: just before a '\n' that is followed by a character that is not
+// whitespace (with -s, nor the '<' that may start "<|endoftext|>"). Why, for GPT-2's regex
+//   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+// (gpt2/tokenizer.h's pretoken_length writes it out): a '\n' is only ever in a piece of
+// whitespace alone (the contractions hold none; the optional prefix of the three runs is the
+// space U+0020 only, and the runs hold no whitespace). Let the '\n' be at c and the character at
+// c+1 not be whitespace. The piece that holds the '\n' ends at c+1, and it starts at c: a run of
+// whitespace that started before c and reached c+1 would be taken by \s+(?!\S) without its last
+// character (the lookahead sees the non-space at c+1 and backs off one), so it would end at c.
+// So a piece starts at c, and the pieces from c on are the same in text[c..) alone, as the regex
+// never looks back. The pieces before c are the same in text[..c) alone: each match there is
+// decided by its characters and the one after it, which is at most the '\n' at c, and that '\n'
+// decides the same as the end of the text: a run of letters, numbers or "other" stops at both,
+// the contractions hold no '\n', and \s+(?!\S) takes a run of whitespace that reaches c only as
+// far as c in both (the '\n' is whitespace, the end of the text is no \S). BPE never merges
+// across pieces, so the ids of the halves, one after the other, are the ids of the whole. With
+// -s, text is cut at each "<|endoftext|>" before this; as the character at c+1 is not '<', c
+// and c+1 lie between the same two end-of-text markers, and the argument holds there. (No token
+// of GPT-2's own vocabulary has a '\n' after its first byte, so its ids would survive some cuts
+// that this rule refuses; the rule holds for any vocabulary, and test_tokenizer_shards checks it
+// with one that has tokens such as " \n ", on many kinds of text.)
+//
+// Returns the first such place c with from <= c and c+1 < stop, or 0 if there is none. The
+// character after the '\n' is read from text[c+1..avail): the caller leaves room for a whole
+// character (avail - stop >= 3) unless the section ends at avail.
+static size_t next_cut(const unsigned char* text, size_t from, size_t stop, size_t avail, int eot_is_special) {
+    while (from + 1 < stop) {
+        const unsigned char* nl = (const unsigned char*)memchr(text + from, '\n', stop - 1 - from);
+        if (nl == NULL) break;
+        size_t c = (size_t)(nl - text);
+        int cls;
+        utf8_char(text + c + 1, avail - c - 1, &cls);
+        if (cls != UCLASS_SPACE && !(eot_is_special && text[c + 1] == '<')) return c;
+        from = c + 1;
+    }
+    return 0;
+}
+
+// Pushes the section text[start..end) as segments, cut where next_cut allows into pieces of about
+// PREPARE_PIECE_BYTES. With partial (the section goes on past end, not read yet) it keeps back the
+// part after the last cut; returns where the segments stop.
+static size_t push_section(const unsigned char* text, size_t start, size_t end, int partial, int new_section,
+                           int eot_is_special, SegmentList* out) {
+    size_t stop = !partial ? end : end > 3 ? end - 3 : 0;  // a partial one: whole characters only
+    while (end - start > PREPARE_PIECE_BYTES) {
+        size_t c = next_cut(text, start + PREPARE_PIECE_BYTES, stop, end, eot_is_special);
+        if (c == 0) break;
+        segment_push(out, start, c - start, new_section);
+        new_section = 0;
+        start = c;
+    }
+    if (partial) return start;
+    segment_push(out, start, end - start, new_section);
+    return end;
+}
+
+// Cuts text[0..have) into segments: the sections as the two-file mode cuts them (after each
+// "\n\n"; the last runs to the end of the text), long ones in pieces. *mid says that text[0]
+// continues a section begun in an earlier chunk; at_end that the text ends at have. Returns how
+// many bytes went into segments: the rest, the start of a section whose end is not read yet,
+// waits for the next chunk.
+static size_t cut_segments(const unsigned char* text, size_t have, int at_end, int eot_is_special, int* mid,
+                           SegmentList* out) {
+    size_t start = 0;
+    while (start < have) {
+        size_t end = section_end(text, start, have);
+        if (end == 0 && !at_end) {
+            size_t kept = push_section(text, start, have, 1, !*mid, eot_is_special, out);
+            if (kept > start) *mid = 1;
+            return kept;
+        }
+        if (end == 0) end = have;
+        push_section(text, start, end, 0, !*mid, eot_is_special, out);
+        *mid = 0;
+        start = end;
+    }
+    return have;
 }
 
 // Progress of a long `prepare` on stderr, so that a person can follow it: nothing for the first
@@ -373,66 +496,307 @@ static void write_token_file(const char* path, const int* ids, size_t n) {
 typedef struct {
     double start, last;
     int tty, shown;
+    long long total;  // bytes of all the texts, or -1 when not known (standard input): no ETA
 } Progress;
 
-static void progress_update(Progress* p, size_t done, size_t total, size_t tokens) {
+static void progress_update(Progress* p, size_t done, size_t tokens, int shards) {
     double now = now_seconds();
     if (now - p->start < 1.0 || now - p->last < (p->tty ? 1.0 : 10.0)) return;
     p->last = now;
     p->shown = 1;
     double rate = done / (now - p->start);
-    char eta[32];
-    fprintf(stderr, "%sprepare: %.0f%% of %.1f MB, %.1fM tokens, %.1f MB/s, ETA %s%s", p->tty ? "\r" : "",
-            100.0 * done / total, total / 1e6, tokens / 1e6, rate / 1e6,
-            format_duration(eta, sizeof(eta), (total - done) / rate), p->tty ? "\033[K" : "\n");
+    char line[256], eta[32];
+    int n = p->total >= 0
+        ? snprintf(line, sizeof(line), "prepare: %.0f%% of %.1f MB", 100.0 * done / (p->total > 0 ? p->total : 1),
+                   p->total / 1e6)
+        : snprintf(line, sizeof(line), "prepare: %.1f MB", done / 1e6);
+    n += snprintf(line + n, sizeof(line) - n, ", %.1fM tokens", tokens / 1e6);
+    if (shards >= 0) n += snprintf(line + n, sizeof(line) - n, ", %d shards", shards);
+    n += snprintf(line + n, sizeof(line) - n, ", %.1f MB/s", rate / 1e6);
+    if (p->total >= 0 && (long long)done <= p->total) {
+        snprintf(line + n, sizeof(line) - n, ", ETA %s", format_duration(eta, sizeof(eta), (p->total - done) / rate));
+    }
+    fprintf(stderr, "%s%s%s", p->tty ? "\r" : "", line, p->tty ? "\033[K" : "\n");
     fflush(stderr);
 }
 
-// `./tokenizer prepare TEXT OUT_PREFIX`, the way llm.c prepares Tiny Shakespeare: the text is cut
-// into sections at each blank line ("\n\n"; every section but the last keeps it), each section
-// starts with <|endoftext|>, the first 32,768 tokens are OUT_PREFIX_val.bin, the rest
-// OUT_PREFIX_train.bin.
-static void cmd_prepare(const Tokenizer* t, const char* text_path, const char* prefix, int eot_is_special) {
-    if (t->vocab_size > 65536) fail("token files hold uint16 ids, but the vocabulary has %d tokens", t->vocab_size);
-    size_t len;
-    unsigned char* text = read_path_check(text_path, &len);
-    IdList all = {NULL, 0, 0};
-    Progress progress = {now_seconds(), 0.0, isatty(STDERR_FILENO), 0};
-    size_t start = 0;
-    while (start <= len) {
-        size_t end = start;
-        while (end + 1 < len && !(text[end] == '\n' && text[end + 1] == '\n')) end++;
-        end = end + 1 < len ? end + 2 : len;  // keep the "\n\n"; the last section runs to the end
-        size_t n;
-        int* ids = tokenizer_encode(t, text + start, end - start, eot_is_special, &n);
-        idlist_push(&all, t->eot_token);
-        for (size_t i = 0; i < n; i++) idlist_push(&all, ids[i]);
-        free(ids);
-        progress_update(&progress, end, len, all.n);
-        if (end == len) break;
-        start = end;
-    }
-    if (progress.shown) {
-        char took[32];
-        fprintf(stderr, "%sprepare: encoded %.1f MB into %zu tokens in %s\n", progress.tty ? "\r\033[K" : "",
-                len / 1e6, all.n, format_duration(took, sizeof(took), now_seconds() - progress.start));
-    }
-    free(text);
-    if (all.n <= VAL_TOKENS) {
-        fail("%s has only %zu tokens: need more than %d (the validation set) to leave some for training",
-             text_path, all.n, VAL_TOKENS);
-    }
-    size_t plen = strlen(prefix);
-    char* path = (char*)malloc_check(plen + 16);
-    snprintf(path, plen + 16, "%s_val.bin", prefix);
-    write_token_file(path, all.data, VAL_TOKENS);
-    printf("wrote %s: %d tokens\n", path, VAL_TOKENS);
-    snprintf(path, plen + 16, "%s_train.bin", prefix);
-    write_token_file(path, all.data + VAL_TOKENS, all.n - VAL_TOKENS);
-    printf("wrote %s: %zu tokens\n", path, all.n - VAL_TOKENS);
-    free(path);
-    free(all.data);
+// Clears the progress line of a terminal before a line of stdout.
+static void progress_clear(Progress* p) {
+    if (p->tty && p->shown) fputs("\r\033[K", stderr);
 }
+
+// Token files filled one after another. Each is written to PATH.tmp as its ids come, and renamed
+// to PATH once full and more ids follow, or at the end. With shards (-n), every file holds
+// shard_tokens ids (the last one fewer): PREFIX_val_000000.bin, then PREFIX_train_000001.bin, ...,
+// llm.c's names, the first shard being the validation set. Without, llm.c's two files:
+// PREFIX_val.bin with the first VAL_TOKENS ids, PREFIX_train.bin with the rest.
+typedef struct {
+    const char* prefix;
+    size_t shard_tokens;  // ids per shard; 0: the two files
+    AtomicFile file;      // the file being written
+    char* path;
+    size_t in_file;       // ids in it so far
+    int done;             // files complete
+    size_t total;         // ids so far
+    Progress* progress;
+} TokenWriter;
+
+// The .tmp of the token file being written: a run that fails removes it (through fail_stop of
+// gpt2/io.h), so that no half-written file is left.
+static const char* writing_tmp = NULL;
+
+static void remove_writing_tmp(void) {
+    if (writing_tmp != NULL) remove(writing_tmp);
+}
+
+static size_t writer_capacity(const TokenWriter* w) {
+    if (w->shard_tokens) return w->shard_tokens;
+    return w->done == 0 ? VAL_TOKENS : (size_t)INT32_MAX;  // the header counts in an int32
+}
+
+static void writer_open(TokenWriter* w) {
+    size_t size = strlen(w->prefix) + 32;
+    w->path = (char*)malloc_check(size);
+    const char* split = w->done == 0 ? "val" : "train";
+    if (w->shard_tokens) snprintf(w->path, size, "%s_%s_%06d.bin", w->prefix, split, w->done);
+    else snprintf(w->path, size, "%s_%s.bin", w->prefix, split);
+    w->file = atomic_open_check(w->path);
+    writing_tmp = w->file.tmp_path;
+    fail_stop = remove_writing_tmp;
+    int32_t header[HEADER_INTS];
+    header_init(header, TOKENS_MAGIC, TOKENS_VERSION);  // the count is written when the file is complete
+    fwrite_check(header, sizeof(int32_t), HEADER_INTS, w->file.f, w->file.tmp_path);
+    w->in_file = 0;
+}
+
+static void writer_close(TokenWriter* w) {
+    int32_t header[HEADER_INTS];
+    header_init(header, TOKENS_MAGIC, TOKENS_VERSION);
+    header[2] = (int32_t)w->in_file;
+    if (fseek(w->file.f, 0, SEEK_SET) != 0) fail("cannot seek in %s: %s", w->file.tmp_path, strerror(errno));
+    fwrite_check(header, sizeof(int32_t), HEADER_INTS, w->file.f, w->file.tmp_path);
+    writing_tmp = NULL;  // atomic_close_check removes it itself if it fails
+    atomic_close_check(&w->file);
+    progress_clear(w->progress);
+    printf("wrote %s: %zu tokens\n", w->path, w->in_file);
+    fflush(stdout);
+    free(w->path);
+    w->done++;
+}
+
+// Appends ids[0..n) to the files, starting the next file when one is full.
+static void writer_push(TokenWriter* w, const uint16_t* ids, size_t n) {
+    while (n > 0) {
+        if (w->in_file == writer_capacity(w)) {
+            if (!w->shard_tokens && w->done == 1) {
+                fail("%s would hold more than %d tokens, more than its header can count: write shards (-n)",
+                     w->path, INT32_MAX);
+            }
+            writer_close(w);
+            writer_open(w);
+        }
+        size_t take = writer_capacity(w) - w->in_file;
+        if (take > n) take = n;
+        fwrite_check(ids, sizeof(uint16_t), take, w->file.f, w->file.tmp_path);
+        w->in_file += take;
+        w->total += take;
+        ids += take;
+        n -= take;
+    }
+}
+
+// Completes the last file. A text too short to leave any ids after the validation file is an
+// error (its .tmp is removed: no file is left). what: "the 3 texts have", ..., or NULL for the
+// one text path.
+static void writer_finish(TokenWriter* w, const char* what, const char* path) {
+    if (w->done == 0) {
+        char has[4096];
+        snprintf(has, sizeof(has), "%s%s", what ? what : path, what ? "" : " has");
+        if (w->shard_tokens) {
+            fail("%s only %zu tokens: need more than one shard of %zu (the validation set) to leave some "
+                 "for training; a smaller -n makes smaller shards", has, w->total, w->shard_tokens);
+        }
+        fail("%s only %zu tokens: need more than %d (the validation set) to leave some for training",
+             has, w->total, VAL_TOKENS);
+    }
+    writer_close(w);
+}
+
+// Encodes the segments on all threads and writes their ids in order. The segments are grouped
+// into jobs of at least PREPARE_PIECE_BYTES; a thread takes the next job when it is done with
+// one (a dynamic schedule: the cost of a byte varies with the text). A finished job waits until
+// the jobs before it are written; the thread that finishes the last one missing writes them, one
+// thread at a time, while the others go on encoding. So the files are the same for any number of
+// threads, and writing overlaps encoding.
+static void encode_segments(const Tokenizer* t, const unsigned char* text, const SegmentList* segs,
+                            int eot_is_special, TokenWriter* w) {
+    if (segs->n == 0) return;
+    size_t* first = (size_t*)malloc_check((segs->n + 1) * sizeof(size_t));  // job j: segments first[j]..first[j+1]-1
+    size_t jobs = 0, bytes = 0;
+    for (size_t i = 0; i < segs->n; i++) {
+        if (i == 0 || bytes >= PREPARE_PIECE_BYTES) {
+            first[jobs++] = i;
+            bytes = 0;
+        }
+        bytes += segs->data[i].len;
+    }
+    first[jobs] = segs->n;
+    uint16_t** ids = (uint16_t**)calloc_check(jobs, sizeof(uint16_t*));  // of a job encoded, not yet written
+    size_t* counts = (size_t*)calloc_check(jobs, sizeof(size_t));
+    char* encoded = (char*)calloc_check(jobs, 1);
+    size_t next = 0;  // the first job not written yet
+    #pragma omp parallel
+    {
+        MergeScratch m;  // each thread its own working memory; the tokenizer is shared, read only
+        memset(&m, 0, sizeof(m));
+        IdList out = {NULL, 0, 0};
+        #pragma omp for schedule(dynamic, 1)
+        for (size_t j = 0; j < jobs; j++) {
+            out.n = 0;
+            for (size_t i = first[j]; i < first[j + 1]; i++) {
+                const Segment* s = &segs->data[i];
+                if (s->new_section) idlist_push(&out, t->eot_token);
+                tokenizer_encode_append(t, &m, text + s->start, s->len, eot_is_special, &out);
+            }
+            uint16_t* u = (uint16_t*)malloc_check(out.n * sizeof(uint16_t));
+            for (size_t k = 0; k < out.n; k++) u[k] = (uint16_t)out.data[k];
+            #pragma omp critical(prepare_write)
+            {
+                ids[j] = u;
+                counts[j] = out.n;
+                encoded[j] = 1;
+                for (; next < jobs && encoded[next]; next++) {
+                    writer_push(w, ids[next], counts[next]);
+                    free(ids[next]);
+                }
+            }
+        }
+        scratch_free(&m);
+        free(out.data);
+    }
+    free(encoded);
+    free(ids);
+    free(counts);
+    free(first);
+}
+
+// Checks before any work that every text can be read (a file, or "-" for standard input, once)
+// and returns their total size in bytes, or -1 when one is standard input or a pipe.
+static long long check_texts(const char* const* texts, int n) {
+    long long total = 0;
+    int stdin_seen = 0, unknown = 0;
+    for (int k = 0; k < n; k++) {
+        if (strcmp(texts[k], "-") == 0) {
+            if (stdin_seen) fail("standard input (-) is given twice: it can be read only once");
+            stdin_seen = unknown = 1;
+            continue;
+        }
+        struct stat st;
+        if (stat(texts[k], &st) != 0 || access(texts[k], R_OK) != 0) {  // not opened: a pipe is read once
+            fail("cannot open text %s: %s", texts[k], strerror(errno));
+        }
+        if (S_ISDIR(st.st_mode)) fail("text %s is a folder, not a file", texts[k]);
+        if (S_ISREG(st.st_mode)) total += (long long)st.st_size;
+        else unknown = 1;
+    }
+    return unknown ? -1 : total;
+}
+
+// Refuses shards of OUT_PREFIX that are already there: the trainer's glob (PREFIX_train_*.bin)
+// would mix them with this run's, and they would be overwritten.
+static void refuse_existing_shards(const char* prefix) {
+    const char* slash = strrchr(prefix, '/');
+    size_t dir_len = slash ? (size_t)(slash - prefix) + 1 : 0;  // with its '/'
+    char* dir = (char*)malloc_check(dir_len + 2);
+    if (slash) memcpy(dir, prefix, dir_len);
+    else dir[dir_len++] = '.';
+    dir[dir_len] = '\0';
+    const char* base = prefix + (slash ? dir_len : 0);
+    size_t base_len = strlen(base);
+    DIR* d = opendir(dir);
+    if (d == NULL) fail("cannot write shards into %s: %s", dir, strerror(errno));
+    struct dirent* e;
+    while ((e = readdir(d)) != NULL) {
+        const char* name = e->d_name;
+        size_t len = strlen(name);
+        if (len < base_len + 4 || strncmp(name, base, base_len) != 0 || strcmp(name + len - 4, ".bin") != 0) continue;
+        const char* rest = name + base_len;
+        if (strncmp(rest, "_val_", 5) == 0 || strncmp(rest, "_train_", 7) == 0) {
+            fail("%.*s%s exists: shards of an earlier run would mix with this run's (%s_train_*.bin takes "
+                 "both); remove them or choose another OUT_PREFIX", (int)(slash ? dir_len : 0), prefix, name, prefix);
+        }
+    }
+    closedir(d);
+    free(dir);
+}
+
+// `./tokenizer prepare [-n TOKENS] TEXT... OUT_PREFIX`, the way llm.c prepares its data: each
+// text is cut into sections at each blank line ("\n\n"; every section but a text's last keeps
+// it), each section starts with <|endoftext|>, and the texts follow one another (the end of a
+// text ends its last section). Without -n, the first 32,768 tokens are OUT_PREFIX_val.bin and
+// the rest OUT_PREFIX_train.bin, as llm.c's tinyshakespeare.py; with -n, shards of TOKENS tokens,
+// the first for validation, as llm.c's fineweb.py.
+static void cmd_prepare(const Tokenizer* t, const char* const* texts, int ntexts, const char* prefix,
+                        size_t shard_tokens, long long total, int eot_is_special) {
+    if (t->vocab_size > 65536) fail("token files hold uint16 ids, but the vocabulary has %d tokens", t->vocab_size);
+    Progress progress = {now_seconds(), 0.0, isatty(STDERR_FILENO), 0, total};
+    TokenWriter w;
+    memset(&w, 0, sizeof(w));
+    w.prefix = prefix;
+    w.shard_tokens = shard_tokens;
+    w.progress = &progress;
+    writer_open(&w);
+    size_t cap = PREPARE_CHUNK_BYTES + 2 * PREPARE_PIECE_BYTES;
+    unsigned char* buf = (unsigned char*)malloc_check(cap);
+    SegmentList segs = {NULL, 0, 0};
+    size_t done = 0;  // bytes read, all texts
+    for (int k = 0; k < ntexts; k++) {
+        int is_stdin = strcmp(texts[k], "-") == 0;
+        const char* what = is_stdin ? "standard input" : texts[k];
+        FILE* f = is_stdin ? stdin : fopen_check(texts[k], "rb");
+        size_t have = 0, read = 0;  // bytes in buf; bytes of this text read
+        int mid = 0, at_end = 0;
+        while (!at_end) {
+            if (cap - have < PREPARE_CHUNK_BYTES) {  // a stretch with no cut longer than a chunk
+                cap = have + PREPARE_CHUNK_BYTES;
+                buf = (unsigned char*)realloc_check(buf, cap);
+            }
+            size_t got = fread(buf + have, 1, PREPARE_CHUNK_BYTES, f);
+            if (ferror(f)) fail("cannot read %s: %s", what, strerror(errno));
+            at_end = got < PREPARE_CHUNK_BYTES;
+            have += got;
+            read += got;
+            done += got;
+            segs.n = 0;
+            size_t used = cut_segments(buf, have, at_end, eot_is_special, &mid, &segs);
+            if (at_end && read == 0) segment_push(&segs, 0, 0, 1);  // an empty text: one empty section
+            encode_segments(t, buf, &segs, eot_is_special, &w);
+            memmove(buf, buf + used, have - used);
+            have -= used;
+            progress_update(&progress, done, w.total, shard_tokens ? w.done : -1);
+        }
+        if (!is_stdin) fclose_check(f, what);
+    }
+    free(buf);
+    free(segs.data);
+    char what[64];  // the text(s), for the message of a text too short
+    if (ntexts > 1) snprintf(what, sizeof(what), "the %d texts have", ntexts);
+    writer_finish(&w, ntexts > 1 ? what : strcmp(texts[0], "-") == 0 ? "standard input has" : NULL, texts[0]);
+    if (progress.shown || shard_tokens) {  // with shards always: `make bench-tokenizer` reads the rate
+        double secs = now_seconds() - progress.start;
+#ifdef _OPENMP
+        int threads = omp_get_max_threads();
+#else
+        int threads = 1;
+#endif
+        progress_clear(&progress);
+        fprintf(stderr, "prepare: %.1f MB -> %zu tokens", done / 1e6, w.total);
+        if (shard_tokens) fprintf(stderr, ", %d shards", w.done);
+        fprintf(stderr, ", %.2f s: %.1f MB/s on %d thread%s\n", secs, done / 1e6 / secs, threads, threads > 1 ? "s" : "");
+    }
+}
+
+// ---------- bench ----------
 
 static int compare_double(const void* a, const void* b) {
     double x = *(const double*)a, y = *(const double*)b;
@@ -469,9 +833,15 @@ static void usage(FILE* f) {
         "commands:\n"
         "  encode [FILE]                      token ids of FILE (default stdin), space-separated, on stdout\n"
         "  decode [FILE]                      ids (whitespace-separated) from FILE or stdin back to bytes\n"
-        "  prepare TEXT_FILE OUT_PREFIX       llm.c token files OUT_PREFIX_val.bin (first 32,768 tokens)\n"
+        "  prepare TEXT... OUT_PREFIX         llm.c token files OUT_PREFIX_val.bin (first 32,768 tokens)\n"
         "                                     and OUT_PREFIX_train.bin; <|endoftext|> before each section\n"
-        "                                     of the text that a blank line (\"\\n\\n\") ends\n"
+        "                                     of the text that a blank line (\"\\n\\n\") or the text's end\n"
+        "                                     ends; TEXT \"-\" is stdin; several texts follow one another;\n"
+        "                                     read as a stream, encoded on all cores (OMP_NUM_THREADS)\n"
+        "  prepare -n TOKENS TEXT... OUT_PREFIX\n"
+        "                                     the same in shards of TOKENS tokens (the last one fewer):\n"
+        "                                     OUT_PREFIX_val_000000.bin first, then OUT_PREFIX_train_000001.bin,\n"
+        "                                     ...; refused if shards of OUT_PREFIX exist\n"
         "  vocab ENCODER_JSON VOCAB_BPE OUT   write the tokenizer file OUT from GPT-2's encoder.json and\n"
         "                                     vocab.bpe, checking that they agree\n"
         "  bench FILE [REPEATS]               time encoding FILE REPEATS times (default 10), one thread\n"
@@ -479,7 +849,20 @@ static void usage(FILE* f) {
         "  -k PATH   tokenizer file (default data/gpt2_tokenizer.bin)\n"
         "  -s        the text \"<|endoftext|>\" is the special token; by default it is ordinary text,\n"
         "            as in tiktoken's encode_ordinary\n"
+        "  -n TOKENS prepare: tokens per shard, 1..2147483647 (llm.c's fineweb.py writes 100000000);\n"
+        "            default: no shards, the two files above\n"
         "  -h        this help\n");
+}
+
+// The TOKENS of -n: a whole number from 1 to 2^31 - 1 (a token file's header counts in an int32).
+static size_t parse_shard_tokens(const char* s) {
+    char* end;
+    errno = 0;
+    long long v = s[0] >= '0' && s[0] <= '9' ? strtoll(s, &end, 10) : 0;
+    if (v < 1 || v > INT32_MAX || errno != 0 || *end != '\0') {
+        fail("-n %s: tokens per shard must be a whole number from 1 to 2147483647", s);
+    }
+    return (size_t)v;
 }
 
 static void need_args(int have, int want_min, int want_max, const char* command) {
@@ -491,7 +874,8 @@ static void need_args(int have, int want_min, int want_max, const char* command)
 int main(int argc, char** argv) {
     const char* tokenizer_path = "data/gpt2_tokenizer.bin";
     int eot_is_special = 0;
-    const char* args[8];
+    size_t shard_tokens = 0;  // -n
+    const char** args = (const char**)malloc_check((size_t)argc * sizeof(const char*));
     int nargs = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
@@ -502,10 +886,12 @@ int main(int argc, char** argv) {
         } else if (strcmp(argv[i], "-k") == 0) {
             if (i + 1 >= argc) fail("-k needs a path");
             tokenizer_path = argv[++i];
+        } else if (strcmp(argv[i], "-n") == 0) {
+            if (i + 1 >= argc) fail("-n needs a number of tokens per shard");
+            shard_tokens = parse_shard_tokens(argv[++i]);
         } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
             fail("unknown option %s (./tokenizer -h for usage)", argv[i]);
         } else {
-            if (nargs == 8) fail("too many arguments");
             args[nargs++] = argv[i];
         }
     }
@@ -526,7 +912,13 @@ int main(int argc, char** argv) {
         fail("unknown command %s (./tokenizer -h for usage)", cmd);
     }
     if (is_encode || is_decode) need_args(n, 0, 1, cmd);
-    if (is_prepare) need_args(n, 2, 2, cmd);
+    if (is_prepare) need_args(n, 2, n, cmd);
+    if (shard_tokens && !is_prepare) fail("-n is an option of prepare (./tokenizer -h for usage)");
+    long long text_bytes = 0;
+    if (is_prepare) {  // bad input is refused before the tokenizer is read and any work is done
+        text_bytes = check_texts(args + 1, n - 1);
+        if (shard_tokens) refuse_existing_shards(args[n]);
+    }
     if (is_bench) need_args(n, 1, 2, cmd);
     int repeats = 10;
     if (is_bench && n == 2) {
@@ -538,9 +930,10 @@ int main(int argc, char** argv) {
     const char* file = n >= 1 && strcmp(args[1], "-") != 0 ? args[1] : NULL;
     if (is_encode) cmd_encode(&t, file, eot_is_special);
     if (is_decode) cmd_decode(&t, file);
-    if (is_prepare) cmd_prepare(&t, args[1], args[2], eot_is_special);
+    if (is_prepare) cmd_prepare(&t, args + 1, n - 1, args[n], shard_tokens, text_bytes, eot_is_special);
     if (is_bench) cmd_bench(&t, args[1], repeats, eot_is_special);
     tokenizer_free(&t);
+    free(args);
     return 0;
 }
 
