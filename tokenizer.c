@@ -359,49 +359,49 @@ static void cmd_decode(const Tokenizer* t, const char* path) {
 
 // ---------- prepare: text to token files ----------
 //
-// `prepare` streams. It reads the text a chunk at a time, cuts the chunk into segments (the
-// sections that a blank line ends, and pieces of long sections), encodes the segments on all
-// cores, and writes their ids in order to token files filled one after another. Its memory is
-// a chunk of text and the ids of a chunk, whatever the size of the text: only a stretch of text
-// longer than a chunk with no place to cut it (below) makes the buffer grow.
+// `prepare` streams. It reads the text a chunk at a time, cuts the chunk into pieces at the ends
+// of sections (a blank line ends a section) or, inside a long section, where no id can change
+// (below), encodes the pieces on all cores, and writes their ids in order to token files filled
+// one after another. Its memory is a chunk of text and its ids, whatever the size of the text:
+// only a stretch longer than a chunk with no place to cut it makes the buffer grow.
 
 #define VAL_TOKENS 32768  // llm.c's split: the first 32,768 tokens are the validation set
 #ifndef PREPARE_CHUNK_BYTES  // both can be set when compiling: a test makes them small
 #define PREPARE_CHUNK_BYTES ((size_t)32 << 20)  // text read at a time
 #endif
 #ifndef PREPARE_PIECE_BYTES
-#define PREPARE_PIECE_BYTES ((size_t)256 << 10)  // longer sections are cut into pieces of about this
-                                                 // size, and a thread's job is at least this much
+#define PREPARE_PIECE_BYTES ((size_t)256 << 10)  // the work of a thread at a time: this much or a
+                                                 // little more, many per chunk for an even share
 #endif
 
-// A stretch of text encoded on its own: a section, or a piece of one.
+// A piece of the text, the work of one thread: whole sections, or a part of a long one.
 typedef struct {
-    size_t start, len;  // bytes of the chunk
-    int new_section;    // it starts a section: <|endoftext|> goes before it
-} Segment;
+    size_t start, end;  // bytes of the chunk
+    int mid;            // it starts inside a section, at a cut: no <|endoftext|> before it
+} Piece;
 
 typedef struct {
-    Segment* data;
+    Piece* data;
     size_t n, cap;
-} SegmentList;
+} PieceList;
 
-static void segment_push(SegmentList* l, size_t start, size_t len, int new_section) {
+static void piece_push(PieceList* l, size_t start, size_t end, int mid) {
     if (l->n == l->cap) {
-        l->cap = l->cap ? 2 * l->cap : 1024;
-        l->data = (Segment*)realloc_check(l->data, l->cap * sizeof(Segment));
+        l->cap = l->cap ? 2 * l->cap : 256;
+        l->data = (Piece*)realloc_check(l->data, l->cap * sizeof(Piece));
     }
     l->data[l->n].start = start;
-    l->data[l->n].len = len;
-    l->data[l->n].new_section = new_section;
+    l->data[l->n].end = end;
+    l->data[l->n].mid = mid;
     l->n++;
 }
 
-// Just past the first "\n\n" of text[from..have), or 0 if there is none: the end of the section
-// that runs through from (the caller searches from the section's start, or from a place where
-// no "\n\n" can begin, so that the pairs are found as a search from the start finds them).
-static size_t section_end(const unsigned char* text, size_t from, size_t have) {
-    while (from + 1 < have) {
-        const unsigned char* nl = (const unsigned char*)memchr(text + from, '\n', have - 1 - from);
+// Just past the first "\n\n" of text[from..end), or 0 if there is none: where the section that
+// from is in ends, when from is the section's start or a place where no "\n\n" begins a byte
+// earlier (then the pairs found are those that a search from the section's start finds).
+static size_t section_end(const unsigned char* text, size_t from, size_t end) {
+    while (from + 1 < end) {
+        const unsigned char* nl = (const unsigned char*)memchr(text + from, '\n', end - 1 - from);
         if (nl == NULL) break;
         size_t i = (size_t)(nl - text);
         if (text[i + 1] == '\n') return i + 2;
@@ -410,9 +410,14 @@ static size_t section_end(const unsigned char* text, size_t from, size_t have) {
     return 0;
 }
 
-// Where a section may be cut, so that encoding the two halves on their own gives exactly the ids
-// of encoding it whole: just before a '\n' that is followed by a character that is not
-// whitespace (with -s, nor the '<' that may start "<|endoftext|>"). Why, for GPT-2's regex
+// Where a piece may end. Sections end after "\n\n", the pairs taken from the left: in a run of
+// '\n' that starts at r (text[r-1] is not '\n'), at r+2, r+4, ... So just past a "\n\n" that
+// starts such a run, a section ends, whatever came before.
+//
+// Inside a section, a piece may end where the section can be cut so that encoding the two halves
+// on their own gives exactly the ids of encoding it whole: just before a lone '\n' (no '\n' on
+// either side) followed by a character that is not whitespace (with -s, nor the '<' that may
+// start "<|endoftext|>"). Why, for GPT-2's regex
 //   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
 // (gpt2/tokenizer.h's pretoken_length writes it out): a '\n' is only ever in a piece of
 // whitespace alone (the contractions hold none; the optional prefix of the three runs is the
@@ -433,61 +438,72 @@ static size_t section_end(const unsigned char* text, size_t from, size_t have) {
 // that this rule refuses; the rule holds for any vocabulary, and test_tokenizer_shards checks it
 // with one that has tokens such as " \n ", on many kinds of text.)
 //
-// Returns the first such place c with from <= c and c+1 < stop, or 0 if there is none. The
-// character after the '\n' is read from text[c+1..avail): the caller leaves room for a whole
-// character (avail - stop >= 3) unless the section ends at avail.
-static size_t next_cut(const unsigned char* text, size_t from, size_t stop, size_t avail, int eot_is_special) {
-    while (from + 1 < stop) {
-        const unsigned char* nl = (const unsigned char*)memchr(text + from, '\n', stop - 1 - from);
+// Returns the first such place at or after from (> 0: it looks a byte back), or 0 if there is
+// none in text[..have) that can be told yet: unless at_end, the text goes on past have.
+static size_t next_piece_end(const unsigned char* text, size_t from, size_t have, int at_end, int eot_is_special,
+                             int* mid) {
+    for (size_t i = from; i < have;) {
+        const unsigned char* nl = (const unsigned char*)memchr(text + i, '\n', have - i);
         if (nl == NULL) break;
-        size_t c = (size_t)(nl - text);
+        size_t r = (size_t)(nl - text);
+        i = r + 1;
+        if (text[r - 1] == '\n') continue;  // not the start of its run
+        if (r + 1 == have) break;           // what follows is not read yet, or the text ends
+        if (text[r + 1] == '\n') {
+            *mid = 0;
+            return r + 2;
+        }
+        if (!at_end && r + 5 > have) break;  // the character after it may not be whole yet
         int cls;
-        utf8_char(text + c + 1, avail - c - 1, &cls);
-        if (cls != UCLASS_SPACE && !(eot_is_special && text[c + 1] == '<')) return c;
-        from = c + 1;
+        utf8_char(text + r + 1, have - r - 1, &cls);
+        if (cls != UCLASS_SPACE && !(eot_is_special && text[r + 1] == '<')) {
+            *mid = 1;
+            return r;
+        }
     }
     return 0;
 }
 
-// Pushes the section text[start..end) as segments, cut where next_cut allows into pieces of about
-// PREPARE_PIECE_BYTES. With partial (the section goes on past end, not read yet) it keeps back the
-// part after the last cut; returns where the segments stop.
-static size_t push_section(const unsigned char* text, size_t start, size_t end, int partial, int new_section,
-                           int eot_is_special, SegmentList* out) {
-    size_t stop = !partial ? end : end > 3 ? end - 3 : 0;  // a partial one: whole characters only
-    while (end - start > PREPARE_PIECE_BYTES) {
-        size_t c = next_cut(text, start + PREPARE_PIECE_BYTES, stop, end, eot_is_special);
-        if (c == 0) break;
-        segment_push(out, start, c - start, new_section);
-        new_section = 0;
-        start = c;
-    }
-    if (partial) return start;
-    segment_push(out, start, end - start, new_section);
-    return end;
-}
-
-// Cuts text[0..have) into segments: the sections as the two-file mode cuts them (after each
-// "\n\n"; the last runs to the end of the text), long ones in pieces. *mid says that text[0]
-// continues a section begun in an earlier chunk; at_end that the text ends at have. Returns how
-// many bytes went into segments: the rest, the start of a section whose end is not read yet,
-// waits for the next chunk.
-static size_t cut_segments(const unsigned char* text, size_t have, int at_end, int eot_is_special, int* mid,
-                           SegmentList* out) {
+// Cuts text[0..have) into pieces of PREPARE_PIECE_BYTES or a little more, each ending where
+// next_piece_end allows. *mid says that text[0] is inside a section begun in an earlier chunk,
+// at_end that the text ends at have. Returns how many bytes went into pieces: the rest waits
+// for the next chunk.
+static size_t plan_pieces(const unsigned char* text, size_t have, int at_end, int eot_is_special, int* mid,
+                          PieceList* out) {
     size_t start = 0;
-    while (start < have) {
-        size_t end = section_end(text, start, have);
-        if (end == 0 && !at_end) {
-            size_t kept = push_section(text, start, have, 1, !*mid, eot_is_special, out);
-            if (kept > start) *mid = 1;
-            return kept;
+    for (;;) {
+        int next_mid = 0;
+        size_t end = start + PREPARE_PIECE_BYTES < have
+            ? next_piece_end(text, start + PREPARE_PIECE_BYTES, have, at_end, eot_is_special, &next_mid) : 0;
+        if (end == 0) {
+            if (!at_end) return start;
+            if (start < have) piece_push(out, start, have, *mid);
+            *mid = 0;
+            return have;
         }
-        if (end == 0) end = have;
-        push_section(text, start, end, 0, !*mid, eot_is_special, out);
-        *mid = 0;
+        piece_push(out, start, end, *mid);
+        *mid = next_mid;
         start = end;
     }
-    return have;
+}
+
+// Appends the ids of a piece to out: each section in it encoded on its own, after <|endoftext|>
+// (but for a part of a section that an earlier piece began).
+static void encode_piece(const Tokenizer* t, MergeScratch* m, const unsigned char* text, const Piece* p,
+                         int eot_is_special, IdList* out) {
+    if (p->start == p->end) {  // an empty text: one empty section
+        idlist_push(out, t->eot_token);
+        return;
+    }
+    int new_section = !p->mid;
+    for (size_t start = p->start; start < p->end;) {
+        size_t end = section_end(text, start, p->end);
+        if (end == 0) end = p->end;
+        if (new_section) idlist_push(out, t->eot_token);
+        tokenizer_encode_append(t, m, text + start, end - start, eot_is_special, out);
+        new_section = 1;
+        start = end;
+    }
 }
 
 // Progress of a long `prepare` on stderr, so that a person can follow it: nothing for the first
@@ -622,42 +638,27 @@ static void writer_finish(TokenWriter* w, const char* what, const char* path) {
     writer_close(w);
 }
 
-// Encodes the segments on all threads and writes their ids in order. The segments are grouped
-// into jobs of at least PREPARE_PIECE_BYTES; a thread takes the next job when it is done with
-// one (a dynamic schedule: the cost of a byte varies with the text). A finished job waits until
-// the jobs before it are written; the thread that finishes the last one missing writes them, one
-// thread at a time, while the others go on encoding. So the files are the same for any number of
-// threads, and writing overlaps encoding.
-static void encode_segments(const Tokenizer* t, const unsigned char* text, const SegmentList* segs,
-                            int eot_is_special, TokenWriter* w) {
-    if (segs->n == 0) return;
-    size_t* first = (size_t*)malloc_check((segs->n + 1) * sizeof(size_t));  // job j: segments first[j]..first[j+1]-1
-    size_t jobs = 0, bytes = 0;
-    for (size_t i = 0; i < segs->n; i++) {
-        if (i == 0 || bytes >= PREPARE_PIECE_BYTES) {
-            first[jobs++] = i;
-            bytes = 0;
-        }
-        bytes += segs->data[i].len;
-    }
-    first[jobs] = segs->n;
-    uint16_t** ids = (uint16_t**)calloc_check(jobs, sizeof(uint16_t*));  // of a job encoded, not yet written
-    size_t* counts = (size_t*)calloc_check(jobs, sizeof(size_t));
-    char* encoded = (char*)calloc_check(jobs, 1);
-    size_t next = 0;  // the first job not written yet
+// Encodes the pieces on all threads and writes their ids in order. A thread takes the next piece
+// when it is done with one (a dynamic schedule: the cost of a byte varies with the text). The ids
+// of a piece wait until those of the pieces before it are written; the thread that finishes the
+// last one missing writes them, one thread at a time, while the others go on encoding. So the
+// files are the same for any number of threads, and writing overlaps encoding.
+static void encode_pieces(const Tokenizer* t, const unsigned char* text, const PieceList* pieces,
+                          int eot_is_special, TokenWriter* w) {
+    size_t n = pieces->n;
+    uint16_t** ids = (uint16_t**)calloc_check(n, sizeof(uint16_t*));  // of a piece encoded, not yet written
+    size_t* counts = (size_t*)calloc_check(n, sizeof(size_t));
+    char* encoded = (char*)calloc_check(n, 1);
+    size_t next = 0;  // the first piece not written yet
     #pragma omp parallel
     {
         MergeScratch m;  // each thread its own working memory; the tokenizer is shared, read only
         memset(&m, 0, sizeof(m));
         IdList out = {NULL, 0, 0};
         #pragma omp for schedule(dynamic, 1)
-        for (size_t j = 0; j < jobs; j++) {
+        for (size_t j = 0; j < n; j++) {
             out.n = 0;
-            for (size_t i = first[j]; i < first[j + 1]; i++) {
-                const Segment* s = &segs->data[i];
-                if (s->new_section) idlist_push(&out, t->eot_token);
-                tokenizer_encode_append(t, &m, text + s->start, s->len, eot_is_special, &out);
-            }
+            encode_piece(t, &m, text, &pieces->data[j], eot_is_special, &out);
             uint16_t* u = (uint16_t*)malloc_check(out.n * sizeof(uint16_t));
             for (size_t k = 0; k < out.n; k++) u[k] = (uint16_t)out.data[k];
             #pragma omp critical(prepare_write)
@@ -665,7 +666,7 @@ static void encode_segments(const Tokenizer* t, const unsigned char* text, const
                 ids[j] = u;
                 counts[j] = out.n;
                 encoded[j] = 1;
-                for (; next < jobs && encoded[next]; next++) {
+                for (; next < n && encoded[next]; next++) {
                     writer_push(w, ids[next], counts[next]);
                     free(ids[next]);
                 }
@@ -677,7 +678,6 @@ static void encode_segments(const Tokenizer* t, const unsigned char* text, const
     free(encoded);
     free(ids);
     free(counts);
-    free(first);
 }
 
 // Checks before any work that every text can be read (a file, or "-" for standard input, once)
@@ -748,7 +748,7 @@ static void cmd_prepare(const Tokenizer* t, const char* const* texts, int ntexts
     writer_open(&w);
     size_t cap = PREPARE_CHUNK_BYTES + 2 * PREPARE_PIECE_BYTES;
     unsigned char* buf = (unsigned char*)malloc_check(cap);
-    SegmentList segs = {NULL, 0, 0};
+    PieceList pieces = {NULL, 0, 0};
     size_t done = 0;  // bytes read, all texts
     for (int k = 0; k < ntexts; k++) {
         int is_stdin = strcmp(texts[k], "-") == 0;
@@ -767,10 +767,10 @@ static void cmd_prepare(const Tokenizer* t, const char* const* texts, int ntexts
             have += got;
             read += got;
             done += got;
-            segs.n = 0;
-            size_t used = cut_segments(buf, have, at_end, eot_is_special, &mid, &segs);
-            if (at_end && read == 0) segment_push(&segs, 0, 0, 1);  // an empty text: one empty section
-            encode_segments(t, buf, &segs, eot_is_special, &w);
+            pieces.n = 0;
+            size_t used = plan_pieces(buf, have, at_end, eot_is_special, &mid, &pieces);
+            if (at_end && read == 0) piece_push(&pieces, 0, 0, 0);  // an empty text: one empty section
+            encode_pieces(t, buf, &pieces, eot_is_special, &w);
             memmove(buf, buf + used, have - used);
             have -= used;
             progress_update(&progress, done, w.total, shard_tokens ? w.done : -1);
@@ -778,7 +778,7 @@ static void cmd_prepare(const Tokenizer* t, const char* const* texts, int ntexts
         if (!is_stdin) fclose_check(f, what);
     }
     free(buf);
-    free(segs.data);
+    free(pieces.data);
     char what[64];  // the text(s), for the message of a text too short
     if (ntexts > 1) snprintf(what, sizeof(what), "the %d texts have", ntexts);
     writer_finish(&w, ntexts > 1 ? what : strcmp(texts[0], "-") == 0 ? "standard input has" : NULL, texts[0]);

@@ -6,7 +6,7 @@
 #   - the ids of all shards, in order, are the ids of each section of each text encoded whole
 #     (tokenizer_encode through test/tokenizer_batch.c), each after <|endoftext|>, with and
 #     without -s: cutting long sections into pieces and chunks changes no id;
-#   - the shards are the same byte for byte on 1 and 2 threads, and from a build with tiny chunks
+#   - the shards are the same byte for byte on 1, 2 and 8 threads, and from a build with tiny chunks
 #     and pieces (4 KB and 300 bytes: every section cut, every chunk carrying text over, a line
 #     longer than a chunk);
 #   - the two-file mode (no -n) gives the same ids; standard input ("-") gives what the file gives;
@@ -82,6 +82,7 @@ run one ./tokenizer 1 prepare -n 50000 $texts
 run two ./tokenizer 2 prepare -n 50000 $texts
 run tiny1 "$dir/tokenizer_tiny" 1 prepare -n 50000 $texts
 run tiny2 "$dir/tokenizer_tiny" 2 prepare -n 50000 $texts
+run tiny8 "$dir/tokenizer_tiny" 8 prepare -n 50000 $texts
 run whole ./tokenizer 2 prepare $texts
 run special ./tokenizer 2 -s prepare -n 50000 $texts
 run special_tiny "$dir/tokenizer_tiny" 2 -s prepare -n 50000 $texts
@@ -93,6 +94,7 @@ same() { [ "$(ls "$dir/$1")" = "$(ls "$dir/$2")" ] && for f in "$dir/$1"/*; do c
 check "2 threads: every shard byte-equal to 1 thread's" "same one two"
 check "4 KB chunks, 300-byte pieces, 1 thread: every shard byte-equal" "same one tiny1"
 check "4 KB chunks, 300-byte pieces, 2 threads: every shard byte-equal" "same one tiny2"
+check "4 KB chunks, 300-byte pieces, 8 threads (pieces finish out of order): every shard byte-equal" "same one tiny8"
 check "-s: tiny chunks and pieces give the same shards" "same special special_tiny"
 check "standard input (-) gives what the file gives" "same one stdin"
 
@@ -165,7 +167,7 @@ for special, name in [(False, "own"), (True, "own_special")]:
     if oids == reference(special, f"{d}/ws_tok.bin", own_eot)[0]:
         print(f"ok: {name}: with a vocabulary of whitespace and newline tokens too{' (-s)' if special else ''}")
     else: fail(f"{name}: the shards differ from the sections encoded whole with the whitespace vocabulary")
-for name in ["two", "tiny1", "tiny2", "stdin", "special_tiny"]:
+for name in ["two", "tiny1", "tiny2", "tiny8", "stdin", "special_tiny"]:
     shards(name, 50000)  # names, headers, sizes, stdout
 sys.exit(bad)
 PY
