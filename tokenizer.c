@@ -754,7 +754,7 @@ static void cmd_prepare(const Tokenizer* t, const char* const* texts, int ntexts
         int is_stdin = strcmp(texts[k], "-") == 0;
         const char* what = is_stdin ? "standard input" : texts[k];
         FILE* f = is_stdin ? stdin : fopen_check(texts[k], "rb");
-        size_t have = 0, read = 0;  // bytes in buf; bytes of this text read
+        size_t have = 0, text_read = 0;  // bytes in buf; bytes of this text read
         int mid = 0, at_end = 0;
         while (!at_end) {
             if (cap - have < PREPARE_CHUNK_BYTES) {  // a stretch with no cut longer than a chunk
@@ -765,11 +765,11 @@ static void cmd_prepare(const Tokenizer* t, const char* const* texts, int ntexts
             if (ferror(f)) fail("cannot read %s: %s", what, strerror(errno));
             at_end = got < PREPARE_CHUNK_BYTES;
             have += got;
-            read += got;
+            text_read += got;
             done += got;
             pieces.n = 0;
             size_t used = plan_pieces(buf, have, at_end, eot_is_special, &mid, &pieces);
-            if (at_end && read == 0) piece_push(&pieces, 0, 0, 0);  // an empty text: one empty section
+            if (at_end && text_read == 0) piece_push(&pieces, 0, 0, 0);  // an empty text: one empty section
             encode_pieces(t, buf, &pieces, eot_is_special, &w);
             memmove(buf, buf + used, have - used);
             have -= used;
