@@ -409,14 +409,13 @@ static void encode_ordinary(const Tokenizer* t, MergeScratch* m, const unsigned 
     }
 }
 
-// Token ids of text[0..len), malloc'd, *n_out of them (the caller frees). With eot_is_special,
-// each "<|endoftext|>" in the text is the token eot_token and the text between is encoded on its
-// own (as tiktoken's encode with allowed_special); otherwise it is ordinary text, as tiktoken's
-// encode_ordinary.
-int* tokenizer_encode(const Tokenizer* t, const unsigned char* text, size_t len, int eot_is_special, size_t* n_out) {
-    IdList out = {NULL, 0, 0};
-    MergeScratch m;
-    memset(&m, 0, sizeof(m));
+// Appends the token ids of text[0..len) to out. With eot_is_special, each "<|endoftext|>" in the
+// text is the token eot_token and the text between is encoded on its own (as tiktoken's encode
+// with allowed_special); otherwise it is ordinary text, as tiktoken's encode_ordinary. m is
+// working memory kept from call to call (zeroed before the first, scratch_free after the last):
+// the Tokenizer is only read, so threads may share it, each with its own m and out.
+static void tokenizer_encode_append(const Tokenizer* t, MergeScratch* m, const unsigned char* text, size_t len,
+                                    int eot_is_special, IdList* out) {
     size_t eot_len = strlen(EOT_TEXT);
     size_t start = 0;
     if (eot_is_special) {
@@ -425,8 +424,8 @@ int* tokenizer_encode(const Tokenizer* t, const unsigned char* text, size_t len,
             if (p == NULL) break;
             i = (size_t)(p - text);
             if (memcmp(p, EOT_TEXT, eot_len) == 0) {
-                encode_ordinary(t, &m, text + start, i - start, &out);
-                idlist_push(&out, t->eot_token);
+                encode_ordinary(t, m, text + start, i - start, out);
+                idlist_push(out, t->eot_token);
                 i += eot_len;
                 start = i;
             } else {
@@ -434,7 +433,15 @@ int* tokenizer_encode(const Tokenizer* t, const unsigned char* text, size_t len,
             }
         }
     }
-    encode_ordinary(t, &m, text + start, len - start, &out);
+    encode_ordinary(t, m, text + start, len - start, out);
+}
+
+// Token ids of text[0..len), malloc'd, *n_out of them (the caller frees); eot_is_special as above.
+int* tokenizer_encode(const Tokenizer* t, const unsigned char* text, size_t len, int eot_is_special, size_t* n_out) {
+    IdList out = {NULL, 0, 0};
+    MergeScratch m;
+    memset(&m, 0, sizeof(m));
+    tokenizer_encode_append(t, &m, text, len, eot_is_special, &out);
     scratch_free(&m);
     *n_out = out.n;
     if (out.data == NULL) out.data = (int*)malloc_check(sizeof(int));

@@ -72,6 +72,48 @@ printf 'Too short.\n\nReally.\n' > "$tmp/short.txt"
 expect_error "prepare: text too short" "only 9 tokens: need more than 32768" ./tokenizer prepare "$tmp/short.txt" "$tmp/tooshort"
 ls "$tmp"/tooshort_*.bin >/dev/null 2>&1 && { echo "FAIL: prepare left a token file behind"; failed=1; }
 
+# prepare's inputs, checked before any work; no output file may appear (prep/ stays empty), and
+# shards already there are refused and left as they were
+mkdir "$tmp/prep"
+nothing_written() {
+  if [ -n "$(ls -A "$tmp/prep")" ]; then echo "FAIL: $1 left files behind: $(ls -A "$tmp/prep")"; failed=1; fi
+}
+printf 'A text.\n' > "$tmp/ok.txt"
+for bad in 0 -5 2147483648 99999999999999999999 abc 12x ""; do
+  expect_error "prepare -n '$bad'" "-n $bad: tokens per shard must be a whole number from 1 to 2147483647" \
+    ./tokenizer prepare -n "$bad" "$tmp/ok.txt" "$tmp/prep/s"
+  nothing_written "prepare -n '$bad'"
+done
+expect_error "prepare -n without a number" "-n needs a number" ./tokenizer prepare "$tmp/ok.txt" "$tmp/prep/s" -n
+expect_error "-n with another command" "-n is an option of prepare" ./tokenizer -n 100 encode "$tmp/ok.txt"
+expect_error "prepare: missing text" "cannot open text $tmp/nope.txt: No such file" \
+  ./tokenizer prepare -n 100 "$tmp/ok.txt" "$tmp/nope.txt" "$tmp/prep/s"
+nothing_written "prepare: missing text"
+expect_error "prepare: a folder as text" "text $tmp/prep is a folder" ./tokenizer prepare "$tmp/prep" "$tmp/prep/s"
+nothing_written "prepare: a folder as text"
+expect_error "prepare: standard input twice" "standard input \(-\) is given twice" ./tokenizer prepare - - "$tmp/prep/s"
+expect_error "prepare: shards into a missing folder" "cannot write shards into $tmp/missing/: No such file" \
+  ./tokenizer prepare -n 100 "$tmp/ok.txt" "$tmp/missing/s"
+expect_error "prepare: two files into a missing folder" "cannot open $tmp/missing/s_val.bin.tmp for writing" \
+  ./tokenizer prepare "$tmp/ok.txt" "$tmp/missing/s"
+expect_error "prepare -n: text too short for one shard" \
+  "$tmp/short.txt has only 9 tokens: need more than one shard of 9 \(the validation set\)" \
+  ./tokenizer prepare -n 9 "$tmp/short.txt" "$tmp/prep/s"
+nothing_written "prepare -n: text too short"
+STDIN="$tmp/short.txt" expect_error "prepare -n: texts too short" \
+  "the 2 texts have only 18 tokens: need more than one shard of 100" \
+  ./tokenizer prepare -n 100 "$tmp/short.txt" - "$tmp/prep/s"
+nothing_written "prepare -n: texts too short"
+printf 'an earlier run' > "$tmp/prep/s_train_000007.bin"
+cp "$tmp/prep/s_train_000007.bin" "$tmp/earlier.bin"
+expect_error "prepare -n: shards of the prefix exist" "$tmp/prep/s_train_000007.bin exists: shards of an earlier run" \
+  ./tokenizer prepare -n 100 data/raw/tinyshakespeare.txt "$tmp/prep/s"
+[ "$(ls -A "$tmp/prep")" = "s_train_000007.bin" ] && cmp -s "$tmp/prep/s_train_000007.bin" "$tmp/earlier.bin" \
+  || { echo "FAIL: prepare touched the shard already there, or wrote others: $(ls -A "$tmp/prep")"; failed=1; }
+(cd "$tmp/prep" && mv s_train_000007.bin s_val_x.bin) || exit 1
+expect_error "prepare -n: shards of the prefix exist (no folder in the prefix)" "^error: s_val_x.bin exists" \
+  bash -c "cd '$tmp/prep' && '$PWD/tokenizer' -k '$PWD/$tok' prepare -n 100 '$PWD/data/raw/tinyshakespeare.txt' s"
+
 # an output that cannot be written: the error names the file
 expect_error "vocab: output in a missing folder" "cannot open $tmp/missing/out.bin.tmp" \
   ./tokenizer vocab data/raw/encoder.json data/raw/vocab.bpe "$tmp/missing/out.bin"

@@ -3,7 +3,7 @@
 // Usage: node dev/bench/bench_tiktoken.js FILE [REPEATS]   (tiktoken from test/node_modules)
 const fs = require('fs');
 const path = require('path');
-const { get_encoding } = require(path.join(__dirname, '..', 'test', 'node_modules', 'tiktoken'));
+const { get_encoding } = require(path.join(__dirname, '..', '..', 'test', 'node_modules', 'tiktoken'));
 
 const file = process.argv[2];
 const repeats = parseInt(process.argv[3] || '10', 10);

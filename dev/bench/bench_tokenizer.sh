@@ -5,6 +5,10 @@
 # Texts: Tiny Shakespeare (1.1 MB, English), and a mixed one made here from it with a fixed seed:
 # its lines interleaved with the multilingual edge cases (CJK, Arabic, Hebrew, emoji, Unicode
 # spaces, digits) of test/tokenizer_edge_cases.txt.
+# Then `./tokenizer prepare -n` (reading, cutting, encoding, writing shards; the rate it prints,
+# which leaves out loading the tokenizer) on one thread and on all (OMP_NUM_THREADS unset), on
+# the two texts three times (8.7 MB), median of REPEATS runs each; the shards of the two must be the
+# same byte for byte, or the bench fails.
 # Usage: dev/bench/bench_tokenizer.sh [REPEATS]   (make bench-tokenizer)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -39,3 +43,28 @@ for text in data/raw/tinyshakespeare.txt "$mixed"; do
   [ "$nt_o" = "$nt_t" ] || { echo "bench_tokenizer: token counts differ on $text ($nt_o vs $nt_t)" >&2; exit 1; }
   awk -v o="$o" -v t="$t" -v f="$text" 'BEGIN { printf "  %s: ours / tiktoken = %.1fx\n", f, o / t }'
 done
+
+# prepare on one thread and on all
+big=build/bench_prepare.txt
+for i in 1 2 3; do cat data/raw/tinyshakespeare.txt "$mixed"; done > "$big"
+prepare_rate() {  # prepare_rate DIR [ENV...]: the MB/s of one run into DIR/s_*.bin (made afresh)
+  local out=$1; shift
+  rm -rf "$out"; mkdir -p "$out"
+  env "$@" ./tokenizer prepare -n 1000000 "$big" "$out/s" 2>&1 >/dev/null | sed -nE 's/.* ([0-9.]+) MB\/s on ([0-9]+) threads?$/\1 \2/p'
+}
+median() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+one=() all=() threads=1
+for ((r = 0; r < repeats; r++)); do
+  read -r rate _ < <(prepare_rate build/bench_prepare_1 OMP_NUM_THREADS=1); one+=("$rate")
+  read -r rate threads < <(prepare_rate build/bench_prepare_all -u OMP_NUM_THREADS); all+=("$rate")
+done
+for f in build/bench_prepare_1/*.bin; do
+  cmp -s "$f" "build/bench_prepare_all/${f##*/}" || { echo "bench_tokenizer: prepare on $threads threads wrote another ${f##*/} than on one" >&2; exit 1; }
+done
+[ "$(ls build/bench_prepare_1)" = "$(ls build/bench_prepare_all)" ] || { echo "bench_tokenizer: prepare wrote other shards on $threads threads" >&2; exit 1; }
+o=$(printf '%s\n' "${one[@]}" | median)
+a=$(printf '%s\n' "${all[@]}" | median)
+echo "prepare throughput, $big ($(wc -c < "$big") bytes, $(ls build/bench_prepare_1 | wc -l) shards), median of $repeats runs"
+echo "  1 thread: $o MB/s"
+echo "  $threads threads: $a MB/s, the same shards byte for byte"
+awk -v o="$o" -v a="$a" -v n="$threads" 'BEGIN { printf "  %d threads / 1 thread = %.2fx\n", n, a / o }'
