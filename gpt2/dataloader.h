@@ -114,12 +114,16 @@ static FILE* shard_open_check(const char* path, size_t* num_tokens) {
     FILE* f = fopen_check(path, "rb");
     int32_t header[HEADER_INTS];
     long long size = read_header_check(f, path, header);
+    if (header[0] == TOKENS_MAGIC_LLAMA3) {
+        fail("%s holds llm.c's llama-3 tokens (magic %d, uint32 ids of another vocabulary); GPT-2 trains on "
+             "GPT-2's (magic %d)", path, header[0], TOKENS_MAGIC);
+    }
     if (header[0] != TOKENS_MAGIC) {
         fail("%s is not a token file (magic %d, expected %d)", path, header[0], TOKENS_MAGIC);
     }
     if (header[1] != TOKENS_VERSION) {
-        fail("%s: token file version %d; this project reads version %d, GPT-2's ids as uint16 (llm.c writes "
-             "version 2 for the uint32 ids of larger vocabularies)", path, header[1], TOKENS_VERSION);
+        fail("%s: token file version %d; this project reads version %d, GPT-2's ids as uint16", path, header[1],
+             TOKENS_VERSION);
     }
     long long n = (uint32_t)header[2];
     long long expected = (long long)shard_bytes((size_t)n);

@@ -29,6 +29,7 @@
 #define CHECKPOINT_VERSION_BF16 5
 #define TOKENS_MAGIC 20240520        // token ids, uint16
 #define TOKENS_VERSION 1
+#define TOKENS_MAGIC_LLAMA3 20240801 // llm.c's token files of llama-3 ids (version 7, uint32), not read
 #define TOKENIZER_MAGIC 20240328     // the tokenizer's vocabulary
 #define TOKENIZER_VERSION 2
 #define STATE_MAGIC 20240527         // training state beside a checkpoint (AdamW moments, position)

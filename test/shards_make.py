@@ -1,8 +1,8 @@
 """shards_make.py: token shards written the way llm.c's data scripts write them, for the tests.
 
 llm.c (dev/data/data_common.py, used by its fineweb.py) writes a shard as a header of 256 int32
-(magic 20240520, version, token count, the rest zero) followed by the ids, uint16 for GPT-2
-(version 1) and uint32 for llama-3 (version 2); FineWeb's shards are NAME_val_000000.bin (the
+(magic, version, token count, the rest zero) followed by the ids: GPT-2's as uint16 (magic
+20240520, version 1), llama-3's as uint32 (magic 20240801, version 7); FineWeb's shards are NAME_val_000000.bin (the
 first) and NAME_train_000001.bin, ... . This writer follows that layout independently of the C
 code under test.
 
@@ -10,7 +10,8 @@ code under test.
                                                       PREFIX_train_000001.bin, ... of N1, N2, ... ids
                                                       (the rest into one more shard)
     shards_make.py big PREFIX SHARDS TOKENS V          SHARDS shards of TOKENS random ids below V
-    shards_make.py write OUT VERSION ID,ID,...         one shard of these ids (version 2: uint32)
+    shards_make.py write OUT VERSION ID,ID,...         one shard of these ids (version 7: llm.c's llama-3
+                                                      file, its magic and uint32 ids)
     shards_make.py state STATE.bin                      the data position a state file records
     shards_make.py rss ARGS...                          runs ARGS, prints its peak resident memory (MB)
 """
@@ -25,10 +26,10 @@ import numpy as np
 
 def write_shard(path, ids, version=1):
     header = np.zeros(256, dtype=np.int32)
-    header[0], header[1], header[2] = 20240520, version, len(ids)
+    header[0], header[1], header[2] = 20240801 if version == 7 else 20240520, version, len(ids)
     with open(path, "wb") as f:
         f.write(header.tobytes())
-        f.write(np.asarray(ids, dtype=np.uint16 if version == 1 else np.uint32).tobytes())
+        f.write(np.asarray(ids, dtype=np.uint32 if version == 7 else np.uint16).tobytes())
 
 
 def read_tokens(path):

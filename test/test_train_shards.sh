@@ -13,9 +13,10 @@
 #   4. memory: a run over 4 shards of 100 MB holds no more than 64 MB more at its peak than the
 #      same run over a 1 KB file (the old loader read all 400 MB);
 #   5. bad data, each one error line naming the file, before any step and with no -o folder left
-#      behind: a glob that matches nothing, an empty list entry, a truncated shard, a shard of
-#      llm.c's version 2 (uint32 ids), an id past the vocabulary in the third shard, no shard
-#      holding a batch, and resuming with other shards than the run read.
+#      behind: a glob that matches nothing, an empty list entry, a missing file, a truncated shard,
+#      a shard of version 2, one of llm.c's llama-3 shards (uint32 ids), an id past the vocabulary
+#      in the third shard, no shard holding a batch, a bad validation shard, and resuming with
+#      other shards than the run read.
 set -u
 . "$(dirname "$0")/lib.sh"
 need_python numpy
@@ -86,6 +87,7 @@ fi
 
 echo "--- 5. bad data: one line naming the file, before any step"
 $SM write "$dir/v2_train_000001.bin" 2 "$(seq -s, 1 40)"
+$SM write "$dir/llama_train_000001.bin" 7 "$(seq -s, 1 40)"
 $SM write "$dir/past_train_000003.bin" 1 "$(seq -s, 1 30),97,$(seq -s, 1 10)"
 cp "$dir/fw_train_000001.bin" "$dir/past_train_000001.bin"; cp "$dir/fw_train_000002.bin" "$dir/past_train_000002.bin"
 head -c 1100 "$dir/fw_train_000002.bin" > "$dir/cut_train_000002.bin"; cp "$dir/fw_train_000001.bin" "$dir/cut_train_000001.bin"
@@ -106,7 +108,8 @@ expect "a glob that matches nothing" "no token file matches $dir/nothing_\*.bin"
 expect "an empty entry in a list" "an empty name in the list" -i "$dir/fw_train_000001.bin,,$dir/fw_train_000002.bin"
 expect "a missing file in a list" "$dir/fw_train_000009.bin" -i "$dir/fw_train_000001.bin,$dir/fw_train_000009.bin"
 expect "a truncated shard" "$dir/cut_train_000002.bin is truncated" -i "$dir/cut_train_*.bin"
-expect "llm.c's version 2 (uint32 ids)" "$dir/v2_train_000001.bin: token file version 2" -i "$dir/fw_train_000001.bin,$dir/v2_train_*.bin"
+expect "version 2" "$dir/v2_train_000001.bin: token file version 2" -i "$dir/fw_train_000001.bin,$dir/v2_train_*.bin"
+expect "llm.c's llama-3 tokens" "$dir/llama_train_000001.bin holds llm.c's llama-3 tokens" -i "$dir/fw_train_000001.bin,$dir/llama_train_000001.bin"
 expect "an id past the vocabulary in the third shard" "$dir/past_train_000003.bin: token id 97 at position 30" -i "$dir/past_train_*.bin"
 expect "no shard holds a batch" "has no shard that holds a batch: the largest holds 4 tokens" -i "$dir/tiny_train_*.bin"
 expect "a bad validation shard" "$dir/cut_train_000002.bin is truncated" -i "$dir/fw_train_*.bin" -j "$dir/cut_train_*.bin" -v 1
