@@ -303,13 +303,11 @@ static void gpt2_read_safetensors(GPT2* model, Safetensors* st) {
 #define HF_CONFIG_FILE "config.json"
 
 // Refuses, before any work, to export into dir where either file exists (nothing of the user's
-// is overwritten), and makes dir if it is not there (its parent must be).
-static inline void hf_export_prepare(const char* dir) {
+// is overwritten) or that is not a directory. Returns whether dir must be made (after the model
+// has loaded, so that a model that cannot be read leaves nothing behind).
+static inline int hf_export_check(const char* dir) {
     struct stat st;
-    if (stat(dir, &st) != 0) {
-        if (mkdir(dir, 0755) != 0) fail("--export %s: cannot create the directory: %s", dir, strerror(errno));
-        return;
-    }
+    if (stat(dir, &st) != 0) return 1;
     if (!S_ISDIR(st.st_mode)) fail("--export %s: exists and is not a directory", dir);
     const char* files[2] = {HF_WEIGHTS_FILE, HF_CONFIG_FILE};
     for (int i = 0; i < 2; i++) {
@@ -319,6 +317,11 @@ static inline void hf_export_prepare(const char* dir) {
             fail("--export %s: %s exists; not overwriting it (remove it or choose another directory)", dir, path);
         }
     }
+    return 0;
+}
+
+static inline void hf_export_make_dir(const char* dir) {
+    if (mkdir(dir, 0755) != 0) fail("--export %s: cannot create the directory: %s", dir, strerror(errno));
 }
 
 // transformers' GPT2Config for this model. Dropout 0: this project trains without it (and
@@ -380,7 +383,7 @@ static SafetensorsTensor hf_tensor(const char* name, const float* data, long lon
     return t;
 }
 
-// Writes dir/model.safetensors and dir/config.json (hf_export_prepare has checked dir); returns
+// Writes dir/model.safetensors and dir/config.json (hf_export_check has checked dir); returns
 // the size of model.safetensors in bytes.
 static inline long long gpt2_write_hf(const GPT2* model, const char* dir) {
     GPT2Config c = model->config;

@@ -368,9 +368,10 @@ static const char* infer_default_precision(const InferDevice* dev, const GPT2* m
 
 // --export: the model (any -e) in Hugging Face's layout, on the host; no tokenizer, no device.
 static int infer_export(const InferConfig* cfg) {
-    hf_export_prepare(cfg->export_dir);
+    int make_dir = hf_export_check(cfg->export_dir);
     GPT2 model;
     gpt2_build(&model, cfg->model, cfg->gen.seed);
+    if (make_dir) hf_export_make_dir(cfg->export_dir);
     long long bytes = gpt2_write_hf(&model, cfg->export_dir);
     GPT2Config c = model.config;
     printf("wrote %s/%s: %d tensors, float32, %lld bytes\n", cfg->export_dir, HF_WEIGHTS_FILE,

@@ -13,7 +13,8 @@
 #   (c) the layout is what transformers' save_pretrained writes (names behind "transformer.", no
 #       lm_head.weight, F32, {"format": "pt"}, data 8-byte aligned) and config.json matches it;
 #   (d) an existing DIR/model.safetensors or DIR/config.json, DIR a file, a missing parent, an
-#       unreadable model, --export with -p: one error line, and no file of the user's changed;
+#       unreadable model (no DIR made), --export with -p: one error line, and no file of the
+#       user's changed;
 #       a config.json beside a safetensors file that contradicts it: one error line;
 #   (e) a checkpoint whose wte padding rows are not zero: exported with a note, the rows left out.
 # transformers itself is not installed here (no package of it in Debian): the check of the layout
@@ -109,8 +110,8 @@ one_error "DIR is a file" "exists and is not a directory" ./infer -e "$trained" 
 one_error "DIR's parent is missing" "cannot create the directory" ./infer -e "$trained" --export "$dir/no/such"
 one_error "no such model" "cannot open $dir/none.bin" ./infer -e "$dir/none.bin" --export "$dir/x1"
 one_error "not a model" "neither an llm.c checkpoint" ./infer -e README.md --export "$dir/x2"
-[ ! -e "$dir/x1/model.safetensors" ] && [ ! -e "$dir/x2/model.safetensors" ] && ok "nothing exported from a bad model" ||
-  bad "a bad model was exported"
+[ ! -e "$dir/x1" ] && [ ! -e "$dir/x2" ] && ok "nothing exported from a bad model, no DIR made" ||
+  bad "a bad model left DIR behind or was exported"
 one_error "--export with -p" "give no -p, -f or --serve" ./infer -e "$trained" -p hi --export "$dir/x3"
 
 # config.json beside a safetensors file is read (n_head), and must agree with the tensors
