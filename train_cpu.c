@@ -156,12 +156,8 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
 static void zero_floats(float* x, size_t n) {
     #pragma omp parallel
     {
-        int tid = 0, nth = 1;
-#ifdef _OPENMP
-        tid = omp_get_thread_num();
-        nth = omp_get_num_threads();
-#endif
-        size_t start = n / nth * tid, end = tid == nth - 1 ? n : n / nth * (tid + 1);
+        size_t start, end;
+        thread_share(n, &start, &end);
         memset(x + start, 0, (end - start) * sizeof(float));
     }
 }

@@ -419,22 +419,18 @@ static void bf_gemm_threads(float* c, size_t ldc, const float* a, size_t rsa, si
     uint32_t* aligned = (uint32_t*)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
     #pragma omp parallel num_threads(threads)
     {
-        int tid = 0, nth = 1;
-#ifdef _OPENMP
-        tid = omp_get_thread_num();
-        nth = omp_get_num_threads();
-#endif
-        uint32_t* packed_a = aligned + tid * per_thread;
+        uint32_t* packed_a = aligned + thread_num() * per_thread;
         uint32_t* packed_b = packed_a + (size_t)MM_MC_PAD * BF_KC / 2;
+        size_t t0, t1;  // this thread's tiles
         if (N >= M) {   // slices of columns, in whole NR-wide tiles
-            int tiles = (N + MM_NR - 1) / MM_NR;
-            int j0 = tiles * tid / nth * MM_NR, j1 = mm_min(N, tiles * (tid + 1) / nth * MM_NR);
+            thread_share((size_t)(N + MM_NR - 1) / MM_NR, &t0, &t1);
+            int j0 = (int)t0 * MM_NR, j1 = mm_min(N, (int)t1 * MM_NR);
             if (j1 > j0) {
                 bf_gemm_block(c + j0, ldc, a, rsa, csa, b, j0, M, j1 - j0, K, packed_a, packed_b);
             }
         } else {        // slices of rows, in whole MR-high tiles
-            int tiles = (M + MM_MR - 1) / MM_MR;
-            int i0 = tiles * tid / nth * MM_MR, i1 = mm_min(M, tiles * (tid + 1) / nth * MM_MR);
+            thread_share((size_t)(M + MM_MR - 1) / MM_MR, &t0, &t1);
+            int i0 = (int)t0 * MM_MR, i1 = mm_min(M, (int)t1 * MM_MR);
             if (i1 > i0) {
                 bf_gemm_block(c + i0 * ldc, ldc, a + i0 * rsa, rsa, csa, b, 0, i1 - i0, N, K,
                               packed_a, packed_b);

@@ -200,15 +200,11 @@ void matmul_forward_fast(float* out, const float* inp, const float* weight, cons
 static void matmul_dbias_rows(float* dbias, const float* dout, int BT, int OC) {
     #pragma omp parallel
     {
-        int tid = 0, nth = 1;
-#ifdef _OPENMP
-        tid = omp_get_thread_num();
-        nth = omp_get_num_threads();
-#endif
-        int o0 = (int)((long long)OC * tid / nth), o1 = (int)((long long)OC * (tid + 1) / nth);
+        size_t o0, o1;
+        thread_share((size_t)OC, &o0, &o1);
         for (int bt = 0; bt < BT; bt++) {
             const float* d = dout + (size_t)bt * OC;
-            for (int o = o0; o < o1; o++) dbias[o] += d[o];
+            for (size_t o = o0; o < o1; o++) dbias[o] += d[o];
         }
     }
 }

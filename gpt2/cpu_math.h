@@ -24,6 +24,26 @@ static inline int num_threads(void) {
 #endif
 }
 
+// Inside a parallel region: this thread's number (0 without OpenMP), and its share of n things,
+// [begin, end) = [n t / T, n (t + 1) / T) for thread t of the region's T: the threads' shares lie
+// in their order, end to end, and cover all n.
+static inline int thread_num(void) {
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
+static inline void thread_share(size_t n, size_t* begin, size_t* end) {
+    size_t t = (size_t)thread_num(), threads = 1;
+#ifdef _OPENMP
+    threads = (size_t)omp_get_num_threads();
+#endif
+    *begin = n * t / threads;
+    *end = n * (t + 1) / threads;
+}
+
 // ---------- matrix product ----------
 // All three products of a linear layer are one routine, gemm_accumulate: C (M x N) += A (M x K) .
 // B (K x N), with A and B each given by a pointer and two strides, so that a transposed operand
@@ -408,22 +428,18 @@ static void gemm_threads(float* c, size_t ldc, const float* a, size_t rsa, size_
     float* aligned = mm_scratch(threads * per_thread);   // 64-byte aligned
     #pragma omp parallel num_threads(threads)
     {
-        int tid = 0, nth = 1;
-#ifdef _OPENMP
-        tid = omp_get_thread_num();
-        nth = omp_get_num_threads();
-#endif
-        float* packed_a = aligned + tid * per_thread;
+        float* packed_a = aligned + thread_num() * per_thread;
         float* packed_b = packed_a + (size_t)MM_MC_PAD * MM_KC;
+        size_t t0, t1;  // this thread's tiles
         if (N >= M) {   // slices of columns, in whole NR-wide tiles
-            int tiles = (N + MM_NR - 1) / MM_NR;
-            int j0 = tiles * tid / nth * MM_NR, j1 = mm_min(N, tiles * (tid + 1) / nth * MM_NR);
+            thread_share((size_t)(N + MM_NR - 1) / MM_NR, &t0, &t1);
+            int j0 = (int)t0 * MM_NR, j1 = mm_min(N, (int)t1 * MM_NR);
             if (j1 > j0) {
                 gemm_block(c + j0, ldc, a, rsa, csa, b, j0, M, j1 - j0, K, packed_a, packed_b);
             }
         } else {        // slices of rows, in whole MR-high tiles
-            int tiles = (M + MM_MR - 1) / MM_MR;
-            int i0 = tiles * tid / nth * MM_MR, i1 = mm_min(M, tiles * (tid + 1) / nth * MM_MR);
+            thread_share((size_t)(M + MM_MR - 1) / MM_MR, &t0, &t1);
+            int i0 = (int)t0 * MM_MR, i1 = mm_min(M, (int)t1 * MM_MR);
             if (i1 > i0) {
                 gemm_block(c + i0 * ldc, ldc, a + i0 * rsa, rsa, csa, b, 0, i1 - i0, N, K,
                            packed_a, packed_b);
