@@ -2,9 +2,9 @@
 
 llm.c (dev/data/data_common.py, used by its fineweb.py) writes a shard as a header of 256 int32
 (magic, version, token count, the rest zero) followed by the ids: GPT-2's as uint16 (magic
-20240520, version 1), llama-3's as uint32 (magic 20240801, version 7); FineWeb's shards are NAME_val_000000.bin (the
-first) and NAME_train_000001.bin, ... . This writer follows that layout independently of the C
-code under test.
+20240520, version 1), llama-3's as uint32 (magic 20240801, version 7); FineWeb's shards are
+NAME_val_000000.bin (the first) and NAME_train_000001.bin, ... . GPT-2's files are written and
+read by dev/reference/gpt2_ref.py (the Python references' writer, not the C code under test).
 
     shards_make.py split TOKENS.bin PREFIX N1,N2,...   the ids of TOKENS.bin (a token file) cut into
                                                       PREFIX_train_000001.bin, ... of N1, N2, ... ids
@@ -23,19 +23,18 @@ import sys
 
 import numpy as np
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "dev", "reference"))
+from gpt2_ref import read_tokens, write_tokens  # noqa: E402  GPT-2's token files (version 1)
+
 
 def write_shard(path, ids, version=1):
-    header = np.zeros(256, dtype=np.int32)
+    if version == 1:
+        return write_tokens(path, ids)
+    header = np.zeros(256, dtype=np.int32)  # another version, or llm.c's llama-3 file (version 7)
     header[0], header[1], header[2] = 20240801 if version == 7 else 20240520, version, len(ids)
     with open(path, "wb") as f:
         f.write(header.tobytes())
         f.write(np.asarray(ids, dtype=np.uint32 if version == 7 else np.uint16).tobytes())
-
-
-def read_tokens(path):
-    with open(path, "rb") as f:
-        header = np.frombuffer(f.read(1024), dtype=np.int32)
-        return np.frombuffer(f.read(), dtype=np.uint16)[: header[2]]
 
 
 def main():

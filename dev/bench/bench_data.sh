@@ -27,7 +27,7 @@ sys.path.insert(0, "test")
 import numpy as np
 import shards_make
 prefix, shards, src = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-ids = shards_make.read_tokens(src)
+ids = shards_make.read_tokens(src).astype(np.uint16)
 one = np.resize(ids, 100_000_000)  # Tiny Shakespeare's ids repeated to 100M
 for k in range(shards):
     shards_make.write_shard("%s_train_%06d.bin" % (prefix, k + 1), np.roll(one, 7919 * k))
