@@ -242,7 +242,7 @@ static inline void dataloader_init(DataLoader* dl, const char* spec, int B, int 
     dl->batch_tokens = (size_t)B * T * ranks * micro_steps;
     dl->loaded = -1;
     dataloader_name_shards(dl, spec);
-    size_t need = dl->batch_tokens + 1, most = 0;
+    size_t need = dl->batch_tokens + 1, most = 0, largest = 0;  // most batches, most tokens in a shard
     for (int s = 0; s < dl->num_shards; s++) {
         TokenShard* shard = &dl->shards[s];
         shard_check(shard, vocab_size);
@@ -250,12 +250,11 @@ static inline void dataloader_init(DataLoader* dl, const char* spec, int B, int 
         dl->num_tokens += shard->num_tokens;
         dl->num_batches += shard->num_batches;
         most = shard->num_batches > most ? shard->num_batches : most;
+        largest = shard->num_tokens > largest ? shard->num_tokens : largest;
     }
     if (dl->num_batches == 0) {
         const char* what = dl->num_shards == 1 ? dl->shards[0].path : spec;
         const char* holds = dl->num_shards == 1 ? "holds" : "has no shard that holds a batch: the largest holds";
-        size_t largest = 0;
-        for (int s = 0; s < dl->num_shards; s++) largest = dl->shards[s].num_tokens > largest ? dl->shards[s].num_tokens : largest;
         if (ranks * micro_steps == 1) fail("%s %s %zu tokens, fewer than one batch needs (B*T+1 = %zu)", what, holds, largest, need);
         fail("%s %s %zu tokens, fewer than one step's batch needs (B*T x %d processes x %d micro-steps + 1 = %zu)",
              what, holds, largest, ranks, micro_steps, need);
