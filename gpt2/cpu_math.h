@@ -339,16 +339,28 @@ typedef struct {
     int segment, offset;    // the cursor: the next line to fetch
 } mm_prefetch;
 
-static mm_prefetch mm_prefetch_block(const mm_operand* b, int pc, int kc, int j, int nc) {
+// The rows x cols block at x (element (r, s) at x[r * rs + s * cs]) as segments.
+static mm_prefetch mm_prefetch_of(const float* x, size_t rs, size_t cs, int rows, int cols) {
     mm_prefetch f = {NULL, 0, 0, 0, 0, 0};
-    if (b->packed != NULL || kc <= 0 || nc <= 0) return f;
-    const float* origin = b->b + pc * b->rsb + j * b->csb;
-    if (b->csb == 1) {
-        f.base = origin, f.stride = b->rsb, f.segments = kc, f.length = nc;
-    } else if (b->rsb == 1) {
-        f.base = origin, f.stride = b->csb, f.segments = nc, f.length = kc;
+    if (rows <= 0 || cols <= 0) return f;
+    if (cs == 1) {
+        f.base = x, f.stride = rs, f.segments = rows, f.length = cols;
+    } else if (rs == 1) {
+        f.base = x, f.stride = cs, f.segments = cols, f.length = rows;
     }
     return f;
+}
+
+static mm_prefetch mm_prefetch_block(const mm_operand* b, int pc, int kc, int j, int nc) {
+    mm_prefetch none = {NULL, 0, 0, 0, 0, 0};
+    if (b->packed != NULL) return none;
+    return mm_prefetch_of(b->b + pc * b->rsb + j * b->csb, b->rsb, b->csb, kc, nc);
+}
+
+// How many lines of f each of `calls` kernel calls fetches, to have fetched all of it by the last.
+static int mm_prefetch_share(const mm_prefetch* f, int calls) {
+    if (f->segments == 0 || calls <= 0) return 0;
+    return (int)(((long long)f->segments * ((f->length + 15) / 16) + calls - 1) / calls);
 }
 
 // Fetches the next `lines` cache lines of the block (64 bytes, 16 floats each).
@@ -379,17 +391,22 @@ static void gemm_block(float* c, size_t ldc, const float* a, size_t rsa, size_t 
             mm_prefetch next = mm_prefetch_block(b, next_pc, mm_min(MM_KC, K - next_pc), j0 + next_jc,
                                                  mm_min(MM_NC, N - next_jc));
             int calls = (nc + MM_NR - 1) / MM_NR * ((M + MM_MR - 1) / MM_MR + (M + MM_MC - 1) / MM_MC);
-            int lines_per_call = next.segments == 0 ? 0
-                : (int)(((long long)next.segments * ((next.length + 15) / 16) + calls - 1) / calls);
+            int lines_per_call = mm_prefetch_share(&next, calls);
             for (int ic = 0; ic < M; ic += MM_MC) {
                 int mc = mm_min(MM_MC, M - ic);
                 mm_pack_a(packed_a, a + ic * rsa + pc * csa, rsa, csa, mc, kc);
+                // and the source of the next block of A, here (dW's dout^T: rows of dout far apart)
+                mm_prefetch next_a = ic + MM_MC < M
+                    ? mm_prefetch_of(a + (ic + MM_MC) * rsa + pc * csa, rsa, csa, mm_min(MM_MC, M - ic - MM_MC), kc)
+                    : mm_prefetch_of(NULL, 0, 0, 0, 0);
+                int a_lines = mm_prefetch_share(&next_a, (nc + MM_NR - 1) / MM_NR * ((mc + MM_MR - 1) / MM_MR));
                 for (int j = 0; j < nc; j += MM_NR) {        // one B micro-panel, from L1,
                     for (int i = 0; i < mc; i += MM_MR) {    // against every A micro-panel in L2
                         mm_kernel(kc, packed_a + (size_t)i * kc, bp + (size_t)j * kc,
                                   c + (ic + i) * ldc + jc + j, ldc, mm_min(MM_MR, mc - i),
                                   mm_min(MM_NR, nc - j));
                         mm_prefetch_some(&next, lines_per_call);
+                        mm_prefetch_some(&next_a, a_lines);
                     }
                 }
             }
