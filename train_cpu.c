@@ -82,6 +82,23 @@ static inline void choose_layers(int bf16) {
     cpu_layers = bf16 ? &layers_cpu_bf16 : &LAYERS_CPU;
 }
 
+// The activation table of gpt2/model.h (or of their gradients, with grads) as this file keeps
+// it: without probs, which the classifier never stores (gpt2_forward below), and without the
+// logits' gradient, which the classifier writes over the logits themselves, as train_gpu's does.
+static void activation_sizes_cpu(size_t* sizes, const GPT2* model, int B, int T, int grads) {
+    size_t layer[NUM_ACTIVATION_TENSORS];
+    shard_activation_sizes(sizes, layer, model->config, model->shard, B, T);
+    sizes[PROBS] = 0;
+    if (grads) sizes[LOGITS] = 0;
+}
+
+// Floats of activation gradients for the largest batch the activations hold.
+static size_t activation_grads_floats(const GPT2* model) {
+    size_t sizes[NUM_ACTIVATION_TENSORS];
+    activation_sizes_cpu(sizes, model, model->capacity_B, model->capacity_T, 1);
+    return sum_sizes(sizes, NUM_ACTIVATION_TENSORS);
+}
+
 // Allocates activations for batches of up to B x T, num_slots of them (a pipeline stage keeps
 // several batches' at once), their gradients (for one, on the first backward pass), the model's
 // copy of the inputs and targets, and on a pipeline stage before the last, the gradient of its
@@ -92,39 +109,41 @@ void gpt2_allocate_activations(GPT2* model, int B, int T) {
     free(model->inputs);
     free(model->targets);
     free(model->pipe_grad);
-    size_t layer[NUM_ACTIVATION_TENSORS], slots = model->num_slots, BT = (size_t)B * T;
+    size_t slots = model->num_slots, BT = (size_t)B * T;
     model->capacity_B = B;
     model->capacity_T = T;
-    shard_activation_sizes(model->act_sizes, layer, model->config, model->shard, B, T);
+    activation_sizes_cpu(model->act_sizes, model, B, T, 0);
     model->num_activations = sum_sizes(model->act_sizes, NUM_ACTIVATION_TENSORS);
     model->acts_memory = (float*)calloc_check(slots * model->num_activations, sizeof(float));
     model->grads_acts_memory = NULL;
     model->inputs = (int*)malloc_check(slots * BT * sizeof(int));
     model->targets = (int*)malloc_check(slots * BT * sizeof(int));
     model->pipe_grad = model->shard.head ? NULL : (float*)calloc_check(BT * model->config.channels, sizeof(float));
-    model->activation_bytes = ((slots + 1) * model->num_activations + (model->shard.head ? 0 : BT * model->config.channels)) *
-                              sizeof(float);
+    model->activation_bytes = (slots * model->num_activations + activation_grads_floats(model) +
+                               (model->shard.head ? 0 : BT * model->config.channels)) * sizeof(float);
 }
 
-// Points a group of activation tensors into memory, laid out for a batch of B x T (which fits
-// the allocation: a sample of batch 1 runs through the same buffers as training batches).
-// Returns how many floats of memory the layout uses.
-static size_t layout_activations(ActivationTensors* a, float* memory, const GPT2* model, int B, int T) {
-    size_t sizes[NUM_ACTIVATION_TENSORS], layer[NUM_ACTIVATION_TENSORS];
-    shard_activation_sizes(sizes, layer, model->config, model->shard, B, T);
+// Points a group of activation tensors (or, with grads, their gradients) into memory, laid out
+// for a batch of B x T (which fits the allocation: a sample of batch 1 runs through the same
+// buffers as training batches). Returns how many floats of memory the layout uses.
+static size_t layout_activations(ActivationTensors* a, float* memory, const GPT2* model, int B, int T, int grads) {
+    size_t sizes[NUM_ACTIVATION_TENSORS];
+    activation_sizes_cpu(sizes, model, B, T, grads);
     point_tensors((float**)a, memory, sizes, NUM_ACTIVATION_TENSORS);
     return sum_sizes(sizes, NUM_ACTIVATION_TENSORS);
 }
 
 // The activations of the model's current slot, laid out for B x T.
 static void layout_slot(GPT2* model, int B, int T) {
-    layout_activations(&model->acts, model->acts_memory + (size_t)model->slot * model->num_activations, model, B, T);
+    layout_activations(&model->acts, model->acts_memory + (size_t)model->slot * model->num_activations, model, B, T, 0);
 }
 
 // The forward pass of a batch: inputs and targets are (B, T) token ids; targets may be NULL
-// (then no loss is computed). The mean loss over the B*T positions goes to model->mean_loss. On
-// a pipeline stage, the stage's part, from the input in acts.encoded of the current slot; only
-// the last stage computes the loss.
+// (then no loss is computed). The mean loss over the B*T positions goes to model->mean_loss, and
+// the logits are then overwritten by the gradient of that loss over them, where the backward
+// pass starts (as train_gpu does: the probabilities are never stored; for the logits themselves,
+// run without targets). On a pipeline stage, the stage's part, from the input in acts.encoded of
+// the current slot; only the last stage computes the loss.
 void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int T) {
     GPT2Config c = model->config;
     if (model->acts_memory == NULL || B > model->capacity_B || T > model->capacity_T) {
@@ -137,13 +156,13 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
     memcpy(gpt2_slot_inputs(model), inputs, (size_t)B * T * sizeof(int));
     gpt2_forward_layers(cpu_layers, model, tensor_group());
     model->mean_loss = -1.0f;
-    if (!model->shard.head) return;
+    if (!model->shard.head || targets == NULL) return;
     ActivationTensors a = model->acts;
-    softmax_forward(a.probs, a.logits, B, T, c.vocab_size, c.padded_vocab_size);
-    if (targets == NULL) return;
     int* slot_targets = gpt2_slot_targets(model);
     memcpy(slot_targets, targets, (size_t)B * T * sizeof(int));
-    crossentropy_forward(a.losses, a.probs, slot_targets, B, T, c.padded_vocab_size);
+    // the loss is the mean over the B*T positions: each position's loss has gradient 1/(B*T)
+    crossentropy_softmax_fused(a.logits, a.losses, a.logits, slot_targets, 1.0f / (float)(B * T), B, T,
+                               c.vocab_size, c.padded_vocab_size);
     double sum = 0.0;
     for (size_t i = 0; i < (size_t)B * T; i++) sum += a.losses[i];
     model->mean_loss = (float)(sum / ((double)B * T));
@@ -176,22 +195,15 @@ void gpt2_backward(GPT2* model) {
         point_tensors((float**)&model->grads, model->grads_memory, model->param_sizes, NUM_PARAMETER_TENSORS);
     }
     if (model->grads_acts_memory == NULL) {
-        model->grads_acts_memory = (float*)calloc_check(model->num_activations, sizeof(float));
+        model->grads_acts_memory = (float*)calloc_check(activation_grads_floats(model), sizeof(float));
     }
-    GPT2Config c = model->config;
     int B = model->last_B, T = model->last_T;
     layout_slot(model, B, T);  // a pipeline runs other slots' forward passes in between
     // the activation gradients accumulate too: they start from zero at every pass
-    size_t used = layout_activations(&model->grads_acts, model->grads_acts_memory, model, B, T);
+    size_t used = layout_activations(&model->grads_acts, model->grads_acts_memory, model, B, T, 1);
     zero_floats(model->grads_acts_memory, used);
-    if (model->shard.head) {
-        // the loss is the mean over the B*T positions: each position's loss has gradient 1/(B*T)
-        ActivationTensors da = model->grads_acts;
-        float dloss_mean = 1.0f / (float)(B * T);
-        for (size_t i = 0; i < (size_t)B * T; i++) da.losses[i] = dloss_mean;
-        crossentropy_softmax_backward(da.logits, da.losses, model->acts.probs, gpt2_slot_targets(model), B, T,
-                                      c.vocab_size, c.padded_vocab_size);
-    }
+    // the gradient of the loss over the logits: where the forward pass's classifier left it
+    if (model->shard.head) model->grads_acts.logits = model->acts.logits;
     gpt2_backward_layers(cpu_layers, model, tensor_group());
 }
 
@@ -297,10 +309,10 @@ static void* gpt2_stage_buffer(GPT2* model, int which, int slot, int B, int T, s
     ActivationTensors a;
     if (which == STAGE_DOUT) return model->pipe_grad;
     if (which == STAGE_DIN) {
-        layout_activations(&a, model->grads_acts_memory, model, B, T);
+        layout_activations(&a, model->grads_acts_memory, model, B, T, 1);
         return a.encoded;
     }
-    layout_activations(&a, model->acts_memory + (size_t)slot * model->num_activations, model, B, T);
+    layout_activations(&a, model->acts_memory + (size_t)slot * model->num_activations, model, B, T, 0);
     if (which == STAGE_IN) return a.encoded;
     return shard_activations_of_layer(a, model->config, model->shard, B, T, model->shard.num_layers - 1).residual3;
 }

@@ -588,4 +588,51 @@ void crossentropy_softmax_backward(float* dlogits, const float* dlosses, const f
     }
 }
 
+// The three above in one pass over each position's logits, as train_gpu's classifier does it
+// (gpt2/gpu/classifier.cuh), for training: the loss -log p[target] = log(sum) - (x[target] - max),
+// and the gradient of the mean loss, dlogits = (p - onehot(target)) * dloss (dloss = 1 / (B*T)),
+// written (not accumulated), padding columns 0. The probabilities are never stored: each row's
+// exponentials wait in its dlogits row (in L2: 201 KB for GPT-2's 50,304) until the sum is known.
+// dlogits may be logits itself (train_cpu.c overwrites the logits with their gradient): the
+// target's logit is read first, and every other element is read before it is written. Its
+// dlogits are softmax_forward's p and crossentropy_softmax_backward's gradient, bit for bit (the
+// same exponentials, sums and products).
+void crossentropy_softmax_fused(float* dlogits, float* losses, const float* logits, const int* targets,
+                                float dloss, int B, int T, int V, int Vp) {
+    #pragma omp parallel for
+    for (int bt = 0; bt < B * T; bt++) {
+        const float* x = logits + (size_t)bt * Vp;
+        float* dx = dlogits + (size_t)bt * Vp;
+        int target = targets[bt];
+        float x_target = x[target];
+        float maxes[16], sums[16] = {0.0f};   // 16 running maxima and sums, as softmax_forward
+        for (int j = 0; j < 16; j++) maxes[j] = -INFINITY;
+        int i = 0;
+        for (; i + 16 <= V; i += 16) {
+            for (int j = 0; j < 16; j++) maxes[j] = x[i + j] > maxes[j] ? x[i + j] : maxes[j];
+        }
+        for (; i < V; i++) maxes[0] = x[i] > maxes[0] ? x[i] : maxes[0];
+        float maxval = maxes[0];   // a max is exact: any order gives the same one
+        for (int j = 1; j < 16; j++) maxval = maxes[j] > maxval ? maxes[j] : maxval;
+        for (i = 0; i + 16 <= V; i += 16) {
+            for (int j = 0; j < 16; j++) {
+                dx[i + j] = EXP_FAST(x[i + j] - maxval);
+                sums[j] += dx[i + j];
+            }
+        }
+        for (; i < V; i++) {
+            dx[i] = EXP_FAST(x[i] - maxval);
+            sums[0] += dx[i];
+        }
+        float sum = 0.0f;
+        for (int j = 0; j < 16; j++) sum += sums[j];
+        losses[bt] = logf(sum) - (x_target - maxval);
+        float inv = 1.0f / sum;
+        float p_target = dx[target] * inv;
+        for (i = 0; i < V; i++) dx[i] = dx[i] * inv * dloss;   // (p - 0) * dloss
+        dx[target] = (p_target - 1.0f) * dloss;
+        for (i = V; i < Vp; i++) dx[i] = 0.0f;
+    }
+}
+
 #endif // GPT2_CPU_LAYERS_H

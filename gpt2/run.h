@@ -625,7 +625,7 @@ static inline void run_print_summary(const Run* run, const GPT2* model) {
                model->device_bytes / 1073741824.0, c->micro_batch, c->T);
     } else {
         printf("memory: parameters + gradients + AdamW m, v %.1f MB, activations + their gradients %.1f MB (B=%d, T=%d)\n",
-               model->num_parameters * 16.0 / 1e6, model->num_activations * 8.0 / 1e6, c->micro_batch, c->T);
+               model->num_parameters * 16.0 / 1e6, model->activation_bytes / 1e6, c->micro_batch, c->T);
     }
     printf("batch: %lld tokens per step = B=%d x T=%d x %d micro-step%s x %d %s%s\n", run->step_tokens,
            c->micro_batch, c->T, run->micro_steps, run->micro_steps > 1 ? "s" : "", split.dp,

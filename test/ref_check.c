@@ -194,19 +194,21 @@ int main(int argc, char** argv) {
     // checked by running ./train_cpu against `dev/reference/gpt2_ref.py train` (test/compare_run.py).
     size_t BT = (size_t)B * T;
     float* logits = (float*)malloc_check(BT * V * sizeof(float));
-    gpt2_forward(&model, d.inputs, d.targets, B, T);
-    gpt2_zero_grad(&model);
-    gpt2_backward(&model);
-    // logits: only the first V of the Vp columns are real
+    // logits: a forward pass without targets (with them, the logits become their gradient);
+    // only the first V of the Vp columns are real
+    gpt2_forward(&model, d.inputs, NULL, B, T);
     for (size_t bt = 0; bt < BT; bt++) memcpy(logits + bt * V, model.acts.logits + bt * Vp, V * sizeof(float));
     check("logits", logits, d.run[0].logits, d.run[1].logits, BT * V, TOL_LOGITS, TOL_LOGITS);
-    // the padding columns of probs must be exactly 0 (the sampler reads all Vp)
+    gpt2_forward(&model, d.inputs, d.targets, B, T);
+    // the padding columns of the logits' gradient must be exactly 0: they are wte's padding rows'
     int pad_ok = 1;
     for (size_t bt = 0; bt < BT; bt++) {
-        for (int i = V; i < Vp; i++) pad_ok &= model.acts.probs[bt * Vp + i] == 0.0f;
+        for (int i = V; i < Vp; i++) pad_ok &= model.acts.logits[bt * Vp + i] == 0.0f;
     }
     if (!pad_ok) failures++;
-    printf("%-4s probs padding columns %d..%d are 0\n", pad_ok ? "ok" : "FAIL", V, Vp - 1);
+    printf("%-4s the logits' gradient in padding columns %d..%d is 0\n", pad_ok ? "ok" : "FAIL", V, Vp - 1);
+    gpt2_zero_grad(&model);
+    gpt2_backward(&model);
     check_scalar("loss", model.mean_loss, d.run[0].loss, d.run[1].loss, TOL_LOSS);
     size_t off = 0;
     for (int t = 0; t < NUM_PARAMETER_TENSORS; t++) {
@@ -218,6 +220,31 @@ int main(int argc, char** argv) {
     }
     float norm = gpt2_clip_gradients(&model, 1.0f, (float)d.max_norm);
     check_scalar("grad norm", norm, d.run[0].grad_norm, d.run[1].grad_norm, TOL_GRAD_NORM);
+
+    // the fused classifier (what gpt2_forward runs) against the three functions it fuses, on the
+    // same logits: the same gradient bit for bit, the same losses to float32 rounding
+    gpt2_forward(&model, d.inputs, NULL, B, T);
+    size_t n = BT * Vp;
+    float* probs = (float*)malloc_check(n * sizeof(float));
+    float* dlogits = (float*)calloc_check(n, sizeof(float));
+    float* fused = (float*)malloc_check(n * sizeof(float));
+    float* losses = (float*)malloc_check(BT * sizeof(float));
+    float* fused_losses = (float*)malloc_check(BT * sizeof(float));
+    float* dlosses = (float*)malloc_check(BT * sizeof(float));
+    for (size_t i = 0; i < BT; i++) dlosses[i] = 1.0f / (float)BT;
+    softmax_forward(probs, model.acts.logits, B, T, V, Vp);
+    crossentropy_forward(losses, probs, d.targets, B, T, Vp);
+    crossentropy_softmax_backward(dlogits, dlosses, probs, d.targets, B, T, V, Vp);
+    crossentropy_softmax_fused(fused, fused_losses, model.acts.logits, d.targets, 1.0f / (float)BT, B, T, V, Vp);
+    int same = 1;
+    double worst = 0.0;
+    for (size_t i = 0; i < n; i++) same &= fused[i] == dlogits[i];
+    for (size_t i = 0; i < BT; i++) worst = fmax(worst, fabs(fused_losses[i] - losses[i]) / fabs(losses[i]));
+    int fused_ok = same && worst < 1e-6;
+    if (!fused_ok) failures++;
+    printf("%-4s fused classifier: dlogits %s the unfused ones, losses within %.1e relative\n", fused_ok ? "ok" : "FAIL",
+           same ? "bit for bit" : "differ from", worst);
+    free(probs); free(dlogits); free(fused); free(losses); free(fused_losses); free(dlosses);
 
     free(logits);
     dataloader_free(&dl);
