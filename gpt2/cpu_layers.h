@@ -411,6 +411,31 @@ void matmul_forward_packed_bf16(float* out, const float* inp, const bf16_t* pack
 
 // ---------- attention ----------
 
+// y[i] += sum over r < rows of (w[r * ws] * wscale) * x[r * xs + i], for i < n: the terms added
+// one multiply-add at a time, r in order, which is what `for r: for i: y[i] += g * x[...]` does,
+// with y held in registers W floats at a time instead of loaded and stored for every r (attention's
+// rows of y lie in the same arrays as its inputs, so the compiler must assume that a store to y
+// changes x). The same arithmetic, so the same bits. wscale = 1 multiplies exactly.
+#define AXPY_SUM_CHUNK(W)                                                          \
+    for (; i + (W) <= n; i += (W)) {                                               \
+        float acc[W];                                                              \
+        memcpy(acc, y + i, sizeof(acc));                                           \
+        for (int r = 0; r < rows; r++) {                                           \
+            float g = w[(size_t)r * ws] * wscale;                                  \
+            const float* xr = x + (size_t)r * xs + i;                              \
+            for (int j = 0; j < (W); j++) acc[j] += g * xr[j];                     \
+        }                                                                          \
+        memcpy(y + i, acc, sizeof(acc));                                           \
+    }
+static inline void axpy_sum(float* y, const float* w, size_t ws, float wscale, const float* x, size_t xs,
+                            int rows, int n) {
+    int i = 0;
+    AXPY_SUM_CHUNK(64)   // a head of 64 in four vector registers
+    AXPY_SUM_CHUNK(16)
+    AXPY_SUM_CHUNK(1)
+}
+#undef AXPY_SUM_CHUNK
+
 void attention_forward(float* out, float* preatt, float* att, const float* inp,
                        int B, int T, int C, int NH) {
     // inp (B,T,3C) holds query, key, value for each position; out (B,T,C).
@@ -448,11 +473,7 @@ void attention_forward(float* out, float* preatt, float* att, const float* inp,
                 // out = att . value
                 float* o = out + ((size_t)b * T + t) * C + h * hs;
                 for (int i = 0; i < hs; i++) o[i] = 0.0f;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const float* v = inp + ((size_t)b * T + t2) * C3 + 2 * C + h * hs;
-                    float w = a[t2];
-                    for (int i = 0; i < hs; i++) o[i] += w * v[i];
-                }
+                axpy_sum(o, a, 1, 1.0f, inp + (size_t)b * T * C3 + 2 * C + h * hs, C3, t + 1, hs);
             }
         }
     }
@@ -468,33 +489,29 @@ void attention_backward(float* dinp, float* dpreatt, float* datt, const float* d
     #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
+            const float* q = inp + (size_t)b * T * C3 + h * hs;   // row t at q + t * C3
+            const float* k = q + C;
+            const float* v = q + 2 * C;
+            float* dq = dinp + (size_t)b * T * C3 + h * hs;
+            float* dk = dq + C;
+            float* dv = dq + 2 * C;
+            const float* d = dout + (size_t)b * T * C + h * hs;  // row t at d + t * C
+            const float* a = att + ((size_t)b * NH + h) * T * T;  // row t at a + t * T
+            float* da = datt + ((size_t)b * NH + h) * T * T;
+            float* dpre = dpreatt + ((size_t)b * NH + h) * T * T;
             for (int t = 0; t < T; t++) {
-                const float* a = att + (((size_t)b * NH + h) * T + t) * T;
-                float* da = datt + (((size_t)b * NH + h) * T + t) * T;
-                float* dpre = dpreatt + (((size_t)b * NH + h) * T + t) * T;
-                const float* q = inp + ((size_t)b * T + t) * C3 + h * hs;
-                float* dq = dinp + ((size_t)b * T + t) * C3 + h * hs;
-                const float* d = dout + ((size_t)b * T + t) * C + h * hs;
-                // through out = att . value
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const float* v = inp + ((size_t)b * T + t2) * C3 + 2 * C + h * hs;
-                    float* dv = dinp + ((size_t)b * T + t2) * C3 + 2 * C + h * hs;
-                    for (int i = 0; i < hs; i++) dv[i] += a[t2] * d[i];
-                    da[t2] += dot_lanes(v, d, hs);
-                }
+                // through out = att . value: datt[t][t2] = value[t2] . dout[t]
+                for (int t2 = 0; t2 <= t; t2++) da[t * T + t2] += dot_lanes(v + (size_t)t2 * C3, d + (size_t)t * C, hs);
                 // through the softmax: dpre = att * (datt - sum(att * datt))
-                float dot = dot_lanes(a, da, t + 1);
-                for (int t2 = 0; t2 <= t; t2++) dpre[t2] += a[t2] * (da[t2] - dot);
-                // through the scores q . k * scale
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const float* k = inp + ((size_t)b * T + t2) * C3 + C + h * hs;
-                    float* dk = dinp + ((size_t)b * T + t2) * C3 + C + h * hs;
-                    float g = dpre[t2] * scale;
-                    for (int i = 0; i < hs; i++) {
-                        dq[i] += k[i] * g;
-                        dk[i] += q[i] * g;
-                    }
-                }
+                float dot = dot_lanes(a + t * T, da + t * T, t + 1);
+                for (int t2 = 0; t2 <= t; t2++) dpre[t * T + t2] += a[t * T + t2] * (da[t * T + t2] - dot);
+            }
+            // through the scores q . k * scale: dq[t] gets dpre[t][t2] * scale * k[t2] for t2 <= t
+            for (int t = 0; t < T; t++) axpy_sum(dq + (size_t)t * C3, dpre + t * T, 1, scale, k, C3, t + 1, hs);
+            // dk[t2] gets dpre[t][t2] * scale * q[t] and dv[t2] att[t][t2] * dout[t], for t >= t2 in order
+            for (int t2 = 0; t2 < T; t2++) {
+                axpy_sum(dk + (size_t)t2 * C3, dpre + t2 * T + t2, T, scale, q + (size_t)t2 * C3, C3, T - t2, hs);
+                axpy_sum(dv + (size_t)t2 * C3, a + t2 * T + t2, T, 1.0f, d + (size_t)t2 * C, C, T - t2, hs);
             }
         }
     }
