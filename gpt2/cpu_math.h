@@ -306,6 +306,20 @@ static void mm_pack_b(float* dst, const float* b, size_t rsb, size_t csb, int kc
 // micro-panels one after another, the last one only as high as its rows: the panel of rows
 // i..i+MR-1 at dst + i * kc.
 static void mm_pack_a(float* dst, const float* a, size_t rsa, size_t csa, int mc, int kc) {
+    if (rsa == 1 && csa != 1) {
+        // A's columns contiguous (dW's A, dout^T: a column is a row of dout, rows of dout far
+        // apart): each column read once from end to end and dealt out to every micro-panel,
+        // rather than each panel reading its few floats of every column in turn
+        for (int p = 0; p < kc; p++) {
+            const float* s = a + p * csa;
+            int i = 0;
+            for (; i + MM_MR <= mc; i += MM_MR) {   // whole panels: a copy of constant size, inlined
+                memcpy(dst + (size_t)i * kc + (size_t)p * MM_MR, s + i, MM_MR * sizeof(float));
+            }
+            for (int r = 0; i + r < mc; r++) dst[(size_t)i * kc + (size_t)p * (mc - i) + r] = s[i + r];
+        }
+        return;
+    }
     for (int i = 0; i < mc; i += MM_MR) {
         int rows = mm_min(MM_MR, mc - i);
         mm_pack_panel(dst + (size_t)i * kc, a + i * rsa, rsa, csa, rows, rows, kc);
