@@ -292,6 +292,23 @@ static void mm_pack_panel(float* dst, const float* src, size_t stride_r, size_t 
 // micro-panels one after another, the last one padded with zero columns (the kernel multiplies
 // them and stores none of them): the panel of columns j..j+NR-1 at dst + j * kc.
 static void mm_pack_b(float* dst, const float* b, size_t rsb, size_t csb, int kc, int nc) {
+    if (csb == 1 && rsb != 1) {
+        // B's rows contiguous (dinp's B, the weight): each row read from end to end and dealt out
+        // to the micro-panels, 8 at a time (their parts of a row are 1 KB of it; the panels lie
+        // kc x NR floats apart, often in the same few sets of L1, which holds 12 lines a set)
+        int whole = nc / MM_NR * MM_NR;
+        for (int j0 = 0; j0 < whole; j0 += 8 * MM_NR) {
+            int j1 = mm_min(whole, j0 + 8 * MM_NR);
+            for (int p = 0; p < kc; p++) {
+                const float* s = b + p * rsb;
+                for (int j = j0; j < j1; j += MM_NR) {
+                    memcpy(dst + (size_t)j * kc + (size_t)p * MM_NR, s + j, MM_NR * sizeof(float));
+                }
+            }
+        }
+        if (whole == nc) return;
+        b += whole, dst += (size_t)whole * kc, nc -= whole;   // the last, narrower panel below
+    }
     for (int j = 0; j < nc; j += MM_NR) {
         float* panel = dst + (size_t)j * kc;
         int cols = mm_min(MM_NR, nc - j);
