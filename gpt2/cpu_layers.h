@@ -189,8 +189,7 @@ void matmul_bias_fill(float* out, const float* bias, int BT, int OC) {
 
 void matmul_forward_fast(float* out, const float* inp, const float* weight, const float* bias,
                          int B, int T, int C, int OC) {
-    matmul_bias_fill(out, bias, B * T, OC);
-    gemm_accumulate(out, OC, inp, C, 1, weight, 1, C, B * T, OC, C);   // out += inp . weight^T
+    gemm_bias(out, OC, inp, C, 1, weight, 1, C, B * T, OC, C, bias);   // out = bias + inp . weight^T
 }
 
 // dbias (OC) += column sums of dout (BT, OC), float32: each thread its own columns, the rows in
@@ -274,8 +273,7 @@ void matmul_forward_packed(float* out, const float* inp, const float* packed_wei
 #ifdef MATMUL_NAIVE
     matmul_forward_naive(out, inp, packed_weight, bias, B, T, C, OC);
 #else
-    matmul_bias_fill(out, bias, B * T, OC);
-    gemm_accumulate_packed(out, OC, inp, C, 1, packed_weight, B * T, OC, C);
+    gemm_bias_packed(out, OC, inp, C, 1, packed_weight, B * T, OC, C, bias);
 #endif
 }
 

@@ -161,12 +161,14 @@ static int mm_min(int a, int b) { return a < b ? a : b; }
 #endif
 
 // The micro-kernel body for a tile of `rows` rows (rows <= MR): C tile (rows x nr of it inside C,
-// row stride ldc) += packed A micro-panel (rows x kc) . packed B micro-panel (kc x NR). Every
-// element of C gets the same arithmetic whatever `rows` is: a sum that starts at zero, one MM_FMA
-// per k in order, then one add into C. So a row's result does not depend on how many rows share
-// its tile, which the packed product's batch invariance rests on.
+// row stride ldc) += packed A micro-panel (rows x kc) . packed B micro-panel (kc x NR), or, given
+// an init row (the nr values C's columns start from: a bias, or zeros), C tile = init + the
+// product, C not read. Every element of C gets the same arithmetic whatever `rows` is: a sum that
+// starts at zero, one MM_FMA per k in order, then one add into C (or into init, the same add as
+// into a C filled with init beforehand). So a row's result does not depend on how many rows
+// share its tile, which the packed product's batch invariance rests on.
 static MM_ALWAYS_INLINE void mm_kernel_rows(int rows, int kc, const float* ap, const float* bp,
-                                            float* c, size_t ldc, int nr) {
+                                            float* c, size_t ldc, int nr, const float* init) {
     const mm_vec zero = {0};
     mm_vec acc[MM_MR][MM_NR_VECS];
     MM_UNROLL for (int i = 0; i < rows; i++) {
@@ -188,7 +190,7 @@ static MM_ALWAYS_INLINE void mm_kernel_rows(int rows, int kc, const float* ap, c
         MM_UNROLL for (int i = 0; i < rows; i++) {
             MM_UNROLL for (int v = 0; v < MM_NR_VECS; v++) {
                 mm_vec cv;   // memcpy: rows of C need not be aligned (one unaligned load/store)
-                memcpy(&cv, c + i * ldc + v * MM_LANES, sizeof(cv));
+                memcpy(&cv, (init != NULL ? init : c + i * ldc) + v * MM_LANES, sizeof(cv));
                 cv += acc[i][v];
                 memcpy(c + i * ldc + v * MM_LANES, &cv, sizeof(cv));
             }
@@ -197,7 +199,7 @@ static MM_ALWAYS_INLINE void mm_kernel_rows(int rows, int kc, const float* ap, c
         float tile[MM_MR * MM_NR];
         memcpy(tile, acc, (size_t)rows * sizeof(acc[0]));
         for (int i = 0; i < rows; i++) {
-            for (int j = 0; j < nr; j++) c[i * ldc + j] += tile[i * MM_NR + j];
+            for (int j = 0; j < nr; j++) c[i * ldc + j] = (init != NULL ? init[j] : c[i * ldc + j]) + tile[i * MM_NR + j];
         }
     }
 }
@@ -208,12 +210,13 @@ static MM_ALWAYS_INLINE void mm_kernel_rows(int rows, int kc, const float* ap, c
 // MR - mr are padding. Cases past this build's MR are never reached, and compile to nothing; a
 // tile taller than 14 rows (none of the ISAs' own) runs its tiles of more than 14 rows through
 // the body with a variable row count: the same arithmetic, its accumulators in memory.
-static void mm_kernel(int kc, const float* ap, const float* bp, float* c, size_t ldc, int mr, int nr) {
-#define MM_ROWS(r) case r: if (r <= MM_MR) mm_kernel_rows(r, kc, ap, bp, c, ldc, nr); break;
+static void mm_kernel(int kc, const float* ap, const float* bp, float* c, size_t ldc, int mr, int nr,
+                      const float* init) {
+#define MM_ROWS(r) case r: if (r <= MM_MR) mm_kernel_rows(r, kc, ap, bp, c, ldc, nr, init); break;
     switch (mr) {
         MM_ROWS(1) MM_ROWS(2) MM_ROWS(3) MM_ROWS(4) MM_ROWS(5) MM_ROWS(6) MM_ROWS(7)
         MM_ROWS(8) MM_ROWS(9) MM_ROWS(10) MM_ROWS(11) MM_ROWS(12) MM_ROWS(13) MM_ROWS(14)
-        default: mm_kernel_rows(mr, kc, ap, bp, c, ldc, nr); break;
+        default: mm_kernel_rows(mr, kc, ap, bp, c, ldc, nr, init); break;
     }
 #undef MM_ROWS
 }
@@ -345,13 +348,19 @@ static void mm_pack_a(float* dst, const float* a, size_t rsa, size_t csa, int mc
 
 // Operand B of a product: either a matrix that gemm_block packs block by block as it goes
 // (packed == NULL; element (p, j) at b[p * rsb + j * csb]), or the whole of B packed once by
-// gemm_pack_b (below), n_pad floats wide.
+// gemm_pack_b (below), n_pad floats wide. And what the product does with C: adds into it
+// (init 0), or (init 1) sets it, C = bias + A . B, the bias a row of N floats (NULL: zeros), added
+// where the first KC block's sums go into C, so C is never filled beforehand and read back.
 typedef struct {
     const float* b;
     size_t rsb, csb;
     const float* packed;
     size_t n_pad;
+    int init;
+    const float* bias;
 } mm_operand;
+
+static const float mm_zero_row[MM_NR] = {0};   // the init row of C = A . B
 
 // C (M x N, row stride ldc) += A . columns j0..j0+N-1 of B, on one thread, blocked as described
 // above; c points at the first column of the slice. A(i, p) is a[i * rsa + p * csa]. packed_a
@@ -432,10 +441,12 @@ static void gemm_block(float* c, size_t ldc, const float* a, size_t rsa, size_t 
                     : mm_prefetch_of(NULL, 0, 0, 0, 0);
                 int a_lines = mm_prefetch_share(&next_a, (nc + MM_NR - 1) / MM_NR * ((mc + MM_MR - 1) / MM_MR));
                 for (int j = 0; j < nc; j += MM_NR) {        // one B micro-panel, from L1,
+                    const float* init = pc > 0 || !b->init ? NULL
+                                      : b->bias != NULL ? b->bias + j0 + jc + j : mm_zero_row;
                     for (int i = 0; i < mc; i += MM_MR) {    // against every A micro-panel in L2
                         mm_kernel(kc, packed_a + (size_t)i * kc, bp + (size_t)j * kc,
                                   c + (ic + i) * ldc + jc + j, ldc, mm_min(MM_MR, mc - i),
-                                  mm_min(MM_NR, nc - j));
+                                  mm_min(MM_NR, nc - j), init);
                         mm_prefetch_some(&next, lines_per_call);
                         mm_prefetch_some(&next_a, a_lines);
                     }
@@ -500,8 +511,30 @@ static void gemm_threads(float* c, size_t ldc, const float* a, size_t rsa, size_
 // B(p, j) at b[p * rsb + j * csb], B packed block by block as the product goes.
 static void gemm_accumulate(float* c, size_t ldc, const float* a, size_t rsa, size_t csa,
                             const float* b, size_t rsb, size_t csb, int M, int N, int K) {
-    mm_operand op = {b, rsb, csb, NULL, 0};
+    mm_operand op = {b, rsb, csb, NULL, 0, 0, NULL};
     gemm_threads(c, ldc, a, rsa, csa, &op, M, N, K);
+}
+
+// C (M x N) = bias + A . B for an operand with init set: the product sets C where its first KC
+// block adds into it, and a product of no K sets it here.
+static void gemm_set(float* c, size_t ldc, const float* a, size_t rsa, size_t csa, const mm_operand* op,
+                     int M, int N, int K) {
+    if (K > 0) {
+        gemm_threads(c, ldc, a, rsa, csa, op, M, N, K);
+        return;
+    }
+    for (int i = 0; i < M; i++) {
+        for (int j = 0; j < N; j++) c[i * ldc + j] = op->bias != NULL ? op->bias[j] : 0.0f;
+    }
+}
+
+// C (M x N, row stride ldc) = bias + A . B, A and B as in gemm_accumulate, bias N floats (NULL:
+// zeros): the same bits as filling C with the bias and calling gemm_accumulate, without the
+// pass that fills C and the read of it that the product's first block then makes.
+static void gemm_bias(float* c, size_t ldc, const float* a, size_t rsa, size_t csa,
+                      const float* b, size_t rsb, size_t csb, int M, int N, int K, const float* bias) {
+    mm_operand op = {b, rsb, csb, NULL, 0, 1, bias};
+    gemm_set(c, ldc, a, rsa, csa, &op, M, N, K);
 }
 
 // ---------- matrix product with B packed once ----------
@@ -545,8 +578,16 @@ static inline void gemm_pack_b(float* packed, const float* b, size_t rsb, size_t
 static inline void gemm_accumulate_packed(float* c, size_t ldc, const float* a, size_t rsa,
                                           size_t csa, const float* packed_b, int M, int N, int K) {
     mm_check_aligned(packed_b, "gemm_accumulate_packed");
-    mm_operand op = {NULL, 0, 0, packed_b, mm_packed_width(N)};
+    mm_operand op = {NULL, 0, 0, packed_b, mm_packed_width(N), 0, NULL};
     gemm_threads(c, ldc, a, rsa, csa, &op, M, N, K);
+}
+
+// C = bias + A . B as gemm_bias, B packed by gemm_pack_b. Bit for bit gemm_bias's result.
+static inline void gemm_bias_packed(float* c, size_t ldc, const float* a, size_t rsa, size_t csa,
+                                    const float* packed_b, int M, int N, int K, const float* bias) {
+    mm_check_aligned(packed_b, "gemm_bias_packed");
+    mm_operand op = {NULL, 0, 0, packed_b, mm_packed_width(N), 1, bias};
+    gemm_set(c, ldc, a, rsa, csa, &op, M, N, K);
 }
 
 // ---------- a dot product that vectorises ----------
