@@ -134,10 +134,11 @@ static MM_ALWAYS_INLINE mm_vec bf_dot(mm_vec acc, uint32_t a, bf_uvec b) {
 #endif
 
 // The micro-kernel body for a tile of `rows` rows (rows <= MR): C tile (rows x nr of it inside C,
-// row stride ldc) += packed A micro-panel (qc x rows units) . packed B micro-panel (qc x NR units).
-// As in mm_kernel_rows, every element gets the same arithmetic whatever `rows` is.
+// row stride ldc) += packed A micro-panel (qc x rows units) . packed B micro-panel (qc x NR units),
+// or, given an init row, C tile = init + the product, as mm_kernel_rows. As there, every element
+// gets the same arithmetic whatever `rows` is.
 static MM_ALWAYS_INLINE void bf_kernel_rows(int rows, int qc, const uint32_t* ap, const uint32_t* bp,
-                                            float* c, size_t ldc, int nr) {
+                                            float* c, size_t ldc, int nr, const float* init) {
     const mm_vec zero = {0};
     mm_vec acc[MM_MR][MM_NR_VECS];
     MM_UNROLL for (int i = 0; i < rows; i++) {
@@ -172,7 +173,7 @@ static MM_ALWAYS_INLINE void bf_kernel_rows(int rows, int qc, const uint32_t* ap
         MM_UNROLL for (int i = 0; i < rows; i++) {
             MM_UNROLL for (int v = 0; v < MM_NR_VECS; v++) {
                 mm_vec cv;   // memcpy: rows of C need not be aligned
-                memcpy(&cv, c + i * ldc + v * MM_LANES, sizeof(cv));
+                memcpy(&cv, (init != NULL ? init : c + i * ldc) + v * MM_LANES, sizeof(cv));
                 cv += acc[i][v];
                 memcpy(c + i * ldc + v * MM_LANES, &cv, sizeof(cv));
             }
@@ -181,19 +182,19 @@ static MM_ALWAYS_INLINE void bf_kernel_rows(int rows, int qc, const uint32_t* ap
         float tile[MM_MR * MM_NR];
         memcpy(tile, acc, (size_t)rows * sizeof(acc[0]));
         for (int i = 0; i < rows; i++) {
-            for (int j = 0; j < nr; j++) c[i * ldc + j] += tile[i * MM_NR + j];
+            for (int j = 0; j < nr; j++) c[i * ldc + j] = (init != NULL ? init[j] : c[i * ldc + j]) + tile[i * MM_NR + j];
         }
     }
 }
 
 // One copy of the body per row count, as mm_kernel does.
 static void bf_kernel(int qc, const uint32_t* ap, const uint32_t* bp, float* c, size_t ldc, int mr,
-                      int nr) {
-#define BF_ROWS(r) case r: if (r <= MM_MR) bf_kernel_rows(r, qc, ap, bp, c, ldc, nr); break;
+                      int nr, const float* init) {
+#define BF_ROWS(r) case r: if (r <= MM_MR) bf_kernel_rows(r, qc, ap, bp, c, ldc, nr, init); break;
     switch (mr) {
         BF_ROWS(1) BF_ROWS(2) BF_ROWS(3) BF_ROWS(4) BF_ROWS(5) BF_ROWS(6) BF_ROWS(7)
         BF_ROWS(8) BF_ROWS(9) BF_ROWS(10) BF_ROWS(11) BF_ROWS(12) BF_ROWS(13) BF_ROWS(14)
-        default: bf_kernel_rows(mr, qc, ap, bp, c, ldc, nr); break;
+        default: bf_kernel_rows(mr, qc, ap, bp, c, ldc, nr, init); break;
     }
 #undef BF_ROWS
 }
@@ -370,12 +371,15 @@ static void bf_pack_a(uint32_t* dst, const float* a, size_t rsa, size_t csa, int
 }
 
 // Operand B: a float32 matrix packed block by block as the product goes (packed == NULL), or the
-// whole of B packed once by gemm_pack_b_bf16, n_pad units wide.
+// whole of B packed once by gemm_pack_b_bf16, n_pad units wide. init and bias as in mm_operand:
+// C += A . B (init 0) or C = bias + A . B (init 1, bias NULL: zeros).
 typedef struct {
     const float* b;
     size_t rsb, csb;
     const uint32_t* packed;
     size_t n_pad;
+    int init;
+    const float* bias;
 } bf_operand;
 
 // gemm_block in bf16: C (M x N) += A . columns j0..j0+N-1 of B on one thread. packed_a holds
@@ -398,10 +402,12 @@ static void bf_gemm_block(float* c, size_t ldc, const float* a, size_t rsa, size
                 int mc = mm_min(MM_MC, M - ic);
                 bf_pack_a(packed_a, a + ic * rsa + pc * csa, rsa, csa, mc, kc);
                 for (int j = 0; j < nc; j += MM_NR) {
+                    const float* init = pc > 0 || !b->init ? NULL
+                                      : b->bias != NULL ? b->bias + j0 + jc + j : mm_zero_row;
                     for (int i = 0; i < mc; i += MM_MR) {
                         bf_kernel(qc, packed_a + (size_t)i * qc, bp + (size_t)j * qc,
                                   c + (ic + i) * ldc + jc + j, ldc, mm_min(MM_MR, mc - i),
-                                  mm_min(MM_NR, nc - j));
+                                  mm_min(MM_NR, nc - j), init);
                     }
                 }
             }
@@ -415,8 +421,7 @@ static void bf_gemm_threads(float* c, size_t ldc, const float* a, size_t rsa, si
     int threads = num_threads();
     size_t b_units = b->packed != NULL ? 0 : (size_t)BF_KC / 2 * MM_NC;
     size_t per_thread = ((size_t)MM_MC_PAD * BF_KC / 2 + b_units + 15) / 16 * 16;
-    uint32_t* scratch = (uint32_t*)malloc_check((threads * per_thread + 16) * sizeof(uint32_t));
-    uint32_t* aligned = (uint32_t*)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
+    uint32_t* aligned = (uint32_t*)mm_scratch(threads * per_thread);   // float32's buffers, 64-byte aligned
     #pragma omp parallel num_threads(threads)
     {
         uint32_t* packed_a = aligned + thread_num() * per_thread;
@@ -437,15 +442,34 @@ static void bf_gemm_threads(float* c, size_t ldc, const float* a, size_t rsa, si
             }
         }
     }
-    free(scratch);
 }
 
 // C (M x N, row stride ldc) += bf16(A) . bf16(B); A and B float32, addressed as in gemm_accumulate
 // (gpt2/cpu_math.h), rounded to bf16 as they are packed.
 static inline void gemm_accumulate_bf16(float* c, size_t ldc, const float* a, size_t rsa, size_t csa,
                                         const float* b, size_t rsb, size_t csb, int M, int N, int K) {
-    bf_operand op = {b, rsb, csb, NULL, 0};
+    bf_operand op = {b, rsb, csb, NULL, 0, 0, NULL};
     bf_gemm_threads(c, ldc, a, rsa, csa, &op, M, N, K);
+}
+
+// C = bias + A . B for an operand with init set, as gemm_set (a product of no K sets C to the bias).
+static void bf_gemm_set(float* c, size_t ldc, const float* a, size_t rsa, size_t csa, const bf_operand* op,
+                        int M, int N, int K) {
+    if (K > 0) {
+        bf_gemm_threads(c, ldc, a, rsa, csa, op, M, N, K);
+        return;
+    }
+    for (int i = 0; i < M; i++) {
+        for (int j = 0; j < N; j++) c[i * ldc + j] = op->bias != NULL ? op->bias[j] : 0.0f;
+    }
+}
+
+// C (M x N, row stride ldc) = bias + bf16(A) . bf16(B), bias N floats (NULL: zeros): gemm_bias
+// (gpt2/cpu_math.h) in bf16, the same bits as filling C with the bias and gemm_accumulate_bf16.
+static inline void gemm_bias_bf16(float* c, size_t ldc, const float* a, size_t rsa, size_t csa,
+                                  const float* b, size_t rsb, size_t csb, int M, int N, int K, const float* bias) {
+    bf_operand op = {b, rsb, csb, NULL, 0, 1, bias};
+    bf_gemm_set(c, ldc, a, rsa, csa, &op, M, N, K);
 }
 
 // ---------- bf16 product with B packed once ----------
@@ -477,8 +501,16 @@ static inline void gemm_accumulate_packed_bf16(float* c, size_t ldc, const float
                                                size_t csa, const bf16_t* packed_b, int M, int N,
                                                int K) {
     mm_check_aligned((const float*)packed_b, "gemm_accumulate_packed_bf16");
-    bf_operand op = {NULL, 0, 0, (const uint32_t*)packed_b, mm_packed_width(N)};
+    bf_operand op = {NULL, 0, 0, (const uint32_t*)packed_b, mm_packed_width(N), 0, NULL};
     bf_gemm_threads(c, ldc, a, rsa, csa, &op, M, N, K);
+}
+
+// C = bias + bf16(A) . B as gemm_bias_bf16, B packed by gemm_pack_b_bf16.
+static inline void gemm_bias_packed_bf16(float* c, size_t ldc, const float* a, size_t rsa, size_t csa,
+                                         const bf16_t* packed_b, int M, int N, int K, const float* bias) {
+    mm_check_aligned((const float*)packed_b, "gemm_bias_packed_bf16");
+    bf_operand op = {NULL, 0, 0, (const uint32_t*)packed_b, mm_packed_width(N), 1, bias};
+    bf_gemm_set(c, ldc, a, rsa, csa, &op, M, N, K);
 }
 
 #endif // GPT2_CPU_BF16_H

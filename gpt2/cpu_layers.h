@@ -166,27 +166,6 @@ void matmul_backward_naive(float* dinp, float* dweight, float* dbias, const floa
     }
 }
 
-// out (BT, OC) = bias, or 0 without one: where the fast forward products start adding. On all
-// threads only when there is much to write: starting and joining the threads (even an OpenMP
-// region that its `if` keeps on one) takes as long as writing tens of thousands of floats,
-// longer than the few rows of a decode step take.
-#define MATMUL_FILL_PARALLEL_MIN 65536
-static void matmul_bias_fill_rows(float* out, const float* bias, int bt0, int bt1, int OC) {
-    for (int bt = bt0; bt < bt1; bt++) {
-        float* y = out + (size_t)bt * OC;
-        for (int o = 0; o < OC; o++) y[o] = bias != NULL ? bias[o] : 0.0f;
-    }
-}
-
-void matmul_bias_fill(float* out, const float* bias, int BT, int OC) {
-    if ((size_t)BT * OC < MATMUL_FILL_PARALLEL_MIN) {
-        matmul_bias_fill_rows(out, bias, 0, BT, OC);
-        return;
-    }
-    #pragma omp parallel for
-    for (int bt = 0; bt < BT; bt++) matmul_bias_fill_rows(out, bias, bt, bt + 1, OC);
-}
-
 void matmul_forward_fast(float* out, const float* inp, const float* weight, const float* bias,
                          int B, int T, int C, int OC) {
     gemm_bias(out, OC, inp, C, 1, weight, 1, C, B * T, OC, C, bias);   // out = bias + inp . weight^T
@@ -331,8 +310,7 @@ void matmul_backward_bf16_naive(float* dinp, float* dweight, float* dbias, const
 
 void matmul_forward_bf16_fast(float* out, const float* inp, const float* weight, const float* bias,
                               int B, int T, int C, int OC) {
-    matmul_bias_fill(out, bias, B * T, OC);
-    gemm_accumulate_bf16(out, OC, inp, C, 1, weight, 1, C, B * T, OC, C);   // out += inp . weight^T
+    gemm_bias_bf16(out, OC, inp, C, 1, weight, 1, C, B * T, OC, C, bias);   // out = bias + inp . weight^T
 }
 
 void matmul_backward_bf16_fast(float* dinp, float* dweight, float* dbias, const float* dout,
@@ -402,8 +380,7 @@ void matmul_forward_packed_bf16(float* out, const float* inp, const bf16_t* pack
         }
     }
 #else
-    matmul_bias_fill(out, bias, B * T, OC);
-    gemm_accumulate_packed_bf16(out, OC, inp, C, 1, packed_weight, B * T, OC, C);
+    gemm_bias_packed_bf16(out, OC, inp, C, 1, packed_weight, B * T, OC, C, bias);
 #endif
 }
 

@@ -254,35 +254,40 @@ static int check_packed_gemm(int bf16, const int* rows, int n_rows, int N, int K
     return fails;
 }
 
-// gemm_bias and gemm_bias_packed (C = bias + A . B, C never read) on 1 and 2 threads against
-// matmul_bias_fill and gemm_accumulate on 1 thread: bit for bit, bias or zeros, K = 0 included
-// (C is then the bias).
-static int check_gemm_bias(int M, int N, int K, int use_bias) {
+// gemm_bias and gemm_bias_packed (C = bias + A . B, C never read), or their bf16 twins, on 1 and
+// 2 threads against C filled with the bias and gemm_accumulate (_bf16) on 1 thread: bit for bit,
+// bias or zeros, K = 0 included (C is then the bias).
+static int check_gemm_bias(int bf16, int M, int N, int K, int use_bias) {
     int fails = 0, threads = num_threads();
     float* a = random_array((size_t)M * (K > 0 ? K : 1));
     float* b = random_array((size_t)N * (K > 0 ? K : 1));   // a weight, N x K: B = its transpose
     float* bias = use_bias ? random_array(N) : NULL;
     float* ref = random_array((size_t)M * N);
+    for (int i = 0; i < M; i++) {
+        for (int j = 0; j < N; j++) ref[(size_t)i * N + j] = bias != NULL ? bias[j] : 0.0f;
+    }
     set_threads(1);
-    matmul_bias_fill(ref, bias, M, N);
-    gemm_accumulate(ref, N, a, K, 1, b, 1, K, M, N, K);
-    float* packed = K > 0 ? (float*)pack_b(0, b, 1, K, K, N) : NULL;
+    product(bf16, ref, a, b, 1, K, NULL, M, N, K);
+    void* packed = K > 0 ? pack_b(bf16, b, 1, K, K, N) : NULL;
+    const char* name = bf16 ? "gemm_bias_bf16" : "gemm_bias";
     for (int run = 0; run < 4; run++) {   // unpacked, then packed; 1 and 2 threads
         int nth = run % 2 + 1;
         if (run >= 2 && packed == NULL) break;
         float* c = random_array((size_t)M * N);   // whatever C held is not read
         set_threads(nth);
-        if (run < 2) gemm_bias(c, N, a, K, 1, b, 1, K, M, N, K, bias);
-        else gemm_bias_packed(c, N, a, K, 1, packed, M, N, K, bias);
+        if (run < 2 && bf16) gemm_bias_bf16(c, N, a, K, 1, b, 1, K, M, N, K, bias);
+        else if (run < 2) gemm_bias(c, N, a, K, 1, b, 1, K, M, N, K, bias);
+        else if (bf16) gemm_bias_packed_bf16(c, N, a, K, 1, (const bf16_t*)packed, M, N, K, bias);
+        else gemm_bias_packed(c, N, a, K, 1, (const float*)packed, M, N, K, bias);
         char what[160];
-        snprintf(what, sizeof(what), "gemm_bias%s on %d thread(s), M=%d N=%d K=%d", run >= 2 ? "_packed" : "",
+        snprintf(what, sizeof(what), "%s%s on %d thread(s), M=%d N=%d K=%d", name, run >= 2 ? " (packed)" : "",
                  nth, M, N, K);
         fails += compare_rows(what, c, ref, M, N) > 0;
         free(c);
     }
     set_threads(threads);
-    printf("%s gemm_bias M=%d N=%d K=%d bias=%s: packed or not, 1 and 2 threads, bit-identical to "
-           "filling C and gemm_accumulate\n", fails ? "FAIL" : "ok  ", M, N, K, use_bias ? "yes" : "NULL");
+    printf("%s %s M=%d N=%d K=%d bias=%s: packed or not, 1 and 2 threads, bit-identical to "
+           "filling C and accumulating\n", fails ? "FAIL" : "ok  ", name, M, N, K, use_bias ? "yes" : "NULL");
     free(a); free(b); free(bias); free(ref); free(packed);
     return fails;
 }
@@ -660,10 +665,10 @@ int main(void) {
     fails += check_packed_rows(0, 29, 768, 301, 1);
     fails += check_packed_rows(0, 64, 300, MM_NC + 37, 0);
     fails += check_packed_rows(0, 100, 300, 37, 1);             // slices of rows at M = 100
-    fails += check_gemm_bias(29, 301, 2 * MM_KC + 5, 1);          // k blocks after the first add
-    fails += check_gemm_bias(100, 37, 300, 0);                    // slices of rows, zeros
-    fails += check_gemm_bias(15, MM_NC + 37, 64, 1);              // column blocks, a narrow panel
-    fails += check_gemm_bias(5, 40, 0, 1);                        // no K: C = bias
+    fails += check_gemm_bias(0, 29, 301, 2 * MM_KC + 5, 1);       // k blocks after the first add
+    fails += check_gemm_bias(0, 100, 37, 300, 0);                 // slices of rows, zeros
+    fails += check_gemm_bias(0, 15, MM_NC + 37, 64, 1);           // column blocks, a narrow panel
+    fails += check_gemm_bias(0, 5, 40, 0, 1);                     // no K: C = bias
 
     printf("bf16 products: %s, KC %d\n", cpu_bf16_arith(), BF_KC);
     fails += check_bf16_packing(2 * BF_KC + 37, 1000, 1, 2 * BF_KC + 37);   // weight^T: pairs adjacent
@@ -689,6 +694,10 @@ int main(void) {
     fails += check_packed_rows(1, 29, 768, 301, 1);
     fails += check_packed_rows(1, 64, 301, MM_NC + 37, 0);
     fails += check_packed_rows(1, 100, 300, 37, 1);
+    fails += check_gemm_bias(1, 29, 301, 2 * BF_KC + 5, 1);
+    fails += check_gemm_bias(1, 100, 37, 300, 0);
+    fails += check_gemm_bias(1, 15, MM_NC + 37, 65, 1);           // an odd K: a half-filled pair
+    fails += check_gemm_bias(1, 5, 40, 0, 1);
     printf("bf16 fingerprint: %016llx\n", (unsigned long long)bf16_fingerprint());
 
     fails += check_vector_math();
