@@ -597,27 +597,35 @@ void crossentropy_softmax_fused(float* dlogits, float* losses, const float* logi
         float* dx = dlogits + (size_t)bt * Vp;
         int target = targets[bt];
         float x_target = x[target];
-        float maxes[16], sums[16] = {0.0f};   // 16 running maxima and sums, as softmax_forward
-        for (int j = 0; j < 16; j++) maxes[j] = -INFINITY;
+        float maxval = max_lanes(x, V);   // gpt2/cpu_math.h
+        // 16 running sums (i mod 16), as softmax_forward, kept in a vector register where the
+        // compiler has vector types (GCC kept a plain array of them in memory: a store and a load
+        // on the critical path of every 16 exponentials)
+        float lanes[16] = {0.0f};
+#if defined(__GNUC__) && !defined(__CUDACC__)
+        dot_vec16 sums = {0}, e;
+#endif
         int i = 0;
         for (; i + 16 <= V; i += 16) {
-            for (int j = 0; j < 16; j++) maxes[j] = x[i + j] > maxes[j] ? x[i + j] : maxes[j];
+            float ex[16];
+            for (int j = 0; j < 16; j++) ex[j] = EXP_FAST(x[i + j] - maxval);
+            memcpy(dx + i, ex, sizeof(ex));
+#if defined(__GNUC__) && !defined(__CUDACC__)
+            memcpy(&e, ex, sizeof(ex));
+            sums += e;
+#else
+            for (int j = 0; j < 16; j++) lanes[j] += ex[j];
+#endif
         }
-        for (; i < V; i++) maxes[0] = x[i] > maxes[0] ? x[i] : maxes[0];
-        float maxval = maxes[0];   // a max is exact: any order gives the same one
-        for (int j = 1; j < 16; j++) maxval = maxes[j] > maxval ? maxes[j] : maxval;
-        for (i = 0; i + 16 <= V; i += 16) {
-            for (int j = 0; j < 16; j++) {
-                dx[i + j] = EXP_FAST(x[i + j] - maxval);
-                sums[j] += dx[i + j];
-            }
-        }
+#if defined(__GNUC__) && !defined(__CUDACC__)
+        memcpy(lanes, &sums, sizeof(lanes));
+#endif
         for (; i < V; i++) {
             dx[i] = EXP_FAST(x[i] - maxval);
-            sums[0] += dx[i];
+            lanes[0] += dx[i];
         }
         float sum = 0.0f;
-        for (int j = 0; j < 16; j++) sum += sums[j];
+        for (int j = 0; j < 16; j++) sum += lanes[j];
         losses[bt] = logf(sum) - (x_target - maxval);
         float inv = 1.0f / sum;
         float p_target = dx[target] * inv;

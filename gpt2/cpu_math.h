@@ -590,6 +590,28 @@ static inline void gemm_bias_packed(float* c, size_t ldc, const float* a, size_t
     gemm_set(c, ldc, a, rsa, csa, &op, M, N, K);
 }
 
+// ---------- the largest of n floats, vectorised ----------
+#if defined(__AVX512F__) && defined(__GNUC__) && !defined(__CUDACC__)
+#include <immintrin.h>
+#endif
+// A max is exact, so any order of comparisons gives the same result (NaNs aside): 16 running
+// maxima, one per lane, then the lanes. GCC keeps a `x > m ? x : m` loop scalar (it may not turn
+// it into the vector max without -ffinite-math-only), so the AVX-512 build says it with
+// _mm512_max_ps, whose (a > b ? a : b) is that expression exactly.
+static inline float max_lanes(const float* x, int n) {
+    float m = -INFINITY;
+    int i = 0;
+#if defined(__AVX512F__) && defined(__GNUC__) && !defined(__CUDACC__)
+    if (n >= 16) {
+        __m512 v = _mm512_loadu_ps(x);
+        for (i = 16; i + 16 <= n; i += 16) v = _mm512_max_ps(_mm512_loadu_ps(x + i), v);
+        m = _mm512_reduce_max_ps(v);
+    }
+#endif
+    for (; i < n; i++) m = x[i] > m ? x[i] : m;
+    return m;
+}
+
 // ---------- a dot product that vectorises ----------
 // sum a[i] * b[i] over i < n. Summed in the order written (s += a[i] * b[i]), a dot product is one
 // chain of dependent adds, which the compiler may not reorder, so it runs one multiply-add per
