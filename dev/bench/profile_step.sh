@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Where a training step's time goes: perf samples of ./train_cpu's steady-state steps, grouped by
 # part of the step (the table of doc/cpu_speed.md). perf (Debian's linux-perf) samples both
-# threads at ~1 kHz; the run starts sampling after step 2 (a first pass over a run of 2 steps
-# times the delay), so that start-up and the first step's page faults are left out.
+# threads at ~1 kHz over a window of STEPS steps that starts after step 2 and ends before the
+# program does (a first run of 3 steps times the start-up and a step), so that start-up, the first
+# step's page faults and the exit are left out.
 #
 #   bash dev/bench/profile_step.sh [TRAIN_CPU_BINARY] [train_cpu flags]
 #   default: ./train_cpu -e d12 -b 4 -t 64; knobs: STEPS=12 (steps sampled)
@@ -12,7 +13,7 @@
 #   matmul packing    mm_pack_*, bf_pack_*, gemm_block, gemm_threads, mm_transpose (blocking, packing)
 #   AdamW             gpt2_update
 #   grad norm, clip   sum_of_squares, gpt2_scale_grads
-#   attention         attention_forward, attention_backward
+#   attention         attention_forward, attention_backward, axpy_sum
 #   layernorm, GELU, softmax, cross-entropy, residual, encoder, bias: their functions
 #   memset            memset (gradients zeroed each step)
 #   threads waiting   libgomp (a thread that finished its share waits for the other)
@@ -29,15 +30,23 @@ command -v perf > /dev/null || { echo "profile_step: perf is not installed (apt-
 [ -x "$BIN" ] || { echo "profile_step: $BIN not built" >&2; exit 1; }
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-# the delay: how long start-up and 2 steps take, measured by a run of 2 steps
+# the delay: how long start-up and 2 steps take, and a step's time (the third's), measured by a
+# run of 3 steps; the window: STEPS such steps
 t0=$(date +%s%N)
-"$BIN" "${FLAGS[@]}" -x 2 -v 0 -s 0 > /dev/null
-delay=$(( ($(date +%s%N) - t0) / 1000000 ))
-perf record -q -F 999 -D "$delay" -o "$dir/perf.data" "$BIN" "${FLAGS[@]}" -x $((STEPS + 2)) -v 0 -s 0 > "$dir/out" 2>&1 ||
-  { cat "$dir/out" >&2; exit 1; }
+"$BIN" "${FLAGS[@]}" -x 3 -v 0 -s 0 > "$dir/first" 2>&1 || { cat "$dir/first" >&2; exit 1; }
+step_ms=$(awk '/^step +3\// { for (i = 1; i <= NF; i++) if ($i == "ms") print int($(i-1)) }' "$dir/first")
+delay=$(( ($(date +%s%N) - t0) / 1000000 - step_ms ))
+# the run to sample, long enough to outlast the window and stopped after it: sampling ends before
+# the program frees its memory and exits (unmapping gigabytes, while the other threads wait),
+# which is no part of a step
+"$BIN" "${FLAGS[@]}" -x $((STEPS * 4 + 20)) -v 0 -s 0 > "$dir/out" 2>&1 &
+pid=$!
+sleep "$(awk -v d="$delay" 'BEGIN { print d / 1000 }')"
+perf record -q -F 999 -p "$pid" -o "$dir/perf.data" -- sleep "$(awk -v s="$step_ms" -v n="$STEPS" 'BEGIN { print s * n / 1000 }')" 2> /dev/null
+kill "$pid" 2> /dev/null; wait "$pid" 2> /dev/null || true
 grep -m1 '^precision' "$dir/out" || true
 awk '/^step / && $2 !~ /^[12]\// { for (i = 1; i <= NF; i++) if ($i == "ms") print $(i-1) }' "$dir/out" | sort -n |
-  awk '{ t[n++] = $1 } END { printf "steps sampled: %d, median %.1f ms per step\n", n, (n % 2 ? t[(n-1)/2] : (t[n/2-1] + t[n/2]) / 2) }'
+  awk '{ t[n++] = $1 } END { printf "steps run: %d, median %.1f ms per step\n", n, (n % 2 ? t[(n-1)/2] : (t[n/2-1] + t[n/2]) / 2) }'
 perf report -i "$dir/perf.data" --no-children --sort dso,symbol --stdio 2>/dev/null | awk '
   /^ +[0-9.]+%/ {
     pct = $1 + 0; dso = $2; sym = $4
@@ -49,7 +58,7 @@ perf report -i "$dir/perf.data" --no-children --sort dso,symbol --stdio 2>/dev/n
     else if (sym ~ /^(mm|bf)_(pack|transpose)|^gemm_(block|threads)|^bf_gemm/) g = "matmul packing and blocking"
     else if (sym ~ /^gpt2_update/) g = "AdamW"
     else if (sym ~ /^sum_of_squares|^gpt2_scale_grads|clip/) g = "gradient norm and clip"
-    else if (sym ~ /^attention_/) g = "attention"
+    else if (sym ~ /^attention_|^axpy_sum/) g = "attention"
     else if (sym ~ /^layernorm_/) g = "layernorm"
     else if (sym ~ /^gelu_/) g = "GELU"
     else if (sym ~ /^softmax_|^crossentropy_|expf|logf/) g = "softmax and cross-entropy"
