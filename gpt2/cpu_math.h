@@ -1,9 +1,9 @@
 // gpt2/cpu_math.h: the fast arithmetic of the CPU layers: a blocked, packed matrix product
-// (gemm_accumulate, and gemm_accumulate_packed for a B packed once) and exp and tanh in plain
-// arithmetic that vectorises. Engineering beside the lesson: gpt2/cpu_layers.h defines each layer
-// plainly and calls these where they make it fast (matmul_forward, matmul_backward,
-// matmul_forward_packed, softmax_forward, GELU). doc/cpu_speed.md has the measured speeds and
-// what was tried.
+// (gemm_accumulate and gemm_bias, and their _packed twins for a B packed once), and a max, a dot
+// product, exp and tanh in plain arithmetic that vectorises. Engineering beside the lesson:
+// gpt2/cpu_layers.h defines each layer plainly and calls these where they make it fast
+// (matmul_forward, matmul_backward, matmul_forward_packed, attention, softmax_forward, the
+// classifier, GELU). doc/cpu_speed.md has the measured speeds and what was tried.
 
 #ifndef GPT2_CPU_MATH_H
 #define GPT2_CPU_MATH_H
@@ -47,8 +47,8 @@ static inline void thread_share(size_t n, size_t* begin, size_t* end) {
 // ---------- matrix product ----------
 // All three products of a linear layer are one routine, gemm_accumulate: C (M x N) += A (M x K) .
 // B (K x N), with A and B each given by a pointer and two strides, so that a transposed operand
-// is only another pair of strides:
-//   forward    out  (BT x OC) += inp (BT x C) . weight^T (C x OC)    weight^T(k, o) = weight[o*C + k]
+// is only another pair of strides (the forward pass's gemm_bias sets C = bias + A . B instead):
+//   forward    out  (BT x OC) = bias + inp (BT x C) . weight^T (C x OC)   weight^T(k, o) = weight[o*C + k]
 //   backward   dinp (BT x C)  += dout (BT x OC) . weight (OC x C)
 //              dW   (OC x C)  += dout^T (OC x BT) . inp (BT x C)     dout^T(o, k) = dout[k*OC + o]
 //
