@@ -402,8 +402,7 @@ static void bf_gemm_block(float* c, size_t ldc, const float* a, size_t rsa, size
                 int mc = mm_min(MM_MC, M - ic);
                 bf_pack_a(packed_a, a + ic * rsa + pc * csa, rsa, csa, mc, kc);
                 for (int j = 0; j < nc; j += MM_NR) {
-                    const float* init = pc > 0 || !b->init ? NULL
-                                      : b->bias != NULL ? b->bias + j0 + jc + j : mm_zero_row;
+                    const float* init = mm_init_row(b->init, b->bias, pc, j0 + jc + j);
                     for (int i = 0; i < mc; i += MM_MR) {
                         bf_kernel(qc, packed_a + (size_t)i * qc, bp + (size_t)j * qc,
                                   c + (ic + i) * ldc + jc + j, ldc, mm_min(MM_MR, mc - i),
@@ -455,13 +454,8 @@ static inline void gemm_accumulate_bf16(float* c, size_t ldc, const float* a, si
 // C = bias + A . B for an operand with init set, as gemm_set (a product of no K sets C to the bias).
 static void bf_gemm_set(float* c, size_t ldc, const float* a, size_t rsa, size_t csa, const bf_operand* op,
                         int M, int N, int K) {
-    if (K > 0) {
-        bf_gemm_threads(c, ldc, a, rsa, csa, op, M, N, K);
-        return;
-    }
-    for (int i = 0; i < M; i++) {
-        for (int j = 0; j < N; j++) c[i * ldc + j] = op->bias != NULL ? op->bias[j] : 0.0f;
-    }
+    if (K > 0) bf_gemm_threads(c, ldc, a, rsa, csa, op, M, N, K);
+    else mm_set_rows(c, ldc, op->bias, M, N);
 }
 
 // C (M x N, row stride ldc) = bias + bf16(A) . bf16(B), bias N floats (NULL: zeros): gemm_bias

@@ -362,6 +362,20 @@ typedef struct {
 
 static const float mm_zero_row[MM_NR] = {0};   // the init row of C = A . B
 
+// The init row for the tile of C's columns col.. in the KC block that starts at row pc of B: the
+// bias's (or zeros) in the first block of a product that sets C, else none (C += the block's sums).
+static inline const float* mm_init_row(int init, const float* bias, int pc, int col) {
+    if (pc > 0 || !init) return NULL;
+    return bias != NULL ? bias + col : mm_zero_row;
+}
+
+// C (M x N, row stride ldc) = the bias in every row (zeros without one): a product of no K.
+static void mm_set_rows(float* c, size_t ldc, const float* bias, int M, int N) {
+    for (int i = 0; i < M; i++) {
+        for (int j = 0; j < N; j++) c[i * ldc + j] = bias != NULL ? bias[j] : 0.0f;
+    }
+}
+
 // C (M x N, row stride ldc) += A . columns j0..j0+N-1 of B, on one thread, blocked as described
 // above; c points at the first column of the slice. A(i, p) is a[i * rsa + p * csa]. packed_a
 // holds MC_PAD x KC floats and packed_b KC x NC (unused when B comes packed), both 64-byte
@@ -441,8 +455,7 @@ static void gemm_block(float* c, size_t ldc, const float* a, size_t rsa, size_t 
                     : mm_prefetch_of(NULL, 0, 0, 0, 0);
                 int a_lines = mm_prefetch_share(&next_a, (nc + MM_NR - 1) / MM_NR * ((mc + MM_MR - 1) / MM_MR));
                 for (int j = 0; j < nc; j += MM_NR) {        // one B micro-panel, from L1,
-                    const float* init = pc > 0 || !b->init ? NULL
-                                      : b->bias != NULL ? b->bias + j0 + jc + j : mm_zero_row;
+                    const float* init = mm_init_row(b->init, b->bias, pc, j0 + jc + j);
                     for (int i = 0; i < mc; i += MM_MR) {    // against every A micro-panel in L2
                         mm_kernel(kc, packed_a + (size_t)i * kc, bp + (size_t)j * kc,
                                   c + (ic + i) * ldc + jc + j, ldc, mm_min(MM_MR, mc - i),
@@ -519,13 +532,8 @@ static void gemm_accumulate(float* c, size_t ldc, const float* a, size_t rsa, si
 // block adds into it, and a product of no K sets it here.
 static void gemm_set(float* c, size_t ldc, const float* a, size_t rsa, size_t csa, const mm_operand* op,
                      int M, int N, int K) {
-    if (K > 0) {
-        gemm_threads(c, ldc, a, rsa, csa, op, M, N, K);
-        return;
-    }
-    for (int i = 0; i < M; i++) {
-        for (int j = 0; j < N; j++) c[i * ldc + j] = op->bias != NULL ? op->bias[j] : 0.0f;
-    }
+    if (K > 0) gemm_threads(c, ldc, a, rsa, csa, op, M, N, K);
+    else mm_set_rows(c, ldc, op->bias, M, N);
 }
 
 // C (M x N, row stride ldc) = bias + A . B, A and B as in gemm_accumulate, bias N floats (NULL:
@@ -591,17 +599,15 @@ static inline void gemm_bias_packed(float* c, size_t ldc, const float* a, size_t
 }
 
 // ---------- the largest of n floats, vectorised ----------
-#if defined(__AVX512F__) && defined(__GNUC__) && !defined(__CUDACC__)
-#include <immintrin.h>
-#endif
 // A max is exact, so any order of comparisons gives the same result (NaNs aside): 16 running
 // maxima, one per lane, then the lanes. GCC keeps a `x > m ? x : m` loop scalar (it may not turn
 // it into the vector max without -ffinite-math-only), so the AVX-512 build says it with
-// _mm512_max_ps, whose (a > b ? a : b) is that expression exactly.
+// _mm512_max_ps, whose (a > b ? a : b) is that expression exactly (the other builds, the plain-C
+// one included, run the loop).
 static inline float max_lanes(const float* x, int n) {
     float m = -INFINITY;
     int i = 0;
-#if defined(__AVX512F__) && defined(__GNUC__) && !defined(__CUDACC__)
+#if MM_VEC_BYTES == 64
     if (n >= 16) {
         __m512 v = _mm512_loadu_ps(x);
         for (i = 16; i + 16 <= n; i += 16) v = _mm512_max_ps(_mm512_loadu_ps(x + i), v);
