@@ -602,7 +602,7 @@ void crossentropy_softmax_fused(float* dlogits, float* losses, const float* logi
         // compiler has vector types (GCC kept a plain array of them in memory: a store and a load
         // on the critical path of every 16 exponentials)
         float lanes[16] = {0.0f};
-#if defined(__GNUC__) && !defined(__CUDACC__)
+#if defined(__GNUC__) && !defined(__CUDACC__) && !defined(MATMUL_PLAIN_C)
         dot_vec16 sums = {0}, e;
 #endif
         int i = 0;
@@ -610,14 +610,14 @@ void crossentropy_softmax_fused(float* dlogits, float* losses, const float* logi
             float ex[16];
             for (int j = 0; j < 16; j++) ex[j] = EXP_FAST(x[i + j] - maxval);
             memcpy(dx + i, ex, sizeof(ex));
-#if defined(__GNUC__) && !defined(__CUDACC__)
+#if defined(__GNUC__) && !defined(__CUDACC__) && !defined(MATMUL_PLAIN_C)
             memcpy(&e, ex, sizeof(ex));
             sums += e;
 #else
             for (int j = 0; j < 16; j++) lanes[j] += ex[j];
 #endif
         }
-#if defined(__GNUC__) && !defined(__CUDACC__)
+#if defined(__GNUC__) && !defined(__CUDACC__) && !defined(MATMUL_PLAIN_C)
         memcpy(lanes, &sums, sizeof(lanes));
 #endif
         for (; i < V; i++) {

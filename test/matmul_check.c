@@ -254,6 +254,27 @@ static int check_packed_gemm(int bf16, const int* rows, int n_rows, int N, int K
     return fails;
 }
 
+// dot_lanes (gpt2/cpu_math.h; attention's dot products) against the sum in double, for every n
+// up to 100: within float32's rounding of the sum of |a_i b_i|. Each build checks its own
+// version: the vector one, or (plain C, and what nvcc's host compiler builds) the array of 16.
+static int check_dot_lanes(void) {
+    int fails = 0;
+    float* a = random_array(100);
+    float* b = random_array(100);
+    for (int n = 0; n <= 100; n++) {
+        double exact = 0.0, bound = 0.0;
+        for (int i = 0; i < n; i++) exact += (double)a[i] * b[i], bound += fabs((double)a[i] * b[i]);
+        double err = fabs((double)dot_lanes(a, b, n) - exact);
+        if (err > 1e-6 * bound + 1e-30) {
+            if (fails == 0) printf("  FAIL dot_lanes n=%d: %.9g, in double %.9g\n", n, dot_lanes(a, b, n), exact);
+            fails++;
+        }
+    }
+    printf("%s dot_lanes n = 0..100 against the sum in double\n", fails ? "FAIL" : "ok  ");
+    free(a); free(b);
+    return fails > 0;
+}
+
 // gemm_bias and gemm_bias_packed (C = bias + A . B, C never read), or their bf16 twins, on 1 and
 // 2 threads against C filled with the bias and gemm_accumulate (_bf16) on 1 thread: bit for bit,
 // bias or zeros, K = 0 included (C is then the bias).
@@ -665,6 +686,7 @@ int main(void) {
     fails += check_packed_rows(0, 29, 768, 301, 1);
     fails += check_packed_rows(0, 64, 300, MM_NC + 37, 0);
     fails += check_packed_rows(0, 100, 300, 37, 1);             // slices of rows at M = 100
+    fails += check_dot_lanes();
     fails += check_gemm_bias(0, 29, 301, 2 * MM_KC + 5, 1);       // k blocks after the first add
     fails += check_gemm_bias(0, 100, 37, 300, 0);                 // slices of rows, zeros
     fails += check_gemm_bias(0, 15, MM_NC + 37, 64, 1);           // column blocks, a narrow panel
