@@ -71,8 +71,11 @@ static const TensorGroup* tensor_group(void) {
 //
 // The layers of this run's forward and backward passes: LAYERS_CPU, or for -p bf16 (main calls
 // choose_layers) layers_cpu_bf16, a copy of it with the two matmul entries in bf16, every other
-// layer the float32 path's own function.
-static Layers layers_cpu_bf16;
+// layer the float32 path's own function. The first backward pass after the gradients are zeroed
+// runs layers_first, the same layers but for the products' backward, which write their weights'
+// gradients instead of adding to the zeros there (matmul_backward_first: the same bits, without
+// reading every gradient back from memory).
+static Layers layers_cpu_bf16, layers_first;
 static const Layers* cpu_layers = &LAYERS_CPU;
 
 static inline void choose_layers(int bf16) {
@@ -80,6 +83,15 @@ static inline void choose_layers(int bf16) {
     layers_cpu_bf16.matmul_fwd = matmul_forward_bf16;
     layers_cpu_bf16.matmul_bwd = matmul_backward_bf16;
     cpu_layers = bf16 ? &layers_cpu_bf16 : &LAYERS_CPU;
+    layers_first = *cpu_layers;
+    layers_first.matmul_bwd = bf16 ? matmul_backward_bf16_first : matmul_backward_first;
+}
+
+// The layers of a backward pass: layers_first while the gradients hold only zeros.
+static const Layers* backward_layers(const GPT2* model) {
+    if (!model->grads_zeroed) return cpu_layers;
+    if (layers_first.matmul_bwd == NULL) choose_layers(cpu_layers == &layers_cpu_bf16);  // not chosen yet
+    return &layers_first;
 }
 
 // The activation table of gpt2/model.h (or of their gradients, with grads) as this file keeps
@@ -184,6 +196,7 @@ static void zero_floats(float* x, size_t n) {
 void gpt2_zero_grad(GPT2* model) {
     if (model->grads_memory != NULL) zero_floats(model->grads_memory, model->num_padded);
     model->grads_factor = 0.0f;
+    model->grads_zeroed = 1;
 }
 
 // The backward pass of the current slot's last forward pass, which had targets (or, on a
@@ -193,6 +206,7 @@ void gpt2_backward(GPT2* model) {
     if (model->grads_memory == NULL) {
         model->grads_memory = (float*)calloc_check(model->num_padded, sizeof(float));
         point_tensors((float**)&model->grads, model->grads_memory, model->param_sizes, NUM_PARAMETER_TENSORS);
+        model->grads_zeroed = 1;
     }
     if (model->grads_acts_memory == NULL) {
         model->grads_acts_memory = (float*)calloc_check(activation_grads_floats(model), sizeof(float));
@@ -204,7 +218,8 @@ void gpt2_backward(GPT2* model) {
     zero_floats(model->grads_acts_memory, used);
     // the gradient of the loss over the logits: where the forward pass's classifier left it
     if (model->shard.head) model->grads_acts.logits = model->acts.logits;
-    gpt2_backward_layers(cpu_layers, model, tensor_group());
+    gpt2_backward_layers(backward_layers(model), model, tensor_group());
+    model->grads_zeroed = 0;
 }
 
 // Sum of squares of n floats in double, in fixed-size chunks added in a fixed order: the same

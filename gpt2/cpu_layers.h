@@ -195,6 +195,16 @@ void matmul_backward_fast(float* dinp, float* dweight, float* dbias, const float
     if (dbias != NULL) matmul_dbias_rows(dbias, dout, BT, OC);
 }
 
+// matmul_backward_fast for a dweight that holds zeros: dW = dout^T . inp written, not added to
+// what dweight holds (matmul_backward_first, below).
+void matmul_backward_fast_first(float* dinp, float* dweight, float* dbias, const float* dout,
+                                const float* inp, const float* weight, int B, int T, int C, int OC) {
+    int BT = B * T;
+    gemm_accumulate(dinp, C, dout, OC, 1, weight, C, 1, BT, C, OC);    // dinp += dout . weight
+    gemm_bias(dweight, C, dout, 1, OC, inp, C, 1, OC, C, BT, NULL);    // dW = dout^T . inp
+    if (dbias != NULL) matmul_dbias_rows(dbias, dout, BT, OC);
+}
+
 // out (B,T,OC) = inp (B,T,C) . weight (OC,C)^T + bias (OC); bias may be NULL
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
                     int B, int T, int C, int OC) {
@@ -212,6 +222,20 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
     matmul_backward_naive(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
 #else
     matmul_backward_fast(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
+#endif
+}
+
+// matmul_backward where dweight holds zeros, as every parameter gradient does in the first
+// backward pass after they are zeroed (train_cpu.c: gpt2_backward): the same results, but the
+// fast product writes dW rather than reading the zeros back from memory to add to them (0 + x is
+// x: the same bits; and the weight's gradient, the largest thing the backward pass reads, is not
+// read). The naive loops add to the zeros, which is the definition.
+void matmul_backward_first(float* dinp, float* dweight, float* dbias, const float* dout,
+                           const float* inp, const float* weight, int B, int T, int C, int OC) {
+#ifdef MATMUL_NAIVE
+    matmul_backward_naive(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
+#else
+    matmul_backward_fast_first(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
 #endif
 }
 
@@ -321,6 +345,15 @@ void matmul_backward_bf16_fast(float* dinp, float* dweight, float* dbias, const 
     if (dbias != NULL) matmul_dbias_rows(dbias, dout, BT, OC);
 }
 
+// matmul_backward_bf16_fast for a dweight that holds zeros (matmul_backward_first, in float32).
+void matmul_backward_bf16_fast_first(float* dinp, float* dweight, float* dbias, const float* dout,
+                                     const float* inp, const float* weight, int B, int T, int C, int OC) {
+    int BT = B * T;
+    gemm_accumulate_bf16(dinp, C, dout, OC, 1, weight, C, 1, BT, C, OC);   // dinp += dout . weight
+    gemm_bias_bf16(dweight, C, dout, 1, OC, inp, C, 1, OC, C, BT, NULL);   // dW = dout^T . inp
+    if (dbias != NULL) matmul_dbias_rows(dbias, dout, BT, OC);
+}
+
 // out (B,T,OC) = bf16(inp) . bf16(weight)^T + bias (OC); bias may be NULL
 void matmul_forward_bf16(float* out, const float* inp, const float* weight, const float* bias,
                          int B, int T, int C, int OC) {
@@ -339,6 +372,16 @@ void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, const float
     matmul_backward_bf16_naive(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
 #else
     matmul_backward_bf16_fast(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
+#endif
+}
+
+// matmul_backward_bf16 where dweight holds zeros (matmul_backward_first, in float32).
+void matmul_backward_bf16_first(float* dinp, float* dweight, float* dbias, const float* dout,
+                                const float* inp, const float* weight, int B, int T, int C, int OC) {
+#ifdef MATMUL_NAIVE
+    matmul_backward_bf16_naive(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
+#else
+    matmul_backward_bf16_fast_first(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
 #endif
 }
 
