@@ -454,8 +454,8 @@ static inline void axpy_sum(float* y, const float* w, size_t ws, float wscale, c
 }
 #undef AXPY_SUM_CHUNK
 
-void attention_forward(float* out, float* preatt, float* att, const float* inp,
-                       int B, int T, int C, int NH) {
+void attention_forward_naive(float* out, float* preatt, float* att, const float* inp,
+                             int B, int T, int C, int NH) {
     // inp (B,T,3C) holds query, key, value for each position; out (B,T,C).
     // preatt, att (B,NH,T,T): scores before and after the causal softmax (saved for backward).
     int C3 = 3 * C;
@@ -497,8 +497,8 @@ void attention_forward(float* out, float* preatt, float* att, const float* inp,
     }
 }
 
-void attention_backward(float* dinp, float* dpreatt, float* datt, const float* dout,
-                        const float* inp, const float* att, int B, int T, int C, int NH) {
+void attention_backward_naive(float* dinp, float* dpreatt, float* datt, const float* dout,
+                              const float* inp, const float* att, int B, int T, int C, int NH) {
     // dinp (B,T,3C) += gradients of query, key, value. One (batch, head) pair touches only its own
     // slice of dinp, so the pairs run in parallel without races.
     int C3 = 3 * C;
@@ -533,6 +533,127 @@ void attention_backward(float* dinp, float* dpreatt, float* datt, const float* d
             }
         }
     }
+}
+
+// The products of attention, as matrix products of one (batch, head) pair: its query, key and
+// value rows (T x hs each, rows C3 apart), its scores and their softmax (T x T). Each runs on
+// the calling thread, gemm_block of gpt2/cpu_math.h on this thread's packing buffers, from
+// inside attention's parallel loop over the pairs.
+typedef struct {
+    float* packed_a;   // MC_PAD x KC floats at most
+    float* packed_b;   // KC x NC floats at most
+    float* scratch;    // T x T floats
+} AttentionBuffers;
+
+static AttentionBuffers attention_buffers(int T, int hs) {
+    int k = mm_min(T > hs ? T : hs, MM_KC);
+    size_t a_floats = ((size_t)MM_MC_PAD * k + 15) / 16 * 16;
+    size_t b_floats = ((size_t)k * mm_packed_width(mm_min(T > hs ? T : hs, MM_NC)) + 15) / 16 * 16;
+    float* buf = mm_scratch(a_floats + b_floats + (size_t)T * T);   // this thread's
+    AttentionBuffers ab = {buf, buf + a_floats, buf + a_floats + b_floats};
+    return ab;
+}
+
+// C (M x N, row stride ldc) = A . B (set) or += A . B, A and B addressed as in gemm_accumulate.
+static void attention_product(const AttentionBuffers* ab, float* c, size_t ldc, const float* a, size_t rsa,
+                              size_t csa, const float* b, size_t rsb, size_t csb, int M, int N, int K, int set) {
+    mm_operand op = {b, rsb, csb, NULL, 0, set, NULL};
+    gemm_block(c, ldc, a, rsa, csa, &op, 0, M, N, K, ab->packed_a, ab->packed_b);
+}
+
+void attention_forward_fast(float* out, float* preatt, float* att, const float* inp,
+                            int B, int T, int C, int NH) {
+    int C3 = 3 * C;
+    int hs = C / NH;
+    float scale = attention_scale(hs);
+    #pragma omp parallel
+    {
+        AttentionBuffers ab = attention_buffers(T, hs);
+        #pragma omp for collapse(2)
+        for (int b = 0; b < B; b++) {
+            for (int h = 0; h < NH; h++) {
+                const float* q = inp + (size_t)b * T * C3 + h * hs;   // row t at q + t * C3
+                const float* k = q + C;
+                const float* v = q + 2 * C;
+                float* pre = preatt + ((size_t)b * NH + h) * T * T;
+                float* a = att + ((size_t)b * NH + h) * T * T;
+                // the scores of every query against every key: pre = q . k^T
+                attention_product(&ab, pre, T, q, C3, 1, k, 1, C3, T, T, hs, 1);
+                for (int t = 0; t < T; t++) {   // row t's softmax over keys 0..t, in loops that vectorise
+                    float* pr = pre + (size_t)t * T;
+                    float* ar = a + (size_t)t * T;
+                    for (int t2 = 0; t2 <= t; t2++) pr[t2] *= scale;
+                    float maxval = max_lanes(pr, t + 1);
+                    for (int t2 = 0; t2 <= t; t2++) ar[t2] = EXP_FAST(pr[t2] - maxval);
+                    float sum = 0.0f;
+                    for (int t2 = 0; t2 <= t; t2++) sum += ar[t2];
+                    float inv = 1.0f / sum;
+                    for (int t2 = 0; t2 <= t; t2++) ar[t2] *= inv;
+                    for (int t2 = t + 1; t2 < T; t2++) {
+                        pr[t2] = 0.0f;
+                        ar[t2] = 0.0f;
+                    }
+                }
+                // out = att . value (the masked zeros add nothing)
+                attention_product(&ab, out + (size_t)b * T * C + h * hs, C, a, T, 1, v, C3, 1, T, hs, T, 1);
+            }
+        }
+    }
+}
+
+void attention_backward_fast(float* dinp, float* dpreatt, float* datt, const float* dout,
+                             const float* inp, const float* att, int B, int T, int C, int NH) {
+    int C3 = 3 * C;
+    int hs = C / NH;
+    float scale = attention_scale(hs);
+    #pragma omp parallel
+    {
+        AttentionBuffers ab = attention_buffers(T, hs);
+        #pragma omp for collapse(2)
+        for (int b = 0; b < B; b++) {
+            for (int h = 0; h < NH; h++) {
+                const float* q = inp + (size_t)b * T * C3 + h * hs;
+                const float* k = q + C;
+                const float* v = q + 2 * C;
+                float* dq = dinp + (size_t)b * T * C3 + h * hs;
+                float* dk = dq + C;
+                float* dv = dq + 2 * C;
+                const float* d = dout + (size_t)b * T * C + h * hs;
+                const float* a = att + ((size_t)b * NH + h) * T * T;
+                float* da = datt + ((size_t)b * NH + h) * T * T;
+                float* dpre = dpreatt + ((size_t)b * NH + h) * T * T;
+                float* ds = ab.scratch;
+                // through out = att . value: datt += dout . value^T
+                attention_product(&ab, da, T, d, C, 1, v, 1, C3, T, T, hs, 0);
+                for (int t = 0; t < T; t++) {
+                    float dot = dot_lanes(a + t * T, da + t * T, t + 1);
+                    for (int t2 = 0; t2 <= t; t2++) dpre[t * T + t2] += a[t * T + t2] * (da[t * T + t2] - dot);
+                    for (int t2 = 0; t2 < T; t2++) ds[t * T + t2] = t2 <= t ? dpre[t * T + t2] * scale : 0.0f;
+                }
+                attention_product(&ab, dq, C3, ds, T, 1, k, C3, 1, T, hs, T, 0);   // dq += ds . key
+                attention_product(&ab, dk, C3, ds, 1, T, q, C3, 1, T, hs, T, 0);   // dk += ds^T . query
+                attention_product(&ab, dv, C3, a, 1, T, d, C, 1, T, hs, T, 0);     // dv += att^T . dout
+            }
+        }
+    }
+}
+
+void attention_forward(float* out, float* preatt, float* att, const float* inp,
+                       int B, int T, int C, int NH) {
+#ifdef MATMUL_NAIVE
+    attention_forward_naive(out, preatt, att, inp, B, T, C, NH);
+#else
+    attention_forward_fast(out, preatt, att, inp, B, T, C, NH);
+#endif
+}
+
+void attention_backward(float* dinp, float* dpreatt, float* datt, const float* dout,
+                        const float* inp, const float* att, int B, int T, int C, int NH) {
+#ifdef MATMUL_NAIVE
+    attention_backward_naive(dinp, dpreatt, datt, dout, inp, att, B, T, C, NH);
+#else
+    attention_backward_fast(dinp, dpreatt, datt, dout, inp, att, B, T, C, NH);
+#endif
 }
 
 // ---------- GELU and the residual add ----------

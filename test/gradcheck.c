@@ -223,12 +223,20 @@ static void matmul_bwd(LayerCase* c) {
                     c->in[1], c->B, c->T, c->C, c->OC);
 }
 
+// attention as the model runs it (its products on the GEMM), and the plain loops that define it
 static void attention_fwd(LayerCase* c) {
     attention_forward(c->out, c->saved[0], c->saved[1], c->in[0], c->B, c->T, c->C, c->NH);
 }
 static void attention_bwd(LayerCase* c) {
     attention_backward(c->din[0], c->scratch[0], c->scratch[1], c->w, c->in[0], c->saved[1],
                        c->B, c->T, c->C, c->NH);
+}
+static void attention_naive_fwd(LayerCase* c) {
+    attention_forward_naive(c->out, c->saved[0], c->saved[1], c->in[0], c->B, c->T, c->C, c->NH);
+}
+static void attention_naive_bwd(LayerCase* c) {
+    attention_backward_naive(c->din[0], c->scratch[0], c->scratch[1], c->w, c->in[0], c->saved[1],
+                             c->B, c->T, c->C, c->NH);
 }
 
 static void gelu_fwd(LayerCase* c) { gelu_forward(c->out, c->in[0], (int)c->n_out); }
@@ -301,15 +309,18 @@ static void check_layers(int B, int T) {
         check_layer(&c); free_case(&c);
     }
 
-    for (int nh = 1; nh <= NH; nh++) {
-        snprintf(name, sizeof(name), "attention (NH=%d)", nh);
+    for (int nh = 1; nh <= 2 * NH; nh++) {
+        int naive = nh > NH;   // the plain loops, at each NH again
+        snprintf(name, sizeof(name), "attention%s (NH=%d)", naive ? " naive" : "", naive ? nh - NH : nh);
         c = new_case(name, B, T, C);
-        c.NH = nh;
+        c.NH = naive ? nh - NH : nh;
         add_input(&c, "inp", BT * 3 * C);
         set_output(&c, BT * C);
-        alloc_saved(&c, 0, (size_t)B * nh * T * T); alloc_saved(&c, 1, (size_t)B * nh * T * T);
-        alloc_scratch(&c, 0, (size_t)B * nh * T * T); alloc_scratch(&c, 1, (size_t)B * nh * T * T);
-        c.forward = attention_fwd; c.backward = attention_bwd;
+        size_t na = (size_t)B * c.NH * T * T;
+        alloc_saved(&c, 0, na); alloc_saved(&c, 1, na);
+        alloc_scratch(&c, 0, na); alloc_scratch(&c, 1, na);
+        c.forward = naive ? attention_naive_fwd : attention_fwd;
+        c.backward = naive ? attention_naive_bwd : attention_bwd;
         check_layer(&c); free_case(&c);
     }
 

@@ -638,6 +638,57 @@ static int check_backward_first(const char* name, backward_fn backward, backward
     return fails;
 }
 
+// Worst |fast - naive| over n floats, relative to the largest |naive|; 0 where both are NaN-free
+// and equal. A NaN anywhere counts as infinitely far.
+static double attention_error(const float* fast, const float* naive, size_t n) {
+    double scale = 0.0, worst = 0.0;
+    for (size_t i = 0; i < n; i++) scale = fmax(scale, fabs((double)naive[i]));
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)fast[i] - (double)naive[i]);
+        if (!(e <= worst)) worst = isnan(e) ? INFINITY : e;
+    }
+    return worst / (scale > 0.0 ? scale : 1.0);
+}
+
+// attention_forward_fast and attention_backward_fast (attention's products on gemm_block) against
+// the plain loops of attention_forward_naive and attention_backward_naive: the same sums in
+// another order, so within float32 rounding (1e-5 of the largest value); and the masked part of
+// the scores and their softmax exactly 0. Returns 1 on a failure.
+static int check_attention(int B, int T, int C, int NH) {
+    size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, na = (size_t)B * NH * T * T;
+    float* inp = random_array(nq);
+    float* dout = random_array(no);
+    float *out[2], *pre[2], *att[2], *dinp[2], *dpre[2], *datt[2];
+    for (int k = 0; k < 2; k++) {
+        out[k] = random_array(no);
+        pre[k] = random_array(na);
+        att[k] = random_array(na);
+        dinp[k] = (float*)calloc_check(nq, sizeof(float));   // gradients add into zeros
+        dpre[k] = (float*)calloc_check(na, sizeof(float));
+        datt[k] = (float*)calloc_check(na, sizeof(float));
+    }
+    attention_forward_naive(out[0], pre[0], att[0], inp, B, T, C, NH);
+    attention_forward_fast(out[1], pre[1], att[1], inp, B, T, C, NH);
+    attention_backward_naive(dinp[0], dpre[0], datt[0], dout, inp, att[0], B, T, C, NH);
+    attention_backward_fast(dinp[1], dpre[1], datt[1], dout, inp, att[0], B, T, C, NH);
+    double e[5] = {attention_error(out[1], out[0], no), attention_error(pre[1], pre[0], na),
+                   attention_error(att[1], att[0], na), attention_error(dinp[1], dinp[0], nq),
+                   attention_error(dpre[1], dpre[0], na)};
+    int fails = 0;
+    for (int i = 0; i < 5; i++) fails |= !(e[i] <= 1e-5);
+    for (size_t r = 0; r < (size_t)B * NH * T; r++) {   // row t of a (batch, head): t2 > t masked
+        size_t t = r % T;
+        for (size_t t2 = t + 1; t2 < (size_t)T; t2++) fails |= pre[1][r * T + t2] != 0.0f || att[1][r * T + t2] != 0.0f;
+    }
+    printf("%s attention fast vs naive B=%d T=%d C=%d NH=%d: out %.1e, preatt %.1e, att %.1e, dqkv %.1e, "
+           "dpreatt %.1e of the largest\n", fails ? "FAIL" : "ok  ", B, T, C, NH, e[0], e[1], e[2], e[3], e[4]);
+    free(inp); free(dout);
+    for (int k = 0; k < 2; k++) {
+        free(out[k]); free(pre[k]); free(att[k]); free(dinp[k]); free(dpre[k]); free(datt[k]);
+    }
+    return fails;
+}
+
 // Error of got in ulps of the float nearest want.
 static double ulp_error(float got, double want) {
     float w = (float)want;
@@ -721,6 +772,9 @@ int main(void) {
     fails += check_backward_first("matmul_backward_first", matmul_backward, matmul_backward_first, 0,
                                   65, 100, 37);
     fails += check_dot_lanes();
+    fails += check_attention(2, 64, 128, 2);    // a d12 head (hs = 64), a whole panel of keys
+    fails += check_attention(3, 37, 60, 4);     // edge tiles in every direction (hs = 15)
+    fails += check_attention(1, 300, 32, 1);    // T > MC: several blocks of query rows
     fails += check_gemm_bias(0, 29, 301, 2 * MM_KC + 5, 1);       // k blocks after the first add
     fails += check_gemm_bias(0, 100, 37, 300, 0);                 // slices of rows, zeros
     fails += check_gemm_bias(0, 15, MM_NC + 37, 64, 1);           // column blocks, a narrow panel

@@ -1,7 +1,7 @@
 // dev/kernels/10_attention_naive.cu: causal self-attention's forward on the GPU as the CPU does
 // it, in three kernels: the scores, their softmax, the weighted sum of the values.
 //
-// The first rung of the attention ladder: each loop of attention_forward (gpt2/cpu_layers.h)
+// The first rung of the attention ladder: each loop of attention_forward_naive (gpt2/cpu_layers.h)
 // becomes a kernel, one thread per thing it computes, and the kernels hand their results on
 // through device memory.
 //   scores   one thread per (b, h, t, t2 <= t): preatt = q_t . k_t2 / sqrt(hs). The threads of a
