@@ -71,10 +71,10 @@ static const TensorGroup* tensor_group(void) {
 //
 // The layers of this run's forward and backward passes: LAYERS_CPU, or for -p bf16 (main calls
 // choose_layers) layers_cpu_bf16, a copy of it with the two matmul entries in bf16, every other
-// layer the float32 path's own function. The first backward pass after the gradients are zeroed
-// runs layers_first, the same layers but for the products' backward, which write their weights'
-// gradients instead of adding to the zeros there (matmul_backward_first: the same bits, without
-// reading every gradient back from memory).
+// layer the float32 path's own function. The first backward pass after gpt2_zero_grad runs
+// layers_first, the same layers but for the products' backward, which write their weights'
+// gradients instead of adding to them (matmul_backward_first): the bits of adding to zeros,
+// without zeroing those gradients first or reading them back from memory.
 static Layers layers_cpu_bf16, layers_first;
 static const Layers* cpu_layers = &LAYERS_CPU;
 
@@ -87,9 +87,9 @@ static inline void choose_layers(int bf16) {
     layers_first.matmul_bwd = bf16 ? matmul_backward_bf16_first : matmul_backward_first;
 }
 
-// The layers of a backward pass: layers_first while the gradients hold only zeros.
+// The layers of a backward pass: layers_first for the first after gpt2_zero_grad.
 static const Layers* backward_layers(const GPT2* model) {
-    if (!model->grads_zeroed) return cpu_layers;
+    if (!model->grads_fresh) return cpu_layers;
     if (layers_first.matmul_bwd == NULL) choose_layers(cpu_layers == &layers_cpu_bf16);  // not chosen yet
     return &layers_first;
 }
@@ -193,10 +193,26 @@ static void zero_floats(float* x, size_t n) {
     }
 }
 
+// Whether the first backward pass after gpt2_zero_grad writes the whole of parameter gradient k
+// itself: the products' weights, whose gradients matmul_backward_first writes (wte's where this
+// process has the output layer, whose product comes before the embedding's backward adds to it).
+static int written_by_first_backward(const GPT2* model, int k) {
+    return k == QKVW || k == ATTPROJW || k == FCW || k == FCPROJW || (k == WTE && model->shard.head);
+}
+
+// A fresh start for the gradients: zeros in all but those the next backward pass writes whole,
+// which would be overwritten unread (85% of them for d12: 0.4 GB not written).
 void gpt2_zero_grad(GPT2* model) {
-    if (model->grads_memory != NULL) zero_floats(model->grads_memory, model->num_padded);
+    if (model->grads_memory != NULL) {
+        float* g = model->grads_memory;
+        for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+            if (!written_by_first_backward(model, k)) zero_floats(g, model->param_sizes[k]);
+            g += model->param_sizes[k];
+        }
+        zero_floats(g, model->num_padded - model->num_parameters);   // the padding
+    }
     model->grads_factor = 0.0f;
-    model->grads_zeroed = 1;
+    model->grads_fresh = 1;
 }
 
 // The backward pass of the current slot's last forward pass, which had targets (or, on a
@@ -206,7 +222,7 @@ void gpt2_backward(GPT2* model) {
     if (model->grads_memory == NULL) {
         model->grads_memory = (float*)calloc_check(model->num_padded, sizeof(float));
         point_tensors((float**)&model->grads, model->grads_memory, model->param_sizes, NUM_PARAMETER_TENSORS);
-        model->grads_zeroed = 1;
+        model->grads_fresh = 1;
     }
     if (model->grads_acts_memory == NULL) {
         model->grads_acts_memory = (float*)calloc_check(activation_grads_floats(model), sizeof(float));
@@ -219,7 +235,7 @@ void gpt2_backward(GPT2* model) {
     // the gradient of the loss over the logits: where the forward pass's classifier left it
     if (model->shard.head) model->grads_acts.logits = model->acts.logits;
     gpt2_backward_layers(backward_layers(model), model, tensor_group());
-    model->grads_zeroed = 0;
+    model->grads_fresh = 0;
 }
 
 // Sum of squares of n floats in double, in fixed-size chunks added in a fixed order: the same

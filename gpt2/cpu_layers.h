@@ -195,8 +195,8 @@ void matmul_backward_fast(float* dinp, float* dweight, float* dbias, const float
     if (dbias != NULL) matmul_dbias_rows(dbias, dout, BT, OC);
 }
 
-// matmul_backward_fast for a dweight that holds zeros: dW = dout^T . inp written, not added to
-// what dweight holds (matmul_backward_first, below).
+// matmul_backward_fast for the first backward pass after the gradients are zeroed: dW =
+// dout^T . inp written, not added to what dweight holds (matmul_backward_first, below).
 void matmul_backward_fast_first(float* dinp, float* dweight, float* dbias, const float* dout,
                                 const float* inp, const float* weight, int B, int T, int C, int OC) {
     int BT = B * T;
@@ -225,14 +225,16 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
 #endif
 }
 
-// matmul_backward where dweight holds zeros, as every parameter gradient does in the first
-// backward pass after they are zeroed (train_cpu.c: gpt2_backward): the same results, but the
-// fast product writes dW rather than reading the zeros back from memory to add to them (0 + x is
-// x: the same bits; and the weight's gradient, the largest thing the backward pass reads, is not
-// read). The naive loops add to the zeros, which is the definition.
+// matmul_backward for the first backward pass after the gradients are zeroed (train_cpu.c:
+// gpt2_zero_grad, gpt2_backward): dweight = dout^T . inp written whatever dweight held, which
+// gives the bits of adding it to zeros, so the gradients need not be zeroed first, and the fast
+// product does not read them back from memory (a weight's gradient is the largest thing the
+// backward pass would read). dinp and dbias are added to, as in matmul_backward. The naive loops
+// add to zeros, which is the definition.
 void matmul_backward_first(float* dinp, float* dweight, float* dbias, const float* dout,
                            const float* inp, const float* weight, int B, int T, int C, int OC) {
 #ifdef MATMUL_NAIVE
+    memset(dweight, 0, (size_t)OC * C * sizeof(float));
     matmul_backward_naive(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
 #else
     matmul_backward_fast_first(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
@@ -345,7 +347,8 @@ void matmul_backward_bf16_fast(float* dinp, float* dweight, float* dbias, const 
     if (dbias != NULL) matmul_dbias_rows(dbias, dout, BT, OC);
 }
 
-// matmul_backward_bf16_fast for a dweight that holds zeros (matmul_backward_first, in float32).
+// matmul_backward_bf16_fast for the first backward pass after the gradients are zeroed: dW
+// written, not added to (matmul_backward_first, in float32).
 void matmul_backward_bf16_fast_first(float* dinp, float* dweight, float* dbias, const float* dout,
                                      const float* inp, const float* weight, int B, int T, int C, int OC) {
     int BT = B * T;
@@ -375,10 +378,12 @@ void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, const float
 #endif
 }
 
-// matmul_backward_bf16 where dweight holds zeros (matmul_backward_first, in float32).
+// matmul_backward_bf16 for the first backward pass after the gradients are zeroed: dweight
+// written, whatever it held (matmul_backward_first, in float32).
 void matmul_backward_bf16_first(float* dinp, float* dweight, float* dbias, const float* dout,
                                 const float* inp, const float* weight, int B, int T, int C, int OC) {
 #ifdef MATMUL_NAIVE
+    memset(dweight, 0, (size_t)OC * C * sizeof(float));
     matmul_backward_bf16_naive(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
 #else
     matmul_backward_bf16_fast_first(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);

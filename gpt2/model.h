@@ -416,8 +416,8 @@ typedef struct {
     float* m_memory;           // AdamW's first and second moments
     float grads_factor;        // train_cpu only: a factor the gradients are still to be multiplied by,
                                // which its update applies as it reads them (0: none pending)
-    int grads_zeroed;          // train_cpu only: the gradients hold zeros, none added since they
-                               // were zeroed, so the next backward pass may write rather than add
+    int grads_fresh;           // train_cpu only: gradients zeroed, but for those the next backward
+                               // pass writes rather than adds to (train_cpu.c: gpt2_zero_grad)
     float* v_memory;
     ActivationTensors acts;    // laid out for last_B x last_T, the batch of the last forward pass
     size_t act_sizes[NUM_ACTIVATION_TENSORS];

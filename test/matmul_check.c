@@ -610,11 +610,11 @@ static uint64_t bf16_fingerprint(void) {
     return h;
 }
 
-// The backward pass of a product whose dweight holds zeros (the first after the gradients are
-// zeroed): `first` gives `backward`'s bits, dweight written (the fast first versions write it
-// over whatever it held: garbage here, which they must not read) and dinp and dbias added to as
-// `backward` adds to them. Returns 1 on a failure.
-static int check_backward_first(const char* name, backward_fn backward, backward_fn first, int garbage,
+// The backward pass of a product in the first backward pass after the gradients are zeroed
+// (which leaves dweight as it was): `first` writes dweight over whatever it held (garbage here),
+// with the bits of `backward` adding into zeros, and adds to dinp and dbias as `backward` does.
+// Returns 1 on a failure.
+static int check_backward_first(const char* name, backward_fn backward, backward_fn first,
                                 int BT, int C, int OC) {
     size_t ni = (size_t)BT * C, nw = (size_t)OC * C, no = (size_t)BT * OC;
     float* inp = random_array(ni);
@@ -622,8 +622,7 @@ static int check_backward_first(const char* name, backward_fn backward, backward
     float* dout = random_array(no);
     float* dinp[2] = {random_array(ni), NULL};
     float* dbias[2] = {random_array(OC), NULL};
-    float* dweight[2] = {(float*)calloc_check(nw, sizeof(float)),
-                         garbage ? random_array(nw) : (float*)calloc_check(nw, sizeof(float))};
+    float* dweight[2] = {(float*)calloc_check(nw, sizeof(float)), random_array(nw)};
     dinp[1] = copy_array(dinp[0], ni);
     dbias[1] = copy_array(dbias[0], OC);
     backward(dinp[0], dweight[0], dbias[0], dout, inp, weight, 1, BT, C, OC);
@@ -631,8 +630,8 @@ static int check_backward_first(const char* name, backward_fn backward, backward
     int fails = memcmp(dinp[0], dinp[1], ni * sizeof(float)) != 0;
     fails |= memcmp(dweight[0], dweight[1], nw * sizeof(float)) != 0;
     fails |= memcmp(dbias[0], dbias[1], OC * sizeof(float)) != 0;
-    printf("%s %s BT=%d C=%d OC=%d: the same bits as adding into zeros%s\n", fails ? "FAIL" : "ok  ", name,
-           BT, C, OC, garbage ? ", dweight garbage before" : "");
+    printf("%s %s BT=%d C=%d OC=%d: dweight written over garbage, the bits of adding into zeros\n",
+           fails ? "FAIL" : "ok  ", name, BT, C, OC);
     free(inp); free(weight); free(dout);
     for (int k = 0; k < 2; k++) free(dinp[k]), free(dbias[k]), free(dweight[k]);
     return fails;
@@ -766,10 +765,10 @@ int main(void) {
     fails += check_packed_rows(0, 64, 300, MM_NC + 37, 0);
     fails += check_packed_rows(0, 100, 300, 37, 1);             // slices of rows at M = 100
     fails += check_backward_first("matmul_backward_fast_first", matmul_backward_fast,
-                                  matmul_backward_fast_first, 1, 257, 769, 301);
+                                  matmul_backward_fast_first, 257, 769, 301);
     fails += check_backward_first("matmul_backward_fast_first", matmul_backward_fast,
-                                  matmul_backward_fast_first, 1, 2 * MM_KC + 9, 40, 33);   // k blocks
-    fails += check_backward_first("matmul_backward_first", matmul_backward, matmul_backward_first, 0,
+                                  matmul_backward_fast_first, 2 * MM_KC + 9, 40, 33);   // k blocks
+    fails += check_backward_first("matmul_backward_first", matmul_backward, matmul_backward_first,
                                   65, 100, 37);
     fails += check_dot_lanes();
     fails += check_attention(2, 64, 128, 2);    // a d12 head (hs = 64), a whole panel of keys
@@ -798,11 +797,11 @@ int main(void) {
     fails += check_determinism("matmul_forward/backward_bf16", matmul_forward_bf16,
                                matmul_backward_bf16, 257, 769, 301);
     fails += check_backward_first("matmul_backward_bf16_fast_first", matmul_backward_bf16_fast,
-                                  matmul_backward_bf16_fast_first, 1, 257, 769, 301);
+                                  matmul_backward_bf16_fast_first, 257, 769, 301);
     fails += check_backward_first("matmul_backward_bf16_fast_first", matmul_backward_bf16_fast,
-                                  matmul_backward_bf16_fast_first, 1, 2 * BF_KC + 9, 40, 33);
+                                  matmul_backward_bf16_fast_first, 2 * BF_KC + 9, 40, 33);
     fails += check_backward_first("matmul_backward_bf16_first", matmul_backward_bf16,
-                                  matmul_backward_bf16_first, 0, 65, 100, 37);
+                                  matmul_backward_bf16_first, 65, 100, 37);
     fails += check_packed_gemm(1, packed_rows, 9, 37, 300, 1);
     fails += check_packed_gemm(1, packed_rows, 9, 301, 2 * BF_KC + 7, 1);
     fails += check_packed_gemm(1, packed_rows, 9, 301, 301, 0);
