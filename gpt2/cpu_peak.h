@@ -77,8 +77,11 @@ static float cpu_peak_chains_fp32(long iters, float seed) {
     for (long i = 0; i < iters; i++) {
         // the asm barrier keeps `a` in a register and stops the compiler from folding iterations
         __asm__ volatile("" : "+v"(a));
-        // fully unrolled so that every chain lives in its own register
+        // fully unrolled so that every chain lives in its own register (a GCC pragma, which
+        // nvcc's front end would warn about where it compiles this header's host code)
+#ifndef __CUDACC__
         #pragma GCC unroll 32
+#endif
         for (int c = 0; c < CPU_PEAK_CHAINS; c++) acc[c] = acc[c] * a + b;   // contracted to one FMA
     }
     float sum = 0.0f;

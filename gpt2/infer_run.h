@@ -302,11 +302,13 @@ static int infer_requests(const InferConfig* cfg, const GPT2* model, const Token
 
 // ---------- a server of OpenAI's completions API ----------
 
+#ifdef GPT2_SERVE
 // The model's name, as the server gives it: its file's name, without the directories.
 static const char* infer_model_name(const char* path) {
     const char* slash = strrchr(path, '/');
     return slash != NULL && slash[1] != '\0' ? slash + 1 : path;
 }
+#endif
 
 static int infer_serve(const InferConfig* cfg, const GPT2* model, const Tokenizer* tok, EngineDevice device,
                        int num_pages, const char* device_name) {
