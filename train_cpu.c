@@ -247,15 +247,20 @@ static double sum_of_squares(const float* x, size_t n) {
     #pragma omp parallel for
     for (long long k = 0; k < num_chunks; k++) {
         size_t end = ((size_t)k + 1) * chunk < n ? ((size_t)k + 1) * chunk : n;
-        // 8 running sums (i mod 8), so that the compiler can keep them in one vector register; a
-        // single sum is a chain of dependent adds that cannot be vectorised (the order is fixed)
-        double s[8] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
+        // 32 running sums (i mod 32), which the compiler keeps in vector registers (4 of AVX-512's
+        // 8 doubles): a single sum is a chain of dependent adds that cannot be vectorised (the
+        // order is fixed), and one vector of 8 would still wait an add's latency every 8 floats,
+        // slower than the memory delivers them; then the 32 added in a fixed tree
+        double s[32] = {0.0};
         size_t i = (size_t)k * chunk;
-        for (; i + 8 <= end; i += 8) {
-            for (int j = 0; j < 8; j++) s[j] += (double)x[i + j] * x[i + j];
+        for (; i + 32 <= end; i += 32) {
+            for (int j = 0; j < 32; j++) s[j] += (double)x[i + j] * x[i + j];
         }
         for (; i < end; i++) s[0] += (double)x[i] * x[i];
-        partial[k] = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+        for (int w = 16; w >= 1; w /= 2) {
+            for (int j = 0; j < w; j++) s[j] += s[j + w];
+        }
+        partial[k] = s[0];
     }
     double total = 0.0;
     for (long long k = 0; k < num_chunks; k++) total += partial[k];
