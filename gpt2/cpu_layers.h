@@ -168,7 +168,8 @@ void matmul_backward_naive(float* dinp, float* dweight, float* dbias, const floa
 
 void matmul_forward_fast(float* out, const float* inp, const float* weight, const float* bias,
                          int B, int T, int C, int OC) {
-    gemm_bias(out, OC, inp, C, 1, weight, 1, C, B * T, OC, C, bias);   // out = bias + inp . weight^T
+    // out = bias + inp . weight^T, the weight read where it lies, not packed
+    gemm_bias_weight_rows(out, OC, inp, C, weight, C, B * T, OC, C, bias);
 }
 
 // dbias (OC) += column sums of dout (BT, OC), float32: each thread its own columns, the rows in
@@ -562,7 +563,7 @@ static AttentionBuffers attention_buffers(int T, int hs) {
 // C (M x N, row stride ldc) = A . B (set) or += A . B, A and B addressed as in gemm_accumulate.
 static void attention_product(const AttentionBuffers* ab, float* c, size_t ldc, const float* a, size_t rsa,
                               size_t csa, const float* b, size_t rsb, size_t csb, int M, int N, int K, int set) {
-    mm_operand op = {b, rsb, csb, NULL, 0, set, NULL};
+    mm_operand op = {b, rsb, csb, NULL, 0, set, NULL, 0};
     gemm_block(c, ldc, a, rsa, csa, &op, 0, M, N, K, ab->packed_a, ab->packed_b);
 }
 

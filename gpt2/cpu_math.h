@@ -160,6 +160,79 @@ static int mm_min(int a, int b) { return a < b ? a : b; }
 #define MM_ALWAYS_INLINE inline
 #endif
 
+#ifdef MM_SHUFFLE_TRANSPOSE
+// Transposes a LANES x LANES block held in LANES vectors, in log2(LANES) rounds: the round with
+// half-width h swaps the off-diagonal h x h sub-blocks of every 2h x 2h block (h = LANES/2 ... 1),
+// each swap one two-vector shuffle per row. 16 x 16 floats: 64 shuffles instead of 256 scalar moves.
+// Always inlined: as a call, the block goes through memory (slower: doc/cpu_speed.md).
+__attribute__((always_inline)) static inline void mm_transpose(mm_vec* v) {
+    mm_ivec lane;
+    MM_UNROLL for (int l = 0; l < MM_LANES; l++) lane[l] = l;
+    MM_UNROLL for (int s = 1; s < MM_LANES; s *= 2) {
+        int h = MM_LANES / 2 / s;
+        mm_ivec upper = (lane & h) != 0;   // -1 in the upper half of each 2h group of lanes
+        mm_ivec lo = lane + (upper & (MM_LANES - h));
+        mm_ivec hi = lane + h + (upper & (MM_LANES - h));
+        MM_UNROLL for (int i = 0; i < MM_LANES; i++) {
+            if (i & h) continue;
+            mm_vec x = v[i], y = v[i + h];
+            v[i] = __builtin_shuffle(x, y, lo);
+            v[i + h] = __builtin_shuffle(x, y, hi);
+        }
+    }
+}
+#endif
+
+// n <= LANES floats from src to dst: a copy of constant size for each n, which the compiler
+// turns into a move or two where a memcpy of a variable size would be a call (n is a constant
+// wherever the caller's loops unroll).
+static MM_ALWAYS_INLINE void mm_copy_floats(float* dst, const float* src, int n) {
+#define MM_COPY(k) case k: memcpy(dst, src, k * sizeof(float)); return;
+    switch (n) {
+        MM_COPY(1) MM_COPY(2) MM_COPY(3) MM_COPY(4) MM_COPY(5) MM_COPY(6) MM_COPY(7) MM_COPY(8)
+        MM_COPY(9) MM_COPY(10) MM_COPY(11) MM_COPY(12) MM_COPY(13) MM_COPY(14) MM_COPY(15) MM_COPY(16)
+        default: memcpy(dst, src, (size_t)n * sizeof(float));
+    }
+#undef MM_COPY
+}
+
+// The end of a call of the weight-rows kernel (below): the tile's `rows` x nr sums, in acc, go
+// into C transposed, tile element (i, j) to c[j * ldc + i], with one add each: into init[i] (the
+// init of C's column i, the tile's row) or into what C holds. Through registers, LANES rows at a
+// time turned into LANES columns (mm_transpose), each stored as one run of floats along a row of C.
+static MM_ALWAYS_INLINE void mm_store_transposed(int rows, mm_vec acc[MM_MR][MM_NR_VECS], float* c,
+                                                 size_t ldc, int nr, const float* init) {
+#ifdef MM_SHUFFLE_TRANSPOSE
+    if (nr == MM_NR) {
+        MM_UNROLL for (int r0 = 0; r0 < rows; r0 += MM_LANES) {
+            int n = mm_min(MM_LANES, rows - r0);   // the tile's rows r0.. as the lanes of a row of C
+            mm_vec start = {0};
+            if (init != NULL) mm_copy_floats((float*)&start, init + r0, n);
+            MM_UNROLL for (int v = 0; v < MM_NR_VECS; v++) {
+                mm_vec block[MM_LANES];
+                MM_UNROLL for (int l = 0; l < MM_LANES; l++) block[l] = acc[mm_min(r0 + l, rows - 1)][v];
+                mm_transpose(block);   // block[t]: the tile's column v * LANES + t, rows r0.. in its lanes
+                MM_UNROLL for (int t = 0; t < MM_LANES; t++) {
+                    float* dst = c + (size_t)(v * MM_LANES + t) * ldc + r0;
+                    mm_vec cv = start;
+                    if (init == NULL) mm_copy_floats((float*)&cv, dst, n);
+                    cv += block[t];
+                    mm_copy_floats(dst, (const float*)&cv, n);
+                }
+            }
+        }
+        return;
+    }
+#endif
+    float tile[MM_MR * MM_NR];
+    memcpy(tile, acc, (size_t)rows * sizeof(acc[0]));
+    for (int j = 0; j < nr; j++) {
+        for (int i = 0; i < rows; i++) {
+            c[j * ldc + i] = (init != NULL ? init[i] : c[j * ldc + i]) + tile[i * MM_NR + j];
+        }
+    }
+}
+
 // The micro-kernel body for a tile of `rows` rows (rows <= MR): C tile (rows x nr of it inside C,
 // row stride ldc) += packed A micro-panel (rows x kc) . packed B micro-panel (kc x NR), or, given
 // an init row (the nr values C's columns start from: a bias, or zeros), C tile = init + the
@@ -167,26 +240,41 @@ static int mm_min(int a, int b) { return a < b ? a : b; }
 // starts at zero, one MM_FMA per k in order, then one add into C (or into init, the same add as
 // into a C filled with init beforehand). So a row's result does not depend on how many rows
 // share its tile, which the packed product's batch invariance rests on.
-static MM_ALWAYS_INLINE void mm_kernel_rows(int rows, int kc, const float* ap, const float* bp,
-                                            float* c, size_t ldc, int nr, const float* init) {
+// With weight_rows (a constant in each copy of the body): A's rows are read where they lie, row i
+// of the tile at ap + i * lda, and the tile goes into C transposed (mm_store_transposed, init
+// then one value per row of the tile): the same arithmetic for every element.
+static MM_ALWAYS_INLINE void mm_kernel_rows(int rows, int kc, const float* ap, size_t lda, const float* bp,
+                                            float* c, size_t ldc, int nr, const float* init,
+                                            int weight_rows) {
     const mm_vec zero = {0};
     mm_vec acc[MM_MR][MM_NR_VECS];
     MM_UNROLL for (int i = 0; i < rows; i++) {
         MM_UNROLL for (int v = 0; v < MM_NR_VECS; v++) acc[i][v] = zero;
-        // the tile of C, which the end of the call adds into, on its way while the FMAs run
-        __builtin_prefetch(c + i * ldc, 1);
-        __builtin_prefetch(c + i * ldc + MM_NR - 1, 1);
+        if (!weight_rows) {
+            // the tile of C, which the end of the call adds into, on its way while the FMAs run
+            __builtin_prefetch(c + i * ldc, 1);
+            __builtin_prefetch(c + i * ldc + MM_NR - 1, 1);
+        }
+    }
+    if (weight_rows) {   // the tile's rows of C are its columns: nr rows of `rows` floats
+        for (int j = 0; j < nr; j++) {
+            __builtin_prefetch(c + j * ldc, 1);
+            __builtin_prefetch(c + j * ldc + rows - 1, 1);
+        }
     }
     for (int p = 0; p < kc; p++) {
         const mm_vec* b = (const mm_vec*)(bp + (size_t)p * MM_NR);   // 64-byte aligned
         mm_vec bv[MM_NR_VECS];
         MM_UNROLL for (int v = 0; v < MM_NR_VECS; v++) bv[v] = b[v];
         MM_UNROLL for (int i = 0; i < rows; i++) {
-            float a = ap[(size_t)p * rows + i];   // broadcast to every lane by the multiply
+            // broadcast to every lane by the multiply
+            float a = weight_rows ? ap[i * lda + p] : ap[(size_t)p * rows + i];
             MM_UNROLL for (int v = 0; v < MM_NR_VECS; v++) acc[i][v] = MM_FMA(acc[i][v], a, bv[v]);
         }
     }
-    if (nr == MM_NR) {
+    if (weight_rows) {
+        mm_store_transposed(rows, acc, c, ldc, nr, init);
+    } else if (nr == MM_NR) {
         MM_UNROLL for (int i = 0; i < rows; i++) {
             MM_UNROLL for (int v = 0; v < MM_NR_VECS; v++) {
                 mm_vec cv;   // memcpy: rows of C need not be aligned (one unaligned load/store)
@@ -210,39 +298,29 @@ static MM_ALWAYS_INLINE void mm_kernel_rows(int rows, int kc, const float* ap, c
 // MR - mr are padding. Cases past this build's MR are never reached, and compile to nothing; a
 // tile taller than 14 rows (none of the ISAs' own) runs its tiles of more than 14 rows through
 // the body with a variable row count: the same arithmetic, its accumulators in memory.
+// mm_kernel_weight_rows: the same for the body's weight_rows form (lda: A's row stride).
 static void mm_kernel(int kc, const float* ap, const float* bp, float* c, size_t ldc, int mr, int nr,
                       const float* init) {
-#define MM_ROWS(r) case r: if (r <= MM_MR) mm_kernel_rows(r, kc, ap, bp, c, ldc, nr, init); break;
+#define MM_ROWS(r) case r: if (r <= MM_MR) mm_kernel_rows(r, kc, ap, 0, bp, c, ldc, nr, init, 0); break;
     switch (mr) {
         MM_ROWS(1) MM_ROWS(2) MM_ROWS(3) MM_ROWS(4) MM_ROWS(5) MM_ROWS(6) MM_ROWS(7)
         MM_ROWS(8) MM_ROWS(9) MM_ROWS(10) MM_ROWS(11) MM_ROWS(12) MM_ROWS(13) MM_ROWS(14)
-        default: mm_kernel_rows(mr, kc, ap, bp, c, ldc, nr, init); break;
+        default: mm_kernel_rows(mr, kc, ap, 0, bp, c, ldc, nr, init, 0); break;
     }
 #undef MM_ROWS
 }
 
-#ifdef MM_SHUFFLE_TRANSPOSE
-// Transposes a LANES x LANES block held in LANES vectors, in log2(LANES) rounds: the round with
-// half-width h swaps the off-diagonal h x h sub-blocks of every 2h x 2h block (h = LANES/2 ... 1),
-// each swap one two-vector shuffle per row. 16 x 16 floats: 64 shuffles instead of 256 scalar moves.
-// Always inlined: as a call, the block goes through memory (slower: doc/cpu_speed.md).
-__attribute__((always_inline)) static inline void mm_transpose(mm_vec* v) {
-    mm_ivec lane;
-    MM_UNROLL for (int l = 0; l < MM_LANES; l++) lane[l] = l;
-    MM_UNROLL for (int s = 1; s < MM_LANES; s *= 2) {
-        int h = MM_LANES / 2 / s;
-        mm_ivec upper = (lane & h) != 0;   // -1 in the upper half of each 2h group of lanes
-        mm_ivec lo = lane + (upper & (MM_LANES - h));
-        mm_ivec hi = lane + h + (upper & (MM_LANES - h));
-        MM_UNROLL for (int i = 0; i < MM_LANES; i++) {
-            if (i & h) continue;
-            mm_vec x = v[i], y = v[i + h];
-            v[i] = __builtin_shuffle(x, y, lo);
-            v[i + h] = __builtin_shuffle(x, y, hi);
-        }
+static void mm_kernel_weight_rows(int kc, const float* ap, size_t lda, const float* bp, float* c,
+                                  size_t ldc, int mr, int nr, const float* init) {
+#define MM_ROWS(r) case r: if (r <= MM_MR) mm_kernel_rows(r, kc, ap, lda, bp, c, ldc, nr, init, 1); break;
+    switch (mr) {
+        MM_ROWS(1) MM_ROWS(2) MM_ROWS(3) MM_ROWS(4) MM_ROWS(5) MM_ROWS(6) MM_ROWS(7)
+        MM_ROWS(8) MM_ROWS(9) MM_ROWS(10) MM_ROWS(11) MM_ROWS(12) MM_ROWS(13) MM_ROWS(14)
+        default: mm_kernel_rows(mr, kc, ap, lda, bp, c, ldc, nr, init, 1); break;
     }
+#undef MM_ROWS
 }
-#endif
+
 
 // Packs `rows` x kc elements into one micro-panel: element (r, p) goes to dst[p * rows_total + r],
 // the order in which the kernel reads them. src points to element (0, 0); element (r, p) is at
@@ -351,6 +429,9 @@ static void mm_pack_a(float* dst, const float* a, size_t rsa, size_t csa, int mc
 // gemm_pack_b (below), n_pad floats wide. And what the product does with C: adds into it
 // (init 0), or (init 1) sets it, C = bias + A . B, the bias a row of N floats (NULL: zeros), added
 // where the first KC block's sums go into C, so C is never filled beforehand and read back.
+// weight_rows: the product is the transpose of the one wanted (gemm_bias_weight_rows, below): A
+// is read where it lies, never packed (its rows contiguous, csa = 1), C is written transposed
+// (element (i, j) of the product at c[j * ldc + i]) and the bias has one value per row of A.
 typedef struct {
     const float* b;
     size_t rsb, csb;
@@ -358,6 +439,7 @@ typedef struct {
     size_t n_pad;
     int init;
     const float* bias;
+    int weight_rows;
 } mm_operand;
 
 static const float mm_zero_row[MM_NR] = {0};   // the init row of C = A . B
@@ -448,7 +530,7 @@ static void gemm_block(float* c, size_t ldc, const float* a, size_t rsa, size_t 
             int lines_per_call = mm_prefetch_share(&next, calls);
             for (int ic = 0; ic < M; ic += MM_MC) {
                 int mc = mm_min(MM_MC, M - ic);
-                mm_pack_a(packed_a, a + ic * rsa + pc * csa, rsa, csa, mc, kc);
+                if (!b->weight_rows) mm_pack_a(packed_a, a + ic * rsa + pc * csa, rsa, csa, mc, kc);
                 // and the source of the next block of A, here (dW's dout^T: rows of dout far apart)
                 mm_prefetch next_a = ic + MM_MC < M
                     ? mm_prefetch_of(a + (ic + MM_MC) * rsa + pc * csa, rsa, csa, mm_min(MM_MC, M - ic - MM_MC), kc)
@@ -457,9 +539,15 @@ static void gemm_block(float* c, size_t ldc, const float* a, size_t rsa, size_t 
                 for (int j = 0; j < nc; j += MM_NR) {        // one B micro-panel, from L1,
                     const float* init = mm_init_row(b->init, b->bias, pc, j0 + jc + j);
                     for (int i = 0; i < mc; i += MM_MR) {    // against every A micro-panel in L2
-                        mm_kernel(kc, packed_a + (size_t)i * kc, bp + (size_t)j * kc,
-                                  c + (ic + i) * ldc + jc + j, ldc, mm_min(MM_MR, mc - i),
-                                  mm_min(MM_NR, nc - j), init);
+                        if (b->weight_rows) {
+                            mm_kernel_weight_rows(kc, a + (ic + i) * rsa + pc, rsa, bp + (size_t)j * kc,
+                                                  c + (jc + j) * ldc + ic + i, ldc, mm_min(MM_MR, mc - i),
+                                                  mm_min(MM_NR, nc - j), mm_init_row(b->init, b->bias, pc, ic + i));
+                        } else {
+                            mm_kernel(kc, packed_a + (size_t)i * kc, bp + (size_t)j * kc,
+                                      c + (ic + i) * ldc + jc + j, ldc, mm_min(MM_MR, mc - i),
+                                      mm_min(MM_NR, nc - j), init);
+                        }
                         mm_prefetch_some(&next, lines_per_call);
                         mm_prefetch_some(&next_a, a_lines);
                     }
@@ -503,17 +591,21 @@ static void gemm_threads(float* c, size_t ldc, const float* a, size_t rsa, size_
         float* packed_a = aligned + thread_num() * per_thread;
         float* packed_b = packed_a + (size_t)MM_MC_PAD * MM_KC;
         size_t t0, t1;  // this thread's tiles
+        // where C's element (i, j) is: c + i * rs + j * cs (transposed for weight_rows)
+        size_t rs = b->weight_rows ? 1 : ldc, cs = b->weight_rows ? ldc : 1;
         if (N >= M) {   // slices of columns, in whole NR-wide tiles
             thread_share((size_t)(N + MM_NR - 1) / MM_NR, &t0, &t1);
             int j0 = (int)t0 * MM_NR, j1 = mm_min(N, (int)t1 * MM_NR);
             if (j1 > j0) {
-                gemm_block(c + j0, ldc, a, rsa, csa, b, j0, M, j1 - j0, K, packed_a, packed_b);
+                gemm_block(c + j0 * cs, ldc, a, rsa, csa, b, j0, M, j1 - j0, K, packed_a, packed_b);
             }
         } else {        // slices of rows, in whole MR-high tiles
             thread_share((size_t)(M + MM_MR - 1) / MM_MR, &t0, &t1);
             int i0 = (int)t0 * MM_MR, i1 = mm_min(M, (int)t1 * MM_MR);
+            mm_operand mine = *b;   // a bias by rows starts at this slice's
+            if (b->weight_rows && b->bias != NULL) mine.bias = b->bias + i0;
             if (i1 > i0) {
-                gemm_block(c + i0 * ldc, ldc, a + i0 * rsa, rsa, csa, b, 0, i1 - i0, N, K,
+                gemm_block(c + i0 * rs, ldc, a + i0 * rsa, rsa, csa, &mine, 0, i1 - i0, N, K,
                            packed_a, packed_b);
             }
         }
@@ -524,7 +616,7 @@ static void gemm_threads(float* c, size_t ldc, const float* a, size_t rsa, size_
 // B(p, j) at b[p * rsb + j * csb], B packed block by block as the product goes.
 static void gemm_accumulate(float* c, size_t ldc, const float* a, size_t rsa, size_t csa,
                             const float* b, size_t rsb, size_t csb, int M, int N, int K) {
-    mm_operand op = {b, rsb, csb, NULL, 0, 0, NULL};
+    mm_operand op = {b, rsb, csb, NULL, 0, 0, NULL, 0};
     gemm_threads(c, ldc, a, rsa, csa, &op, M, N, K);
 }
 
@@ -541,8 +633,25 @@ static void gemm_set(float* c, size_t ldc, const float* a, size_t rsa, size_t cs
 // pass that fills C and the read of it that the product's first block then makes.
 static void gemm_bias(float* c, size_t ldc, const float* a, size_t rsa, size_t csa,
                       const float* b, size_t rsb, size_t csb, int M, int N, int K, const float* bias) {
-    mm_operand op = {b, rsb, csb, NULL, 0, 1, bias};
+    mm_operand op = {b, rsb, csb, NULL, 0, 1, bias, 0};
     gemm_set(c, ldc, a, rsa, csa, &op, M, N, K);
+}
+
+// C (M x N, row stride ldc) = bias + A . W^T, for A (M x K, row stride lda) and a weight W (N x
+// K, row stride ldw) whose rows are contiguous: the forward pass's product, computed as its
+// transpose C^T = W . A^T (the weight as operand A, A^T as operand B), so that the weight is read
+// where it lies, as the rows the kernel broadcasts from, and never packed: only A^T is, a small
+// matrix when M = B*T is smaller than N. The kernel writes its tiles of C^T into C transposed
+// (mm_store_transposed). Every element gets the arithmetic it gets from gemm_bias(c, ldc, a,
+// lda, 1, w, 1, ldw, M, N, K, bias), so the same bits (test_matmul checks it).
+static void gemm_bias_weight_rows(float* c, size_t ldc, const float* a, size_t lda, const float* w,
+                                  size_t ldw, int M, int N, int K, const float* bias) {
+    if (K <= 0) {
+        mm_set_rows(c, ldc, bias, M, N);
+        return;
+    }
+    mm_operand op = {a, 1, lda, NULL, 0, 1, bias, 1};   // B = A^T: element (p, j) at a[j * lda + p]
+    gemm_threads(c, ldc, w, ldw, 1, &op, N, M, K);
 }
 
 // ---------- matrix product with B packed once ----------
@@ -586,7 +695,7 @@ static inline void gemm_pack_b(float* packed, const float* b, size_t rsb, size_t
 static inline void gemm_accumulate_packed(float* c, size_t ldc, const float* a, size_t rsa,
                                           size_t csa, const float* packed_b, int M, int N, int K) {
     mm_check_aligned(packed_b, "gemm_accumulate_packed");
-    mm_operand op = {NULL, 0, 0, packed_b, mm_packed_width(N), 0, NULL};
+    mm_operand op = {NULL, 0, 0, packed_b, mm_packed_width(N), 0, NULL, 0};
     gemm_threads(c, ldc, a, rsa, csa, &op, M, N, K);
 }
 
@@ -594,7 +703,7 @@ static inline void gemm_accumulate_packed(float* c, size_t ldc, const float* a, 
 static inline void gemm_bias_packed(float* c, size_t ldc, const float* a, size_t rsa, size_t csa,
                                     const float* packed_b, int M, int N, int K, const float* bias) {
     mm_check_aligned(packed_b, "gemm_bias_packed");
-    mm_operand op = {NULL, 0, 0, packed_b, mm_packed_width(N), 1, bias};
+    mm_operand op = {NULL, 0, 0, packed_b, mm_packed_width(N), 1, bias, 0};
     gemm_set(c, ldc, a, rsa, csa, &op, M, N, K);
 }
 

@@ -291,24 +291,28 @@ static int check_gemm_bias(int bf16, int M, int N, int K, int use_bias) {
     product(bf16, ref, a, b, 1, K, NULL, M, N, K);
     void* packed = K > 0 ? pack_b(bf16, b, 1, K, K, N) : NULL;
     const char* name = bf16 ? "gemm_bias_bf16" : "gemm_bias";
-    for (int run = 0; run < 4; run++) {   // unpacked, then packed; 1 and 2 threads
+    // unpacked, then packed, then (float32) the weight's rows read in place; 1 and 2 threads
+    for (int run = 0; run < (bf16 ? 4 : 6); run++) {
         int nth = run % 2 + 1;
-        if (run >= 2 && packed == NULL) break;
+        if (run >= 2 && run < 4 && packed == NULL) continue;
         float* c = random_array((size_t)M * N);   // whatever C held is not read
         set_threads(nth);
         if (run < 2 && bf16) gemm_bias_bf16(c, N, a, K, 1, b, 1, K, M, N, K, bias);
         else if (run < 2) gemm_bias(c, N, a, K, 1, b, 1, K, M, N, K, bias);
+        else if (run >= 4) gemm_bias_weight_rows(c, N, a, K, b, K, M, N, K, bias);
         else if (bf16) gemm_bias_packed_bf16(c, N, a, K, 1, (const bf16_t*)packed, M, N, K, bias);
         else gemm_bias_packed(c, N, a, K, 1, (const float*)packed, M, N, K, bias);
         char what[160];
-        snprintf(what, sizeof(what), "%s%s on %d thread(s), M=%d N=%d K=%d", name, run >= 2 ? " (packed)" : "",
+        snprintf(what, sizeof(what), "%s%s on %d thread(s), M=%d N=%d K=%d",
+                 run >= 4 ? "gemm_bias_weight_rows" : name, run >= 4 ? "" : run >= 2 ? " (packed)" : "",
                  nth, M, N, K);
         fails += compare_rows(what, c, ref, M, N) > 0;
         free(c);
     }
     set_threads(threads);
-    printf("%s %s M=%d N=%d K=%d bias=%s: packed or not, 1 and 2 threads, bit-identical to "
-           "filling C and accumulating\n", fails ? "FAIL" : "ok  ", name, M, N, K, use_bias ? "yes" : "NULL");
+    printf("%s %s M=%d N=%d K=%d bias=%s: packed or not%s, 1 and 2 threads, bit-identical to "
+           "filling C and accumulating\n", fails ? "FAIL" : "ok  ", name, M, N, K, use_bias ? "yes" : "NULL",
+           bf16 ? "" : ", and gemm_bias_weight_rows");
     free(a); free(b); free(bias); free(ref); free(packed);
     return fails;
 }
@@ -778,6 +782,7 @@ int main(void) {
     fails += check_gemm_bias(0, 100, 37, 300, 0);                 // slices of rows, zeros
     fails += check_gemm_bias(0, 15, MM_NC + 37, 64, 1);           // column blocks, a narrow panel
     fails += check_gemm_bias(0, 5, 40, 0, 1);                     // no K: C = bias
+    fails += check_gemm_bias(0, 96, 131, 77, 1);   // weight rows: whole panels of C's rows, a short tile
 
     printf("bf16 products: %s, KC %d\n", cpu_bf16_arith(), BF_KC);
     fails += check_bf16_packing(2 * BF_KC + 37, 1000, 1, 2 * BF_KC + 37);   // weight^T: pairs adjacent
