@@ -191,7 +191,7 @@ static void matmul_dbias_rows(float* dbias, const float* dout, int BT, int OC) {
 void matmul_backward_fast(float* dinp, float* dweight, float* dbias, const float* dout,
                           const float* inp, const float* weight, int B, int T, int C, int OC) {
     int BT = B * T;
-    gemm_accumulate(dinp, C, dout, OC, 1, weight, C, 1, BT, C, OC);    // dinp += dout . weight
+    gemm_accumulate_a_rows(dinp, C, dout, OC, weight, C, 1, BT, C, OC);   // dinp += dout . weight
     gemm_accumulate(dweight, C, dout, 1, OC, inp, C, 1, OC, C, BT);    // dW += dout^T . inp
     if (dbias != NULL) matmul_dbias_rows(dbias, dout, BT, OC);
 }
@@ -201,7 +201,7 @@ void matmul_backward_fast(float* dinp, float* dweight, float* dbias, const float
 void matmul_backward_fast_first(float* dinp, float* dweight, float* dbias, const float* dout,
                                 const float* inp, const float* weight, int B, int T, int C, int OC) {
     int BT = B * T;
-    gemm_accumulate(dinp, C, dout, OC, 1, weight, C, 1, BT, C, OC);    // dinp += dout . weight
+    gemm_accumulate_a_rows(dinp, C, dout, OC, weight, C, 1, BT, C, OC);   // dinp += dout . weight
     gemm_bias(dweight, C, dout, 1, OC, inp, C, 1, OC, C, BT, NULL);    // dW = dout^T . inp
     if (dbias != NULL) matmul_dbias_rows(dbias, dout, BT, OC);
 }
@@ -563,7 +563,7 @@ static AttentionBuffers attention_buffers(int T, int hs) {
 // C (M x N, row stride ldc) = A . B (set) or += A . B, A and B addressed as in gemm_accumulate.
 static void attention_product(const AttentionBuffers* ab, float* c, size_t ldc, const float* a, size_t rsa,
                               size_t csa, const float* b, size_t rsb, size_t csb, int M, int N, int K, int set) {
-    mm_operand op = {b, rsb, csb, NULL, 0, set, NULL, 0};
+    mm_operand op = {b, rsb, csb, NULL, 0, set, NULL, 0, 0};
     gemm_block(c, ldc, a, rsa, csa, &op, 0, M, N, K, ab->packed_a, ab->packed_b);
 }
 

@@ -240,23 +240,24 @@ static MM_ALWAYS_INLINE void mm_store_transposed(int rows, mm_vec acc[MM_MR][MM_
 // starts at zero, one MM_FMA per k in order, then one add into C (or into init, the same add as
 // into a C filled with init beforehand). So a row's result does not depend on how many rows
 // share its tile, which the packed product's batch invariance rests on.
-// With weight_rows (a constant in each copy of the body): A's rows are read where they lie, row i
-// of the tile at ap + i * lda, and the tile goes into C transposed (mm_store_transposed, init
-// then one value per row of the tile): the same arithmetic for every element.
+// Two forms, each a constant in its copies of the body: with a_rows, A's rows are read where
+// they lie, row i of the tile at ap + i * lda, not from a packed micro-panel; with transposed,
+// the tile goes into C transposed (mm_store_transposed, init then one value per row of the
+// tile). The same arithmetic for every element in each.
 static MM_ALWAYS_INLINE void mm_kernel_rows(int rows, int kc, const float* ap, size_t lda, const float* bp,
                                             float* c, size_t ldc, int nr, const float* init,
-                                            int weight_rows) {
+                                            int a_rows, int transposed) {
     const mm_vec zero = {0};
     mm_vec acc[MM_MR][MM_NR_VECS];
     MM_UNROLL for (int i = 0; i < rows; i++) {
         MM_UNROLL for (int v = 0; v < MM_NR_VECS; v++) acc[i][v] = zero;
-        if (!weight_rows) {
+        if (!transposed) {
             // the tile of C, which the end of the call adds into, on its way while the FMAs run
             __builtin_prefetch(c + i * ldc, 1);
             __builtin_prefetch(c + i * ldc + MM_NR - 1, 1);
         }
     }
-    if (weight_rows) {   // the tile's rows of C are its columns: nr rows of `rows` floats
+    if (transposed) {   // the tile's rows of C are its columns: nr rows of `rows` floats
         for (int j = 0; j < nr; j++) {
             __builtin_prefetch(c + j * ldc, 1);
             __builtin_prefetch(c + j * ldc + rows - 1, 1);
@@ -268,11 +269,11 @@ static MM_ALWAYS_INLINE void mm_kernel_rows(int rows, int kc, const float* ap, s
         MM_UNROLL for (int v = 0; v < MM_NR_VECS; v++) bv[v] = b[v];
         MM_UNROLL for (int i = 0; i < rows; i++) {
             // broadcast to every lane by the multiply
-            float a = weight_rows ? ap[i * lda + p] : ap[(size_t)p * rows + i];
+            float a = a_rows ? ap[i * lda + p] : ap[(size_t)p * rows + i];
             MM_UNROLL for (int v = 0; v < MM_NR_VECS; v++) acc[i][v] = MM_FMA(acc[i][v], a, bv[v]);
         }
     }
-    if (weight_rows) {
+    if (transposed) {
         mm_store_transposed(rows, acc, c, ldc, nr, init);
     } else if (nr == MM_NR) {
         MM_UNROLL for (int i = 0; i < rows; i++) {
@@ -298,27 +299,34 @@ static MM_ALWAYS_INLINE void mm_kernel_rows(int rows, int kc, const float* ap, s
 // MR - mr are padding. Cases past this build's MR are never reached, and compile to nothing; a
 // tile taller than 14 rows (none of the ISAs' own) runs its tiles of more than 14 rows through
 // the body with a variable row count: the same arithmetic, its accumulators in memory.
-// mm_kernel_weight_rows: the same for the body's weight_rows form (lda: A's row stride).
-static void mm_kernel(int kc, const float* ap, const float* bp, float* c, size_t ldc, int mr, int nr,
-                      const float* init) {
-#define MM_ROWS(r) case r: if (r <= MM_MR) mm_kernel_rows(r, kc, ap, 0, bp, c, ldc, nr, init, 0); break;
+// The body in the form a product asks for (a_rows, transposed: constants in each caller, lda A's
+// row stride where its rows are read in place); mm_kernel the packed form, mm_kernel_a_rows A
+// read in place, mm_kernel_weight_rows that and C transposed.
+static MM_ALWAYS_INLINE void mm_kernel_form(int a_rows, int transposed, int kc, const float* ap, size_t lda,
+                                            const float* bp, float* c, size_t ldc, int mr, int nr,
+                                            const float* init) {
+#define MM_ROWS(r) case r: if (r <= MM_MR) mm_kernel_rows(r, kc, ap, lda, bp, c, ldc, nr, init, a_rows, transposed); break;
     switch (mr) {
         MM_ROWS(1) MM_ROWS(2) MM_ROWS(3) MM_ROWS(4) MM_ROWS(5) MM_ROWS(6) MM_ROWS(7)
         MM_ROWS(8) MM_ROWS(9) MM_ROWS(10) MM_ROWS(11) MM_ROWS(12) MM_ROWS(13) MM_ROWS(14)
-        default: mm_kernel_rows(mr, kc, ap, 0, bp, c, ldc, nr, init, 0); break;
+        default: mm_kernel_rows(mr, kc, ap, lda, bp, c, ldc, nr, init, a_rows, transposed); break;
     }
 #undef MM_ROWS
 }
 
+static void mm_kernel(int kc, const float* ap, const float* bp, float* c, size_t ldc, int mr, int nr,
+                      const float* init) {
+    mm_kernel_form(0, 0, kc, ap, 0, bp, c, ldc, mr, nr, init);
+}
+
+static void mm_kernel_a_rows(int kc, const float* ap, size_t lda, const float* bp, float* c, size_t ldc,
+                             int mr, int nr, const float* init) {
+    mm_kernel_form(1, 0, kc, ap, lda, bp, c, ldc, mr, nr, init);
+}
+
 static void mm_kernel_weight_rows(int kc, const float* ap, size_t lda, const float* bp, float* c,
                                   size_t ldc, int mr, int nr, const float* init) {
-#define MM_ROWS(r) case r: if (r <= MM_MR) mm_kernel_rows(r, kc, ap, lda, bp, c, ldc, nr, init, 1); break;
-    switch (mr) {
-        MM_ROWS(1) MM_ROWS(2) MM_ROWS(3) MM_ROWS(4) MM_ROWS(5) MM_ROWS(6) MM_ROWS(7)
-        MM_ROWS(8) MM_ROWS(9) MM_ROWS(10) MM_ROWS(11) MM_ROWS(12) MM_ROWS(13) MM_ROWS(14)
-        default: mm_kernel_rows(mr, kc, ap, lda, bp, c, ldc, nr, init, 1); break;
-    }
-#undef MM_ROWS
+    mm_kernel_form(1, 1, kc, ap, lda, bp, c, ldc, mr, nr, init);
 }
 
 
@@ -429,9 +437,11 @@ static void mm_pack_a(float* dst, const float* a, size_t rsa, size_t csa, int mc
 // gemm_pack_b (below), n_pad floats wide. And what the product does with C: adds into it
 // (init 0), or (init 1) sets it, C = bias + A . B, the bias a row of N floats (NULL: zeros), added
 // where the first KC block's sums go into C, so C is never filled beforehand and read back.
-// weight_rows: the product is the transpose of the one wanted (gemm_bias_weight_rows, below): A
-// is read where it lies, never packed (its rows contiguous, csa = 1), C is written transposed
-// (element (i, j) of the product at c[j * ldc + i]) and the bias has one value per row of A.
+// And what the product does with A: packs it, or (a_rows) reads it where it lies, its rows
+// contiguous (csa = 1): a block of A's rows is then in L2 as its packed copy would be, read as
+// MR streams rather than one. transposed: the product is the transpose of the one wanted
+// (gemm_bias_weight_rows, below): C is written transposed (element (i, j) of the product at
+// c[j * ldc + i]) and the bias has one value per row of A.
 typedef struct {
     const float* b;
     size_t rsb, csb;
@@ -439,7 +449,7 @@ typedef struct {
     size_t n_pad;
     int init;
     const float* bias;
-    int weight_rows;
+    int a_rows, transposed;
 } mm_operand;
 
 static const float mm_zero_row[MM_NR] = {0};   // the init row of C = A . B
@@ -530,7 +540,7 @@ static void gemm_block(float* c, size_t ldc, const float* a, size_t rsa, size_t 
             int lines_per_call = mm_prefetch_share(&next, calls);
             for (int ic = 0; ic < M; ic += MM_MC) {
                 int mc = mm_min(MM_MC, M - ic);
-                if (!b->weight_rows) mm_pack_a(packed_a, a + ic * rsa + pc * csa, rsa, csa, mc, kc);
+                if (!b->a_rows) mm_pack_a(packed_a, a + ic * rsa + pc * csa, rsa, csa, mc, kc);
                 // and the source of the next block of A, here (dW's dout^T: rows of dout far apart)
                 mm_prefetch next_a = ic + MM_MC < M
                     ? mm_prefetch_of(a + (ic + MM_MC) * rsa + pc * csa, rsa, csa, mm_min(MM_MC, M - ic - MM_MC), kc)
@@ -539,10 +549,14 @@ static void gemm_block(float* c, size_t ldc, const float* a, size_t rsa, size_t 
                 for (int j = 0; j < nc; j += MM_NR) {        // one B micro-panel, from L1,
                     const float* init = mm_init_row(b->init, b->bias, pc, j0 + jc + j);
                     for (int i = 0; i < mc; i += MM_MR) {    // against every A micro-panel in L2
-                        if (b->weight_rows) {
+                        if (b->transposed) {
                             mm_kernel_weight_rows(kc, a + (ic + i) * rsa + pc, rsa, bp + (size_t)j * kc,
                                                   c + (jc + j) * ldc + ic + i, ldc, mm_min(MM_MR, mc - i),
                                                   mm_min(MM_NR, nc - j), mm_init_row(b->init, b->bias, pc, ic + i));
+                        } else if (b->a_rows) {
+                            mm_kernel_a_rows(kc, a + (ic + i) * rsa + pc, rsa, bp + (size_t)j * kc,
+                                             c + (ic + i) * ldc + jc + j, ldc, mm_min(MM_MR, mc - i),
+                                             mm_min(MM_NR, nc - j), init);
                         } else {
                             mm_kernel(kc, packed_a + (size_t)i * kc, bp + (size_t)j * kc,
                                       c + (ic + i) * ldc + jc + j, ldc, mm_min(MM_MR, mc - i),
@@ -592,7 +606,7 @@ static void gemm_threads(float* c, size_t ldc, const float* a, size_t rsa, size_
         float* packed_b = packed_a + (size_t)MM_MC_PAD * MM_KC;
         size_t t0, t1;  // this thread's tiles
         // where C's element (i, j) is: c + i * rs + j * cs (transposed for weight_rows)
-        size_t rs = b->weight_rows ? 1 : ldc, cs = b->weight_rows ? ldc : 1;
+        size_t rs = b->transposed ? 1 : ldc, cs = b->transposed ? ldc : 1;
         if (N >= M) {   // slices of columns, in whole NR-wide tiles
             thread_share((size_t)(N + MM_NR - 1) / MM_NR, &t0, &t1);
             int j0 = (int)t0 * MM_NR, j1 = mm_min(N, (int)t1 * MM_NR);
@@ -603,7 +617,7 @@ static void gemm_threads(float* c, size_t ldc, const float* a, size_t rsa, size_
             thread_share((size_t)(M + MM_MR - 1) / MM_MR, &t0, &t1);
             int i0 = (int)t0 * MM_MR, i1 = mm_min(M, (int)t1 * MM_MR);
             mm_operand mine = *b;   // a bias by rows starts at this slice's
-            if (b->weight_rows && b->bias != NULL) mine.bias = b->bias + i0;
+            if (b->transposed && b->bias != NULL) mine.bias = b->bias + i0;
             if (i1 > i0) {
                 gemm_block(c + i0 * rs, ldc, a + i0 * rsa, rsa, csa, &mine, 0, i1 - i0, N, K,
                            packed_a, packed_b);
@@ -616,8 +630,18 @@ static void gemm_threads(float* c, size_t ldc, const float* a, size_t rsa, size_
 // B(p, j) at b[p * rsb + j * csb], B packed block by block as the product goes.
 static void gemm_accumulate(float* c, size_t ldc, const float* a, size_t rsa, size_t csa,
                             const float* b, size_t rsb, size_t csb, int M, int N, int K) {
-    mm_operand op = {b, rsb, csb, NULL, 0, 0, NULL, 0};
+    mm_operand op = {b, rsb, csb, NULL, 0, 0, NULL, 0, 0};
     gemm_threads(c, ldc, a, rsa, csa, &op, M, N, K);
+}
+
+// C (M x N, row stride ldc) += A . B as gemm_accumulate, for an A whose rows are contiguous (row
+// stride lda), read where they lie rather than packed: the backward pass's dinp += dout .
+// weight, whose dout both threads would each pack whole (their slices are of C's columns).
+// The same bits as gemm_accumulate (test_matmul checks it).
+static void gemm_accumulate_a_rows(float* c, size_t ldc, const float* a, size_t lda, const float* b,
+                                   size_t rsb, size_t csb, int M, int N, int K) {
+    mm_operand op = {b, rsb, csb, NULL, 0, 0, NULL, 1, 0};
+    gemm_threads(c, ldc, a, lda, 1, &op, M, N, K);
 }
 
 // C (M x N) = bias + A . B for an operand with init set: the product sets C where its first KC
@@ -633,7 +657,7 @@ static void gemm_set(float* c, size_t ldc, const float* a, size_t rsa, size_t cs
 // pass that fills C and the read of it that the product's first block then makes.
 static void gemm_bias(float* c, size_t ldc, const float* a, size_t rsa, size_t csa,
                       const float* b, size_t rsb, size_t csb, int M, int N, int K, const float* bias) {
-    mm_operand op = {b, rsb, csb, NULL, 0, 1, bias, 0};
+    mm_operand op = {b, rsb, csb, NULL, 0, 1, bias, 0, 0};
     gemm_set(c, ldc, a, rsa, csa, &op, M, N, K);
 }
 
@@ -650,7 +674,7 @@ static void gemm_bias_weight_rows(float* c, size_t ldc, const float* a, size_t l
         mm_set_rows(c, ldc, bias, M, N);
         return;
     }
-    mm_operand op = {a, 1, lda, NULL, 0, 1, bias, 1};   // B = A^T: element (p, j) at a[j * lda + p]
+    mm_operand op = {a, 1, lda, NULL, 0, 1, bias, 1, 1};   // B = A^T: element (p, j) at a[j * lda + p]
     gemm_threads(c, ldc, w, ldw, 1, &op, N, M, K);
 }
 
@@ -695,7 +719,7 @@ static inline void gemm_pack_b(float* packed, const float* b, size_t rsb, size_t
 static inline void gemm_accumulate_packed(float* c, size_t ldc, const float* a, size_t rsa,
                                           size_t csa, const float* packed_b, int M, int N, int K) {
     mm_check_aligned(packed_b, "gemm_accumulate_packed");
-    mm_operand op = {NULL, 0, 0, packed_b, mm_packed_width(N), 0, NULL, 0};
+    mm_operand op = {NULL, 0, 0, packed_b, mm_packed_width(N), 0, NULL, 0, 0};
     gemm_threads(c, ldc, a, rsa, csa, &op, M, N, K);
 }
 
@@ -703,7 +727,7 @@ static inline void gemm_accumulate_packed(float* c, size_t ldc, const float* a, 
 static inline void gemm_bias_packed(float* c, size_t ldc, const float* a, size_t rsa, size_t csa,
                                     const float* packed_b, int M, int N, int K, const float* bias) {
     mm_check_aligned(packed_b, "gemm_bias_packed");
-    mm_operand op = {NULL, 0, 0, packed_b, mm_packed_width(N), 1, bias, 0};
+    mm_operand op = {NULL, 0, 0, packed_b, mm_packed_width(N), 1, bias, 0, 0};
     gemm_set(c, ldc, a, rsa, csa, &op, M, N, K);
 }
 

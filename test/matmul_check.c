@@ -317,6 +317,34 @@ static int check_gemm_bias(int bf16, int M, int N, int K, int use_bias) {
     return fails;
 }
 
+// gemm_accumulate_a_rows (A's rows read where they lie) against gemm_accumulate on 1 thread, on
+// 1 and 2 threads, into the same C: bit for bit. A's rows lda > K apart (a block of dout's).
+static int check_a_rows(int M, int N, int K) {
+    int fails = 0, threads = num_threads(), lda = K + 3;
+    float* a = random_array((size_t)M * lda);
+    float* b = random_array((size_t)K * N);
+    float* c0 = random_array((size_t)M * N);
+    float* ref = (float*)malloc((size_t)M * N * sizeof(float));
+    memcpy(ref, c0, (size_t)M * N * sizeof(float));
+    set_threads(1);
+    gemm_accumulate(ref, N, a, lda, 1, b, N, 1, M, N, K);
+    for (int nth = 1; nth <= 2; nth++) {
+        float* c = (float*)malloc((size_t)M * N * sizeof(float));
+        memcpy(c, c0, (size_t)M * N * sizeof(float));
+        set_threads(nth);
+        gemm_accumulate_a_rows(c, N, a, lda, b, N, 1, M, N, K);
+        char what[160];
+        snprintf(what, sizeof(what), "gemm_accumulate_a_rows on %d thread(s), M=%d N=%d K=%d", nth, M, N, K);
+        fails += compare_rows(what, c, ref, M, N) > 0;
+        free(c);
+    }
+    set_threads(threads);
+    printf("%s gemm_accumulate_a_rows M=%d N=%d K=%d: 1 and 2 threads, bit-identical to gemm_accumulate\n",
+           fails ? "FAIL" : "ok  ", M, N, K);
+    free(a); free(b); free(c0); free(ref);
+    return fails;
+}
+
 // The weight packed once, in float32 or bf16: pack_weight(_bf16) into a new 64-byte aligned
 // buffer, and matmul_forward_packed(_bf16) on it.
 static void* pack_weight_as(int bf16, const float* weight, int C, int OC) {
@@ -783,6 +811,9 @@ int main(void) {
     fails += check_gemm_bias(0, 15, MM_NC + 37, 64, 1);           // column blocks, a narrow panel
     fails += check_gemm_bias(0, 5, 40, 0, 1);                     // no K: C = bias
     fails += check_gemm_bias(0, 96, 131, 77, 1);   // weight rows: whole panels of C's rows, a short tile
+    fails += check_a_rows(256, 96, 2 * MM_KC + 7);   // k blocks, two blocks of rows and a short tile
+    fails += check_a_rows(37, 300, 50);              // slices of columns, edge panels
+    fails += check_a_rows(300, 20, 33);              // slices of rows
 
     printf("bf16 products: %s, KC %d\n", cpu_bf16_arith(), BF_KC);
     fails += check_bf16_packing(2 * BF_KC + 37, 1000, 1, 2 * BF_KC + 37);   // weight^T: pairs adjacent
