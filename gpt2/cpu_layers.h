@@ -166,10 +166,25 @@ void matmul_backward_naive(float* dinp, float* dweight, float* dbias, const floa
     }
 }
 
+// The products that read an operand where it lies rather than packing it (gemm_bias_weight_rows,
+// gemm_accumulate_a_rows) are faster while they have few rows, B*T, the pack they skip then
+// costing the most per multiply-add; at thousands of rows the packed form's own pace wins
+// (doc/cpu_speed.md: the d12 products at B*T = 256 to 4096). Either way the same bits.
+#define MATMUL_IN_PLACE_ROWS 768
+
 void matmul_forward_fast(float* out, const float* inp, const float* weight, const float* bias,
                          int B, int T, int C, int OC) {
-    // out = bias + inp . weight^T, the weight read where it lies, not packed
-    gemm_bias_weight_rows(out, OC, inp, C, weight, C, B * T, OC, C, bias);
+    if (B * T <= MATMUL_IN_PLACE_ROWS) {   // out = bias + inp . weight^T, the weight read in place
+        gemm_bias_weight_rows(out, OC, inp, C, weight, C, B * T, OC, C, bias);
+    } else {
+        gemm_bias(out, OC, inp, C, 1, weight, 1, C, B * T, OC, C, bias);
+    }
+}
+
+// dinp += dout . weight, dout's rows read where they lie while they are few
+static void matmul_dinp(float* dinp, const float* dout, const float* weight, int BT, int C, int OC) {
+    if (BT <= MATMUL_IN_PLACE_ROWS) gemm_accumulate_a_rows(dinp, C, dout, OC, weight, C, 1, BT, C, OC);
+    else gemm_accumulate(dinp, C, dout, OC, 1, weight, C, 1, BT, C, OC);
 }
 
 // dbias (OC) += column sums of dout (BT, OC), float32: each thread its own columns, the rows in
@@ -191,7 +206,7 @@ static void matmul_dbias_rows(float* dbias, const float* dout, int BT, int OC) {
 void matmul_backward_fast(float* dinp, float* dweight, float* dbias, const float* dout,
                           const float* inp, const float* weight, int B, int T, int C, int OC) {
     int BT = B * T;
-    gemm_accumulate_a_rows(dinp, C, dout, OC, weight, C, 1, BT, C, OC);   // dinp += dout . weight
+    matmul_dinp(dinp, dout, weight, BT, C, OC);                        // dinp += dout . weight
     gemm_accumulate(dweight, C, dout, 1, OC, inp, C, 1, OC, C, BT);    // dW += dout^T . inp
     if (dbias != NULL) matmul_dbias_rows(dbias, dout, BT, OC);
 }
@@ -201,7 +216,7 @@ void matmul_backward_fast(float* dinp, float* dweight, float* dbias, const float
 void matmul_backward_fast_first(float* dinp, float* dweight, float* dbias, const float* dout,
                                 const float* inp, const float* weight, int B, int T, int C, int OC) {
     int BT = B * T;
-    gemm_accumulate_a_rows(dinp, C, dout, OC, weight, C, 1, BT, C, OC);   // dinp += dout . weight
+    matmul_dinp(dinp, dout, weight, BT, C, OC);                        // dinp += dout . weight
     gemm_bias(dweight, C, dout, 1, OC, inp, C, 1, OC, C, BT, NULL);    // dW = dout^T . inp
     if (dbias != NULL) matmul_dbias_rows(dbias, dout, BT, OC);
 }

@@ -1,6 +1,7 @@
 // gpt2/cpu_math.h: the fast arithmetic of the CPU layers: a blocked, packed matrix product
-// (gemm_accumulate and gemm_bias, and their _packed twins for a B packed once), and a max, a dot
-// product, exp and tanh in plain arithmetic that vectorises. Engineering beside the lesson:
+// (gemm_accumulate and gemm_bias, their _packed twins for a B packed once, and the forms that
+// read a row-major operand in place: gemm_accumulate_a_rows, gemm_bias_weight_rows), and a max, a
+// dot product, exp and tanh in plain arithmetic that vectorises. Engineering beside the lesson:
 // gpt2/cpu_layers.h defines each layer plainly and calls these where they make it fast
 // (matmul_forward, matmul_backward, matmul_forward_packed, attention, softmax_forward, the
 // classifier, GELU). doc/cpu_speed.md has the measured speeds and what was tried.
@@ -75,12 +76,18 @@ static inline void thread_share(size_t n, size_t* begin, size_t* end) {
 // tiles and writes back only the part inside C. It has a version for each row count, so that a
 // tile of fewer than MR rows (a single row in a decode step) costs only its own rows: the A
 // micro-panel of such a tile is packed only as high as its rows.
+// Two products of training skip a pack (doc/cpu_speed.md has what each saved). The kernel only
+// needs A's rows in order along k, which a row-major A already is: dinp += dout . weight reads
+// dout's rows where they lie (gemm_accumulate_a_rows), instead of each thread packing all of it.
+// The forward pass computes out^T = weight . inp^T (gemm_bias_weight_rows): the weight, read in
+// place, is A, only inp^T (B x T tokens: small) is packed as B, and each tile goes into out
+// transposed through registers. Neither changes any element's arithmetic.
 //
-// Threads: C is cut into one slice per thread along its longer side (columns of out and dinp,
-// rows of dW for every layer except the MLP projection), in whole tiles, and each thread runs the
-// whole blocked product on its slice with its own packing buffers. One fork and one join per
-// product and no barriers inside: on a machine shared with other work, a product waits for one
-// late thread, not for one late thread per block.
+// Threads: C is cut into one slice per thread along its longer side (rows of the weight in the
+// forward pass, columns of dinp, rows of dW for every layer except the MLP projection), in whole
+// tiles, and each thread runs the whole blocked product on its slice with its own packing
+// buffers. One fork and one join per product and no barriers inside: on a machine shared with
+// other work, a product waits for one late thread, not for one late thread per block.
 //
 // Determinism: every element of C is summed over k in the same order (the KC blocks in turn, k
 // in turn inside) by exactly one thread, so the result does not depend on the number of threads
@@ -328,7 +335,6 @@ static void mm_kernel_weight_rows(int kc, const float* ap, size_t lda, const flo
                                   size_t ldc, int mr, int nr, const float* init) {
     mm_kernel_form(1, 1, kc, ap, lda, bp, c, ldc, mr, nr, init);
 }
-
 
 // Packs `rows` x kc elements into one micro-panel: element (r, p) goes to dst[p * rows_total + r],
 // the order in which the kernel reads them. src points to element (0, 0); element (r, p) is at

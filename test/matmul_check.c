@@ -786,6 +786,7 @@ int main(void) {
     fails += check_shape(7, 40, MM_NC + 37, 1);    // several column blocks (OC > NC)
     fails += check_shape(65, 2 * MM_KC + 3, 20, 0);  // several k blocks in forward (C > KC)
     fails += check_shape(300, 64, 48, 1);            // several k blocks in dweight (BT > KC)
+    fails += check_shape(MATMUL_IN_PLACE_ROWS + 5, 40, 50, 1);   // rows enough for the packed forms
     fails += check_determinism("matmul_forward/backward_fast", matmul_forward_fast,
                                matmul_backward_fast, 257, 769, 301);
     int packed_rows[] = {1, 2, 3, 13, 14, 15, 29, 64, 100};
