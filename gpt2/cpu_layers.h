@@ -49,9 +49,12 @@ void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* in
 }
 
 // ---------- layernorm ----------
+// The definition; the model calls layernorm_forward and layernorm_backward (after attention,
+// below), which run layernorm_*_fast, the same arithmetic with its sums over a row in 16 lanes,
+// unless the build says MATMUL_NAIVE.
 
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                       const float* weight, const float* bias, int B, int T, int C) {
+void layernorm_forward_naive(float* out, float* mean, float* rstd, const float* inp,
+                             const float* weight, const float* bias, int B, int T, int C) {
     // out = (x - mean) / sqrt(var + eps) * weight + bias, per row of C; mean and rstd are saved
     // for the backward pass.
     #pragma omp parallel for
@@ -74,9 +77,9 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
     }
 }
 
-void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                        const float* inp, const float* weight, const float* mean,
-                        const float* rstd, int B, int T, int C) {
+void layernorm_backward_naive(float* dinp, float* dweight, float* dbias, const float* dout,
+                              const float* inp, const float* weight, const float* mean,
+                              const float* rstd, int B, int T, int C) {
     // dinp: each row on its own. With n = normalized x and g = dout * weight,
     // dx = rstd * (g - mean(g) - n * mean(g * n)).
     #pragma omp parallel for
@@ -674,6 +677,127 @@ void attention_backward(float* dinp, float* dpreatt, float* datt, const float* d
     attention_backward_naive(dinp, dpreatt, datt, dout, inp, att, B, T, C, NH);
 #else
     attention_backward_fast(dinp, dpreatt, datt, dout, inp, att, B, T, C, NH);
+#endif
+}
+
+// ---------- layernorm in lanes ----------
+// layernorm_*_naive's arithmetic with its sums arranged for vector registers. A row's sum (the
+// mean, the variance, and the backward's two means) is a chain of dependent adds in the plain
+// loop, one add latency per channel; here lane j keeps the terms i = j mod 16 and the 16 are added
+// in lanes_total's fixed tree, as dot_lanes does: 16 adds at once, the same bits every run on
+// any number of threads, within float rounding of the plain loop (test_vs_pytorch, gradcheck).
+// dweight and dbias sum down the rows, each channel in row order as the plain loop does, for 64
+// channels at a time, so that the channels, not the rows, fill the vectors.
+
+// The 16 lanes' sums added in a fixed tree: halves, quarters, then the last four in pairs.
+static inline float lanes_total(const float* s) {
+    float t[8];
+    for (int j = 0; j < 8; j++) t[j] = s[j] + s[j + 8];
+    for (int j = 0; j < 4; j++) t[j] += t[j + 4];
+    return (t[0] + t[2]) + (t[1] + t[3]);
+}
+
+void layernorm_forward_fast(float* out, float* mean, float* rstd, const float* inp,
+                            const float* weight, const float* bias, int B, int T, int C) {
+    #pragma omp parallel for
+    for (int bt = 0; bt < B * T; bt++) {
+        const float* x = inp + (size_t)bt * C;
+        float sum[16] = {0.0f}, sq[16] = {0.0f};
+        int i0 = C / 16 * 16;
+        for (int i = 0; i < i0; i += 16) {
+            for (int j = 0; j < 16; j++) sum[j] += x[i + j];
+        }
+        for (int i = i0; i < C; i++) sum[i - i0] += x[i];
+        float m = lanes_total(sum) / C;
+        for (int i = 0; i < i0; i += 16) {
+            for (int j = 0; j < 16; j++) {
+                float d = x[i + j] - m;
+                sq[j] += d * d;
+            }
+        }
+        for (int i = i0; i < C; i++) {
+            float d = x[i] - m;
+            sq[i - i0] += d * d;
+        }
+        float v = lanes_total(sq) / C;
+        float s = 1.0f / sqrtf(v + LAYERNORM_EPS);
+        float* o = out + (size_t)bt * C;
+        for (int i = 0; i < C; i++) o[i] = (s * (x[i] - m)) * weight[i] + bias[i];
+        mean[bt] = m;
+        rstd[bt] = s;
+    }
+}
+
+void layernorm_backward_fast(float* dinp, float* dweight, float* dbias, const float* dout,
+                             const float* inp, const float* weight, const float* mean,
+                             const float* rstd, int B, int T, int C) {
+    #pragma omp parallel for
+    for (int bt = 0; bt < B * T; bt++) {
+        const float* x = inp + (size_t)bt * C;
+        const float* d = dout + (size_t)bt * C;
+        float m = mean[bt], s = rstd[bt];
+        float g_sum[16] = {0.0f}, gn_sum[16] = {0.0f};
+        int i0 = C / 16 * 16;
+        for (int i = 0; i < i0; i += 16) {
+            for (int j = 0; j < 16; j++) {
+                float n = (x[i + j] - m) * s;
+                float g = weight[i + j] * d[i + j];
+                g_sum[j] += g;
+                gn_sum[j] += g * n;
+            }
+        }
+        for (int i = i0; i < C; i++) {
+            float n = (x[i] - m) * s;
+            float g = weight[i] * d[i];
+            g_sum[i - i0] += g;
+            gn_sum[i - i0] += g * n;
+        }
+        float g_mean = lanes_total(g_sum) / C, gn_mean = lanes_total(gn_sum) / C;
+        float* dx = dinp + (size_t)bt * C;
+        for (int i = 0; i < C; i++) {
+            float n = (x[i] - m) * s;
+            float g = weight[i] * d[i];
+            dx[i] += s * (g - g_mean - n * gn_mean);
+        }
+    }
+    int chunks = (C + 63) / 64;
+    #pragma omp parallel for
+    for (int c = 0; c < chunks; c++) {
+        int i0 = c * 64, w = C - i0 < 64 ? C - i0 : 64;
+        float dw[64] = {0.0f}, db[64] = {0.0f};
+        for (int bt = 0; bt < B * T; bt++) {
+            const float* x = inp + (size_t)bt * C + i0;
+            const float* d = dout + (size_t)bt * C + i0;
+            float m = mean[bt], s = rstd[bt];
+            for (int j = 0; j < w; j++) {
+                float n = (x[j] - m) * s;
+                dw[j] += n * d[j];
+                db[j] += d[j];
+            }
+        }
+        for (int j = 0; j < w; j++) {
+            dweight[i0 + j] += dw[j];
+            dbias[i0 + j] += db[j];
+        }
+    }
+}
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                       const float* weight, const float* bias, int B, int T, int C) {
+#ifdef MATMUL_NAIVE
+    layernorm_forward_naive(out, mean, rstd, inp, weight, bias, B, T, C);
+#else
+    layernorm_forward_fast(out, mean, rstd, inp, weight, bias, B, T, C);
+#endif
+}
+
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                        const float* inp, const float* weight, const float* mean,
+                        const float* rstd, int B, int T, int C) {
+#ifdef MATMUL_NAIVE
+    layernorm_backward_naive(dinp, dweight, dbias, dout, inp, weight, mean, rstd, B, T, C);
+#else
+    layernorm_backward_fast(dinp, dweight, dbias, dout, inp, weight, mean, rstd, B, T, C);
 #endif
 }
 

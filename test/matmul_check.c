@@ -720,6 +720,50 @@ static int check_attention(int B, int T, int C, int NH) {
     return fails;
 }
 
+// layernorm_*_fast against layernorm_*_naive on the same rows: out, mean, rstd and the three
+// gradients within 1e-5 of the largest value (the sums run in another order); the fast ones on 1
+// and 2 threads bit for bit. C = 37 leaves a partial vector and a partial chunk of channels.
+static int check_layernorm(int BT, int C) {
+    size_t n = (size_t)BT * C;
+    float* inp = random_array(n);
+    float* dout = random_array(n);
+    float* w = random_array(C);
+    float* b = random_array(C);
+    float *out[3], *mean[3], *rstd[3], *dinp[3], *dw[3], *db[3];
+    int fails = 0, threads = num_threads();
+    for (int k = 0; k < 3; k++) {   // naive, fast on 1 thread, fast on 2
+        out[k] = random_array(n);
+        mean[k] = random_array(BT);
+        rstd[k] = random_array(BT);
+        dinp[k] = (float*)calloc_check(n, sizeof(float));   // gradients add into zeros
+        dw[k] = (float*)calloc_check(C, sizeof(float));
+        db[k] = (float*)calloc_check(C, sizeof(float));
+        set_threads(k == 2 ? 2 : 1);
+        if (k == 0) {
+            layernorm_forward_naive(out[k], mean[k], rstd[k], inp, w, b, 1, BT, C);
+            layernorm_backward_naive(dinp[k], dw[k], db[k], dout, inp, w, mean[k], rstd[k], 1, BT, C);
+        } else {
+            layernorm_forward_fast(out[k], mean[k], rstd[k], inp, w, b, 1, BT, C);
+            layernorm_backward_fast(dinp[k], dw[k], db[k], dout, inp, w, mean[0], rstd[0], 1, BT, C);
+        }
+    }
+    set_threads(threads);
+    double e[6] = {attention_error(out[1], out[0], n), attention_error(mean[1], mean[0], BT),
+                   attention_error(rstd[1], rstd[0], BT), attention_error(dinp[1], dinp[0], n),
+                   attention_error(dw[1], dw[0], C), attention_error(db[1], db[0], C)};
+    for (int i = 0; i < 6; i++) fails |= !(e[i] <= 1e-5);
+    fails |= memcmp(out[1], out[2], n * sizeof(float)) != 0 || memcmp(dinp[1], dinp[2], n * sizeof(float)) != 0 ||
+             memcmp(dw[1], dw[2], C * sizeof(float)) != 0 || memcmp(db[1], db[2], C * sizeof(float)) != 0;
+    printf("%s layernorm fast vs naive BT=%d C=%d: out %.1e, mean %.1e, rstd %.1e, dinp %.1e, dweight %.1e, "
+           "dbias %.1e of the largest; 1 and 2 threads bit-identical\n", fails ? "FAIL" : "ok  ", BT, C,
+           e[0], e[1], e[2], e[3], e[4], e[5]);
+    free(inp); free(dout); free(w); free(b);
+    for (int k = 0; k < 3; k++) {
+        free(out[k]); free(mean[k]); free(rstd[k]); free(dinp[k]); free(dw[k]); free(db[k]);
+    }
+    return fails;
+}
+
 // Error of got in ulps of the float nearest want.
 static double ulp_error(float got, double want) {
     float w = (float)want;
@@ -804,6 +848,8 @@ int main(void) {
     fails += check_backward_first("matmul_backward_first", matmul_backward, matmul_backward_first,
                                   65, 100, 37);
     fails += check_dot_lanes();
+    fails += check_layernorm(256, 768);          // d12's rows
+    fails += check_layernorm(7, 37);             // a partial vector, a partial chunk of channels
     fails += check_attention(2, 64, 128, 2);    // a d12 head (hs = 64), a whole panel of keys
     fails += check_attention(3, 37, 60, 4);     // edge tiles in every direction (hs = 15)
     fails += check_attention(1, 300, 32, 1);    // T > MC: several blocks of query rows
