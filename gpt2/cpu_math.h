@@ -458,7 +458,9 @@ typedef struct {
     int a_rows, transposed;
 } mm_operand;
 
-static const float mm_zero_row[MM_NR] = {0};   // the init row of C = A . B
+// The init row of C = A . B: zeros for a tile's NR columns, or, in the transposed form, for its
+// MR rows.
+static const float mm_zero_row[MM_NR > MM_MR ? MM_NR : MM_MR] = {0};
 
 // The init row for the tile of C's columns col.. in the KC block that starts at row pc of B: the
 // bias's (or zeros) in the first block of a product that sets C, else none (C += the block's sums).
