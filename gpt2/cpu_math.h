@@ -613,7 +613,7 @@ static void gemm_threads(float* c, size_t ldc, const float* a, size_t rsa, size_
         float* packed_a = aligned + thread_num() * per_thread;
         float* packed_b = packed_a + (size_t)MM_MC_PAD * MM_KC;
         size_t t0, t1;  // this thread's tiles
-        // where C's element (i, j) is: c + i * rs + j * cs (transposed for weight_rows)
+        // where element (i, j) of the product goes: c + i * rs + j * cs (C^T for a transposed one)
         size_t rs = b->transposed ? 1 : ldc, cs = b->transposed ? ldc : 1;
         if (N >= M) {   // slices of columns, in whole NR-wide tiles
             thread_share((size_t)(N + MM_NR - 1) / MM_NR, &t0, &t1);
