@@ -166,6 +166,11 @@ static int mm_min(int a, int b) { return a < b ? a : b; }
 #else
 #define MM_ALWAYS_INLINE inline
 #endif
+#if defined(__GNUC__)
+#define MM_NOINLINE __attribute__((noinline))
+#else
+#define MM_NOINLINE
+#endif
 
 #ifdef MM_SHUFFLE_TRANSPOSE
 // Transposes a LANES x LANES block held in LANES vectors, in log2(LANES) rounds: the round with
@@ -203,28 +208,38 @@ static MM_ALWAYS_INLINE void mm_copy_floats(float* dst, const float* src, int n)
 #undef MM_COPY
 }
 
-// The end of a call of the weight-rows kernel (below): the tile's `rows` x nr sums, in acc, go
-// into C transposed, tile element (i, j) to c[j * ldc + i], with one add each: into init[i] (the
-// init of C's column i, the tile's row) or into what C holds. Through registers, LANES rows at a
-// time turned into LANES columns (mm_transpose), each stored as one run of floats along a row of C.
-static MM_ALWAYS_INLINE void mm_store_transposed(int rows, mm_vec acc[MM_MR][MM_NR_VECS], float* c,
-                                                 size_t ldc, int nr, const float* init) {
+// The end of a call of the kernel in its transposed form (below): the tile's `rows` x nr sums,
+// in acc, go into C transposed, tile element (i, j) to c[j * ldc + i], with one add each: into
+// init[i] (the init of C's column i, the tile's row) or into what C holds. Through registers,
+// LANES rows at a time turned into LANES columns (mm_transpose), each stored as one run of n
+// floats along a row of C (AVX-512: one masked store). One copy for every row count, called once
+// per tile (a few dozen cycles against the tile's thousands): inlined into each copy of the
+// kernel, it doubled the compile time of every program that includes this file.
+static MM_NOINLINE void mm_store_transposed(int rows, const mm_vec (*acc)[MM_NR_VECS], float* c,
+                                            size_t ldc, int nr, const float* init) {
 #ifdef MM_SHUFFLE_TRANSPOSE
     if (nr == MM_NR) {
         MM_UNROLL for (int r0 = 0; r0 < rows; r0 += MM_LANES) {
             int n = mm_min(MM_LANES, rows - r0);   // the tile's rows r0.. as the lanes of a row of C
-            mm_vec start = {0};
-            if (init != NULL) mm_copy_floats((float*)&start, init + r0, n);
+            mm_vec start = {0};   // the tile's init values, a row of C's columns
+            if (init != NULL) memcpy(&start, init + r0, (size_t)n * sizeof(float));
             MM_UNROLL for (int v = 0; v < MM_NR_VECS; v++) {
                 mm_vec block[MM_LANES];
                 MM_UNROLL for (int l = 0; l < MM_LANES; l++) block[l] = acc[mm_min(r0 + l, rows - 1)][v];
                 mm_transpose(block);   // block[t]: the tile's column v * LANES + t, rows r0.. in its lanes
                 MM_UNROLL for (int t = 0; t < MM_LANES; t++) {
                     float* dst = c + (size_t)(v * MM_LANES + t) * ldc + r0;
+#if MM_VEC_BYTES == 64
+                    __mmask16 part = (__mmask16)((1u << n) - 1);
+                    mm_vec cv = init != NULL ? start : (mm_vec)_mm512_maskz_loadu_ps(part, dst);
+                    cv += block[t];
+                    _mm512_mask_storeu_ps(dst, part, (__m512)cv);
+#else
                     mm_vec cv = start;
                     if (init == NULL) mm_copy_floats((float*)&cv, dst, n);
                     cv += block[t];
                     mm_copy_floats(dst, (const float*)&cv, n);
+#endif
                 }
             }
         }
@@ -247,10 +262,11 @@ static MM_ALWAYS_INLINE void mm_store_transposed(int rows, mm_vec acc[MM_MR][MM_
 // starts at zero, one MM_FMA per k in order, then one add into C (or into init, the same add as
 // into a C filled with init beforehand). So a row's result does not depend on how many rows
 // share its tile, which the packed product's batch invariance rests on.
-// Two forms, each a constant in its copies of the body: with a_rows, A's rows are read where
-// they lie, row i of the tile at ap + i * lda, not from a packed micro-panel; with transposed,
-// the tile goes into C transposed (mm_store_transposed, init then one value per row of the
-// tile). The same arithmetic for every element in each.
+// Two other forms: with a_rows (a constant in each copy of the body), A's rows are read where
+// they lie, row i of the tile at ap + i * lda, not from a packed micro-panel; with transposed
+// (decided once per call: it changes only the tile's end), the tile goes into C transposed
+// (mm_store_transposed, init then one value per row of the tile). The same arithmetic for every
+// element in each.
 static MM_ALWAYS_INLINE void mm_kernel_rows(int rows, int kc, const float* ap, size_t lda, const float* bp,
                                             float* c, size_t ldc, int nr, const float* init,
                                             int a_rows, int transposed) {
@@ -281,7 +297,7 @@ static MM_ALWAYS_INLINE void mm_kernel_rows(int rows, int kc, const float* ap, s
         }
     }
     if (transposed) {
-        mm_store_transposed(rows, acc, c, ldc, nr, init);
+        mm_store_transposed(rows, (const mm_vec (*)[MM_NR_VECS])acc, c, ldc, nr, init);
     } else if (nr == MM_NR) {
         MM_UNROLL for (int i = 0; i < rows; i++) {
             MM_UNROLL for (int v = 0; v < MM_NR_VECS; v++) {
@@ -306,9 +322,9 @@ static MM_ALWAYS_INLINE void mm_kernel_rows(int rows, int kc, const float* ap, s
 // MR - mr are padding. Cases past this build's MR are never reached, and compile to nothing; a
 // tile taller than 14 rows (none of the ISAs' own) runs its tiles of more than 14 rows through
 // the body with a variable row count: the same arithmetic, its accumulators in memory.
-// The body in the form a product asks for (a_rows, transposed: constants in each caller, lda A's
-// row stride where its rows are read in place); mm_kernel the packed form, mm_kernel_a_rows A
-// read in place, mm_kernel_weight_rows that and C transposed.
+// The body in the form a product asks for (lda A's row stride where its rows are read in place);
+// mm_kernel the packed form, mm_kernel_a_rows A read in place, its tile into C as it is or
+// (transposed) transposed.
 static MM_ALWAYS_INLINE void mm_kernel_form(int a_rows, int transposed, int kc, const float* ap, size_t lda,
                                             const float* bp, float* c, size_t ldc, int mr, int nr,
                                             const float* init) {
@@ -327,13 +343,8 @@ static void mm_kernel(int kc, const float* ap, const float* bp, float* c, size_t
 }
 
 static void mm_kernel_a_rows(int kc, const float* ap, size_t lda, const float* bp, float* c, size_t ldc,
-                             int mr, int nr, const float* init) {
-    mm_kernel_form(1, 0, kc, ap, lda, bp, c, ldc, mr, nr, init);
-}
-
-static void mm_kernel_weight_rows(int kc, const float* ap, size_t lda, const float* bp, float* c,
-                                  size_t ldc, int mr, int nr, const float* init) {
-    mm_kernel_form(1, 1, kc, ap, lda, bp, c, ldc, mr, nr, init);
+                             int mr, int nr, const float* init, int transposed) {
+    mm_kernel_form(1, transposed, kc, ap, lda, bp, c, ldc, mr, nr, init);
 }
 
 // Packs `rows` x kc elements into one micro-panel: element (r, p) goes to dst[p * rows_total + r],
@@ -558,13 +569,13 @@ static void gemm_block(float* c, size_t ldc, const float* a, size_t rsa, size_t 
                     const float* init = mm_init_row(b->init, b->bias, pc, j0 + jc + j);
                     for (int i = 0; i < mc; i += MM_MR) {    // against every A micro-panel in L2
                         if (b->transposed) {
-                            mm_kernel_weight_rows(kc, a + (ic + i) * rsa + pc, rsa, bp + (size_t)j * kc,
-                                                  c + (jc + j) * ldc + ic + i, ldc, mm_min(MM_MR, mc - i),
-                                                  mm_min(MM_NR, nc - j), mm_init_row(b->init, b->bias, pc, ic + i));
+                            mm_kernel_a_rows(kc, a + (ic + i) * rsa + pc, rsa, bp + (size_t)j * kc,
+                                             c + (jc + j) * ldc + ic + i, ldc, mm_min(MM_MR, mc - i),
+                                             mm_min(MM_NR, nc - j), mm_init_row(b->init, b->bias, pc, ic + i), 1);
                         } else if (b->a_rows) {
                             mm_kernel_a_rows(kc, a + (ic + i) * rsa + pc, rsa, bp + (size_t)j * kc,
                                              c + (ic + i) * ldc + jc + j, ldc, mm_min(MM_MR, mc - i),
-                                             mm_min(MM_NR, nc - j), init);
+                                             mm_min(MM_NR, nc - j), init, 0);
                         } else {
                             mm_kernel(kc, packed_a + (size_t)i * kc, bp + (size_t)j * kc,
                                       c + (ic + i) * ldc + jc + j, ldc, mm_min(MM_MR, mc - i),
