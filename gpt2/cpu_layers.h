@@ -689,14 +689,6 @@ void attention_backward(float* dinp, float* dpreatt, float* datt, const float* d
 // dweight and dbias sum down the rows, each channel in row order as the plain loop does, for 64
 // channels at a time, so that the channels, not the rows, fill the vectors.
 
-// The 16 lanes' sums added in a fixed tree: halves, quarters, then the last four in pairs.
-static inline float lanes_total(const float* s) {
-    float t[8];
-    for (int j = 0; j < 8; j++) t[j] = s[j] + s[j + 8];
-    for (int j = 0; j < 4; j++) t[j] += t[j + 4];
-    return (t[0] + t[2]) + (t[1] + t[3]);
-}
-
 void layernorm_forward_fast(float* out, float* mean, float* rstd, const float* inp,
                             const float* weight, const float* bias, int B, int T, int C) {
     #pragma omp parallel for

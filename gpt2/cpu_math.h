@@ -777,6 +777,15 @@ static inline float max_lanes(const float* x, int n) {
 // sums are added in a fixed tree at the end (halves, then quarters, ...): a fixed order too (the
 // same bits every run, on any number of threads), in which the 16 lanes are one vector FMA per
 // 16 terms. Attention's scores and its backward's dot products run on it (gpt2/cpu_layers.h).
+// 16 lanes' sums added in dot_lanes' fixed tree: halves, quarters, then the last four in pairs
+// (layernorm's lane sums, gpt2/cpu_layers.h, end in it too).
+static inline float lanes_total(const float* s) {
+    float t[8];
+    for (int j = 0; j < 8; j++) t[j] = s[j] + s[j + 8];
+    for (int j = 0; j < 4; j++) t[j] += t[j + 4];
+    return (t[0] + t[2]) + (t[1] + t[3]);
+}
+
 #if defined(__GNUC__) && !defined(__CUDACC__) && !defined(MATMUL_PLAIN_C)
 typedef float dot_vec16 __attribute__((vector_size(16 * sizeof(float))));
 typedef float dot_vec8 __attribute__((vector_size(8 * sizeof(float))));
@@ -808,10 +817,7 @@ static inline float dot_lanes(const float* a, const float* b, int n) {
         for (int j = 0; j < 16; j++) s[j] += a[i + j] * b[i + j];
     }
     for (int j = 0; i < n; i++, j++) s[j] += a[i] * b[i];
-    for (int w = 8; w >= 4; w /= 2) {   // halves, then quarters: 4 sums left, added as above
-        for (int j = 0; j < w; j++) s[j] += s[j + w];
-    }
-    return (s[0] + s[2]) + (s[1] + s[3]);
+    return lanes_total(s);
 }
 #endif
 
