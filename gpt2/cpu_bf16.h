@@ -23,6 +23,7 @@
 #include <string.h>
 #include "io.h"
 #include "cpu_math.h"
+#include "cpu_amx.h"
 
 typedef uint16_t bf16_t;   // the bits of a bf16 value (the GPU's type is CUDA's __nv_bfloat16)
 
@@ -80,6 +81,13 @@ static inline float bf16_round(float x) { return bf16_to_float(bf16_from_float(x
 //
 // The vector path needs GCC (mm_transpose's __builtin_shuffle) and AVX512_BF16; every other build
 // runs the float32 path, with cpu_math.h's vectors.
+//
+// Where the machine has AMX (gpt2/cpu_amx.h) the products run on its tiles instead, unless
+// GPT2_AMX=0: the same packed B, A packed row by row (bf_pack_a_amx), a 32 x 32 tile of C per
+// kernel call in four tile registers (bf_kernel_amx). The rounding to bf16 is the same, and so is
+// the structure of each sum (from zero for each KC block, then one add into C), but the adds
+// inside a KC block are the tile unit's own, so AMX gives other bits than vdpbf16ps, and the
+// contract above holds for each of them.
 
 #if MM_VEC_BYTES == 64 && defined(__AVX512BF16__) && defined(MM_SHUFFLE_TRANSPOSE)
 #define BF_DPBF16 1   // the vector path: vdpbf16ps, and vcvtne2ps2bf16 to pack
@@ -89,9 +97,25 @@ static inline float bf16_round(float x) { return bf16_to_float(bf16_from_float(x
 #define BF_KC 512   // even, so that only the last block of an odd K has an odd depth
 #endif
 
+#if CPU_AMX && defined(BF_DPBF16) && MM_NR == 32
+#define BF_AMX 1
+#define BF_AMX_MR 32    // rows of C per AMX kernel call: two 16-row tiles of A
+#define BF_AMX_MC 128   // rows of A packed at a time for AMX (MC's role), a whole number of MR
+#endif
+
+// 1 where this build and machine run the bf16 products on AMX (and GPT2_AMX is not 0).
+static inline int bf_amx_on(void) {
+#ifdef BF_AMX
+    return cpu_amx_on();
+#else
+    return 0;
+#endif
+}
+
 // The instructions the bf16 products run on in this build (printed in infer's and train_cpu's
 // header lines).
 static inline const char* cpu_bf16_arith(void) {
+    if (bf_amx_on()) return "AMX (tdpbf16ps)";
 #ifdef BF_DPBF16
     return "AVX512_BF16 (vdpbf16ps)";
 #else
@@ -370,6 +394,106 @@ static void bf_pack_a(uint32_t* dst, const float* a, size_t rsa, size_t csa, int
     }
 }
 
+#ifdef BF_AMX
+// Packs the mc x kc block of A at a for AMX: each row's units in k order, unit (i, q) =
+// (A(i, 2q), A(i, 2q+1)) at dst[i * qs + q], qs = qc rounded up to whole tile rows of 16 units;
+// rows from mc up to a multiple of 16, and units from qc to qs, are zero. Rounded to bf16 by the
+// same conversion as bf_pack_a.
+static void bf_pack_a_amx(uint32_t* dst, const float* a, size_t rsa, size_t csa, int mc, int kc) {
+    int qc = (kc + 1) / 2, qs = (qc + 15) / 16 * 16, rows = (mc + 15) / 16 * 16;
+    if (rsa == 1 && csa != 1) {
+        // Columns of A contiguous (dout^T as dW's A): 16 rows at a pair of k become 16 units at
+        // once, as in bf_pack_a; 16 such vectors, transposed in registers, are 16 rows' units.
+        for (int i0 = 0; i0 < rows; i0 += 16) {
+            __mmask16 inside = bf_mask(mc - i0);
+            for (int q0 = 0; q0 < qs; q0 += 16) {
+                mm_vec block[16];
+                for (int t = 0; t < 16; t++) {
+                    int q = q0 + t;
+                    __m512i units = _mm512_setzero_si512();
+                    if (q < qc) {
+                        const float* even = a + (size_t)(2 * q) * csa + i0;
+                        __m512 e = _mm512_maskz_loadu_ps(inside, even);
+                        __m512 o = _mm512_maskz_loadu_ps(2 * q + 1 < kc ? inside : 0, even + csa);
+                        units = bf_units_apart(e, o);
+                    }
+                    block[t] = (mm_vec)units;   // lane r: unit (i0 + r, q)
+                }
+                mm_transpose(block);            // block[r]: units q0 .. q0+15 of row i0 + r
+                for (int r = 0; r < 16; r++) {
+                    _mm512_store_si512(dst + (size_t)(i0 + r) * qs + q0, (__m512i)block[r]);
+                }
+            }
+        }
+        return;
+    }
+    float gathered[BF_KC];   // a row whose k are not adjacent (no product of the model's)
+    for (int i = 0; i < rows; i++) {
+        uint32_t* d = dst + (size_t)i * qs;
+        memset(d, 0, (size_t)qs * sizeof(uint32_t));
+        if (i >= mc) continue;
+        const float* row = a + (size_t)i * rsa;
+        if (csa != 1) {
+            for (int p = 0; p < kc; p++) gathered[p] = row[(size_t)p * csa];
+            row = gathered;
+        }
+        bf_pack_panel(d, row, 0, 1, 1, 1, kc);   // one row: its units in order
+    }
+}
+
+// The AMX micro-kernel: C tile (mr <= 32 rows x nr <= 32 columns inside C, row stride ldc) +=
+// A (mr rows of bf_pack_a_amx's layout, qs units apart) . packed B micro-panel (qc x NR units),
+// or C tile = init + the product, as bf_kernel. Tiles 0-3 hold the four 16 x 16 sums (rows 0-15
+// and 16-31 of A, times columns 0-15 and 16-31 of B), 4-5 the two tiles of A, 6-7 the two of B:
+// each step of 16 pairs loads four tiles and runs four tdpbf16ps (two where mr <= 16). A last
+// step of fewer than 16 pairs reads B from a copy padded with zero rows (A's padding is zero
+// already): the panel's own rows end at qc.
+static MM_NOINLINE void bf_kernel_amx(int qc, const uint32_t* ap, int qs, const uint32_t* bp,
+                                      float* c, size_t ldc, int mr, int nr, const float* init) {
+    const size_t a_bytes = (size_t)qs * sizeof(uint32_t), b_bytes = MM_NR * sizeof(uint32_t);
+    const uint32_t* ap2 = ap + (size_t)16 * qs;   // rows 16-31
+    uint32_t tail[16 * MM_NR] __attribute__((aligned(64)));
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (int q = 0; q < qc; q += 16) {
+        const uint32_t* b = bp + (size_t)q * MM_NR;
+        if (qc - q < 16) {
+            memcpy(tail, b, (size_t)(qc - q) * b_bytes);
+            memset(tail + (size_t)(qc - q) * MM_NR, 0, (size_t)(16 - (qc - q)) * b_bytes);
+            b = tail;
+        }
+        _tile_loadd(6, b, b_bytes);
+        _tile_loadd(7, b + 16, b_bytes);
+        _tile_loadd(4, ap + q, a_bytes);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        if (mr > 16) {
+            _tile_loadd(5, ap2 + q, a_bytes);
+            _tile_dpbf16ps(2, 5, 6);
+            _tile_dpbf16ps(3, 5, 7);
+        }
+    }
+    float sums[32 * 32] __attribute__((aligned(64)));   // row i of the tile at sums + 32 i
+    _tile_stored(0, sums, 32 * sizeof(float));
+    _tile_stored(1, sums + 16, 32 * sizeof(float));
+    if (mr > 16) {
+        _tile_stored(2, sums + 16 * 32, 32 * sizeof(float));
+        _tile_stored(3, sums + 16 * 32 + 16, 32 * sizeof(float));
+    }
+    __mmask16 low = bf_mask(nr), high = bf_mask(nr - 16);
+    for (int i = 0; i < mr; i++) {
+        const float* from = init != NULL ? init : c + i * ldc;
+        float* to = c + i * ldc;
+        __m512 s0 = _mm512_add_ps(_mm512_maskz_loadu_ps(low, from), _mm512_load_ps(sums + 32 * i));
+        __m512 s1 = _mm512_add_ps(_mm512_maskz_loadu_ps(high, from + 16), _mm512_load_ps(sums + 32 * i + 16));
+        _mm512_mask_storeu_ps(to, low, s0);
+        _mm512_mask_storeu_ps(to + 16, high, s1);
+    }
+}
+#endif
+
 // Operand B: a float32 matrix packed block by block as the product goes (packed == NULL), or the
 // whole of B packed once by gemm_pack_b_bf16, n_pad units wide. init and bias as in mm_operand:
 // C += A . B (init 0) or C = bias + A . B (init 1, bias NULL: zeros).
@@ -382,11 +506,17 @@ typedef struct {
     const float* bias;
 } bf_operand;
 
-// gemm_block in bf16: C (M x N) += A . columns j0..j0+N-1 of B on one thread. packed_a holds
-// MC_PAD x KC/2 units and packed_b KC/2 x NC, both 64-byte aligned.
+// gemm_block in bf16: C (M x N) += A . columns j0..j0+N-1 of B on one thread, on AMX's tiles
+// where `amx` (the calling thread has loaded their configuration), else on vectors. packed_a
+// holds bf_a_units() units and packed_b KC/2 x NC, both 64-byte aligned.
 static void bf_gemm_block(float* c, size_t ldc, const float* a, size_t rsa, size_t csa,
                           const bf_operand* b, int j0, int M, int N, int K,
-                          uint32_t* packed_a, uint32_t* packed_b) {
+                          uint32_t* packed_a, uint32_t* packed_b, int amx) {
+#ifdef BF_AMX
+    const int mc_max = amx ? BF_AMX_MC : MM_MC, mr_max = amx ? BF_AMX_MR : MM_MR;
+#else
+    const int mc_max = MM_MC, mr_max = MM_MR;
+#endif
     for (int jc = 0; jc < N; jc += MM_NC) {
         int nc = mm_min(MM_NC, N - jc);
         for (int pc = 0; pc < K; pc += BF_KC) {
@@ -398,15 +528,26 @@ static void bf_gemm_block(float* c, size_t ldc, const float* a, size_t rsa, size
                 bf_pack_b(packed_b, b->b + pc * b->rsb + (j0 + jc) * b->csb, b->rsb, b->csb, kc, nc);
                 bp = packed_b;
             }
-            for (int ic = 0; ic < M; ic += MM_MC) {
-                int mc = mm_min(MM_MC, M - ic);
-                bf_pack_a(packed_a, a + ic * rsa + pc * csa, rsa, csa, mc, kc);
+            for (int ic = 0; ic < M; ic += mc_max) {
+                int mc = mm_min(mc_max, M - ic);
+#ifdef BF_AMX
+                int qs = (qc + 15) / 16 * 16;   // bf_pack_a_amx's row of units
+                if (amx) bf_pack_a_amx(packed_a, a + ic * rsa + pc * csa, rsa, csa, mc, kc);
+                else
+#endif
+                    bf_pack_a(packed_a, a + ic * rsa + pc * csa, rsa, csa, mc, kc);
                 for (int j = 0; j < nc; j += MM_NR) {
                     const float* init = mm_init_row(b->init, b->bias, pc, j0 + jc + j);
-                    for (int i = 0; i < mc; i += MM_MR) {
-                        bf_kernel(qc, packed_a + (size_t)i * qc, bp + (size_t)j * qc,
-                                  c + (ic + i) * ldc + jc + j, ldc, mm_min(MM_MR, mc - i),
-                                  mm_min(MM_NR, nc - j), init);
+                    for (int i = 0; i < mc; i += mr_max) {
+                        float* tile = c + (ic + i) * ldc + jc + j;
+                        int mr = mm_min(mr_max, mc - i), nr = mm_min(MM_NR, nc - j);
+#ifdef BF_AMX
+                        if (amx) {
+                            bf_kernel_amx(qc, packed_a + (size_t)i * qs, qs, bp + (size_t)j * qc, tile, ldc, mr, nr, init);
+                            continue;
+                        }
+#endif
+                        bf_kernel(qc, packed_a + (size_t)i * qc, bp + (size_t)j * qc, tile, ldc, mr, nr, init);
                     }
                 }
             }
@@ -418,28 +559,43 @@ static void bf_gemm_block(float* c, size_t ldc, const float* a, size_t rsa, size
 static void bf_gemm_threads(float* c, size_t ldc, const float* a, size_t rsa, size_t csa,
                             const bf_operand* b, int M, int N, int K) {
     int threads = num_threads();
+    int amx = bf_amx_on();
+    // packed A: MC_PAD x KC/2 units for the vector kernel, AMX's MC x KC/2 for its own
+    size_t a_units = (size_t)MM_MC_PAD * BF_KC / 2;
+#ifdef BF_AMX
+    if (a_units < (size_t)BF_AMX_MC * BF_KC / 2) a_units = (size_t)BF_AMX_MC * BF_KC / 2;
+    const int mr = amx ? BF_AMX_MR : MM_MR;
+#else
+    const int mr = MM_MR;
+#endif
     size_t b_units = b->packed != NULL ? 0 : (size_t)BF_KC / 2 * MM_NC;
-    size_t per_thread = ((size_t)MM_MC_PAD * BF_KC / 2 + b_units + 15) / 16 * 16;
+    size_t per_thread = (a_units + b_units + 15) / 16 * 16;
     uint32_t* aligned = (uint32_t*)mm_scratch(threads * per_thread);   // float32's buffers, 64-byte aligned
     #pragma omp parallel num_threads(threads)
     {
         uint32_t* packed_a = aligned + thread_num() * per_thread;
-        uint32_t* packed_b = packed_a + (size_t)MM_MC_PAD * BF_KC / 2;
+        uint32_t* packed_b = packed_a + a_units;
         size_t t0, t1;  // this thread's tiles
+#ifdef BF_AMX
+        if (amx) cpu_amx_configure();
+#endif
         if (N >= M) {   // slices of columns, in whole NR-wide tiles
             thread_share((size_t)(N + MM_NR - 1) / MM_NR, &t0, &t1);
             int j0 = (int)t0 * MM_NR, j1 = mm_min(N, (int)t1 * MM_NR);
             if (j1 > j0) {
-                bf_gemm_block(c + j0, ldc, a, rsa, csa, b, j0, M, j1 - j0, K, packed_a, packed_b);
+                bf_gemm_block(c + j0, ldc, a, rsa, csa, b, j0, M, j1 - j0, K, packed_a, packed_b, amx);
             }
         } else {        // slices of rows, in whole MR-high tiles
-            thread_share((size_t)(M + MM_MR - 1) / MM_MR, &t0, &t1);
-            int i0 = (int)t0 * MM_MR, i1 = mm_min(M, (int)t1 * MM_MR);
+            thread_share((size_t)(M + mr - 1) / mr, &t0, &t1);
+            int i0 = (int)t0 * mr, i1 = mm_min(M, (int)t1 * mr);
             if (i1 > i0) {
                 bf_gemm_block(c + i0 * ldc, ldc, a + i0 * rsa, rsa, csa, b, 0, i1 - i0, N, K,
-                              packed_a, packed_b);
+                              packed_a, packed_b, amx);
             }
         }
+#ifdef BF_AMX
+        if (amx) cpu_amx_release();
+#endif
     }
 }
 

@@ -7,7 +7,10 @@
 //   fp32  acc = acc * a + b, one FMA: 2 FLOPs per float lane, on the widest vectors of the build
 //         (AVX-512: 16 lanes, AVX2: 8, otherwise 4 and whatever the compiler makes of them);
 //   bf16  acc = vdpbf16ps(acc, a, b) (AVX512_BF16): each float32 lane adds the two products of
-//         its pair of bf16 values from a and b, 4 FLOPs per lane, 64 per instruction.
+//         its pair of bf16 values from a and b, 4 FLOPs per lane, 64 per instruction;
+//         or, where the bf16 products run on AMX (gpt2/cpu_amx.h), tdpbf16ps on four 16 x 16
+//         tiles of sums from two tiles of A and two of B, 16384 FLOPs per instruction, the four
+//         sums independent (the unit takes ~16 cycles per instruction; four in flight keep it busy).
 // Either instruction takes ~4-6 cycles and a core may start two per cycle, so at least 2 x 6
 // chains must be in flight to keep the units busy; 24 do, and still fit in AVX-512's 32 vector
 // registers beside a and b. A warm-up brings the cores to their working clock, then the best of
@@ -34,6 +37,7 @@
 #define CPU_PEAK_BF16 0
 #endif
 #include "io.h"
+#include "cpu_amx.h"
 
 #if defined(__AVX512F__)
 #define CPU_PEAK_VEC_BYTES 64
@@ -52,9 +56,17 @@ static volatile float cpu_peak_sink;
 
 static inline int cpu_peak_has_bf16(void) { return CPU_PEAK_BF16; }
 
-// FLOPs of one round (one instruction on every chain) of one thread
-static inline double cpu_peak_flops_per_round(int bf16) {
-    return (bf16 ? 4.0 * 16 : 2.0 * CPU_PEAK_LANES) * CPU_PEAK_CHAINS;
+// 1 where the bf16 products run on AMX, and so its peak is bf16's (cpu_amx_on).
+static inline int cpu_peak_has_amx(void) { return CPU_AMX && cpu_peak_has_bf16() && cpu_amx_on(); }
+
+// What cpu_peak_measure measures: 0 float32 FMA, 1 vdpbf16ps, 2 AMX's tdpbf16ps.
+enum { CPU_PEAK_FP32 = 0, CPU_PEAK_DPBF16 = 1, CPU_PEAK_AMX = 2 };
+
+// FLOPs of one round of one thread: one instruction on every chain (an AMX round: one
+// tdpbf16ps on each of the four tiles of sums)
+static inline double cpu_peak_flops_per_round(int kind) {
+    if (kind == CPU_PEAK_AMX) return 4.0 * 16 * 16 * 32 * 2;
+    return (kind == CPU_PEAK_DPBF16 ? 4.0 * 16 : 2.0 * CPU_PEAK_LANES) * CPU_PEAK_CHAINS;
 }
 
 static inline double cpu_peak_seconds(void) {
@@ -113,16 +125,54 @@ static float cpu_peak_chains_bf16(long iters, float seed) {
 }
 #endif
 
+#if CPU_AMX
+// `iters` rounds of tdpbf16ps on four tiles of sums (tiles 0-3, from A in tiles 4-5 and B in
+// 6-7: the products' own arrangement, bf_kernel_amx), as cpu_peak_chains_fp32. The products are
+// 1e-6, 32 of them per sum per instruction: no overflow, no denormals.
+static float cpu_peak_chains_amx(long iters, float seed) {
+    uint16_t a[16 * 32] __attribute__((aligned(64))), b[16 * 32] __attribute__((aligned(64)));
+    float sums[16 * 16] __attribute__((aligned(64)));
+    uint32_t bits;
+    float value = 1e-3f * seed;
+    memcpy(&bits, &value, sizeof(bits));
+    for (int i = 0; i < 16 * 32; i++) a[i] = b[i] = (uint16_t)(bits >> 16);   // value cut to bf16
+    cpu_amx_configure();
+    _tile_loadd(4, a, 64);
+    _tile_loadd(5, a, 64);
+    _tile_loadd(6, b, 64);
+    _tile_loadd(7, b, 64);
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (long i = 0; i < iters; i++) {
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+    _tile_stored(3, sums, 64);
+    cpu_amx_release();
+    float sum = 0.0f;
+    for (int i = 0; i < 16 * 16; i++) sum += sums[i];
+    return sum;
+}
+#endif
+
 // The peak in GFLOP/s of all OpenMP threads together (their number in *threads): a warm-up of
-// iters / 4 rounds, then the best of `reps` runs of `iters` rounds on every thread at once. bf16
-// needs cpu_peak_has_bf16(). *checksum: the chains' sums, printed so that the work is kept.
-static double cpu_peak_measure(int bf16, long iters, int reps, int* threads, float* checksum) {
-    if (bf16 && !cpu_peak_has_bf16()) fail("cpu_peak_measure: this build has no AVX512_BF16 instruction to measure");
+// iters / 4 rounds, then the best of `reps` runs of `iters` rounds on every thread at once (an AMX
+// round, 64 times the work of a vdpbf16ps one, is counted as 16 of them: runs of similar length).
+// `kind` is CPU_PEAK_FP32, _DPBF16 (needs cpu_peak_has_bf16()) or _AMX (cpu_peak_has_amx()).
+// *checksum: the chains' sums, printed so that the work is kept.
+static double cpu_peak_measure(int kind, long iters, int reps, int* threads, float* checksum) {
+    if (kind == CPU_PEAK_DPBF16 && !cpu_peak_has_bf16()) fail("cpu_peak_measure: this build has no AVX512_BF16 instruction to measure");
+    if (kind == CPU_PEAK_AMX && !cpu_peak_has_amx()) fail("cpu_peak_measure: AMX is not in use here");
+    if (kind == CPU_PEAK_AMX) iters = iters / 16 > 0 ? iters / 16 : 1;
     double best = 0.0;
     float sink = 0.0f;
     int n = 1;
     for (int rep = -1; rep < reps; rep++) {   // rep -1: the warm-up, not timed
-        long rounds = rep < 0 ? iters / 4 : iters;
+        long rounds = rep < 0 ? (iters + 3) / 4 : iters;
         double t0 = cpu_peak_seconds();
         #pragma omp parallel reduction(+ : sink)
         {
@@ -130,14 +180,18 @@ static double cpu_peak_measure(int bf16, long iters, int reps, int* threads, flo
             #pragma omp single
             n = omp_get_num_threads();
 #endif
+#if CPU_AMX
+            if (kind == CPU_PEAK_AMX) sink += cpu_peak_chains_amx(rounds, 2.0f + rep);
+            else
+#endif
 #if CPU_PEAK_BF16
-            if (bf16) sink += cpu_peak_chains_bf16(rounds, 1.0f + rep);
+            if (kind == CPU_PEAK_DPBF16) sink += cpu_peak_chains_bf16(rounds, 1.0f + rep);
             else
 #endif
                 sink += cpu_peak_chains_fp32(rounds, 1.0f + rep);
         }
         double secs = cpu_peak_seconds() - t0;
-        double gflops = cpu_peak_flops_per_round(bf16) * (double)rounds * n / secs * 1e-9;
+        double gflops = cpu_peak_flops_per_round(kind) * (double)rounds * n / secs * 1e-9;
         if (rep >= 0 && gflops > best) best = gflops;
     }
     cpu_peak_sink = sink;
@@ -146,8 +200,15 @@ static double cpu_peak_measure(int bf16, long iters, int reps, int* threads, flo
     return best;
 }
 
+// What the peak of bf16 is measured on: AMX where the bf16 products run on it, else vdpbf16ps
+// where the build has it, else the FMAs (CPU_PEAK_FP32).
+static inline int cpu_peak_bf16_kind(void) {
+    return cpu_peak_has_amx() ? CPU_PEAK_AMX : cpu_peak_has_bf16() ? CPU_PEAK_DPBF16 : CPU_PEAK_FP32;
+}
+
 // What the peak of a precision ("fp32" or "bf16") is measured on, for a header line.
 static inline const char* cpu_peak_instruction(const char* precision) {
+    if (strcmp(precision, "bf16") == 0 && cpu_peak_has_amx()) return "bf16 AMX tdpbf16ps";
     if (strcmp(precision, "bf16") == 0 && cpu_peak_has_bf16()) return "bf16 vdpbf16ps";
     if (strcmp(precision, "bf16") == 0) return "float32 FMA (no AVX512_BF16 in this build: its bf16 products run on FMAs)";
     return "float32 FMA";
@@ -156,18 +217,18 @@ static inline const char* cpu_peak_instruction(const char* precision) {
 // The peak FLOP/s of all threads in a precision ("fp32" or "bf16"), measured on the first call
 // (~0.05-0.1 s) and remembered; *threads (may be NULL): how many threads it was measured on.
 static double cpu_peak_of_threads(const char* precision, int* threads) {
-    static double peak[2];
-    static int peak_threads[2];
+    static double peak[3];
+    static int peak_threads[3];
     int bf16 = strcmp(precision, "bf16") == 0;
     if (!bf16 && strcmp(precision, "fp32") != 0) fail("cpu_peak_of: no peak for precision '%s' (fp32 or bf16)", precision);
-    bf16 = bf16 && cpu_peak_has_bf16();
-    if (peak[bf16] == 0.0) {
+    int kind = bf16 ? cpu_peak_bf16_kind() : CPU_PEAK_FP32;
+    if (peak[kind] == 0.0) {
         // short runs, many of them: on a shared machine the best of 10 catches a quiet moment.
         // A run is 24e6 instructions per thread, a few ms at two a cycle
-        peak[bf16] = 1e9 * cpu_peak_measure(bf16, 1000000, 10, &peak_threads[bf16], NULL);
+        peak[kind] = 1e9 * cpu_peak_measure(kind, 1000000, 10, &peak_threads[kind], NULL);
     }
-    if (threads != NULL) *threads = peak_threads[bf16];
-    return peak[bf16];
+    if (threads != NULL) *threads = peak_threads[kind];
+    return peak[kind];
 }
 
 static inline double cpu_peak_of(const char* precision) { return cpu_peak_of_threads(precision, NULL); }

@@ -7,9 +7,9 @@
 //
 // The product with the weight packed once (generation's), bit for bit, no tolerance:
 // gemm_accumulate_packed and gemm_accumulate on 1 and 2 threads and M = 1..100 rows around the
-// register tile's 14 (1, 2, 3, 13, 14, 15, 29, 64, 100) against gemm_accumulate on 100 rows, N not
-// a multiple of the tile's 32 (and past NC, with the second thread's slice starting mid-operand),
-// K across KC blocks, B in both layouts; then matmul_forward_packed's batch invariance: each row
+// register tile's 14 and AMX's tiles of 16 and 32 (1, 2, 3, 13-17, 29, 32, 33, 64, 100) against
+// gemm_accumulate on 100 rows, N not a multiple of the tile's 32 (and past NC, with the second
+// thread's slice starting mid-operand), K across KC blocks, B in both layouts; then matmul_forward_packed's batch invariance: each row
 // of a product of M rows equals the same row computed alone and in another position, and equals
 // matmul_forward's.
 //
@@ -816,7 +816,11 @@ static int check_vector_math(void) {
     return fails;
 }
 
-int main(void) {
+int main(int argc, char** argv) {
+    if (argc == 2 && strcmp(argv[1], "--bf16-arith") == 0) {   // what the bf16 products run on
+        printf("bf16 products: %s\n", cpu_bf16_arith());
+        return 0;
+    }
     printf("fast matmul: %d-float vectors, register tile %d x %d, blocks MC %d KC %d NC %d, %d threads\n",
            MM_LANES, MM_MR, MM_NR, MM_MC, MM_KC, MM_NC, num_threads());
     int rows[] = {1, 7, 65, 257};
@@ -833,11 +837,12 @@ int main(void) {
     fails += check_shape(MATMUL_IN_PLACE_ROWS + 5, 40, 50, 1);   // rows enough for the packed forms
     fails += check_determinism("matmul_forward/backward_fast", matmul_forward_fast,
                                matmul_backward_fast, 257, 769, 301);
-    int packed_rows[] = {1, 2, 3, 13, 14, 15, 29, 64, 100};
-    fails += check_packed_gemm(0, packed_rows, 9, 37, 300, 1);    // M > N: slices of rows
-    fails += check_packed_gemm(0, packed_rows, 9, 301, 768, 1);
-    fails += check_packed_gemm(0, packed_rows, 9, 301, 300, 0);
-    fails += check_packed_gemm(0, packed_rows, 9, 2 * MM_NC + 104, 300, 1);   // NC blocks in a slice
+    int packed_rows[] = {1, 2, 3, 13, 14, 15, 16, 17, 29, 32, 33, 64, 100};
+    int n_packed = (int)(sizeof(packed_rows) / sizeof(packed_rows[0]));
+    fails += check_packed_gemm(0, packed_rows, n_packed, 37, 300, 1);    // M > N: slices of rows
+    fails += check_packed_gemm(0, packed_rows, n_packed, 301, 768, 1);
+    fails += check_packed_gemm(0, packed_rows, n_packed, 301, 300, 0);
+    fails += check_packed_gemm(0, packed_rows, n_packed, 2 * MM_NC + 104, 300, 1);   // NC blocks in a slice
     fails += check_packed_rows(0, 29, 768, 301, 1);
     fails += check_packed_rows(0, 64, 300, MM_NC + 37, 0);
     fails += check_packed_rows(0, 100, 300, 37, 1);             // slices of rows at M = 100
@@ -885,10 +890,10 @@ int main(void) {
                                   matmul_backward_bf16_fast_first, 2 * BF_KC + 9, 40, 33);
     fails += check_backward_first("matmul_backward_bf16_first", matmul_backward_bf16,
                                   matmul_backward_bf16_first, 65, 100, 37);
-    fails += check_packed_gemm(1, packed_rows, 9, 37, 300, 1);
-    fails += check_packed_gemm(1, packed_rows, 9, 301, 2 * BF_KC + 7, 1);
-    fails += check_packed_gemm(1, packed_rows, 9, 301, 301, 0);
-    fails += check_packed_gemm(1, packed_rows, 9, 2 * MM_NC + 104, 300, 1);
+    fails += check_packed_gemm(1, packed_rows, n_packed, 37, 300, 1);
+    fails += check_packed_gemm(1, packed_rows, n_packed, 301, 2 * BF_KC + 7, 1);
+    fails += check_packed_gemm(1, packed_rows, n_packed, 301, 301, 0);
+    fails += check_packed_gemm(1, packed_rows, n_packed, 2 * MM_NC + 104, 300, 1);
     fails += check_packed_rows(1, 29, 768, 301, 1);
     fails += check_packed_rows(1, 64, 301, MM_NC + 37, 0);
     fails += check_packed_rows(1, 100, 300, 37, 1);

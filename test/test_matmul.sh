@@ -8,7 +8,9 @@
 # plain-C fallback (-DMATMUL_PLAIN_C, scalar register tile, what compilers without GCC vector
 # extensions get), and the naive build (-DMATMUL_NAIVE, make MATMUL=naive: matmul_forward_packed
 # on the naive loops). Every build sums the bf16 products in the same order, so their bf16
-# fingerprints (a hash of one layer's products) must agree. Also compiles it as C++, as nvcc does.
+# fingerprints (a hash of one layer's products) must agree; where the machine has AMX the native
+# build runs once more with its bf16 products on AMX's tiles (their own bits: every check but the
+# fingerprint). Also compiles it as C++, as nvcc does.
 set -u
 cd "$(dirname "$0")/.."
 CC=${CC:-gcc}
@@ -31,9 +33,18 @@ for variant in "${variants[@]}"; do
   flags=${variant#*:}
   echo "== $name ($flags)"
   $CC $flags -o build/matmul_check_$name test/matmul_check.c -lm || { echo "FAIL: matmul_check ($name) does not build"; exit 1; }
-  ./build/matmul_check_$name | tee build/matmul_check_$name.log
+  # the vector products (GPT2_AMX=0): the ones every build shares
+  GPT2_AMX=0 ./build/matmul_check_$name | tee build/matmul_check_$name.log
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   fingerprints+="$name $(grep '^bf16 fingerprint:' build/matmul_check_$name.log | awk '{print $3}')"$'\n'
+  # where this build's bf16 products run on AMX (gpt2/cpu_amx.h): every check again on its tiles,
+  # whose sums have bits of their own (no fingerprint to share)
+  if [ "$name" = native ] && ./build/matmul_check_$name --bf16-arith | grep -q AMX; then
+    echo "== native on AMX"
+    ./build/matmul_check_$name | tee build/matmul_check_amx.log
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+    grep -q "^bf16 products: AMX" build/matmul_check_amx.log || { echo "FAIL: the AMX run's bf16 products are not on AMX"; status=1; }
+  fi
 done
 echo "== bf16 fingerprints"
 printf "%s" "$fingerprints"

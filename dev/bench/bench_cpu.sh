@@ -14,8 +14,9 @@
 #   precisions: bf16 changes what the products run on, not how many there are.
 #   Peaks: dev/bench/fma_peak.c (gpt2/cpu_peak.h, what train_cpu's MFU counts against), all
 #   OpenMP threads running independent vector chains: float32 FMAs (fp32) and AVX512_BF16's
-#   vdpbf16ps (bf16; a build without it has none, and its bf16 products run on FMAs: then the bf16
-#   peak is the FMA peak). Both are measured before and after every train_cpu run; the summary uses
+#   vdpbf16ps (bf16; AMX's tdpbf16ps where the bf16 products run on AMX, gpt2/cpu_amx.h; a build
+#   without AVX512_BF16 has neither, and its bf16 products run on FMAs: then the bf16 peak is the
+#   FMA peak). Both are measured before and after every train_cpu run; the summary uses
 #   the highest of each (what the cores can do), and says so when the measurements disagree, which
 #   means other processes were using the cores. Each run's GFLOP/s is given as a % of the peak of
 #   its own precision.
@@ -59,11 +60,12 @@ wait_quiet() {
   done
 }
 
-# The peaks, each measurement kept: fp32 (float32 FMA) and bf16 (vdpbf16ps; the FMA peak where
-# this build has no AVX512_BF16, fma_peak's exit status 2).
+# The peaks, each measurement kept: fp32 (float32 FMA) and bf16 (vdpbf16ps, or AMX's tdpbf16ps;
+# the FMA peak where this build has no AVX512_BF16, fma_peak's exit status 2).
 peaks_fp32=()
 peaks_bf16=()
 bf16_instruction=vdpbf16ps
+./build/fma_peak bf16 1000 2>/dev/null | grep -q AMX && bf16_instruction="AMX tdpbf16ps"
 peak_now() {  # PRECISION: prints its peak in GFLOP/s
   local out rc=0
   out=$(./build/fma_peak "$1" 2>&1) || rc=$?

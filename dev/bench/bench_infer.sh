@@ -26,8 +26,9 @@
 #     FLOPs per token: 2 per parameter except wpe (one multiply-add each), plus attention's
 #     QK^T and att.V, 4 L C per position attended. Peak: dev/bench/fma_peak.c (gpt2/cpu_peak.h;
 #     all OpenMP threads running independent vector chains) of the precision: float32 FMAs for
-#     fp32, AVX512_BF16's vdpbf16ps for bf16 (where the build has no AVX512_BF16, its bf16
-#     products run on FMAs, and the FMA peak is bf16's too). Both are measured around every run;
+#     fp32, AVX512_BF16's vdpbf16ps for bf16, or AMX's tdpbf16ps where the bf16 products run on
+#     AMX (gpt2/cpu_amx.h; where the build has no AVX512_BF16, its bf16 products run on FMAs, and
+#     the FMA peak is bf16's too). Both are measured around every run;
 #     a limit uses the highest (what the cores can do), as make bench-cpu does.
 # At batch 1 the bandwidth limit is far the lower (2 FLOPs per 4 bytes read in float32, per 2 in
 # bf16); it grows with B until the peak binds. Each precision's table gives each batch's tok/s as
@@ -102,8 +103,8 @@ read_report() {  # stderr file
     END { print params, v["L"], v["C"], v["maxT"], req, failed, prompt, gen, steps, dsec, psec, peak, ppos, pmb }' "$1"
 }
 
-# The peaks, every measurement kept, in GFLOP/s: fp32 (float32 FMA) and bf16 (vdpbf16ps; the
-# FMA peak where this build has no AVX512_BF16, fma_peak's exit status 2)
+# The peaks, every measurement kept, in GFLOP/s: fp32 (float32 FMA) and bf16 (vdpbf16ps or AMX's
+# tdpbf16ps; the FMA peak where this build has no AVX512_BF16, fma_peak's exit status 2)
 peaks_fp32=()
 peaks_bf16=()
 bf16_instruction=vdpbf16ps
@@ -119,6 +120,7 @@ peak_of() {  # PRECISION
   echo "$out" | awk '{print $2}'
 }
 ./build/fma_peak bf16 1000 > /dev/null 2>&1 || bf16_instruction="float32 FMA: this build has no AVX512_BF16"
+./build/fma_peak bf16 1000 2>/dev/null | grep -q AMX && bf16_instruction="AMX tdpbf16ps"
 peaks_now() { peaks_fp32+=("$(peak_of fp32)"); peaks_bf16+=("$(peak_of bf16)"); }
 
 # ROUNDS sweeps over the batch sizes, one run per batch and precision each; a batch's row is its
