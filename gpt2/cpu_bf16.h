@@ -508,7 +508,7 @@ typedef struct {
 
 // gemm_block in bf16: C (M x N) += A . columns j0..j0+N-1 of B on one thread, on AMX's tiles
 // where `amx` (the calling thread has loaded their configuration), else on vectors. packed_a
-// holds bf_a_units() units and packed_b KC/2 x NC, both 64-byte aligned.
+// holds MC_PAD x KC/2 units (AMX: its MC x KC/2) and packed_b KC/2 x NC, both 64-byte aligned.
 static void bf_gemm_block(float* c, size_t ldc, const float* a, size_t rsa, size_t csa,
                           const bf_operand* b, int j0, int M, int N, int K,
                           uint32_t* packed_a, uint32_t* packed_b, int amx) {

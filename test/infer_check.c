@@ -127,17 +127,21 @@ static const float* full_forward_bf16(GPT2* model, const int* tokens, int T) {
 
 typedef const float* (*FullForward)(GPT2* model, const int* tokens, int T);
 
-// 1-3: the cache's logits at every position against the full forward's (full, (T, Vp)), for a
-// whole-sequence prefill, prefill then single tokens, and uneven chunks. name: the precision.
-static void check_kv_logits(KVCache* cache, const int* tokens, const float* full, int T, int Vp, const char* name) {
-    const double tol = 1e-5;
+// 1-3: the cache's logits at every position against the full forward's (full, (T, Vp)), within
+// tol, for a whole-sequence prefill, prefill then single tokens, and uneven chunks; and the last
+// two against the first bit for bit (a position's logits are the same arithmetic whatever pass
+// it comes in: batch-invariant products, attention one position at a time). name: the precision.
+static void check_kv_logits(KVCache* cache, const int* tokens, const float* full, int T, int Vp, const char* name,
+                            double tol) {
     float* kv = (float*)malloc_check((size_t)T * Vp * sizeof(float));
+    float* prefill = (float*)malloc_check((size_t)T * Vp * sizeof(float));
     char what[256];
     // 1. prefill of the whole sequence: logits at every position
     kvcache_reset(cache);
-    kvcache_forward(cache, tokens, T, kv);
-    double e = rel_err(kv, full, (size_t)T * Vp);
-    snprintf(what, sizeof(what), "%s: prefill of %d tokens = full forward at every position (rel err %.2e)", name, T, e);
+    kvcache_forward(cache, tokens, T, prefill);
+    double e = rel_err(prefill, full, (size_t)T * Vp);
+    snprintf(what, sizeof(what), "%s: prefill of %d tokens = full forward at every position (rel err %.2e, allowed %.0e)",
+             name, T, e, tol);
     check(e <= tol, what);
 
     // 2. prefill of P tokens, then one token at a time to the end of the context
@@ -151,8 +155,10 @@ static void check_kv_logits(KVCache* cache, const int* tokens, const float* full
             memcpy(kv + (size_t)t * Vp, l, (size_t)Vp * sizeof(float));
         }
         e = rel_err(kv, full, (size_t)T * Vp);
-        snprintf(what, sizeof(what), "%s: prefill %d then %d single-token steps = full forward at every position (rel err %.2e)", name, P, T - P, e);
-        check(e <= tol, what);
+        int same = memcmp(kv, prefill, (size_t)T * Vp * sizeof(float)) == 0;
+        snprintf(what, sizeof(what), "%s: prefill %d then %d single-token steps = full forward at every position (rel err %.2e), "
+                 "= the whole prefill bit for bit (%s)", name, P, T - P, e, same ? "yes" : "no");
+        check(e <= tol && same, what);
         check(cache->pos == T, "the cache counts its positions");
     }
 
@@ -165,9 +171,12 @@ static void check_kv_logits(KVCache* cache, const int* tokens, const float* full
         t += n;
     }
     e = rel_err(kv, full, (size_t)T * Vp);
-    snprintf(what, sizeof(what), "%s: chunks of 3, 5, 1, 9, 2, 20 tokens = full forward (rel err %.2e)", name, e);
-    check(e <= tol, what);
+    int same = memcmp(kv, prefill, (size_t)T * Vp * sizeof(float)) == 0;
+    snprintf(what, sizeof(what), "%s: chunks of 3, 5, 1, 9, 2, 20 tokens = full forward (rel err %.2e), = the whole "
+             "prefill bit for bit (%s)", name, e, same ? "yes" : "no");
+    check(e <= tol && same, what);
     free(kv);
+    free(prefill);
 }
 
 // 4-5: generation after a 4-token prompt, greedy and sampled, against the argmax of the full
@@ -247,12 +256,18 @@ static void check_kv(void) {
     memcpy(full16, full_forward_bf16(&model, tokens, T), (size_t)T * Vp * sizeof(float));
     KVCache cache;
     kvcache_build(&cache, &model, 0);
-    check_kv_logits(&cache, tokens, full, T, Vp, "fp32");
+    check_kv_logits(&cache, tokens, full, T, Vp, "fp32", 1e-5);
     check_kv_generation(&model, &cache, tokens, T, full_forward, "fp32");
     kvcache_free(&cache);
 
     kvcache_build(&cache, &model, 1);
-    check_kv_logits(&cache, tokens, full16, T, Vp, "bf16");
+    // The cache's attention (attention_forward_paged: one pass, running maximum) and the full
+    // forward's (two passes over the scores) differ in float32's last bits; in bf16 such a
+    // difference can move an input of the next product across a bf16 rounding boundary, a
+    // change of 2^-8 in one value that the layers after it carry to every later position (seen
+    // on AMX's products: from the 8th position on, 3e-3 relative). So in bf16 the cache is held
+    // to the full forward within bf16's rounding, and to its own prefill bit for bit.
+    check_kv_logits(&cache, tokens, full16, T, Vp, "bf16", 1e-2);
     check_kv_generation(&model, &cache, tokens, T, full_forward_bf16, "bf16");
     // bf16 keeps 8 bits of significand: each rounding errs by up to 2^-9 relative, and the
     // logits pass through 2L+1 products of them
