@@ -197,13 +197,14 @@ __attribute__((always_inline)) static inline void mm_transpose(mm_vec* v) {
 
 // n <= LANES floats from src to dst: a copy of constant size for each n, which the compiler
 // turns into a move or two where a memcpy of a variable size would be a call (n is a constant
-// wherever the caller's loops unroll).
+// wherever the caller's loops unroll). Only the cases up to LANES copy: the compiler, which
+// cannot tell that n stays below LANES, would otherwise warn of copies longer than a vector.
 static MM_ALWAYS_INLINE void mm_copy_floats(float* dst, const float* src, int n) {
-#define MM_COPY(k) case k: memcpy(dst, src, k * sizeof(float)); return;
+#define MM_COPY(k) case k: if (k <= MM_LANES) memcpy(dst, src, k * sizeof(float)); return;
     switch (n) {
         MM_COPY(1) MM_COPY(2) MM_COPY(3) MM_COPY(4) MM_COPY(5) MM_COPY(6) MM_COPY(7) MM_COPY(8)
         MM_COPY(9) MM_COPY(10) MM_COPY(11) MM_COPY(12) MM_COPY(13) MM_COPY(14) MM_COPY(15) MM_COPY(16)
-        default: memcpy(dst, src, (size_t)n * sizeof(float));
+        default: return;
     }
 #undef MM_COPY
 }

@@ -385,8 +385,9 @@ static int infer_export(const InferConfig* cfg) {
 }
 
 // The program: reads the flags, the model and the tokenizer, builds the device and runs one
-// prompt or the requests; returns the exit status.
-static int infer_main(int argc, char** argv, const InferDevice* dev) {
+// prompt or the requests; returns the exit status. (inline: test/infer_check.c includes infer.c
+// without its main, which would otherwise leave this unused and warned of.)
+static inline int infer_main(int argc, char** argv, const InferDevice* dev) {
     InferConfig cfg = infer_parse_args(argc, argv);
     if (cfg.export_dir != NULL) return infer_export(&cfg);
 #ifdef GPT2_SERVE
