@@ -392,7 +392,7 @@ data/tinyshakespeare_train.bin data/tinyshakespeare_val.bin &: tokenizer data/gp
 
 test:
 	bash test/setup.sh
-	$(MAKE) all data
+	$(MAKE) -j"$$(nproc 2>/dev/null || echo 2)" all data
 	bash test/run.sh
 
 # ---------- fuzzing: every file reader and the tokenizer under libFuzzer (test/fuzz/) ----------

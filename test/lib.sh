@@ -2,6 +2,8 @@
 # It moves to the repository root and sets:
 #   CC, CFLAGS, PY      the compiler and flags (make test passes the Makefile's), the Python with
 #                       Debian's torch and numpy
+#   JOBS                how many programs a test's make builds at once (make -j$JOBS): the
+#                       machine's cores, unless set
 #   OMP_WAIT_POLICY     passive: libgomp's default spin-waiting makes every parallel region wait
 #                       for a descheduled thread when the cores are busy with other work, and a
 #                       tiny model's steps go from milliseconds to most of a second
@@ -28,6 +30,7 @@
 #                            (as test_train_gpu_emu runs them anyway): Open MPI holds memory to the
 #                            end from plugins it has unloaded by then, which no suppression can name
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
+JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 CC=${CC:-gcc}
 CFLAGS=${CFLAGS:--O2 -fopenmp}
 PY=${PYTHON:-/usr/bin/python3}

@@ -17,7 +17,7 @@ if ! ${FUZZ_CC:-clang} -fsanitize=fuzzer,address,undefined "$dir/probe.c" -o "$d
   echo "skipped: ${FUZZ_CC:-clang} cannot build a libFuzzer target ($(head -c 120 "$dir/probe.log")); bash test/setup.sh installs clang and libclang-rt-dev"
   exit 77
 fi
-make -s fuzz-targets tokenizer infer train_cpu data >/dev/null || { echo "FAIL: make fuzz-targets"; exit 1; }
+make -s -j"$JOBS" fuzz-targets tokenizer infer train_cpu data >/dev/null || { echo "FAIL: make fuzz-targets"; exit 1; }
 status=0
 targets=$(sed -n 's/^FUZZ_TARGETS := //p' Makefile)
 

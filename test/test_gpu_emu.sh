@@ -23,7 +23,7 @@ set -u
 cd "$(dirname "$0")/.."
 . test/lib.sh  # mpi_run
 if ! command -v "${CXX:-g++}" >/dev/null; then echo "skipped: no C++ compiler (${CXX:-g++})"; exit 77; fi
-make -s gpu-emu race-emu || { echo "FAIL: the emulator's builds of gpu_check, instruction_check or race_check do not build"; exit 1; }
+make -s -j"$JOBS" gpu-emu race-emu || { echo "FAIL: the emulator's builds of gpu_check, instruction_check or race_check do not build"; exit 1; }
 export ASAN_OPTIONS=detect_leaks=0
 unset CUDA_VISIBLE_DEVICES  # the emulator honours it as CUDA does: a GPU machine's setting must not hide its GPU
 status=0

@@ -21,7 +21,7 @@ if ! "$PY" -c 'import numpy' 2>/dev/null; then
   echo "skipped: $PY cannot import numpy (bash test/setup.sh installs it)"
   exit 77
 fi
-make -s infer infer_gpu_emu build/emu/infer_gpu_race >/dev/null ||
+make -s -j"$JOBS" infer infer_gpu_emu build/emu/infer_gpu_race >/dev/null ||
   { echo "FAIL: infer, build/emu/infer_gpu or build/emu/infer_gpu_race does not build"; exit 1; }
 fresh_dir infer_gpu_emu
 "$PY" dev/reference/gpt2_ref.py make-model --model "$dir/m.bin" --tokens "$dir/t.bin" --V 320 --maxT 64 --L 2 \

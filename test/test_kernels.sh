@@ -11,7 +11,7 @@
 set -u
 . "$(dirname "$0")/lib.sh"
 log=build/kernels-emu.log
-make -s kernels-emu >"$log" 2>&1
+make -s -j"$JOBS" kernels-emu >"$log" 2>&1
 rc=$?
 cat "$log"
 [ $rc -eq 0 ] || { echo "FAIL: make kernels-emu exited $rc"; exit 1; }

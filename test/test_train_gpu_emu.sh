@@ -25,7 +25,7 @@ set -u
 . "$(dirname "$0")/lib.sh"
 if ! command -v "${CXX:-g++}" >/dev/null; then echo "skipped: no C++ compiler (${CXX:-g++})"; exit 77; fi
 need_python numpy
-make -s train_gpu_emu build/emu/train_gpu_race || { echo "FAIL: build/emu/train_gpu or build/emu/train_gpu_race does not build"; exit 1; }
+make -s -j"$JOBS" train_gpu_emu build/emu/train_gpu_race || { echo "FAIL: build/emu/train_gpu or build/emu/train_gpu_race does not build"; exit 1; }
 export ASAN_OPTIONS=detect_leaks=0
 # the emulator honours CUDA_VISIBLE_DEVICES as CUDA does: a GPU machine's setting (a scheduler's)
 # must not hide its emulated GPUs
