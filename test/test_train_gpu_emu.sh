@@ -32,10 +32,14 @@ export ASAN_OPTIONS=detect_leaks=0
 unset CUDA_VISIBLE_DEVICES
 status=0
 
-bash test/train_gpu_checks.sh build/emu/train_gpu fp32 || status=1
-bash test/train_gpu_checks.sh build/emu/train_gpu bf16 || status=1
-
 fresh_dir test_train_gpu_emu
+# The two precisions' checks at once (an emulated run is one process on one core; their folders,
+# and the emulator's NCCL over MPI, are their own), their outputs in order
+bash test/train_gpu_checks.sh build/emu/train_gpu fp32 >"$dir/checks_fp32.log" 2>&1 &
+fp32_checks=$!
+bash test/train_gpu_checks.sh build/emu/train_gpu bf16 >"$dir/checks_bf16.log" 2>&1 || status=1
+wait $fp32_checks || status=1
+cat "$dir/checks_fp32.log" "$dir/checks_bf16.log"
 # expect_run NAME EXPECTED_TEXT PROGRAM ARGS...: it must exit 1 with exactly one line on stderr
 # containing EXPECTED_TEXT
 expect_run() {
