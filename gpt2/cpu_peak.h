@@ -160,8 +160,9 @@ static float cpu_peak_chains_amx(long iters, float seed) {
 #endif
 
 // The peak in GFLOP/s of all OpenMP threads together (their number in *threads): a warm-up of
-// iters / 4 rounds, then the best of `reps` runs of `iters` rounds on every thread at once (an AMX
-// round, 64 times the work of a vdpbf16ps one, is counted as 16 of them: runs of similar length).
+// iters / 4 rounds, then the best of `reps` runs of `iters` rounds on every thread at once (AMX
+// runs iters / 16 rounds: four tdpbf16ps of ~16 cycles each take several times as long as a
+// round of vector instructions, and its runs stay a few milliseconds).
 // `kind` is CPU_PEAK_FP32, _DPBF16 (needs cpu_peak_has_bf16()) or _AMX (cpu_peak_has_amx()).
 // *checksum: the chains' sums, printed so that the work is kept.
 static double cpu_peak_measure(int kind, long iters, int reps, int* threads, float* checksum) {
