@@ -778,6 +778,7 @@ static inline float max_lanes(const float* x, int n) {
 // sums are added in a fixed tree at the end (halves, then quarters, ...): a fixed order too (the
 // same bits every run, on any number of threads), in which the 16 lanes are one vector FMA per
 // 16 terms. Attention's scores and its backward's dot products run on it (gpt2/cpu_layers.h).
+
 // 16 lanes' sums added in dot_lanes' fixed tree: halves, quarters, then the last four in pairs
 // (layernorm's lane sums, gpt2/cpu_layers.h, end in it too).
 static inline float lanes_total(const float* s) {

@@ -64,13 +64,17 @@ wait_quiet() {
 # the FMA peak where this build has no AVX512_BF16, fma_peak's exit status 2).
 peaks_fp32=()
 peaks_bf16=()
-bf16_instruction=vdpbf16ps
-./build/fma_peak bf16 1000 2>/dev/null | grep -q AMX && bf16_instruction="AMX tdpbf16ps"
+bf16_instruction=vdpbf16ps   # what the bf16 peak is measured on: asked once here (peak_now runs
+                             # in a subshell, where a variable set would not reach the summary)
+if ! probe=$(./build/fma_peak bf16 1000 2>/dev/null); then
+  bf16_instruction="float32 FMA: this build has no AVX512_BF16"
+elif [[ "$probe" == *AMX* ]]; then
+  bf16_instruction="AMX tdpbf16ps"
+fi
 peak_now() {  # PRECISION: prints its peak in GFLOP/s
   local out rc=0
   out=$(./build/fma_peak "$1" 2>&1) || rc=$?
   if [ "$1" = bf16 ] && [ $rc = 2 ]; then
-    bf16_instruction="float32 FMA: this build has no AVX512_BF16"
     out=$(./build/fma_peak fp32) || rc=$?
   elif [ $rc != 0 ]; then
     echo "bench_cpu: ./build/fma_peak $1 failed: $out" >&2; exit 1

@@ -119,8 +119,11 @@ peak_of() {  # PRECISION
   fi
   echo "$out" | awk '{print $2}'
 }
-./build/fma_peak bf16 1000 > /dev/null 2>&1 || bf16_instruction="float32 FMA: this build has no AVX512_BF16"
-./build/fma_peak bf16 1000 2>/dev/null | grep -q AMX && bf16_instruction="AMX tdpbf16ps"
+if ! probe=$(./build/fma_peak bf16 1000 2>/dev/null); then
+  bf16_instruction="float32 FMA: this build has no AVX512_BF16"
+elif [[ "$probe" == *AMX* ]]; then
+  bf16_instruction="AMX tdpbf16ps"
+fi
 peaks_now() { peaks_fp32+=("$(peak_of fp32)"); peaks_bf16+=("$(peak_of bf16)"); }
 
 # ROUNDS sweeps over the batch sizes, one run per batch and precision each; a batch's row is its
