@@ -87,8 +87,12 @@ static float cpu_peak_chains_fp32(long iters, float seed) {
         for (int l = 0; l < CPU_PEAK_LANES; l++) acc[c][l] = seed + 0.001f * c + 0.0001f * l;
     }
     for (long i = 0; i < iters; i++) {
-        // the asm barrier keeps `a` in a register and stops the compiler from folding iterations
-        __asm__ volatile("" : "+v"(a));
+        // the asm barrier keeps `a` and `b` in registers and stops the compiler from folding
+        // iterations. Without `b` in it, GCC left b on the stack and gave every FMA a memory
+        // operand: on a Sapphire Rapids-class Xeon that loop ran at 66-70% of this one's rate
+        // (164-175 against 235-240 GFLOP/s on one core), below what the matmul kernel itself
+        // reaches (207-220), so every percentage of that peak read high.
+        __asm__ volatile("" : "+v"(a), "+v"(b));
         // fully unrolled so that every chain lives in its own register (a GCC pragma, which
         // nvcc's front end would warn about where it compiles this header's host code)
 #ifndef __CUDACC__
