@@ -79,8 +79,13 @@ static void kvcache_build(KVCache* cache, const GPT2* model, int bf16) {
     cache->logits = (float*)malloc_check((size_t)c.padded_vocab_size * sizeof(float));
 }
 
+// Back to position 0, every key and value of the pool set to NaN: a pass that reads a position
+// of the cache it has not written (a stale key or value left by the pass before, or one a step
+// forgot to store) then gives NaN logits, which no check below lets through.
 static void kvcache_reset(KVCache* cache) {
     cache->pos = 0;
+    for (size_t i = 0; i < cache->g.sizes[0]; i++) cache->g.t.key[i] = NAN;
+    for (size_t i = 0; i < cache->g.sizes[1]; i++) cache->g.t.value[i] = NAN;
 }
 
 static void kvcache_free(KVCache* cache) {
