@@ -538,6 +538,13 @@ static inline void mm_prefetch_some(mm_prefetch* f, int lines) {
     }
 }
 
+// What gemm_block does after each kernel call besides its prefetches: nothing, unless a program
+// defines MM_AFTER_KERNEL() before including this file (dev/bench/overlap.c runs slices of other
+// work there, to see whether that work's memory traffic hides under the kernel's FMAs).
+#ifndef MM_AFTER_KERNEL
+#define MM_AFTER_KERNEL() ((void)0)
+#endif
+
 static void gemm_block(float* c, size_t ldc, const float* a, size_t rsa, size_t csa,
                        const mm_operand* b, int j0, int M, int N, int K,
                        float* packed_a, float* packed_b) {
@@ -584,6 +591,7 @@ static void gemm_block(float* c, size_t ldc, const float* a, size_t rsa, size_t 
                         }
                         mm_prefetch_some(&next, lines_per_call);
                         mm_prefetch_some(&next_a, a_lines);
+                        MM_AFTER_KERNEL();
                     }
                 }
             }
