@@ -55,30 +55,41 @@ solutions() {
     command -v git >/dev/null || { echo "check.sh: --solutions needs git (to copy the tree and apply the patches)" >&2; return 2; }
     local work; work=$(mktemp -d "${TMPDIR:-/tmp}/exercises.XXXXXX")
     trap "rm -rf '$work'" EXIT
-    # the tree as it is, once for every check (what they build there is shared)
+    # the tree as it is, once for every check (what they build there is shared): the checks
+    # without the solutions run there one after the other; each check with its solution runs in
+    # its own copy, in the background beside them, as many at a time as there are cores. Each
+    # exercise's verdict goes to $work/NAME.result, printed in order at the end.
+    local cores; cores=$(nproc 2>/dev/null || echo 2)
     scratch_copy "$work/as-is"
     for d in "${dirs[@]}"; do
         local name; name=$(basename "$d")
-        local copy="$work/$name" start=$SECONDS
+        local copy="$work/$name" start=$SECONDS result="$work/$name.result"
         if (cd "$work/as-is" && bash "doc/exercises/$name/check.sh") >"$work/$name.before.log" 2>&1; then
-            echo "FAIL  $name: its check passes on the tree without the solution (see $name/check.sh)"
-            fails=$((fails + 1)); continue
+            echo "FAIL  $name: its check passes on the tree without the solution (see $name/check.sh)" >"$result"
+            continue
         fi
         scratch_copy "$copy"
         if ! (cd "$copy" && git apply -p1 "doc/exercises/$name/solution.patch") >"$work/$name.apply.log" 2>&1; then
-            echo "FAIL  $name: solution.patch no longer applies to the tree:"
-            sed 's/^/      /' "$work/$name.apply.log"
-            fails=$((fails + 1)); continue
+            { echo "FAIL  $name: solution.patch no longer applies to the tree:"
+              sed 's/^/      /' "$work/$name.apply.log"; } >"$result"
+            continue
         fi
-        if (cd "$copy" && bash "doc/exercises/$name/check.sh") >"$work/$name.after.log" 2>&1; then
-            echo "PASS  $name ($((SECONDS - start))s): fails without the solution, passes with it"
-            pass=$((pass + 1))
-        else
-            echo "FAIL  $name: the check fails with the reference solution applied; its last lines:"
-            tail -n 20 "$work/$name.after.log" | sed 's/^/      /'
-            fails=$((fails + 1))
-        fi
-        rm -rf "$copy"
+        while [ "$(jobs -rp | wc -l)" -ge "$cores" ]; do wait -n; done
+        (
+            if (cd "$copy" && bash "doc/exercises/$name/check.sh") >"$work/$name.after.log" 2>&1; then
+                echo "PASS  $name ($((SECONDS - start))s): fails without the solution, passes with it"
+            else
+                echo "FAIL  $name: the check fails with the reference solution applied; its last lines:"
+                tail -n 20 "$work/$name.after.log" | sed 's/^/      /'
+            fi >"$result"
+            rm -rf "$copy"
+        ) &
+    done
+    wait
+    for d in "${dirs[@]}"; do
+        local result; result="$work/$(basename "$d").result"
+        cat "$result"
+        if head -n 1 "$result" | grep -q '^PASS'; then pass=$((pass + 1)); else fails=$((fails + 1)); fi
     done
     echo "solutions: $pass passed, $fails failed"
     [ $fails -eq 0 ]
