@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs fuzz targets (built by `make fuzz-targets` into build/fuzz/) for SECONDS each, one after
-# the other, and exits non-zero if any found a crash, a leak, a sanitizer report, a broken check,
+# Runs fuzz targets (built by `make fuzz-targets` into build/fuzz/) for SECONDS each, as many at
+# once as there are cores (FUZZ_JOBS sets another number; each target is one process on one core,
+# so each still gets SECONDS of a core), and exits non-zero if any found a crash, a leak, a sanitizer report, a broken check,
 # a timeout or an out-of-memory. What a target finds is saved as build/fuzz/found/TARGET-KIND-HASH
 # (replay it: build/fuzz/fuzz_TARGET FILE; shrink it: add -minimize_crash=1 -runs=10000).
 #
@@ -9,7 +10,8 @@
 #   (test/fuzz/regress/TARGET) and what it found before in the working corpus FUZZ_WORK/TARGET
 #   (default build/fuzz/corpus: kept between runs until make clean, so time adds up), where new
 #   inputs go. One line per target: runs, speed, coverage (cov: code edges reached, ft: features),
-#   corpus size, and the CPU time it used; the full libFuzzer output is in build/fuzz/TARGET.log.
+#   corpus size, and the CPU time it used, in the order the targets were given; the full libFuzzer
+#   output is in build/fuzz/TARGET.log.
 #   FUZZ_OUT (default build/fuzz) is where the binaries are and where logs and findings go.
 cd "$(dirname "$0")/../.." || exit 1
 seconds=${1:?usage: test/fuzz/run.sh SECONDS TARGET...}
@@ -29,9 +31,11 @@ max_len() {  # inputs a little larger than the largest seed
   esac
 }
 
-for target in "$@"; do
-  bin=$out/fuzz_$target
-  [ -x "$bin" ] || { echo "FAIL: $bin is not built (make fuzz-targets)"; status=1; continue; }
+# fuzz_target TARGET: runs it, prints its line (ending ": ok") or what it found
+fuzz_target() {
+  local target=$1
+  local bin=$out/fuzz_$target
+  [ -x "$bin" ] || { echo "FAIL: $bin is not built (make fuzz-targets)"; return 1; }
   mkdir -p "$work/$target"
   dirs=("$work/$target" "test/fuzz/corpus/$target")
   [ -d "test/fuzz/regress/$target" ] && dirs+=("test/fuzz/regress/$target")
@@ -59,9 +63,21 @@ for target in "$@"; do
   if [ $rc -eq 0 ]; then
     echo "$line: ok"
   else
-    status=1
     echo "$line: FOUND (exit $rc); from $log:"
     grep -E 'ERROR|SUMMARY|fuzz check failed|Test unit written|error:' "$log" | head -n 8 | sed 's/^/    /'
   fi
+}
+
+# each target's lines in $out/TARGET.result, its verdict in the last word of the first (ok)
+jobs_max=${FUZZ_JOBS:-$(nproc 2>/dev/null || echo 2)}
+for target in "$@"; do
+  rm -f "$out/$target.result"
+  while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do wait -n; done
+  fuzz_target "$target" >"$out/$target.result" 2>&1 &
+done
+wait
+for target in "$@"; do
+  if [ -f "$out/$target.result" ]; then cat "$out/$target.result"; else echo "FAIL: fuzz_$target gave no result"; fi
+  head -n 1 "$out/$target.result" 2>/dev/null | grep -q ': ok$' || status=1
 done
 exit $status
