@@ -37,20 +37,33 @@ for async in wait issue random:7; do
 done
 
 echo "--- 2. every kernel against the CPU, in several schedules ---"
+# An emulated GPU is one process on one core: the kernels in the other schedules (one after the
+# other) and every kernel check under the race detector (3) run in the background from here,
+# beside the checks in the default schedule; each prints where it would have, from its log.
+kernels=(encoder layernorm matmul attention attention_paged gelu residual classifier clip adamw matmul_bf16 attention_bf16
+         attention_paged_bf16 adamw_bf16)
+schedules() {
+  local rc=0
+  for mode in "CUDA_EMU_SCHEDULE=reverse" "CUDA_EMU_SCHEDULE=ahead CUDA_EMU_ASYNC=issue" \
+              "CUDA_EMU_SCHEDULE=random:11 CUDA_EMU_ASYNC=random:12"; do
+    echo "--- the kernels again, $mode ---"
+    quiet env $mode build/emu/gpu_check --quick "${kernels[@]}" >build/emu/schedule.log ||
+      { cat build/emu/schedule.log; echo "FAIL: emulated GPU kernels disagree with the CPU under $mode"; rc=1; }
+    grep -c "^  ok" build/emu/schedule.log | sed 's/$/ checks ok/'
+  done
+  return $rc
+}
+schedules >build/emu/schedules.out 2>&1 &
+schedules_pid=$!
+build/emu/gpu_check_race --quick >build/emu/race_kernels.log 2>&1 &
+race_kernels_pid=$!
 quiet build/emu/gpu_check --quick || { echo "FAIL: emulated GPU kernels disagree with the CPU"; status=1; }
 # the roofline's measuring mode (dev/gpu/roofline.h), on a tiny model: every row's launcher runs, in both precisions
 quiet build/emu/gpu_check --quick roofline >build/emu/roofline.log &&
   [ "$(grep -c '^the whole step, measured' build/emu/roofline.log)" = 2 ] && echo "ok   roofline --quick: every row runs" ||
   { cat build/emu/roofline.log; echo "FAIL: build/emu/gpu_check --quick roofline did not run every row of both precisions"; status=1; }
-kernels=(encoder layernorm matmul attention attention_paged gelu residual classifier clip adamw matmul_bf16 attention_bf16
-         attention_paged_bf16 adamw_bf16)
-for mode in "CUDA_EMU_SCHEDULE=reverse" "CUDA_EMU_SCHEDULE=ahead CUDA_EMU_ASYNC=issue" \
-            "CUDA_EMU_SCHEDULE=random:11 CUDA_EMU_ASYNC=random:12"; do
-  echo "--- the kernels again, $mode ---"
-  quiet env $mode build/emu/gpu_check --quick "${kernels[@]}" >build/emu/schedule.log ||
-    { cat build/emu/schedule.log; echo "FAIL: emulated GPU kernels disagree with the CPU under $mode"; status=1; }
-  grep -c "^  ok" build/emu/schedule.log | sed 's/$/ checks ok/'
-done
+wait $schedules_pid || status=1
+cat build/emu/schedules.out
 
 echo "--- 3. the race detector on kernels with planted races ---"
 for mode in "" "CUDA_EMU_SCHEDULE=reverse" "CUDA_EMU_SCHEDULE=ahead CUDA_EMU_ASYNC=issue" \
@@ -94,9 +107,9 @@ expect_report build/emu/race_check unwritten \
   "block 1's read of what only block 0 wrote, reported at line $line"
 
 echo "--- every kernel check under the race detector ---"
-build/emu/gpu_check_race --quick >build/emu/race.log 2>&1 ||
-  { tail -20 build/emu/race.log; echo "FAIL: a kernel races on shared memory, or disagrees with the CPU"; status=1; }
-grep -c "^  ok" build/emu/race.log | sed 's/$/ checks ok, no race/'
+wait $race_kernels_pid ||
+  { tail -20 build/emu/race_kernels.log; echo "FAIL: a kernel races on shared memory, or disagrees with the CPU"; status=1; }
+grep -c "^  ok" build/emu/race_kernels.log | sed 's/$/ checks ok, no race/'
 
 echo "--- 4. the emulator's NCCL against NCCL's results, under mpirun ---"
 if ! command -v mpirun >/dev/null; then
