@@ -33,7 +33,7 @@ plant() {
     echo "FAIL: the planted fault '$edit' does not change dev/kernels/$step.cu: update this test"; exit 1
   fi
   $PY dev/emu/cuda_emu.py $dir/$name.cu $dir/emu/$name.cpp || exit 1
-  make -s $dir/emu/$name $dir/emu/${name}_race -f - <<MK || { echo "FAIL: the broken copy $name does not build"; exit 1; }
+  make -s -j"$JOBS" $dir/emu/$name $dir/emu/${name}_race -f - <<MK || { echo "FAIL: the broken copy $name does not build"; exit 1; }
 include Makefile
 $dir/emu/$name: $dir/emu/$name.cpp
 	\$(CXX) -O1 \$(EMU_CXXFLAGS) \$< -o \$@
