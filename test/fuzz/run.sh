@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs fuzz targets (built by `make fuzz-targets` into build/fuzz/) for SECONDS each, as many at
 # once as there are cores (FUZZ_JOBS sets another number; each target is one process on one core,
-# so each still gets SECONDS of a core), and exits non-zero if any found a crash, a leak, a sanitizer report, a broken check,
-# a timeout or an out-of-memory. What a target finds is saved as build/fuzz/found/TARGET-KIND-HASH
+# so each still gets SECONDS of a core; a target named twice runs once), and exits non-zero if any
+# found a crash, a leak, a sanitizer report, a broken check, a timeout or an out-of-memory. What a target finds is saved as build/fuzz/found/TARGET-KIND-HASH
 # (replay it: build/fuzz/fuzz_TARGET FILE; shrink it: add -minimize_crash=1 -runs=10000).
 #
 # Usage: test/fuzz/run.sh SECONDS TARGET...
@@ -70,13 +70,18 @@ fuzz_target() {
 
 # each target's lines in $out/TARGET.result, its verdict in the last word of the first (ok)
 jobs_max=${FUZZ_JOBS:-$(nproc 2>/dev/null || echo 2)}
+declare -A started
 for target in "$@"; do
+  [ -n "${started[$target]:-}" ] && continue
+  started[$target]=1
   rm -f "$out/$target.result"
   while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do wait -n; done
   fuzz_target "$target" >"$out/$target.result" 2>&1 &
 done
 wait
 for target in "$@"; do
+  [ "${started[$target]}" = 1 ] || continue
+  started[$target]=2
   if [ -f "$out/$target.result" ]; then cat "$out/$target.result"; else echo "FAIL: fuzz_$target gave no result"; fi
   head -n 1 "$out/$target.result" 2>/dev/null | grep -q ': ok$' || status=1
 done
