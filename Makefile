@@ -20,9 +20,9 @@
 #   make fuzz            every file reader and the tokenizer under libFuzzer, FUZZ_SECONDS each
 #                        (make fuzz-coverage: the lines of each reader that its corpus reaches)
 #
-# Knobs: CC, OMP=1 (0 turns OpenMP off), NATIVE=1 (-march=native -mprefer-vector-width=512 after a test compile),
-#        MPI=1 (0 turns off data parallelism: train_cpu and train_gpu under mpirun need Open MPI's
-#        mpicc, and train_gpu NCCL from the CUDA toolkit, found when present),
+# Knobs: CC, OMP=1 (0 turns OpenMP off), NATIVE=1 (-march=native -mprefer-vector-width=512 after
+#        a test compile), MPI=1 (0 turns off data parallelism: train_cpu and train_gpu under
+#        mpirun need Open MPI's mpicc, and train_gpu NCCL from the CUDA toolkit, found when present),
 #        MATMUL=fast (naive: every matrix product of train_cpu and infer on the plain loops that
 #        define it, gpt2/cpu_layers.h), NVCC (CUDA 11.8 or newer for the default GPU_ARCH, 11.0
 #        for GPU_ARCH=80: doc/gpu.md), GPU_ARCH (compute capabilities to build for, e.g.
