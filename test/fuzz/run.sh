@@ -70,18 +70,16 @@ fuzz_target() {
 
 # each target's lines in $out/TARGET.result, its verdict in the last word of the first (ok)
 jobs_max=${FUZZ_JOBS:-$(nproc 2>/dev/null || echo 2)}
-declare -A started
-for target in "$@"; do
-  [ -n "${started[$target]:-}" ] && continue
-  started[$target]=1
+declare -A seen
+targets=()
+for target in "$@"; do [ -n "${seen[$target]:-}" ] || { seen[$target]=1; targets+=("$target"); }; done
+for target in "${targets[@]}"; do
   rm -f "$out/$target.result"
   while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do wait -n; done
   fuzz_target "$target" >"$out/$target.result" 2>&1 &
 done
 wait
-for target in "$@"; do
-  [ "${started[$target]}" = 1 ] || continue
-  started[$target]=2
+for target in "${targets[@]}"; do
   if [ -f "$out/$target.result" ]; then cat "$out/$target.result"; else echo "FAIL: fuzz_$target gave no result"; fi
   head -n 1 "$out/$target.result" 2>/dev/null | grep -q ': ok$' || status=1
 done
