@@ -89,9 +89,9 @@ static float cpu_peak_chains_fp32(long iters, float seed) {
     for (long i = 0; i < iters; i++) {
         // the asm barrier keeps `a` and `b` in registers and stops the compiler from folding
         // iterations. Without `b` in it, GCC left b on the stack and gave every FMA a memory
-        // operand: on an Intel Xeon with AMX that loop ran at 66-70% of this one's rate
-        // (164-175 against 235-240 GFLOP/s on one core), below what the matmul kernel itself
-        // reaches (207-220), so every percentage of that peak read high.
+        // operand: on an Intel Xeon with AMX that loop ran at two thirds of this one's rate
+        // (158-176 against 235-244 GFLOP/s on one core), below what the matmul kernel itself
+        // reaches (207-228), so every percentage of that peak read high.
         __asm__ volatile("" : "+v"(a), "+v"(b));
         // fully unrolled so that every chain lives in its own register (a GCC pragma, which
         // nvcc's front end would warn about where it compiles this header's host code)
