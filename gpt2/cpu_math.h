@@ -256,6 +256,66 @@ static MM_NOINLINE void mm_store_transposed(int rows, const mm_vec (*acc)[MM_NR_
     }
 }
 
+// The source of the next block of B that gemm_block will pack, fetched into the caches a share
+// at a time while the kernel works on the present one: packing then reads it from cache rather
+// than memory, and the bytes come from memory while the FMA units are busy. Its lines are walked
+// as segments of contiguous floats: rows of B where a row is contiguous (csb = 1), else columns
+// (rsb = 1); B with neither is left to the hardware.
+typedef struct {
+    const float* base;      // the first float of the first segment
+    size_t stride;          // floats from one segment to the next
+    int segments, length;   // how many segments, floats in each
+    int segment, offset;    // the cursor: the next line to fetch
+} mm_prefetch;
+
+// The rows x cols block at x (element (r, s) at x[r * rs + s * cs]) as segments.
+static mm_prefetch mm_prefetch_of(const float* x, size_t rs, size_t cs, int rows, int cols) {
+    mm_prefetch f = {NULL, 0, 0, 0, 0, 0};
+    if (rows <= 0 || cols <= 0) return f;
+    if (cs == 1) {
+        f.base = x, f.stride = rs, f.segments = rows, f.length = cols;
+    } else if (rs == 1) {
+        f.base = x, f.stride = cs, f.segments = cols, f.length = rows;
+    }
+    return f;
+}
+
+// How many lines of f each of `calls` kernel calls fetches, to have fetched all of it by the last.
+static int mm_prefetch_share(const mm_prefetch* f, int calls) {
+    if (f->segments == 0 || calls <= 0) return 0;
+    return (int)(((long long)f->segments * ((f->length + 15) / 16) + calls - 1) / calls);
+}
+
+// Fetches the next `lines` cache lines of the block (64 bytes, 16 floats each).
+static inline void mm_prefetch_some(mm_prefetch* f, int lines) {
+    for (; lines > 0 && f->segment < f->segments; lines--) {
+        __builtin_prefetch(f->base + f->segment * f->stride + f->offset, 0, 2);
+        f->offset += 16;
+        if (f->offset >= f->length) f->segment++, f->offset = 0;
+    }
+}
+
+// What a kernel call fetches while it runs: lines of the next block of B and of the next block of
+// A, a burst of a few at a time spread over its k steps (mm_bursts(kc) bursts a call, 16 where kc
+// allows), so that each burst's lines arrive while the FMAs go on. Issued all at once between two
+// calls, a hundred prefetches that miss fill the core's line-fill buffers and hold up the
+// instructions behind them (doc/cpu_speed.md).
+#define MM_FETCH_BURSTS 16
+static inline int mm_burst_steps(int kc) {   // k steps from one burst to the next
+    return kc > MM_FETCH_BURSTS ? (kc + MM_FETCH_BURSTS - 1) / MM_FETCH_BURSTS : 1;
+}
+static inline int mm_bursts(int kc) { return (kc + mm_burst_steps(kc) - 1) / mm_burst_steps(kc); }
+
+typedef struct {
+    mm_prefetch next[2];   // the next block of B, the next block of A
+    int burst[2];          // lines of each per burst
+} mm_fetch;
+
+static inline void mm_fetch_burst(mm_fetch* f) {
+    mm_prefetch_some(&f->next[0], f->burst[0]);
+    mm_prefetch_some(&f->next[1], f->burst[1]);
+}
+
 // The micro-kernel body for a tile of `rows` rows (rows <= MR): C tile (rows x nr of it inside C,
 // row stride ldc) += packed A micro-panel (rows x kc) . packed B micro-panel (kc x NR), or, given
 // an init row (the nr values C's columns start from: a bias, or zeros), C tile = init + the
@@ -267,34 +327,38 @@ static MM_NOINLINE void mm_store_transposed(int rows, const mm_vec (*acc)[MM_NR_
 // they lie, row i of the tile at ap + i * lda, not from a packed micro-panel; with transposed
 // (decided once per call: it changes only the tile's end), the tile goes into C transposed
 // (mm_store_transposed, init then one value per row of the tile). The same arithmetic for every
-// element in each.
+// element in each. fetch (may be NULL): what to prefetch while the call runs, besides its tile of C.
 static MM_ALWAYS_INLINE void mm_kernel_rows(int rows, int kc, const float* ap, size_t lda, const float* bp,
                                             float* c, size_t ldc, int nr, const float* init,
-                                            int a_rows, int transposed) {
+                                            int a_rows, int transposed, mm_fetch* fetch) {
     const mm_vec zero = {0};
     mm_vec acc[MM_MR][MM_NR_VECS];
     MM_UNROLL for (int i = 0; i < rows; i++) {
         MM_UNROLL for (int v = 0; v < MM_NR_VECS; v++) acc[i][v] = zero;
-        if (!transposed) {
-            // the tile of C, which the end of the call adds into, on its way while the FMAs run
-            __builtin_prefetch(c + i * ldc, 1);
-            __builtin_prefetch(c + i * ldc + MM_NR - 1, 1);
-        }
     }
-    if (transposed) {   // the tile's rows of C are its columns: nr rows of `rows` floats
-        for (int j = 0; j < nr; j++) {
-            __builtin_prefetch(c + j * ldc, 1);
-            __builtin_prefetch(c + j * ldc + rows - 1, 1);
+    // The k steps in mm_bursts(kc) chunks, each after a burst of prefetches: the lines of the tile
+    // of C that the end of the call adds into or stores (its rows, or in the transposed form its
+    // nr columns, one or two lines each), spread over the first half of the bursts so that they
+    // are in cache by the end, and the fetch's share of the next blocks.
+    int step = mm_burst_steps(kc), half = (mm_bursts(kc) + 1) / 2;
+    int c_rows = transposed ? nr : rows, c_next = 0, c_burst = (c_rows + half - 1) / half;
+    int c_span = transposed ? rows - 1 : MM_NR - 1;   // from a row's first float of the tile to its last
+    for (int p0 = 0; p0 < kc; p0 += step) {
+        for (int r = 0; r < c_burst && c_next < c_rows; r++, c_next++) {
+            __builtin_prefetch(c + c_next * ldc, 1);
+            __builtin_prefetch(c + c_next * ldc + c_span, 1);
         }
-    }
-    for (int p = 0; p < kc; p++) {
-        const mm_vec* b = (const mm_vec*)(bp + (size_t)p * MM_NR);   // 64-byte aligned
-        mm_vec bv[MM_NR_VECS];
-        MM_UNROLL for (int v = 0; v < MM_NR_VECS; v++) bv[v] = b[v];
-        MM_UNROLL for (int i = 0; i < rows; i++) {
-            // broadcast to every lane by the multiply
-            float a = a_rows ? ap[i * lda + p] : ap[(size_t)p * rows + i];
-            MM_UNROLL for (int v = 0; v < MM_NR_VECS; v++) acc[i][v] = MM_FMA(acc[i][v], a, bv[v]);
+        if (fetch != NULL) mm_fetch_burst(fetch);
+        int p1 = mm_min(kc, p0 + step);
+        for (int p = p0; p < p1; p++) {
+            const mm_vec* b = (const mm_vec*)(bp + (size_t)p * MM_NR);   // 64-byte aligned
+            mm_vec bv[MM_NR_VECS];
+            MM_UNROLL for (int v = 0; v < MM_NR_VECS; v++) bv[v] = b[v];
+            MM_UNROLL for (int i = 0; i < rows; i++) {
+                // broadcast to every lane by the multiply
+                float a = a_rows ? ap[i * lda + p] : ap[(size_t)p * rows + i];
+                MM_UNROLL for (int v = 0; v < MM_NR_VECS; v++) acc[i][v] = MM_FMA(acc[i][v], a, bv[v]);
+            }
         }
     }
     if (transposed) {
@@ -328,24 +392,24 @@ static MM_ALWAYS_INLINE void mm_kernel_rows(int rows, int kc, const float* ap, s
 // (transposed) transposed.
 static MM_ALWAYS_INLINE void mm_kernel_form(int a_rows, int transposed, int kc, const float* ap, size_t lda,
                                             const float* bp, float* c, size_t ldc, int mr, int nr,
-                                            const float* init) {
-#define MM_ROWS(r) case r: if (r <= MM_MR) mm_kernel_rows(r, kc, ap, lda, bp, c, ldc, nr, init, a_rows, transposed); break;
+                                            const float* init, mm_fetch* fetch) {
+#define MM_ROWS(r) case r: if (r <= MM_MR) mm_kernel_rows(r, kc, ap, lda, bp, c, ldc, nr, init, a_rows, transposed, fetch); break;
     switch (mr) {
         MM_ROWS(1) MM_ROWS(2) MM_ROWS(3) MM_ROWS(4) MM_ROWS(5) MM_ROWS(6) MM_ROWS(7)
         MM_ROWS(8) MM_ROWS(9) MM_ROWS(10) MM_ROWS(11) MM_ROWS(12) MM_ROWS(13) MM_ROWS(14)
-        default: mm_kernel_rows(mr, kc, ap, lda, bp, c, ldc, nr, init, a_rows, transposed); break;
+        default: mm_kernel_rows(mr, kc, ap, lda, bp, c, ldc, nr, init, a_rows, transposed, fetch); break;
     }
 #undef MM_ROWS
 }
 
 static void mm_kernel(int kc, const float* ap, const float* bp, float* c, size_t ldc, int mr, int nr,
-                      const float* init) {
-    mm_kernel_form(0, 0, kc, ap, 0, bp, c, ldc, mr, nr, init);
+                      const float* init, mm_fetch* fetch) {
+    mm_kernel_form(0, 0, kc, ap, 0, bp, c, ldc, mr, nr, init, fetch);
 }
 
 static void mm_kernel_a_rows(int kc, const float* ap, size_t lda, const float* bp, float* c, size_t ldc,
-                             int mr, int nr, const float* init, int transposed) {
-    mm_kernel_form(1, transposed, kc, ap, lda, bp, c, ldc, mr, nr, init);
+                             int mr, int nr, const float* init, int transposed, mm_fetch* fetch) {
+    mm_kernel_form(1, transposed, kc, ap, lda, bp, c, ldc, mr, nr, init, fetch);
 }
 
 // Packs `rows` x kc elements into one micro-panel: element (r, p) goes to dst[p * rows_total + r],
@@ -470,6 +534,12 @@ typedef struct {
     int a_rows, transposed;
 } mm_operand;
 
+static mm_prefetch mm_prefetch_block(const mm_operand* b, int pc, int kc, int j, int nc) {
+    mm_prefetch none = {NULL, 0, 0, 0, 0, 0};
+    if (b->packed != NULL) return none;
+    return mm_prefetch_of(b->b + pc * b->rsb + j * b->csb, b->rsb, b->csb, kc, nc);
+}
+
 // The init row of C = A . B: zeros for a tile's NR columns, or, in the transposed form, for its
 // MR rows.
 static const float mm_zero_row[MM_NR > MM_MR ? MM_NR : MM_MR] = {0};
@@ -493,51 +563,6 @@ static void mm_set_rows(float* c, size_t ldc, const float* bias, int M, int N) {
 // holds MC_PAD x KC floats and packed_b KC x NC (unused when B comes packed), both 64-byte
 // aligned. Each KC x nc block of B is packed here, or found where gemm_pack_b put it: both give
 // the kernel the same panels, so both give the same bits.
-// The source of the next block of B that gemm_block will pack, fetched into the caches a share
-// at a time while the kernel works on the present one: packing then reads it from cache rather
-// than memory, and the bytes come from memory while the FMA units are busy. Its lines are walked
-// as segments of contiguous floats: rows of B where a row is contiguous (csb = 1), else columns
-// (rsb = 1); B with neither is left to the hardware.
-typedef struct {
-    const float* base;      // the first float of the first segment
-    size_t stride;          // floats from one segment to the next
-    int segments, length;   // how many segments, floats in each
-    int segment, offset;    // the cursor: the next line to fetch
-} mm_prefetch;
-
-// The rows x cols block at x (element (r, s) at x[r * rs + s * cs]) as segments.
-static mm_prefetch mm_prefetch_of(const float* x, size_t rs, size_t cs, int rows, int cols) {
-    mm_prefetch f = {NULL, 0, 0, 0, 0, 0};
-    if (rows <= 0 || cols <= 0) return f;
-    if (cs == 1) {
-        f.base = x, f.stride = rs, f.segments = rows, f.length = cols;
-    } else if (rs == 1) {
-        f.base = x, f.stride = cs, f.segments = cols, f.length = rows;
-    }
-    return f;
-}
-
-static mm_prefetch mm_prefetch_block(const mm_operand* b, int pc, int kc, int j, int nc) {
-    mm_prefetch none = {NULL, 0, 0, 0, 0, 0};
-    if (b->packed != NULL) return none;
-    return mm_prefetch_of(b->b + pc * b->rsb + j * b->csb, b->rsb, b->csb, kc, nc);
-}
-
-// How many lines of f each of `calls` kernel calls fetches, to have fetched all of it by the last.
-static int mm_prefetch_share(const mm_prefetch* f, int calls) {
-    if (f->segments == 0 || calls <= 0) return 0;
-    return (int)(((long long)f->segments * ((f->length + 15) / 16) + calls - 1) / calls);
-}
-
-// Fetches the next `lines` cache lines of the block (64 bytes, 16 floats each).
-static inline void mm_prefetch_some(mm_prefetch* f, int lines) {
-    for (; lines > 0 && f->segment < f->segments; lines--) {
-        __builtin_prefetch(f->base + f->segment * f->stride + f->offset, 0, 2);
-        f->offset += 16;
-        if (f->offset >= f->length) f->segment++, f->offset = 0;
-    }
-}
-
 // What gemm_block does after each kernel call besides its prefetches: nothing, unless a program
 // defines MM_AFTER_KERNEL() before including this file (dev/bench/overlap.c runs slices of other
 // work there, to see whether that work's memory traffic hides under the kernel's FMAs).
@@ -561,36 +586,37 @@ static void gemm_block(float* c, size_t ldc, const float* a, size_t rsa, size_t 
             }
             // the next block in this loop order: the next KC rows, else the next NC columns
             int next_pc = pc + MM_KC < K ? pc + MM_KC : 0, next_jc = pc + MM_KC < K ? jc : jc + MM_NC;
-            mm_prefetch next = mm_prefetch_block(b, next_pc, mm_min(MM_KC, K - next_pc), j0 + next_jc,
-                                                 mm_min(MM_NC, N - next_jc));
+            mm_fetch fetch;
+            fetch.next[0] = mm_prefetch_block(b, next_pc, mm_min(MM_KC, K - next_pc), j0 + next_jc,
+                                              mm_min(MM_NC, N - next_jc));
             int calls = (nc + MM_NR - 1) / MM_NR * ((M + MM_MR - 1) / MM_MR + (M + MM_MC - 1) / MM_MC);
-            int lines_per_call = mm_prefetch_share(&next, calls);
+            fetch.burst[0] = (mm_prefetch_share(&fetch.next[0], calls) + mm_bursts(kc) - 1) / mm_bursts(kc);
             for (int ic = 0; ic < M; ic += MM_MC) {
                 int mc = mm_min(MM_MC, M - ic);
                 if (!b->a_rows) mm_pack_a(packed_a, a + ic * rsa + pc * csa, rsa, csa, mc, kc);
                 // and the source of the next block of A, here (dW's dout^T: rows of dout far apart)
-                mm_prefetch next_a = ic + MM_MC < M
+                fetch.next[1] = ic + MM_MC < M
                     ? mm_prefetch_of(a + (ic + MM_MC) * rsa + pc * csa, rsa, csa, mm_min(MM_MC, M - ic - MM_MC), kc)
                     : mm_prefetch_of(NULL, 0, 0, 0, 0);
-                int a_lines = mm_prefetch_share(&next_a, (nc + MM_NR - 1) / MM_NR * ((mc + MM_MR - 1) / MM_MR));
+                int a_lines = mm_prefetch_share(&fetch.next[1], (nc + MM_NR - 1) / MM_NR * ((mc + MM_MR - 1) / MM_MR));
+                fetch.burst[1] = (a_lines + mm_bursts(kc) - 1) / mm_bursts(kc);
+                mm_fetch* f = fetch.burst[0] + fetch.burst[1] > 0 ? &fetch : NULL;
                 for (int j = 0; j < nc; j += MM_NR) {        // one B micro-panel, from L1,
                     const float* init = mm_init_row(b->init, b->bias, pc, j0 + jc + j);
                     for (int i = 0; i < mc; i += MM_MR) {    // against every A micro-panel in L2
                         if (b->transposed) {
                             mm_kernel_a_rows(kc, a + (ic + i) * rsa + pc, rsa, bp + (size_t)j * kc,
                                              c + (jc + j) * ldc + ic + i, ldc, mm_min(MM_MR, mc - i),
-                                             mm_min(MM_NR, nc - j), mm_init_row(b->init, b->bias, pc, ic + i), 1);
+                                             mm_min(MM_NR, nc - j), mm_init_row(b->init, b->bias, pc, ic + i), 1, f);
                         } else if (b->a_rows) {
                             mm_kernel_a_rows(kc, a + (ic + i) * rsa + pc, rsa, bp + (size_t)j * kc,
                                              c + (ic + i) * ldc + jc + j, ldc, mm_min(MM_MR, mc - i),
-                                             mm_min(MM_NR, nc - j), init, 0);
+                                             mm_min(MM_NR, nc - j), init, 0, f);
                         } else {
                             mm_kernel(kc, packed_a + (size_t)i * kc, bp + (size_t)j * kc,
                                       c + (ic + i) * ldc + jc + j, ldc, mm_min(MM_MR, mc - i),
-                                      mm_min(MM_NR, nc - j), init);
+                                      mm_min(MM_NR, nc - j), init, f);
                         }
-                        mm_prefetch_some(&next, lines_per_call);
-                        mm_prefetch_some(&next_a, a_lines);
                         MM_AFTER_KERNEL();
                     }
                 }
