@@ -127,6 +127,7 @@ void gpt2_allocate_activations(GPT2* model, int B, int T) {
     activation_sizes_cpu(model->act_sizes, model, B, T, 0);
     model->num_activations = sum_sizes(model->act_sizes, NUM_ACTIVATION_TENSORS);
     model->acts_memory = (float*)calloc_check(slots * model->num_activations, sizeof(float));
+    hint_huge_pages(model->acts_memory, slots * model->num_activations * sizeof(float));
     model->grads_acts_memory = NULL;
     model->inputs = (int*)malloc_check(slots * BT * sizeof(int));
     model->targets = (int*)malloc_check(slots * BT * sizeof(int));
@@ -221,11 +222,13 @@ void gpt2_zero_grad(GPT2* model) {
 void gpt2_backward(GPT2* model) {
     if (model->grads_memory == NULL) {
         model->grads_memory = (float*)calloc_check(model->num_padded, sizeof(float));
+        hint_huge_pages(model->grads_memory, model->num_padded * sizeof(float));
         point_tensors((float**)&model->grads, model->grads_memory, model->param_sizes, NUM_PARAMETER_TENSORS);
         model->grads_fresh = 1;
     }
     if (model->grads_acts_memory == NULL) {
         model->grads_acts_memory = (float*)calloc_check(activation_grads_floats(model), sizeof(float));
+        hint_huge_pages(model->grads_acts_memory, activation_grads_floats(model) * sizeof(float));
     }
     int B = model->last_B, T = model->last_T;
     layout_slot(model, B, T);  // a pipeline runs other slots' forward passes in between
@@ -309,6 +312,8 @@ void gpt2_update(GPT2* model, float lr, float beta1, float beta2, float eps, flo
     if (model->m_memory == NULL) {
         model->m_memory = (float*)calloc_check(model->opt_count, sizeof(float));
         model->v_memory = (float*)calloc_check(model->opt_count, sizeof(float));
+        hint_huge_pages(model->m_memory, model->opt_count * sizeof(float));
+        hint_huge_pages(model->v_memory, model->opt_count * sizeof(float));
     }
     AdamWStep s = adamw_step(lr, beta1, beta2, eps, t);
     size_t lo = model->opt_offset, hi = lo + model->opt_count, start = 0;

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 
 // ---------- file formats (doc/formats.md) ----------
@@ -147,6 +148,24 @@ static inline void* aligned_alloc_check_(size_t alignment, size_t size, const ch
     return p;
 }
 #define aligned_alloc_check(alignment, size) aligned_alloc_check_(alignment, size, __FILE__, __LINE__)
+
+// Asks the kernel to back the whole 2 MB pages inside [p, p + bytes) with 2 MB pages (Linux's
+// transparent huge pages, which many systems give only to memory that asks for them: the
+// "madvise" setting of /sys/kernel/mm/transparent_hugepage/enabled). Training streams its large
+// buffers (parameters, gradients, AdamW's moments, activations) through the cores every step; in
+// 4 KB pages that is a page, and a walk of the page tables when the TLB misses, every 1024 floats
+// of each stream (doc/cpu_speed.md has what 2 MB pages saved). Call it before the memory is first
+// written: a calloc or malloc this large gets fresh pages from the kernel, which are given their
+// size when first touched. Only a hint: where the system has no such pages it does nothing.
+static inline void hint_huge_pages(void* p, size_t bytes) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    const uintptr_t huge = (uintptr_t)2 << 20;
+    uintptr_t lo = ((uintptr_t)p + huge - 1) & ~(huge - 1), hi = ((uintptr_t)p + bytes) & ~(huge - 1);
+    if (hi > lo) madvise((void*)lo, hi - lo, MADV_HUGEPAGE);
+#else
+    (void)p, (void)bytes;
+#endif
+}
 
 // Size of an open file in bytes (the file position is kept).
 static inline long long file_size_check_(FILE* f, const char* what, const char* file, int line) {

@@ -471,6 +471,7 @@ static inline void gpt2_allocate_shard(GPT2* model, GPT2Config config, Shard sha
     model->opt_count = model->num_parameters;
     model->num_slots = 1;
     model->params_memory = (float*)malloc_check(model->num_padded * sizeof(float));
+    hint_huge_pages(model->params_memory, model->num_padded * sizeof(float));
     memset(model->params_memory + model->num_parameters, 0, (model->num_padded - model->num_parameters) * sizeof(float));
     point_tensors((float**)&model->params, model->params_memory, model->param_sizes, NUM_PARAMETER_TENSORS);
     model->mean_loss = -1.0f;
