@@ -135,6 +135,11 @@ typedef float mm_vec;
 // multiples of NR, and a block of columns must start on one of them to find its panels there.
 #define MM_NC ((2048 + MM_NR - 1) / MM_NR * MM_NR)
 #define MM_MC_PAD ((MM_MC + MM_MR - 1) / MM_MR * MM_MR)   // whole micro-panels
+// NC where A is read in place (dinp's dout, gemm_accumulate_a_rows): rereading A for each block of
+// B's columns costs no packing there, so a block of B can be narrow enough to stay in a 2 MB L2
+// (KC x 512 floats: 2 MB at most, 1.5 MB at K = 768) rather than in L3, where a packed A, packed
+// again for every block of columns, wants blocks of B as wide as NC (doc/cpu_speed.md).
+#define MM_NC_A_ROWS ((512 + MM_NR - 1) / MM_NR * MM_NR)
 
 static int mm_min(int a, int b) { return a < b ? a : b; }
 
@@ -573,8 +578,9 @@ static void mm_set_rows(float* c, size_t ldc, const float* bias, int M, int N) {
 static void gemm_block(float* c, size_t ldc, const float* a, size_t rsa, size_t csa,
                        const mm_operand* b, int j0, int M, int N, int K,
                        float* packed_a, float* packed_b) {
-    for (int jc = 0; jc < N; jc += MM_NC) {
-        int nc = mm_min(MM_NC, N - jc);
+    const int NC = b->a_rows && !b->transposed ? MM_NC_A_ROWS : MM_NC;
+    for (int jc = 0; jc < N; jc += NC) {
+        int nc = mm_min(NC, N - jc);
         for (int pc = 0; pc < K; pc += MM_KC) {
             int kc = mm_min(MM_KC, K - pc);
             const float* bp;   // the block's micro-panels, the one of columns j.. at bp + j * kc
@@ -585,10 +591,10 @@ static void gemm_block(float* c, size_t ldc, const float* a, size_t rsa, size_t 
                 bp = packed_b;
             }
             // the next block in this loop order: the next KC rows, else the next NC columns
-            int next_pc = pc + MM_KC < K ? pc + MM_KC : 0, next_jc = pc + MM_KC < K ? jc : jc + MM_NC;
+            int next_pc = pc + MM_KC < K ? pc + MM_KC : 0, next_jc = pc + MM_KC < K ? jc : jc + NC;
             mm_fetch fetch;
             fetch.next[0] = mm_prefetch_block(b, next_pc, mm_min(MM_KC, K - next_pc), j0 + next_jc,
-                                              mm_min(MM_NC, N - next_jc));
+                                              mm_min(NC, N - next_jc));
             int calls = (nc + MM_NR - 1) / MM_NR * ((M + MM_MR - 1) / MM_MR + (M + MM_MC - 1) / MM_MC);
             fetch.burst[0] = (mm_prefetch_share(&fetch.next[0], calls) + mm_bursts(kc) - 1) / mm_bursts(kc);
             for (int ic = 0; ic < M; ic += MM_MC) {

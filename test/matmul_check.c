@@ -866,6 +866,7 @@ int main(int argc, char** argv) {
     fails += check_a_rows(256, 96, 2 * MM_KC + 7);   // k blocks, two blocks of rows and a short tile
     fails += check_a_rows(37, 300, 50);              // slices of columns, edge panels
     fails += check_a_rows(300, 20, 33);              // slices of rows
+    fails += check_a_rows(40, 2 * MM_NC_A_ROWS + 72, 70);   // blocks of B's columns in each slice
 
     printf("bf16 products: %s, KC %d\n", cpu_bf16_arith(), BF_KC);
     fails += check_bf16_packing(2 * BF_KC + 37, 1000, 1, 2 * BF_KC + 37);   // weight^T: pairs adjacent
