@@ -126,8 +126,7 @@ void gpt2_allocate_activations(GPT2* model, int B, int T) {
     model->capacity_T = T;
     activation_sizes_cpu(model->act_sizes, model, B, T, 0);
     model->num_activations = sum_sizes(model->act_sizes, NUM_ACTIVATION_TENSORS);
-    model->acts_memory = (float*)calloc_check(slots * model->num_activations, sizeof(float));
-    hint_huge_pages(model->acts_memory, slots * model->num_activations * sizeof(float));
+    model->acts_memory = (float*)calloc_huge_pages(slots * model->num_activations, sizeof(float));
     model->grads_acts_memory = NULL;
     model->inputs = (int*)malloc_check(slots * BT * sizeof(int));
     model->targets = (int*)malloc_check(slots * BT * sizeof(int));
@@ -221,14 +220,12 @@ void gpt2_zero_grad(GPT2* model) {
 // accumulate into model->grads: call gpt2_zero_grad first for a fresh step.
 void gpt2_backward(GPT2* model) {
     if (model->grads_memory == NULL) {
-        model->grads_memory = (float*)calloc_check(model->num_padded, sizeof(float));
-        hint_huge_pages(model->grads_memory, model->num_padded * sizeof(float));
+        model->grads_memory = (float*)calloc_huge_pages(model->num_padded, sizeof(float));
         point_tensors((float**)&model->grads, model->grads_memory, model->param_sizes, NUM_PARAMETER_TENSORS);
         model->grads_fresh = 1;
     }
     if (model->grads_acts_memory == NULL) {
-        model->grads_acts_memory = (float*)calloc_check(activation_grads_floats(model), sizeof(float));
-        hint_huge_pages(model->grads_acts_memory, activation_grads_floats(model) * sizeof(float));
+        model->grads_acts_memory = (float*)calloc_huge_pages(activation_grads_floats(model), sizeof(float));
     }
     int B = model->last_B, T = model->last_T;
     layout_slot(model, B, T);  // a pipeline runs other slots' forward passes in between
@@ -310,10 +307,8 @@ float gpt2_clip_gradients(GPT2* model, float grad_scale, float max_norm) {
 // on the matrices (PARAMETERS[k].decay). m and v hold the moments of those parameters.
 void gpt2_update(GPT2* model, float lr, float beta1, float beta2, float eps, float weight_decay, int t) {
     if (model->m_memory == NULL) {
-        model->m_memory = (float*)calloc_check(model->opt_count, sizeof(float));
-        model->v_memory = (float*)calloc_check(model->opt_count, sizeof(float));
-        hint_huge_pages(model->m_memory, model->opt_count * sizeof(float));
-        hint_huge_pages(model->v_memory, model->opt_count * sizeof(float));
+        model->m_memory = (float*)calloc_huge_pages(model->opt_count, sizeof(float));
+        model->v_memory = (float*)calloc_huge_pages(model->opt_count, sizeof(float));
     }
     AdamWStep s = adamw_step(lr, beta1, beta2, eps, t);
     size_t lo = model->opt_offset, hi = lo + model->opt_count, start = 0;

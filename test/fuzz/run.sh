@@ -2,8 +2,9 @@
 # Runs fuzz targets (built by `make fuzz-targets` into build/fuzz/) for SECONDS each, as many at
 # once as there are cores (FUZZ_JOBS sets another number; each target is one process on one core,
 # so each still gets SECONDS of a core; a target named twice runs once), and exits non-zero if any
-# found a crash, a leak, a sanitizer report, a broken check, a timeout or an out-of-memory. What a target finds is saved as build/fuzz/found/TARGET-KIND-HASH
-# (replay it: build/fuzz/fuzz_TARGET FILE; shrink it: add -minimize_crash=1 -runs=10000).
+# found a crash, a leak, a sanitizer report, a broken check, a timeout or an out-of-memory. What a
+# target finds is saved as build/fuzz/found/TARGET-KIND-HASH (replay it: build/fuzz/fuzz_TARGET
+# FILE; shrink it: add -minimize_crash=1 -runs=10000).
 #
 # Usage: test/fuzz/run.sh SECONDS TARGET...
 #   Each target starts from its committed seeds (test/fuzz/corpus/TARGET), its regression inputs
