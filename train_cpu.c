@@ -78,6 +78,97 @@ static const TensorGroup* tensor_group(void) {
 static Layers layers_cpu_bf16, layers_first;
 static const Layers* cpu_layers = &LAYERS_CPU;
 
+// ---------- GPT2_TIME_PRODUCTS=1: every matrix product timed inside the steps ----------
+// How fast each product runs where it counts, inside a step: its weight and its activations come
+// from memory, after the other layers, which dev/bench/bench_matmul's warm loops do not show.
+// The layer table's two matmul entries go through timers that read the clock around the same
+// calls (nothing else changes: the same bits), and at the end train_cpu prints one line per shape
+// (rows x C -> OC) and pass (forward; backward: dinp, dW and the bias gradient together): its
+// calls, the median call's time, GFLOP/s and share of the MFU peak. The median leaves the first
+// step's page faults out. The first TIMED_CALLS calls of each shape and pass are kept, of the first
+// TIMED_SHAPES shapes; those of forward passes only (samples, validation batches of other sizes)
+// are counted, not listed.
+#define TIMED_SHAPES 32
+#define TIMED_CALLS 2048
+typedef struct {
+    int rows, C, OC;
+    long calls[2];                   // forward, backward
+    float ms[2][TIMED_CALLS];        // the first TIMED_CALLS of them
+} TimedShape;
+static TimedShape* timed_shapes;     // NULL: not timing
+static int timed_count;
+static double timed_seconds;
+static Layers layers_timed;
+static void (*timed_fwd_inner)(float*, const float*, const float*, const float*, int, int, int, int);
+static void (*timed_bwd_inner)(float*, float*, float*, const float*, const float*, const float*, int, int, int, int);
+static void (*timed_bwd_first_inner)(float*, float*, float*, const float*, const float*, const float*, int, int, int, int);
+
+static void timed_record(int pass, int rows, int C, int OC, double t0) {
+    double t1 = now_seconds();
+    timed_seconds += t1 - t0;
+    int i = 0;
+    while (i < timed_count && !(timed_shapes[i].rows == rows && timed_shapes[i].C == C && timed_shapes[i].OC == OC)) i++;
+    if (i == timed_count) {
+        if (timed_count == TIMED_SHAPES) return;
+        timed_shapes[timed_count++] = (TimedShape){.rows = rows, .C = C, .OC = OC};
+    }
+    TimedShape* s = &timed_shapes[i];
+    if (s->calls[pass] < TIMED_CALLS) s->ms[pass][s->calls[pass]] = (float)(1e3 * (t1 - t0));
+    s->calls[pass]++;
+}
+static void timed_fwd(float* out, const float* inp, const float* weight, const float* bias, int B, int T, int C, int OC) {
+    double t0 = now_seconds();
+    timed_fwd_inner(out, inp, weight, bias, B, T, C, OC);
+    timed_record(0, B * T, C, OC, t0);
+}
+static void timed_bwd(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                      const float* weight, int B, int T, int C, int OC) {
+    double t0 = now_seconds();
+    timed_bwd_inner(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
+    timed_record(1, B * T, C, OC, t0);
+}
+static void timed_bwd_first(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                            const float* weight, int B, int T, int C, int OC) {
+    double t0 = now_seconds();
+    timed_bwd_first_inner(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
+    timed_record(1, B * T, C, OC, t0);
+}
+static int compare_floats(const void* a, const void* b) {
+    float x = *(const float*)a, y = *(const float*)b;
+    return (x > y) - (x < y);
+}
+// The table, against `peak` FLOP/s (the MFU reference)
+static void print_product_times(double peak) {
+    printf("products timed (GPT2_TIME_PRODUCTS=1), against the peak of %.1f GFLOP/s:\n", peak * 1e-9);
+    printf("%-22s %-8s %6s %12s %9s %10s\n", "shape rows x C -> OC", "pass", "calls", "median ms", "GFLOP/s", "% of peak");
+    double at_medians = 0.0;
+    int forward_only = 0;
+    for (int i = 0; i < timed_count; i++) {
+        TimedShape* s = &timed_shapes[i];
+        if (s->calls[1] == 0) {  // a sample's or a validation batch's own size: not a training product
+            forward_only++;
+            continue;
+        }
+        for (int pass = 0; pass < 2; pass++) {
+            long calls = s->calls[pass];
+            int n = calls < TIMED_CALLS ? (int)calls : TIMED_CALLS;
+            if (n == 0) continue;
+            qsort(s->ms[pass], n, sizeof(float), compare_floats);
+            double ms = s->ms[pass][(n - 1) / 2];
+            at_medians += 1e-3 * ms * calls;
+            double gflops = (pass == 0 ? 2.0 : 4.0) * s->rows * s->C * s->OC / (ms * 1e-3) * 1e-9;
+            char shape[64];
+            snprintf(shape, sizeof shape, "%d x %d -> %d", s->rows, s->C, s->OC);
+            printf("%-22s %-8s %6ld %12.3f %9.1f %9.1f%%\n", shape, pass == 0 ? "forward" : "backward", calls, ms, gflops,
+                   100.0 * gflops * 1e9 / peak);
+        }
+    }
+    if (forward_only > 0) printf("(and %d%s shapes of forward passes only, samples' and validation's: not listed)\n",
+                                 forward_only, timed_count == TIMED_SHAPES ? " or more" : "");
+    printf("all products: %.2f s, the listed ones %.2f s at their medians (the rest: the first step's page faults,\n"
+           "other outliers, the forward-only ones)\n", timed_seconds, at_medians);
+}
+
 static inline void choose_layers(int bf16) {
     layers_cpu_bf16 = LAYERS_CPU;
     layers_cpu_bf16.matmul_fwd = matmul_forward_bf16;
@@ -85,6 +176,19 @@ static inline void choose_layers(int bf16) {
     cpu_layers = bf16 ? &layers_cpu_bf16 : &LAYERS_CPU;
     layers_first = *cpu_layers;
     layers_first.matmul_bwd = bf16 ? matmul_backward_bf16_first : matmul_backward_first;
+    const char* timing = getenv("GPT2_TIME_PRODUCTS");
+    if (timing != NULL && strcmp(timing, "0") != 0 && strcmp(timing, "") != 0) {
+        if (timed_shapes == NULL) timed_shapes = (TimedShape*)calloc_check(TIMED_SHAPES, sizeof(TimedShape));
+        timed_fwd_inner = cpu_layers->matmul_fwd;
+        timed_bwd_inner = cpu_layers->matmul_bwd;
+        timed_bwd_first_inner = layers_first.matmul_bwd;
+        layers_timed = *cpu_layers;
+        layers_timed.matmul_fwd = timed_fwd;
+        layers_timed.matmul_bwd = timed_bwd;
+        layers_first.matmul_fwd = timed_fwd;
+        layers_first.matmul_bwd = timed_bwd_first;
+        cpu_layers = &layers_timed;
+    }
 }
 
 // The layers of a backward pass: layers_first for the first after gpt2_zero_grad.
@@ -407,6 +511,7 @@ int main(int argc, char** argv) {
     GPT2* model = run_part(&run);  // trained where it is, in host memory: the whole, or this process's part
     gpt2_allocate_activations(model, cfg.micro_batch, cfg.T);
     run_train(&run, &TRAINER_CPU, model);
+    if (timed_shapes != NULL && procs.rank == 0) print_product_times(peak_flops_cpu());
     run_close(&run);
     parallel_split_free();
     parallel_finalize();
