@@ -86,7 +86,7 @@ expected=$(for shape in "128 -> 384" "128 -> 128" "128 -> 512" "512 -> 128"; do
            done
            echo "$rows x 128 -> 50304 forward $((micro * STEPS))"; echo "$rows x 128 -> 50304 backward $((micro * STEPS))")
 # the table's rows, as "SHAPE PASS CALLS", forward calls less validation's (its batches, of the
-# size, run forward only: -v 2 over 4 steps gives 3 evaluations of -m 2 batches, each in
+# same size, run forward only: -v 2 over 4 steps gives 3 evaluations of -m 2 batches, each in
 # micro-steps too)
 got=$(awk -v L=2 -v micro=$micro '/^[0-9]+ x [0-9]+ -> [0-9]+ +(forward|backward) / {
         calls = $7; if ($6 == "forward") calls -= 3 * 2 * micro * ($5 == 50304 ? 1 : L)
