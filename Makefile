@@ -33,6 +33,8 @@
 #   make infer_gpu_emu   the whole infer_gpu on the emulator: build/emu/infer_gpu
 #   make race-emu        the kernel checks under the emulator's shared-memory race detector
 #   make kernels-emu     the kernel ladder (dev/kernels/): every step checked on the emulator
+#   make bench-emu       the emulator's speed on the programs the tests run (EMU_BASELINE=DIR:
+#                        an older checkout timed beside this one, for the ratio)
 #   make kernels         the kernel ladder on a GPU: every step checked and timed, a table and a chart
 
 CC       ?= gcc
@@ -185,7 +187,7 @@ else
   ALL_TARGETS := $(CPU_PROGRAMS)
 endif
 
-.PHONY: all data test plot lessons roofline-doc fuzz fuzz-targets fuzz-coverage bench bench-tokenizer bench-cpu bench-infer bench-serve bench-dp bench-data bench-parallel clean gpu-status gpu-checks gpu-emu race-emu bench-gpu train_gpu_emu infer_gpu_emu kernels kernels-emu figures
+.PHONY: all data test plot lessons roofline-doc fuzz fuzz-targets fuzz-coverage bench bench-tokenizer bench-cpu bench-infer bench-serve bench-dp bench-data bench-parallel clean gpu-status gpu-checks gpu-emu race-emu bench-gpu bench-emu train_gpu_emu infer_gpu_emu kernels kernels-emu figures
 
 all: $(ALL_TARGETS) gpu-status
 	@echo "built: $(ALL_TARGETS) ($(OMP_STATUS), $(MPI_STATUS), $(SERVE_STATUS))"
@@ -278,17 +280,23 @@ roofline-doc: build/roofline
 # barriers and float4 alignment, not speed. build/emu/gpu_check runs the kernel checks that way,
 # build/emu/train_gpu the whole training program, with train_gpu's command line. dev/emu/cuda_emu.py
 # first turns each .cu file into C++ for it (build/emu/NAME.cpp).
-EMU_CXXFLAGS := -std=c++17 -g $(filter -fopenmp,$(CFLAGS)) -fsanitize=address,undefined -fno-sanitize-recover=undefined \
-                -include dev/emu/cuda_emu.h -I.
+# Each emulated program is one translation unit, compiled as the whole program (-fwhole-program:
+# what it does not call, such as most of the CPU layers a check includes, is dropped before code
+# generation), with line tables and inlining for the reports (-g1; EMU_BUILD="-g" for a debugger).
+# UBSan's vptr check is left out: it checks the dynamic types of polymorphic C++ objects, which the
+# project has none of, and it cost a tenth of the build.
+EMU_BUILD ?= -g1 -fwhole-program
+EMU_CXXFLAGS := -std=c++17 $(EMU_BUILD) $(filter -fopenmp,$(CFLAGS)) -fsanitize=address,undefined -fno-sanitize=vptr \
+                -fno-sanitize-recover=undefined -include dev/emu/cuda_emu.h -I.
 # The race detector's builds (build/emu/*_race, build/emu/race_check): GCC's ThreadSanitizer
 # instrumentation puts a call before every load and store, and the emulator (-DCUDA_EMU_RACE)
 # answers them: compiled with -fsanitize=thread, linked without it, so that no ThreadSanitizer
 # runtime is involved. AddressSanitizer cannot be combined with it: the detector checks the
 # bounds of shared memory itself.
-EMU_RACE_CXXFLAGS := -std=c++17 -g $(filter -fopenmp,$(CFLAGS)) -DCUDA_EMU_RACE -fsanitize=thread \
+EMU_RACE_CXXFLAGS := -std=c++17 $(EMU_BUILD) $(filter -fopenmp,$(CFLAGS)) -DCUDA_EMU_RACE -fsanitize=thread \
                      --param=tsan-instrument-func-entry-exit=0 -include dev/emu/cuda_emu.h -I.
 emu_race_build = $(CXX) -O1 $(EMU_RACE_CXXFLAGS) $(1) -c $< -o $@.o && $(CXX) $(filter -fopenmp,$(CFLAGS)) $@.o -o $@ $(2) && rm $@.o
-gpu-emu: build/emu/gpu_check build/emu/instruction_check
+gpu-emu: build/emu/gpu_check build/emu/instruction_check build/emu/emu_check
 race-emu: build/emu/gpu_check_race build/emu/race_check build/emu/race_check_asan
 train_gpu_emu: build/emu/train_gpu
 infer_gpu_emu: build/emu/infer_gpu
@@ -300,6 +308,9 @@ build/emu/instruction_check.cpp: dev/gpu/instruction_check.cu $(GPU_HEADERS) dev
 	@mkdir -p build/emu
 	$(PYTHON) dev/emu/cuda_emu.py $< $@
 build/emu/race_check.cpp: dev/emu/race_check.cu $(GPU_HEADERS) dev/emu/cuda_emu.py
+	@mkdir -p build/emu
+	$(PYTHON) dev/emu/cuda_emu.py $< $@
+build/emu/emu_check.cpp: dev/emu/emu_check.cu $(GPU_HEADERS) dev/emu/cuda_emu.py
 	@mkdir -p build/emu
 	$(PYTHON) dev/emu/cuda_emu.py $< $@
 build/emu/train_gpu.cpp: train_gpu.cu $(GPU_HEADERS) dev/emu/cuda_emu.py
@@ -318,13 +329,15 @@ build/emu/instruction_check: build/emu/instruction_check.cpp dev/emu/cuda_emu.h
 	$(CXX) -O1 $(EMU_CXXFLAGS) $< -o $@
 build/emu/race_check_asan: build/emu/race_check.cpp dev/emu/cuda_emu.h
 	$(CXX) -O1 $(EMU_CXXFLAGS) $< -o $@
+build/emu/emu_check: build/emu/emu_check.cpp dev/emu/cuda_emu.h
+	$(CXX) -O1 $(EMU_CXXFLAGS) $< -o $@
 build/emu/train_gpu: build/emu/train_gpu.cpp dev/emu/cuda_emu.h build/flags | data
 	$(CXX) -O2 $(EMU_CXXFLAGS) $(MPI_FLAGS) $< -o $@ $(MPI_LIBS)
 # the emulator's NCCL (done with MPI) against NCCL's results: with MPI as train_gpu's build has it
 build/emu/nccl_check: build/emu/nccl_check.cpp dev/emu/cuda_emu.h build/flags
 	$(CXX) -O1 $(EMU_CXXFLAGS) $(MPI_FLAGS) $< -o $@ $(MPI_LIBS)
 build/emu/infer_gpu: build/emu/infer_gpu.cpp dev/emu/cuda_emu.h build/flags | data
-	$(CXX) -O2 $(EMU_CXXFLAGS) $(SERVE_FLAGS) $< -o $@ $(SERVE_LIBS)
+	$(CXX) -O1 $(EMU_CXXFLAGS) $(SERVE_FLAGS) $< -o $@ $(SERVE_LIBS)
 build/emu/infer_gpu_race: build/emu/infer_gpu.cpp dev/emu/cuda_emu.h build/flags | data
 	$(call emu_race_build,$(SERVE_FLAGS),$(SERVE_LIBS))
 build/emu/gpu_check_race: build/emu/gpu_check.cpp dev/emu/cuda_emu.h
@@ -470,6 +483,11 @@ bench-parallel: train_cpu
 	bash dev/bench/bench_parallel.sh
 	$(PLOT_SETUP) && $(PYTHON) dev/bench/plot.py bench-parallel doc/results/bench_parallel.png doc/results/bench_parallel.txt \
 	  || echo "bench-parallel: no chart (the table is in doc/results/bench_parallel.txt)"
+
+# the emulated programs and kernel checks, timed here and, with EMU_BASELINE=DIR, in an older
+# checkout side by side (dev/bench/bench_emu.sh)
+bench-emu: data
+	bash dev/bench/bench_emu.sh $(EMU_BASELINE) .
 
 bench-gpu: train_cpu train_gpu
 	bash dev/bench/gpu_speedup.sh

@@ -11,6 +11,10 @@
 #   need_python MODULES...   exits 77 (skipped) unless $PY imports them
 #   fresh_dir NAME           $dir = build/NAME, emptied
 #   build_train_cpu [FLAGS]  $dir/train_cpu from train_cpu.c with $CFLAGS and FLAGS
+#   build_locked LOCK TARGETS...
+#                            make -s -j$JOBS TARGETS, holding the lock build/LOCK.lock: tests that
+#                            test/run.sh runs at once and that need the same programs build them
+#                            once, the second waiting for the first
 #   cut_run FROM TO STEP     TO = the -o folder FROM as a run killed after its checkpoint at STEP
 #                            had left it: that checkpoint and state, main.log up to STEP
 #   printed_after STEP FILE  what a training run printed (FILE) after STEP, without the timings,
@@ -55,6 +59,11 @@ fresh_dir() {
 
 build_train_cpu() {
   $CC $CFLAGS "$@" -o "$dir/train_cpu" train_cpu.c -lm || { echo "FAIL: train_cpu does not build"; exit 1; }
+}
+
+build_locked() {
+  local lock=build/$1.lock; shift
+  flock "$lock" make -s -j"$JOBS" "$@"
 }
 
 cut_run() {

@@ -7,15 +7,23 @@
 #      against their definitions, which the bf16 kernels' checks rely on.
 #   2. every kernel check in the default schedule (and the roofline's measuring mode on a tiny model,
 #      which runs each launcher of a training step), then again with the warps interleaved otherwise
-#      (CUDA_EMU_SCHEDULE: reverse, ahead, random) and the cp.async copies landing at other times
-#      (CUDA_EMU_ASYNC: at issue, at random): a kernel whose result depends on the order of its
-#      warps between two barriers fails in some of them.
+#      (CUDA_EMU_SCHEDULE: reverse, ahead, random), the cp.async copies landing at other times
+#      (CUDA_EMU_ASYNC: at issue, at random) and the blocks shared out to 1 and to 3 workers
+#      (CUDA_EMU_WORKERS): a kernel whose result depends on the order of its warps between two
+#      barriers, or on which blocks run together, fails in some of them.
 #   3. the race detector (build/emu/*_race): first against dev/emu/race_check.cu's kernels, one
 #      without a race (it must pass in every mode) and one per kind of race (each must be reported
 #      with the kernel and the two lines marked in the source), an index past a __shared__
 #      array's end (reported by both builds) and a read of shared memory the block never wrote;
 #      then every kernel check under it.
-#   4. dev/emu/nccl_check.cu under mpirun with 2 and 4 ranks: the emulator's NCCL (done with MPI)
+#   4. the emulator's own checks (dev/emu/emu_check.cu): a kernel per rule of CUDA that it breaks
+#      (lanes of a warp at different warp instructions, a warp instruction in a partial warp or
+#      that some lanes never reach, a __syncthreads that some threads never reach, threads at
+#      different barriers, misaligned cp.async and ldmatrix addresses, a cp.async into device
+#      memory, copies never waited for, launches over CUDA's limits, a misaligned float4, a write
+#      past the end of device memory) must each stop the run with its message; launch after
+#      launch of a few blocks each, shared out to 4 workers, must give the host's result;
+#   5. dev/emu/nccl_check.cu under mpirun with 2 and 4 ranks: the emulator's NCCL (done with MPI)
 #      against NCCL's results (all-reduce, reduce-scatter, all-gather, send/receive in and outside
 #      groups, split communicators, the calls it must refuse), then a receive whose send has
 #      another size, which must stop with a message. Skipped without MPI.
@@ -37,14 +45,15 @@ for async in wait issue random:7; do
 done
 
 echo "--- 2. every kernel against the CPU, in several schedules ---"
-# An emulated GPU is one process on one core: the kernels in the other schedules (one after the
-# other) and every kernel check under the race detector (3) run in the background from here,
-# beside the checks in the default schedule; each prints where it would have, from its log.
+# The kernels in the other schedules (one after the other) and every kernel check under the race
+# detector (3) run in the background from here, beside the checks in the default schedule, so
+# that the cores stay busy where a launch has fewer blocks than workers; each prints where it
+# would have, from its log.
 kernels=(encoder layernorm matmul attention attention_paged gelu residual classifier clip adamw matmul_bf16 attention_bf16
          attention_paged_bf16 adamw_bf16)
 schedules() {
   local rc=0
-  for mode in "CUDA_EMU_SCHEDULE=reverse" "CUDA_EMU_SCHEDULE=ahead CUDA_EMU_ASYNC=issue" \
+  for mode in "CUDA_EMU_SCHEDULE=reverse CUDA_EMU_WORKERS=1" "CUDA_EMU_SCHEDULE=ahead CUDA_EMU_ASYNC=issue CUDA_EMU_WORKERS=3" \
               "CUDA_EMU_SCHEDULE=random:11 CUDA_EMU_ASYNC=random:12"; do
     echo "--- the kernels again, $mode ---"
     quiet env $mode build/emu/gpu_check --quick "${kernels[@]}" >build/emu/schedule.log ||
@@ -111,7 +120,59 @@ wait $race_kernels_pid ||
   { tail -20 build/emu/race_kernels.log; echo "FAIL: a kernel races on shared memory, or disagrees with the CPU"; status=1; }
 grep -c "^  ok" build/emu/race_kernels.log | sed 's/$/ checks ok, no race/'
 
-echo "--- 4. the emulator's NCCL against NCCL's results, under mpirun ---"
+echo "--- 4. the emulator's own checks: kernels that break a rule of CUDA ---"
+# misuse CASE TEXT: build/emu/emu_check CASE must exit non-zero with TEXT on a line of its
+# output (and AddressSanitizer must not have lost track of the stack on the way: see emu_fatal)
+misuse() {
+  ( build/emu/emu_check "$1" ) >build/emu/misuse.log 2>&1
+  local rc=$?
+  if [ $rc -ne 0 ] && grep -qF -- "$2" build/emu/misuse.log && ! grep -q "ASan is ignoring" build/emu/misuse.log; then
+    echo "ok   $1: $(grep -m 1 -F -- "$2" build/emu/misuse.log)"
+  else
+    echo "FAIL $1: expected a non-zero exit and \"$2\"; got exit $rc:"; head -5 build/emu/misuse.log; status=1
+  fi
+}
+misuse divergent_warp "lanes of a warp wait at different warp instructions (lane 0 at shuffle, lane 16 at ldmatrix_x4) (kernel divergent_warp_kernel"
+misuse partial_warp "shuffle in a warp with fewer than 32 threads (kernel partial_warp_kernel"
+misuse exited_lanes "a warp instruction (shuffle, mma, ldmatrix) that some lanes of the warp never reach (they exited) (kernel exited_lanes_kernel"
+misuse exited_threads "__syncthreads that some threads of the block never reach (they exited) (kernel exited_threads_kernel"
+misuse divergent_barriers "deadlock: threads wait at different barriers (divergent __syncthreads/shuffle) (kernel divergent_barriers_kernel"
+misuse cp_async_misaligned "cp.async address not 16-byte aligned (kernel cp_async_misaligned_kernel"
+misuse cp_async_not_shared "cp.async destination outside shared memory (kernel cp_async_not_shared_kernel"
+misuse cp_async_unwaited "cp.async copies never waited for (the thread ended with copies in flight) (kernel cp_async_unwaited_kernel"
+misuse ldmatrix_misaligned "ldmatrix row address not 16-byte aligned (kernel ldmatrix_misaligned_kernel"
+at() { grep -n "// misuse: $1\$" dev/emu/emu_check.cu | cut -d: -f1; }  # the line marked for CASE
+misuse big_block "kernel over_limits_kernel (dev/emu/emu_check.cu:$(at big_block)) failed: invalid configuration argument"
+misuse big_grid "invalid launch of over_limits_kernel: grid (1,65536,1) block (32,1,1)"
+misuse float4_misaligned "dev/emu/emu_check.cu:$(at float4_misaligned):17: runtime error: reference binding to misaligned address"
+misuse past_device_end "in past_device_end_kernel(float*, int) dev/emu/emu_check.cu:$(at past_device_end)"
+grep -q "AddressSanitizer: heap-buffer-overflow" build/emu/misuse.log ||
+  { echo "FAIL past_device_end: not reported as a heap-buffer-overflow"; status=1; }
+# and the blocks of launch after launch shared out to 4 workers on this machine's cores: the
+# host's result, three times (a worker that ran a block of one launch while the next began
+# gave another result in about one run in five)
+for i in 1 2 3; do
+  if CUDA_EMU_WORKERS=4 build/emu/emu_check workers >build/emu/misuse.log 2>&1 && grep -q "the host's result$" build/emu/misuse.log; then
+    echo "ok   workers: $(cat build/emu/misuse.log)"
+  else
+    echo "FAIL workers (run $i):"; head -5 build/emu/misuse.log; status=1
+  fi
+done
+# and a setting it cannot read: exit 2, one line saying what it expects
+bad_setting() {  # VAR=VALUE EXPECTED
+  env "$1" build/emu/race_check_asan clean >build/emu/misuse.log 2>&1
+  local rc=$?
+  if [ $rc -eq 2 ] && [ "$(wc -l <build/emu/misuse.log)" -eq 1 ] && grep -qF "cuda_emu: $1: $2" build/emu/misuse.log; then
+    echo "ok   $1: $(cat build/emu/misuse.log)"
+  else
+    echo "FAIL $1: expected exit 2 and one line \"cuda_emu: $1: $2\"; got exit $rc:"; head -3 build/emu/misuse.log; status=1
+  fi
+}
+bad_setting CUDA_EMU_SCHEDULE=lockstep "expected roundrobin, reverse, ahead or random[:SEED]"
+bad_setting CUDA_EMU_ASYNC=random:x "expected wait, issue or random[:SEED]"
+bad_setting CUDA_EMU_WORKERS=0 "expected a number of threads from 1 to 64"
+
+echo "--- 5. the emulator's NCCL against NCCL's results, under mpirun ---"
 if ! command -v mpirun >/dev/null; then
   echo "skipped: no mpirun (bash test/setup.sh installs openmpi-bin)"
 elif ! make -s build/emu/nccl_check; then

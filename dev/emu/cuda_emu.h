@@ -5,14 +5,15 @@
 //
 // How: dev/emu/cuda_emu.py rewrites every launch `kernel<<<grid, block>>>(args)` into
 // `emu_launch("kernel", grid, block, [=]{ kernel(args); })` and every `__shared__` array into a
-// piece of one arena (emu_shared_alloc), and this header (force-included) maps the CUDA runtime
-// onto host memory. Each block runs on one OS thread, its threads as cooperative fibers: a thread
-// runs until it reaches a barrier (__syncthreads, or a warp instruction: a shuffle, mma or
-// ldmatrix, which is a barrier of its warp), then another runs. Which warp runs next is the
-// schedule, chosen at run time (CUDA_EMU_SCHEDULE below). A GPU may interleave its warps in any
-// order between two __syncthreads, so a correct kernel gives the same result under every schedule,
-// and one that depends on the order (a missing or misplaced barrier) fails under some of them.
-// Blocks run one after another, so the arena is shared memory exactly.
+// piece of an arena (emu_shared_alloc), and this header (force-included) maps the CUDA runtime
+// onto host memory. The blocks of a launch are shared out to workers, OS threads (CUDA_EMU_WORKERS
+// below), each running one block at a time in a copy of the arena of its own, so that the arena
+// is shared memory exactly. A block's threads are cooperative fibers: a thread runs until it
+// reaches a barrier (__syncthreads, or a warp instruction: a shuffle, mma or ldmatrix, which is a
+// barrier of its warp), then another runs. Which warp runs next is the schedule, chosen at run
+// time (CUDA_EMU_SCHEDULE below). A GPU may interleave its warps in any order between two
+// __syncthreads, so a correct kernel gives the same result under every schedule, and one that
+// depends on the order (a missing or misplaced barrier) fails under some of them.
 // Checked: launch limits (1024 threads, grid y/z <= 65535, 48 KiB static shared memory is up to
 // the compiler), __syncthreads or warp instructions that not every thread of the block/warp
 // reaches, or that the lanes of a warp reach at different instructions (undefined behaviour on a
@@ -40,8 +41,9 @@
 // the kernels that use them run here too (dev/gpu/instruction_check.cu checks each against a scalar
 // definition):
 //   mma_bf16_16816            a warp barrier, like a shuffle: the lanes leave their fragments in
-//                             slots, then each lane computes its four outputs from the warp's A and
-//                             B, adding the 16 products in float32 in order;
+//                             slots, and the last lane to arrive computes every lane's four
+//                             outputs from the warp's A and B, adding the 16 products in float32
+//                             in order;
 //   ldmatrix_x4(_trans)       a warp barrier: the lanes leave their row addresses, and the last
 //                             lane to arrive reads the four matrices for the whole warp at once, as
 //                             the single instruction does;
@@ -62,6 +64,8 @@
 //   CUDA_EMU_ASYNC=wait              (the default) a cp.async copy lands at the wait that retires it
 //   CUDA_EMU_ASYNC=issue             when it is issued
 //   CUDA_EMU_ASYNC=random[:SEED]     at a random point between the two
+//   CUDA_EMU_WORKERS=N               the OS threads that run the blocks of a launch (default: as many
+//                                    as OpenMP would use, OMP_NUM_THREADS or the cores; at most 64)
 //   CUDA_EMU_DRIVER=none|nodevice|old|broken   the driver and GPU that start-up finds (cudaGetDeviceCount)
 //   CUDA_EMU_DEVICES=N                         the machine's GPUs (default 1), each on its own PCI bus
 //   CUDA_VISIBLE_DEVICES=I,J,...               those the process sees, as CUDA reads it: indices, cut at
@@ -82,13 +86,18 @@
 #include <string.h>
 #include <math.h>
 #include <time.h>
+#include <pthread.h>
+#include <sched.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #include <functional>
 #include <algorithm>
 using std::min;
 using std::max;
 
 #define CUDA_EMU 1
-#define __global__
+#define __global__ __attribute__((noinline))  // a kernel is entered, never inlined: reports end at it
 #define __device__
 #define __host__
 #define __forceinline__ inline
@@ -101,12 +110,19 @@ using std::max;
 // for the kernels (an ldmatrix's read, a cp.async copy landing) and tell the detector themselves,
 // as the thread and the source line the kernel's instruction has. EMU_INSTRUCTION: a function
 // that stands for an instruction, never inlined, so that its return address is the kernel's line.
+// EMU_BOOKKEEPING: the scheduler's and the warp instructions' own state, which runs at every
+// barrier and is not the kernels' code: no sanitizer instruments it.
 #ifdef CUDA_EMU_RACE
 #define EMU_INTERNAL __attribute__((no_sanitize_thread))
 #define EMU_INSTRUCTION __attribute__((no_sanitize_thread, noinline))
+// the detector's answers to the instrumentation's calls, which the compiler inserts late: kept
+// even where the program is compiled as a whole (-fwhole-program drops what nothing calls yet)
+#define EMU_HOOK __attribute__((no_sanitize_thread, used, externally_visible))
+#define EMU_BOOKKEEPING __attribute__((no_sanitize_thread))
 #else
 #define EMU_INTERNAL
 #define EMU_INSTRUCTION
+#define EMU_BOOKKEEPING __attribute__((no_sanitize("address", "undefined")))
 #endif
 
 // ---------- vector types ----------
@@ -158,16 +174,25 @@ static inline float __fdividef(float a, float b) { return a / b; }
 static inline int __float_as_int(float f) { int i; memcpy(&i, &f, 4); return i; }
 static inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f; }
 template <typename T> static inline T __ldg(const T* p) { return *p; }
-static inline float atomicAdd(float* p, float v) { float old = *p; *p += v; return old; }
-static inline int atomicAdd(int* p, int v) { int old = *p; *p += v; return old; }
+// Atomic, as blocks may run at once on several workers (below). The race detector does not watch
+// atomics.
+EMU_INTERNAL static inline float atomicAdd(float* p, float v) {
+    float old, sum;
+    __atomic_load(p, &old, __ATOMIC_RELAXED);
+    do sum = old + v;
+    while (!__atomic_compare_exchange(p, &old, &sum, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+    return old;
+}
+EMU_INTERNAL static inline int atomicAdd(int* p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
 
-// ---------- the configuration: schedule and cp.async landing ----------
+// ---------- the configuration: schedule, cp.async landing, workers ----------
 enum { EMU_ROUND_ROBIN, EMU_REVERSE, EMU_AHEAD, EMU_RANDOM };  // CUDA_EMU_SCHEDULE
 enum { EMU_AT_WAIT, EMU_AT_ISSUE, EMU_AT_RANDOM };            // CUDA_EMU_ASYNC
 struct EmuConfig {
     bool read;
     int schedule, async;
-    unsigned long long schedule_rng, async_rng;  // the random choices' states, from their seeds
+    unsigned long long schedule_seed, async_seed;  // of the random choices (each block draws its own)
+    int workers;                                   // CUDA_EMU_WORKERS
 };
 static EmuConfig emu_cfg;
 
@@ -193,17 +218,40 @@ static int emu_env_choice(const char* var, const char* const* names, int n, unsi
     exit(2);
 }
 
+// How many workers run the blocks of a launch (below): CUDA_EMU_WORKERS, else as many threads as
+// OpenMP would use (OMP_NUM_THREADS, else the cores this process may run on), at most 64.
+static int emu_env_workers(void) {
+    const char* v = getenv("CUDA_EMU_WORKERS");
+    if (v != NULL && v[0] != '\0') {
+        char* end;
+        long n = strtol(v, &end, 10);
+        if (*end != '\0' || n < 1 || n > 64) {
+            fprintf(stderr, "cuda_emu: CUDA_EMU_WORKERS=%s: expected a number of threads from 1 to 64\n", v);
+            exit(2);
+        }
+        return (int)n;
+    }
+#ifdef _OPENMP
+    int n = omp_get_max_threads();
+#else
+    cpu_set_t cpus;
+    int n = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+#endif
+    return n < 1 ? 1 : n > 64 ? 64 : n;
+}
+
 static void emu_read_config(void) {
     if (emu_cfg.read) return;
     static const char* const schedules[] = {"roundrobin", "reverse", "ahead", "random"};
     static const char* const landings[] = {"wait", "issue", "random"};
-    emu_cfg.schedule = emu_env_choice("CUDA_EMU_SCHEDULE", schedules, 4, &emu_cfg.schedule_rng);
-    emu_cfg.async = emu_env_choice("CUDA_EMU_ASYNC", landings, 3, &emu_cfg.async_rng);
+    emu_cfg.schedule = emu_env_choice("CUDA_EMU_SCHEDULE", schedules, 4, &emu_cfg.schedule_seed);
+    emu_cfg.async = emu_env_choice("CUDA_EMU_ASYNC", landings, 3, &emu_cfg.async_seed);
+    emu_cfg.workers = emu_env_workers();
     emu_cfg.read = true;
 }
 
 // A number in [0, n) from *state (splitmix64: every seed, 0 included, gives a good sequence).
-static inline unsigned emu_random(unsigned long long* state, unsigned n) {
+EMU_BOOKKEEPING static inline unsigned emu_random(unsigned long long* state, unsigned n) {
     unsigned long long z = (*state += 0x9e3779b97f4a7c15ull);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
@@ -214,10 +262,12 @@ static inline unsigned emu_random(unsigned long long* state, unsigned n) {
 // ---------- the scheduler ----------
 // Each thread of a block is a fiber: a stack of its own and a saved stack pointer. Fibers are
 // made once and reused by every block of every launch: a fiber runs the kernel body, marks
-// itself done, switches back to the scheduler, and when resumed runs the body again (for the next
-// block). The switch saves and restores only the registers a function call must preserve, a
-// few nanoseconds, where ucontext's swapcontext makes a system call to save the signal mask: on
-// x86-64 it is the assembly below, elsewhere ucontext.
+// itself done, and when resumed runs the body again (for the next block). A step of a warp runs
+// its lanes one after another, each to its next barrier: the scheduler switches to the first
+// lane, each lane to the next, the last back to the scheduler, so that a warp instruction costs
+// one switch per lane. A switch saves and restores only the registers a function call must
+// preserve, a few nanoseconds, where ucontext's swapcontext makes a system call to save the
+// signal mask: on x86-64 it is the assembly below, elsewhere ucontext.
 enum { EMU_RUNNABLE, EMU_BLOCK_WAIT, EMU_WARP_WAIT, EMU_DONE };
 // A cp.async copy that its thread has issued and no wait has retired yet.
 struct EmuCopy {
@@ -229,17 +279,20 @@ struct EmuCopy {
     const void* pc;                 // where the kernel issued it, for the race detector
 };
 enum { EMU_MAX_COPIES = 64 };       // in flight per thread; a multi-stage tile loader needs a few
-struct EmuThread {
+struct EmuContext {                 // where a switched-out fiber (or the scheduler) resumes
 #if defined(__x86_64__)
-    void* sp;                       // saved stack pointer while switched out
+    void* sp;                       // its saved stack pointer
 #else
-    ucontext_t ctx;
+    ucontext_t uc;
 #endif
-    void* fake_stack;               // AddressSanitizer's bookkeeping across switches
+};
+struct EmuThread {
+    EmuContext ctx;
+    EmuThread* next;                // the lane this one switches to at its next barrier (NULL: the scheduler)
     uint3 tid;
-    int linear, state;
-    char* stack;
-    const char* warp_op;            // the warp instruction it waits at, for EMU_WARP_WAIT
+    int linear, warp, lane;
+    char* stack;                    // its lowest byte, above a guard page
+    size_t stack_size;              // EMU_STACK and a few cache lines (emu_launch)
     EmuCopy copies[EMU_MAX_COPIES]; // its cp.async copies in flight, in issue order
     int ncopies;
     int groups_committed;           // its cp_async_commit calls in this block
@@ -248,44 +301,50 @@ struct EmuState {
     uint3 block_idx, block_dim, grid_dim;
     EmuThread threads[1024];        // the fibers, made when a launch first needs them
     int nthreads;
-    EmuThread* cur;
-#if defined(__x86_64__)
-    void* sched_sp;
-#else
-    ucontext_t sched;
-#endif
-    void* sched_fake_stack;
-    const void* sched_stack_bottom;  // the scheduler's stack, for AddressSanitizer
-    size_t sched_stack_size;
+    EmuThread* cur;                 // the running thread (NULL: the scheduler)
+    EmuContext sched;
     std::function<void()>* body;
     long long block_gen;            // block barrier generation
     int block_acc[2];               // __syncthreads_count/or accumulators, by generation parity
     unsigned long long warp_slot[32][2][32];  // shuffle values, ldmatrix row addresses: [warp][parity][lane]
     uint32_t mma_slot[32][2][32][6];          // mma operands a[0..3], b[0..1]: [warp][parity][lane]
+    float mma_d[32][2][32][4];                // mma accumulators d[0..3], in and out: [warp][parity][lane]
     uint32_t ldmatrix_slot[32][2][32][4];     // ldmatrix results r[0..3]: [warp][parity][lane]
     long long warp_gen[32];
+    uint32_t runnable[32];          // each warp's lanes that can run: bit l for lane l
+    uint32_t chained[32];           // the lanes whose chain (EmuThread.next) emu_step_warp built last
+    EmuThread* chain[32];           // its first lane
+    const char* warp_op[32];        // the warp instruction the warp's waiting lanes are at
+    int warp_first[32];             // the lane that reached it first
+    int count[32][4];               // how many lanes of each warp wait in each state (EMU_BLOCK_WAIT...)
     int capacity;                   // fibers made so far
-    int cuda_error;                 // the next cudaGetLastError's answer (a bad launch)
-    int sticky_error;               // a kernel "faulted" (CUDA_EMU_FAULT): every later call fails
     const char* kernel;             // the kernel being run, for messages
+    unsigned long long launch;      // the launch its fibers and sizes are set up for (emu_run_blocks)
+    unsigned long long schedule_rng, async_rng;  // the block's random choices (emu_run_blocks)
+    char* arena;                    // its copy of shared memory (below)
+    struct EmuShadow* shadow;       // the race detector's shadow of it
 };
-static EmuState emu;
+// The state of the worker this thread is (see "workers" below): the main thread's is emu_main,
+// and so is that of any other thread that is not a worker.
+static EmuState emu_main;
+static thread_local EmuState* emu = &emu_main;
+static int emu_cuda_error;          // the next cudaGetLastError's answer (a bad launch)
+static int emu_sticky_error;        // a kernel "faulted" (CUDA_EMU_FAULT): every later call fails
 static const size_t EMU_STACK = 32 * 1024;  // kernels keep little on the stack
 
-#define threadIdx (emu.cur->tid)
-#define blockIdx (emu.block_idx)
-#define blockDim (emu.block_dim)
-#define gridDim (emu.grid_dim)
+#define threadIdx (emu->cur->tid)
+#define blockIdx (emu->block_idx)
+#define blockDim (emu->block_dim)
+#define gridDim (emu->grid_dim)
 #define warpSize 32
 
-static void emu_fatal(const char* what) {
-    fprintf(stderr, "cuda_emu: %s (kernel %s, block %u,%u,%u thread %u,%u,%u)\n", what,
-            emu.kernel ? emu.kernel : "?", emu.block_idx.x, emu.block_idx.y, emu.block_idx.z,
-            emu.cur ? emu.cur->tid.x : 0, emu.cur ? emu.cur->tid.y : 0, emu.cur ? emu.cur->tid.z : 0);
-    abort();
-}
-
-// AddressSanitizer must be told when the stack changes under it.
+// AddressSanitizer is not told about the switches between fibers: its bookkeeping at each switch
+// cost more than the rest of the emulator. Its checks of memory do not depend on which stack a
+// function runs on; what does: an error report's stack trace (taken by the slow unwinder, as
+// fast_unwind_on_fatal=0, the default, asks, which needs no bounds), the clearing of a stack
+// before a call that does not return (emu_fatal tells it the fiber's stack first, and is noipa so
+// that its callers do not learn that it never returns and clear the stack before it can), and
+// the fake stacks of detect_stack_use_after_return (off by default; emu_launch refuses it).
 #if defined(__SANITIZE_ADDRESS__)
 #define EMU_ASAN 1
 #elif defined(__has_feature)
@@ -295,67 +354,86 @@ static void emu_fatal(const char* what) {
 #endif
 #ifdef EMU_ASAN
 #include <sanitizer/common_interface_defs.h>
-#define EMU_ASAN_START(save, bottom, size) __sanitizer_start_switch_fiber(save, bottom, size)
-#define EMU_ASAN_FINISH(save, bottom, size) __sanitizer_finish_switch_fiber(save, bottom, size)
-#else
-#define EMU_ASAN_START(save, bottom, size) ((void)0)
-#define EMU_ASAN_FINISH(save, bottom, size) ((void)0)
+#include <sanitizer/asan_interface.h>
 #endif
 
-// ---------- shared memory: one arena ----------
-// Every __shared__ array of every kernel (each template instance has its own) is a piece of one
-// arena, given out once, when a thread first reaches the declaration (cuda_emu.py makes each a
-// static reference). Pieces are 128-byte aligned, which covers any __align__, and each is followed
-// by a gap that no array owns: AddressSanitizer is told the gaps are poisoned, and the race
-// detector stops at an access to them, so an index past an array's end is caught as it is on a
-// static array. A new piece holds 0xff bytes (NaN floats), not zeros: a GPU's shared memory starts
-// with whatever was there.
-enum { EMU_ARENA_BYTES = 8 << 20, EMU_ARENA_GAP = 256 };
+__attribute__((noipa)) static void emu_fatal(const char* what) {
+#ifdef EMU_ASAN
+    char here;  // on a fiber: its stack becomes the thread's, as abort's stack clearing needs
+    if (emu->cur != NULL && &here >= emu->cur->stack && &here < emu->cur->stack + emu->cur->stack_size) {
+        __sanitizer_start_switch_fiber(NULL, emu->cur->stack, emu->cur->stack_size);
+        __sanitizer_finish_switch_fiber(NULL, NULL, NULL);
+    }
+#endif
+    fprintf(stderr, "cuda_emu: %s (kernel %s, block %u,%u,%u thread %u,%u,%u)\n", what,
+            emu->kernel ? emu->kernel : "?", emu->block_idx.x, emu->block_idx.y, emu->block_idx.z,
+            emu->cur ? emu->cur->tid.x : 0, emu->cur ? emu->cur->tid.y : 0, emu->cur ? emu->cur->tid.z : 0);
+    abort();
+}
+
+// ---------- shared memory: an arena per worker ----------
+// Every __shared__ array of every kernel (each template instance has its own) is a piece of the
+// arena, given out once, when a thread first reaches the declaration: cuda_emu.py makes each a
+// static offset (emu_shared_alloc) and a reference into the running worker's copy of the arena
+// (emu_shared), since each worker (below) runs blocks of its own. Pieces are 128-byte aligned,
+// which covers any __align__, and each is followed by a gap that no array owns: AddressSanitizer
+// is told the gaps are poisoned, and the race detector stops at an access to them, so an index
+// past an array's end is caught as it is on a static array. A new piece holds 0xff bytes (NaN
+// floats), not zeros: a GPU's shared memory starts with whatever was there.
+enum { EMU_ARENA_BYTES = 8 << 20, EMU_ARENA_GAP = 256, EMU_MAX_WORKERS = 64 };
 struct EmuSharedArray {
     size_t offset, size;
     const char* name;
     const char* kernel;             // the kernel that first declared it
 };
-static char* emu_arena;
 static size_t emu_arena_used;
 static EmuSharedArray emu_arrays[4096];
 static int emu_narrays;
-#ifdef EMU_ASAN
-#include <sanitizer/asan_interface.h>
-#endif
-static void emu_shared_created(size_t offset, size_t size);  // the race detector's shadow, below
+static EmuState* emu_workers[EMU_MAX_WORKERS];  // the workers with an arena, emu_main first
+static int emu_nworkers;
+static pthread_mutex_t emu_arena_mutex = PTHREAD_MUTEX_INITIALIZER;  // the layout and the list of arenas
+static void emu_shadow_own(EmuState* w, size_t offset, size_t size);  // the race detector's, below
 
-static void* emu_shared_alloc(size_t size, const char* name) {
-    if (emu_arena == NULL) {
-        void* a = mmap(NULL, EMU_ARENA_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                       -1, 0);
-        if (a == MAP_FAILED) { fprintf(stderr, "cuda_emu: out of memory for shared memory\n"); exit(1); }
-        emu_arena = (char*)a;
+// Opens piece [offset, offset + size) of worker w's arena: NaN bytes, not poisoned.
+static void emu_piece_open(EmuState* w, size_t offset, size_t size) {
 #ifdef EMU_ASAN
-        ASAN_POISON_MEMORY_REGION(emu_arena, EMU_ARENA_BYTES);
+    ASAN_UNPOISON_MEMORY_REGION(w->arena + offset, size);
 #endif
-    }
-    size_t offset = (emu_arena_used + 127) / 128 * 128;
-    if (offset + size + EMU_ARENA_GAP > EMU_ARENA_BYTES || emu_narrays == (int)(sizeof(emu_arrays) / sizeof(emu_arrays[0]))) {
-        fprintf(stderr, "cuda_emu: the kernels' __shared__ arrays outgrow the arena (EMU_ARENA_BYTES)\n");
-        exit(1);
-    }
-    emu_arena_used = offset + size + EMU_ARENA_GAP;
-    EmuSharedArray a = {offset, size, name, emu.kernel ? emu.kernel : "?"};
-    emu_arrays[emu_narrays++] = a;
+    memset(w->arena + offset, 0xff, size);
+    emu_shadow_own(w, offset, size);
+}
+// Worker w's arena, with the pieces the others have (emu_arena_mutex held).
+static void emu_arena_make(EmuState* w) {
+    void* a = mmap(NULL, EMU_ARENA_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (a == MAP_FAILED) { fprintf(stderr, "cuda_emu: out of memory for shared memory\n"); exit(1); }
+    w->arena = (char*)a;
 #ifdef EMU_ASAN
-    ASAN_UNPOISON_MEMORY_REGION(emu_arena + offset, size);
+    ASAN_POISON_MEMORY_REGION(w->arena, EMU_ARENA_BYTES);
 #endif
-    memset(emu_arena + offset, 0xff, size);
-    emu_shared_created(offset, size);
-    return emu_arena + offset;
+    for (int i = 0; i < emu_narrays; i++) emu_piece_open(w, emu_arrays[i].offset, emu_arrays[i].size);
+    emu_workers[emu_nworkers++] = w;
 }
 
-EMU_INTERNAL static inline bool emu_in_arena(const void* p) { return (uintptr_t)p - (uintptr_t)emu_arena < emu_arena_used; }
+// A new array of the given size: its offset in every worker's arena.
+EMU_INTERNAL static size_t emu_shared_alloc(size_t size, const char* name) {
+    pthread_mutex_lock(&emu_arena_mutex);
+    size_t offset = (emu_arena_used + 127) / 128 * 128;
+    if (offset + size + EMU_ARENA_GAP > EMU_ARENA_BYTES || emu_narrays == (int)(sizeof(emu_arrays) / sizeof(emu_arrays[0])))
+        emu_fatal("the kernels' __shared__ arrays outgrow the arena (EMU_ARENA_BYTES)");
+    EmuSharedArray a = {offset, size, name, emu->kernel ? emu->kernel : "?"};
+    emu_arrays[emu_narrays++] = a;
+    for (int i = 0; i < emu_nworkers; i++) emu_piece_open(emu_workers[i], offset, size);
+    __atomic_store_n(&emu_arena_used, offset + size + EMU_ARENA_GAP, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&emu_arena_mutex);
+    return offset;
+}
+static inline void* emu_shared(size_t offset) { return emu->arena + offset; }
+
+EMU_INTERNAL static inline bool emu_in_arena(const void* p) { return (uintptr_t)p - (uintptr_t)emu->arena < emu_arena_used; }
 
 // "name+offset" of the array an arena address falls in, or "the gap after name".
 static void emu_describe_shared(const void* p, char* out, size_t n) {
-    size_t off = (size_t)((const char*)p - emu_arena);
+    size_t off = (size_t)((const char*)p - emu->arena);
     const EmuSharedArray* best = NULL;
     for (int i = 0; i < emu_narrays; i++)
         if (emu_arrays[i].offset <= off && (best == NULL || emu_arrays[i].offset > best->offset)) best = &emu_arrays[i];
@@ -373,7 +451,7 @@ static void emu_describe_shared(const void* p, char* out, size_t n) {
 // never compare equal to the current one. A read of a byte whose last write is older than the
 // block (emu_block_epoch) reads what an earlier block left, or the arena's fill: shared memory the
 // block never wrote, which is undefined on a GPU.
-static uint64_t emu_epoch = 1, emu_block_epoch = 1;
+static thread_local uint64_t emu_epoch = 1, emu_block_epoch = 1;  // the running worker's
 enum { EMU_PENDING = 1, EMU_ASYNC = 2, EMU_LDMATRIX = 4 };
 struct EmuAccess {
     uint64_t epoch;                 // 0: none
@@ -387,21 +465,20 @@ struct EmuShadow {
 };
 
 #ifndef CUDA_EMU_RACE
-static void emu_shared_created(size_t offset, size_t size) {}
+static void emu_shadow_own(EmuState* w, size_t offset, size_t size) {}
 static inline void emu_race_interval_end(void) {}
 static inline void emu_race_access(const void* p, size_t n, bool write, const void* pc, int kind) {}
 static inline void emu_race_retire(const void* p, size_t n) {}
 #else
-static EmuShadow* emu_shadow;
-
-static void emu_shared_created(size_t offset, size_t size) {
-    if (emu_shadow == NULL) {
+// Worker w's shadow of its arena, made with its first piece: [offset, offset + size) owned.
+static void emu_shadow_own(EmuState* w, size_t offset, size_t size) {
+    if (w->shadow == NULL) {
         void* s = mmap(NULL, EMU_ARENA_BYTES * sizeof(EmuShadow), PROT_READ | PROT_WRITE,
                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
         if (s == MAP_FAILED) { fprintf(stderr, "cuda_emu: out of memory for the race detector's shadow\n"); exit(1); }
-        emu_shadow = (EmuShadow*)s;
+        w->shadow = (EmuShadow*)s;
     }
-    for (size_t i = 0; i < size; i++) emu_shadow[offset + i].owned = true;
+    for (size_t i = 0; i < size; i++) w->shadow[offset + i].owned = true;
 }
 
 // "file:line (function)" of a kernel instruction, with the calls it was inlined into after "<-",
@@ -445,8 +522,8 @@ EMU_INTERNAL static void emu_race(const void* p, const EmuAccess* first, bool fi
                                   bool second_write) {
     char where[256];
     emu_describe_shared(p, where, sizeof where);
-    fprintf(stderr, "cuda_emu: race on shared memory in kernel %s, block (%u,%u,%u), at %s:\n", emu.kernel,
-            emu.block_idx.x, emu.block_idx.y, emu.block_idx.z, where);
+    fprintf(stderr, "cuda_emu: race on shared memory in kernel %s, block (%u,%u,%u), at %s:\n", emu->kernel,
+            emu->block_idx.x, emu->block_idx.y, emu->block_idx.z, where);
     emu_print_access("earlier:", first, first_write);
     emu_print_access("now:    ", second, second_write);
     if (first->kind & EMU_PENDING)
@@ -459,22 +536,22 @@ EMU_INTERNAL static void emu_race(const void* p, const EmuAccess* first, bool fi
 // The first read in this interval of a byte the block never wrote: reported when the interval
 // ends (emu_race_interval_end), so that a race in the interval, which may be the cause (another
 // warp's write that should have come first), is reported instead.
-static struct { const void* at; EmuAccess read; } emu_unwritten;
+static thread_local struct { const void* at; EmuAccess read; } emu_unwritten;
 
 // The running thread reads or writes [p, p + n) of the arena at the kernel's instruction pc.
 EMU_INTERNAL static void emu_race_access(const void* p, size_t n, bool write, const void* pc, int kind) {
-    EmuThread* t = emu.cur;
+    EmuThread* t = emu->cur;
     if (t == NULL) return;  // the host: not a kernel's access
     EmuAccess now = {emu_epoch, (uint16_t)t->linear, (uint8_t)kind, pc};
     int warp = t->linear / 32;
-    size_t off = (size_t)((const char*)p - emu_arena);
+    size_t off = (size_t)((const char*)p - emu->arena);
     for (size_t i = 0; i < n; i++) {
-        EmuShadow* s = &emu_shadow[off + i];
+        EmuShadow* s = &emu->shadow[off + i];
         if (!s->owned) {
             char where[256];
             emu_describe_shared((const char*)p + i, where, sizeof where);
             fprintf(stderr, "cuda_emu: shared-memory %s out of bounds in kernel %s, block (%u,%u,%u), thread %d: %s, at ",
-                    write ? "write" : "read", emu.kernel, emu.block_idx.x, emu.block_idx.y, emu.block_idx.z, t->linear,
+                    write ? "write" : "read", emu->kernel, emu->block_idx.x, emu->block_idx.y, emu->block_idx.z, t->linear,
                     where);
             emu_print_site(pc);
             fprintf(stderr, "\n");
@@ -505,7 +582,7 @@ EMU_INTERNAL static void emu_race_interval_end(void) {
     char where[256];
     emu_describe_shared(emu_unwritten.at, where, sizeof where);
     fprintf(stderr, "cuda_emu: read of shared memory that no thread of this block has written, in kernel %s, "
-            "block (%u,%u,%u), thread %d: %s, at ", emu.kernel, emu.block_idx.x, emu.block_idx.y, emu.block_idx.z,
+            "block (%u,%u,%u), thread %d: %s, at ", emu->kernel, emu->block_idx.x, emu->block_idx.y, emu->block_idx.z,
             emu_unwritten.read.thread, where);
     emu_print_site(emu_unwritten.read.pc);
     fprintf(stderr, "\n");
@@ -515,9 +592,9 @@ EMU_INTERNAL static void emu_race_interval_end(void) {
 // A cp.async copy's wait has retired it: from now on its bytes are a plain write of this thread,
 // in this interval, which the other warps may read after the next __syncthreads.
 EMU_INTERNAL static void emu_race_retire(const void* p, size_t n) {
-    size_t off = (size_t)((const char*)p - emu_arena);
+    size_t off = (size_t)((const char*)p - emu->arena);
     for (size_t i = 0; i < n; i++) {
-        EmuAccess* w = &emu_shadow[off + i].write;
+        EmuAccess* w = &emu->shadow[off + i].write;
         w->kind &= ~EMU_PENDING;
         w->epoch = emu_epoch;
     }
@@ -526,16 +603,16 @@ EMU_INTERNAL static void emu_race_retire(const void* p, size_t n) {
 // GCC's -fsanitize=thread calls these before every load and store of the instrumented code (the
 // whole program: kernels and host). Only the arena's bytes matter; the rest returns at once.
 #define EMU_TSAN_HOOKS(n)                                                                                          \
-    extern "C" EMU_INTERNAL void __tsan_read##n(void* p) {                                                         \
+    extern "C" EMU_HOOK void __tsan_read##n(void* p) {                                                         \
         if (emu_in_arena(p)) emu_race_access(p, n, false, __builtin_return_address(0), 0);                        \
     }                                                                                                              \
-    extern "C" EMU_INTERNAL void __tsan_write##n(void* p) {                                                        \
+    extern "C" EMU_HOOK void __tsan_write##n(void* p) {                                                        \
         if (emu_in_arena(p)) emu_race_access(p, n, true, __builtin_return_address(0), 0);                         \
     }                                                                                                              \
-    extern "C" EMU_INTERNAL void __tsan_unaligned_read##n(void* p) {                                               \
+    extern "C" EMU_HOOK void __tsan_unaligned_read##n(void* p) {                                               \
         if (emu_in_arena(p)) emu_race_access(p, n, false, __builtin_return_address(0), 0);                        \
     }                                                                                                              \
-    extern "C" EMU_INTERNAL void __tsan_unaligned_write##n(void* p) {                                              \
+    extern "C" EMU_HOOK void __tsan_unaligned_write##n(void* p) {                                              \
         if (emu_in_arena(p)) emu_race_access(p, n, true, __builtin_return_address(0), 0);                         \
     }
 EMU_TSAN_HOOKS(1)
@@ -543,19 +620,23 @@ EMU_TSAN_HOOKS(2)
 EMU_TSAN_HOOKS(4)
 EMU_TSAN_HOOKS(8)
 EMU_TSAN_HOOKS(16)
-extern "C" EMU_INTERNAL void __tsan_read_range(void* p, unsigned long n) {
+extern "C" EMU_HOOK void __tsan_read_range(void* p, unsigned long n) {
     if (emu_in_arena(p)) emu_race_access(p, n, false, __builtin_return_address(0), 0);
 }
-extern "C" EMU_INTERNAL void __tsan_write_range(void* p, unsigned long n) {
+extern "C" EMU_HOOK void __tsan_write_range(void* p, unsigned long n) {
     if (emu_in_arena(p)) emu_race_access(p, n, true, __builtin_return_address(0), 0);
 }
-// Atomic loads: the guards of the static references to the arena (one thread runs at a time).
-extern "C" EMU_INTERNAL unsigned char __tsan_atomic8_load(const volatile void* p, int order) {
+// Atomic loads: the guards of the static references to the arena (one thread runs at a time),
+// and the host's flags that its OpenMP threads poll.
+extern "C" EMU_HOOK unsigned char __tsan_atomic8_load(const volatile void* p, int order) {
     return __atomic_load_n((const volatile unsigned char*)p, __ATOMIC_ACQUIRE);
 }
-extern "C" EMU_INTERNAL void __tsan_init(void) {}
-extern "C" EMU_INTERNAL void __tsan_func_entry(void* pc) {}
-extern "C" EMU_INTERNAL void __tsan_func_exit(void* pc) {}
+extern "C" EMU_HOOK int __tsan_atomic32_load(const volatile void* p, int order) {
+    return __atomic_load_n((const volatile int*)p, __ATOMIC_ACQUIRE);
+}
+extern "C" EMU_HOOK void __tsan_init(void) {}
+extern "C" EMU_HOOK void __tsan_func_entry(void* pc) {}
+extern "C" EMU_HOOK void __tsan_func_exit(void* pc) {}
 #endif
 
 static void emu_thread_main(void);
@@ -582,37 +663,27 @@ asm(".text\n"
     "  call emu_fiber_entry\n"
     "  ud2\n"
     ".size emu_fiber_start, .-emu_fiber_start\n");
-extern "C" void emu_fiber_entry(void) { emu_thread_main(); }
+extern "C" __attribute__((used, externally_visible)) void emu_fiber_entry(void) { emu_thread_main(); }
 static void emu_fiber_init(EmuThread* t) {
     // The stack's top is 16-byte aligned. emu_switch pops six registers, then returns into
     // emu_fiber_start with the stack pointer at the top, aligned as before a call, as its call
     // of emu_fiber_entry needs.
-    void** top = (void**)(t->stack + EMU_STACK);
+    void** top = (void**)(t->stack + t->stack_size);
     top[-1] = (void*)emu_fiber_start;
     for (int r = 2; r <= 7; r++) top[-r] = NULL;
-    t->sp = (void*)(top - 7);
+    t->ctx.sp = (void*)(top - 7);
 }
-static inline void emu_switch_in(EmuThread* t) { emu_switch(&emu.sched_sp, t->sp); }
-static inline void emu_switch_out(EmuThread* t) { emu_switch(&t->sp, emu.sched_sp); }
+EMU_BOOKKEEPING static inline void emu_switch_context(EmuContext* save, EmuContext* to) { emu_switch(&save->sp, to->sp); }
 #else
 static void emu_fiber_init(EmuThread* t) {
-    getcontext(&t->ctx);
-    t->ctx.uc_stack.ss_sp = t->stack;
-    t->ctx.uc_stack.ss_size = EMU_STACK;
-    t->ctx.uc_link = NULL;  // never returns
-    makecontext(&t->ctx, emu_thread_main, 0);
+    getcontext(&t->ctx.uc);
+    t->ctx.uc.uc_stack.ss_sp = t->stack;
+    t->ctx.uc.uc_stack.ss_size = t->stack_size;
+    t->ctx.uc.uc_link = NULL;  // never returns
+    makecontext(&t->ctx.uc, emu_thread_main, 0);
 }
-static inline void emu_switch_in(EmuThread* t) { swapcontext(&emu.sched, &t->ctx); }
-static inline void emu_switch_out(EmuThread* t) { swapcontext(&t->ctx, &emu.sched); }
+EMU_BOOKKEEPING static inline void emu_switch_context(EmuContext* save, EmuContext* to) { swapcontext(&save->uc, &to->uc); }
 #endif
-
-// Scheduler -> thread t, until t waits at a barrier or finishes its block.
-static void emu_resume(EmuThread* t) {
-    emu.cur = t;
-    EMU_ASAN_START(&emu.sched_fake_stack, t->stack, EMU_STACK);
-    emu_switch_in(t);
-    EMU_ASAN_FINISH(emu.sched_fake_stack, NULL, NULL);
-}
 
 // Copy c lands: its global bytes (or zeros) into shared memory, once.
 EMU_INTERNAL static void emu_land(EmuCopy* c) {
@@ -622,87 +693,85 @@ EMU_INTERNAL static void emu_land(EmuCopy* c) {
     c->landed = 1;
 }
 
-// The running thread -> scheduler, in the given state; returns when the scheduler resumes it.
+// The running thread stops in the given state (at a barrier, or done) and switches to the next
+// lane of its warp's step, or back to the scheduler after the last; returns when it is resumed.
 // With CUDA_EMU_ASYNC=random each of its copies in flight may land now, between its instructions.
-EMU_INTERNAL static void emu_yield(int state) {
-    EmuThread* me = emu.cur;
-    if (emu_cfg.async == EMU_AT_RANDOM)
-        for (int i = 0; i < me->ncopies; i++)
-            if (emu_random(&emu_cfg.async_rng, 2) == 0) emu_land(&me->copies[i]);
-    me->state = state;
-    EMU_ASAN_START(&me->fake_stack, emu.sched_stack_bottom, emu.sched_stack_size);
-    emu_switch_out(me);
-    EMU_ASAN_FINISH(me->fake_stack, NULL, NULL);
+__attribute__((noinline)) static void emu_land_some(EmuThread* me) {
+    for (int i = 0; i < me->ncopies; i++)
+        if (emu_random(&emu->async_rng, 2) == 0) emu_land(&me->copies[i]);
+}
+EMU_BOOKKEEPING static void emu_yield(int state) {
+    EmuThread* me = emu->cur;
+    if (emu_cfg.async == EMU_AT_RANDOM) emu_land_some(me);
+    emu->runnable[me->warp] &= ~(1u << me->lane);
+    emu->count[me->warp][state]++;
+    emu->cur = me->next;
+    emu_switch_context(&me->ctx, me->next != NULL ? &me->next->ctx : &emu->sched);
 }
 
 static void emu_thread_main(void) {
-    EMU_ASAN_FINISH(NULL, &emu.sched_stack_bottom, &emu.sched_stack_size);
     for (;;) {
-        (*emu.body)();
+        (*emu->body)();
         // A copy no wait retired may land at any time, even in the next block's shared memory.
-        if (emu.cur->ncopies > 0) emu_fatal("cp.async copies never waited for (the thread ended with copies in flight)");
+        if (emu->cur->ncopies > 0) emu_fatal("cp.async copies never waited for (the thread ended with copies in flight)");
         emu_yield(EMU_DONE);
     }
 }
 
 static inline void __syncthreads(void) { emu_yield(EMU_BLOCK_WAIT); }
 static inline int __syncthreads_count(int pred) {
-    int parity = (int)(emu.block_gen & 1);
-    emu.block_acc[parity] += pred ? 1 : 0;
+    int parity = (int)(emu->block_gen & 1);
+    emu->block_acc[parity] += pred ? 1 : 0;
     emu_yield(EMU_BLOCK_WAIT);
-    return emu.block_acc[parity];
+    return emu->block_acc[parity];
 }
 static inline int __syncthreads_or(int pred) { return __syncthreads_count(pred) != 0; }
-static inline int __syncthreads_and(int pred) { return __syncthreads_count(pred) == emu.nthreads; }
+static inline int __syncthreads_and(int pred) { return __syncthreads_count(pred) == emu->nthreads; }
 
-static inline int emu_warp(void) { return emu.cur->linear / 32; }
-static inline int emu_lane(void) { return emu.cur->linear % 32; }
-static inline int emu_warp_size(int w) {
-    int n = emu.nthreads - w * 32;
+static inline int emu_warp(void) { return emu->cur->warp; }
+static inline int emu_lane(void) { return emu->cur->linear % 32; }
+EMU_BOOKKEEPING static inline int emu_warp_size(int w) {
+    int n = emu->nthreads - w * 32;
     return n < 32 ? n : 32;
 }
+EMU_BOOKKEEPING static inline uint32_t emu_lanes(int n) { return n == 32 ? ~0u : (1u << n) - 1; }  // lanes 0..n-1
 // Every lane of a warp instruction (a shuffle, mma, ldmatrix) starts here, then leaves its operands
 // in the warp's exchange slots and waits for the other lanes at the warp barrier. The warp must be
-// full, as all our kernels' warps are (a partial warp needs masks, which are not emulated). Each
-// slot array has two halves, by the parity of the warp's barrier count: a lane released from one
+// full, as all our kernels' warps are (a partial warp needs masks, which are not emulated), and
+// its lanes must wait at the same instruction: lanes at different ones have diverged, which is
+// undefined behaviour on a GPU and here would mix the operands of two instructions. Each slot
+// array has two halves, by the parity of the warp's barrier count: a lane released from one
 // barrier may run on to the next warp instruction and write its operands while slower lanes still
 // read the previous ones, but not two instructions on, since the next barrier waits for them.
 // Returns the parity.
-static inline int emu_warp_enter(const char* op) {
-    int w = emu_warp();
+EMU_BOOKKEEPING static inline int emu_warp_enter(const char* op) {
+    int w = emu->cur->warp;
     if (emu_warp_size(w) != 32) {
-        static char what[96];
+        static thread_local char what[96];
         snprintf(what, sizeof what, "%s in a warp with fewer than 32 threads", op);
         emu_fatal(what);
     }
-    emu.cur->warp_op = op;
-    return (int)(emu.warp_gen[w] & 1);
-}
-// The lanes of warp w all wait at a warp instruction: the same one, unless the kernel diverged,
-// which is undefined behaviour on a GPU and here would mix the operands of two instructions.
-static void emu_check_warp_op(int w) {
-    const char* op = emu.threads[w * 32].warp_op;
-    for (int l = 1; l < emu_warp_size(w); l++) {
-        const char* other = emu.threads[w * 32 + l].warp_op;
-        if (other != op && strcmp(other, op) != 0) {
-            static char what[160];
-            snprintf(what, sizeof what, "lanes of a warp wait at different warp instructions (lane 0 at %s, lane %d at %s)",
-                     op, l, other);
-            emu.cur = &emu.threads[w * 32 + l];
-            emu_fatal(what);
-        }
+    if (emu->count[w][EMU_WARP_WAIT] == 0) {  // the first lane there
+        emu->warp_op[w] = op;
+        emu->warp_first[w] = emu->cur->lane;
+    } else if (op != emu->warp_op[w] && strcmp(op, emu->warp_op[w]) != 0) {
+        static thread_local char what[160];
+        snprintf(what, sizeof what, "lanes of a warp wait at different warp instructions (lane %d at %s, lane %d at %s)",
+                 emu->warp_first[w], emu->warp_op[w], emu->cur->lane, op);
+        emu_fatal(what);
     }
+    return (int)(emu->warp_gen[w] & 1);
 }
 // Every lane of the warp writes its value, waits for the others, reads its source lane's value.
 template <typename V>
-EMU_INTERNAL static V emu_shuffle(unsigned mask, V v, int src) {
+EMU_BOOKKEEPING static V emu_shuffle(unsigned mask, V v, int src) {
     static_assert(sizeof(V) <= 8, "shuffle of a type wider than 8 bytes");
     if (mask != 0xffffffffu) emu_fatal("shuffle with a partial mask is not emulated");
-    int w = emu_warp(), lane = emu_lane(), parity = emu_warp_enter("shuffle");
-    memcpy(&emu.warp_slot[w][parity][lane], &v, sizeof(V));
+    int w = emu->cur->warp, lane = emu->cur->linear % 32, parity = emu_warp_enter("shuffle");
+    memcpy(&emu->warp_slot[w][parity][lane], &v, sizeof(V));
     emu_yield(EMU_WARP_WAIT);
     V r;
-    memcpy(&r, &emu.warp_slot[w][parity][src & 31], sizeof(V));
+    memcpy(&r, &emu->warp_slot[w][parity][src & 31], sizeof(V));
     return r;
 }
 template <typename V>
@@ -734,50 +803,64 @@ static inline void __syncwarp(unsigned mask = 0xffffffffu) { emu_shuffle(mask, 0
 // from the PTX ISA's definitions; its comments give the fragment layouts.
 
 // One bf16 half of a 32-bit register as a float: the lower-numbered element is the low half.
-static inline float emu_bf16_half(uint32_t reg, int high) {
-    return __bfloat162float(__ushort_as_bfloat16((unsigned short)(high ? reg >> 16 : reg & 0xffffu)));
+EMU_BOOKKEEPING static inline float emu_bf16_half(uint32_t reg, int high) {
+    uint32_t u = high ? reg & 0xffff0000u : reg << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
 }
-// The fragment layout read backwards: which lane, register and half hold A[r][c] and B[k][n].
-// A: lane 4 (r % 8) + (c % 8) / 2, register a[(r >= 8) + 2 (c >= 8)], half c % 2;
-// B: lane 4 n + (k % 8) / 2, register b[k >= 8] (slot 4 + that), half k % 2.
-static inline float emu_mma_a(const uint32_t (*slot)[6], int r, int c) {
-    return emu_bf16_half(slot[4 * (r % 8) + (c % 8) / 2][r / 8 + 2 * (c / 8)], c % 2);
-}
-static inline float emu_mma_b(const uint32_t (*slot)[6], int k, int n) {
-    return emu_bf16_half(slot[4 * n + (k % 8) / 2][4 + k / 8], k % 2);
+// Whether the running lane is the last of warp w to reach the warp instruction.
+EMU_BOOKKEEPING static inline bool emu_last_to_arrive(int w) { return emu->count[w][EMU_WARP_WAIT] == 31; }
+
+// The whole warp's mma, by its last lane to arrive: A and B rebuilt once from the 32 lanes'
+// fragments, by the fragment layout, then each lane's four outputs added into its slot. Lane
+// 4g + q holds in a[j] A's row g + 8 (j % 2), columns 2q + 8 (j / 2) (low half) and the next; in
+// b[j] B's column g, rows 2q + 8 j (low half) and the next; in d[i] D's row g + 8 (i / 2),
+// column 2q + i % 2.
+EMU_BOOKKEEPING static void emu_mma_warp(int w, int parity) {
+    const uint32_t (*slot)[6] = emu->mma_slot[w][parity];
+    float A[16][16], Bt[8][16];
+    for (int lane = 0; lane < 32; lane++) {
+        int g = lane / 4, q = lane % 4;
+        for (int j = 0; j < 4; j++)
+            for (int h = 0; h < 2; h++) A[g + 8 * (j % 2)][2 * q + 8 * (j / 2) + h] = emu_bf16_half(slot[lane][j], h);
+        for (int j = 0; j < 2; j++)
+            for (int h = 0; h < 2; h++) Bt[g][2 * q + 8 * j + h] = emu_bf16_half(slot[lane][4 + j], h);
+    }
+    for (int lane = 0; lane < 32; lane++) {
+        float* d = emu->mma_d[w][parity][lane];
+        int g = lane / 4, q = lane % 4;
+        for (int i = 0; i < 4; i++) {
+            const float* a = A[g + 8 * (i / 2)];
+            const float* b = Bt[2 * q + i % 2];
+            float acc = d[i];
+            for (int k = 0; k < 16; k++) acc += a[k] * b[k];
+            d[i] = acc;
+        }
+    }
 }
 // mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32: d += A B for the warp's 16x16 A and 16x8
-// B. Every lane leaves its a[4], b[2] in the slots; after the barrier it rebuilds the rows of A and
-// columns of B its four outputs need. The products of two bf16 are exact in float32; the sum's
-// order and rounding on a tensor core are unspecified, here it is d, then k = 0..15, in float32.
+// B. Every lane leaves its a[4], b[2] and d[4] in the slots; the last to arrive computes the whole
+// warp's (emu_mma_warp), and after the barrier each lane takes its d back. The products of two
+// bf16 are exact in float32; the sum's order and rounding on a tensor core are unspecified, here
+// it is d, then k = 0..15, in float32.
 EMU_INTERNAL static void mma_bf16_16816(float* d, const uint32_t* a, const uint32_t* b) {
     int w = emu_warp(), lane = emu_lane(), parity = emu_warp_enter("mma_bf16_16816");
-    uint32_t* mine = emu.mma_slot[w][parity][lane];
+    uint32_t* mine = emu->mma_slot[w][parity][lane];
     for (int i = 0; i < 4; i++) mine[i] = a[i];
     mine[4] = b[0];
     mine[5] = b[1];
+    float* acc = emu->mma_d[w][parity][lane];
+    for (int i = 0; i < 4; i++) acc[i] = d[i];
+    if (emu_last_to_arrive(w)) emu_mma_warp(w, parity);
     emu_yield(EMU_WARP_WAIT);
-    const uint32_t (*slot)[6] = emu.mma_slot[w][parity];
-    int g = lane / 4, q = lane % 4;
-    for (int i = 0; i < 4; i++) {  // d[i] = D[g + 8 (i / 2)][2q + i % 2]
-        int r = g + 8 * (i / 2), n = 2 * q + i % 2;
-        float acc = d[i];
-        for (int k = 0; k < 16; k++) acc += emu_mma_a(slot, r, k) * emu_mma_b(slot, k, n);
-        d[i] = acc;
-    }
-}
-
-// Whether the running lane is the last of warp w to reach the warp instruction.
-static inline bool emu_last_to_arrive(int w) {
-    int waiting = 0;
-    for (int l = 0; l < 32; l++) waiting += emu.threads[w * 32 + l].state == EMU_WARP_WAIT;
-    return waiting == 31;
+    for (int i = 0; i < 4; i++) d[i] = acc[i];
 }
 // ldmatrix.sync.aligned.m8n8.x4{.trans}.shared.b16 for the whole warp, from the row addresses in
 // the slots (lanes 8i..8i+7: rows 0..7 of matrix i). Lane l receives in r[i] row l/4, columns
 // 2(l%4) and 2(l%4)+1 of matrix i; with .trans, column l/4 of rows 2(l%4) (low half) and 2(l%4)+1.
 EMU_INTERNAL static void emu_ldmatrix_warp(int w, int parity, bool trans) {
-    const unsigned long long* rows = emu.warp_slot[w][parity];
+    const unsigned long long* rows = emu->warp_slot[w][parity];
     for (int l = 0; l < 32; l++)
         for (int i = 0; i < 4; i++) {
             uint32_t v;
@@ -789,7 +872,7 @@ EMU_INTERNAL static void emu_ldmatrix_warp(int w, int parity, bool trans) {
                 memcpy(&hi, (const char*)(uintptr_t)rows[8 * i + 2 * (l % 4) + 1] + 2 * (l / 4), 2);
                 v = lo | (uint32_t)hi << 16;
             }
-            emu.ldmatrix_slot[w][parity][l][i] = v;
+            emu->ldmatrix_slot[w][parity][l][i] = v;
         }
 }
 // The last lane to arrive reads the memory for all: the instruction loads once for the warp, and a
@@ -800,13 +883,10 @@ EMU_INTERNAL static void emu_ldmatrix(uint32_t* r, const void* row, bool trans, 
     if (!emu_in_arena(row)) emu_fatal("ldmatrix row address outside shared memory");
     int w = emu_warp(), lane = emu_lane(), parity = emu_warp_enter(trans ? "ldmatrix_x4_trans" : "ldmatrix_x4");
     emu_race_access(row, 16, false, pc, EMU_LDMATRIX);
-    emu.warp_slot[w][parity][lane] = (uintptr_t)row;
-    if (emu_last_to_arrive(w)) {
-        emu_check_warp_op(w);  // before reading addresses that another instruction's lanes left
-        emu_ldmatrix_warp(w, parity, trans);
-    }
+    emu->warp_slot[w][parity][lane] = (uintptr_t)row;
+    if (emu_last_to_arrive(w)) emu_ldmatrix_warp(w, parity, trans);
     emu_yield(EMU_WARP_WAIT);
-    memcpy(r, emu.ldmatrix_slot[w][parity][lane], 4 * sizeof(uint32_t));
+    memcpy(r, emu->ldmatrix_slot[w][parity][lane], 4 * sizeof(uint32_t));
 }
 EMU_INSTRUCTION static void ldmatrix_x4(uint32_t* r, const void* row) {
     emu_ldmatrix(r, row, false, __builtin_return_address(0));
@@ -818,7 +898,7 @@ EMU_INSTRUCTION static void ldmatrix_x4_trans(uint32_t* r, const void* row) {
 // cp.async.cg.shared.global [smem], [gmem], 16, src_bytes: queued, and landed (global memory read,
 // shared memory written) at the latest by the wait that retires it (CUDA_EMU_ASYNC: sooner).
 EMU_INSTRUCTION static void cp_async16(void* smem, const void* gmem, int src_bytes) {
-    EmuThread* t = emu.cur;
+    EmuThread* t = emu->cur;
     if ((uintptr_t)smem % 16 != 0 || (uintptr_t)gmem % 16 != 0) emu_fatal("cp.async address not 16-byte aligned");
     if (!emu_in_arena(smem)) emu_fatal("cp.async destination outside shared memory");
     if (src_bytes != 0 && src_bytes != 16) emu_fatal("cp.async with src_bytes other than 0 or 16 is not emulated");
@@ -826,18 +906,18 @@ EMU_INSTRUCTION static void cp_async16(void* smem, const void* gmem, int src_byt
     const void* pc = __builtin_return_address(0);
     emu_race_access(smem, 16, true, pc, EMU_ASYNC | EMU_PENDING);
     EmuCopy c = {smem, gmem, src_bytes == 0, t->groups_committed, 0, pc};
-    if (emu_cfg.async == EMU_AT_ISSUE || (emu_cfg.async == EMU_AT_RANDOM && emu_random(&emu_cfg.async_rng, 4) == 0))
+    if (emu_cfg.async == EMU_AT_ISSUE || (emu_cfg.async == EMU_AT_RANDOM && emu_random(&emu->async_rng, 4) == 0))
         emu_land(&c);
     t->copies[t->ncopies++] = c;
 }
 // cp.async.commit_group: the copies issued since the last commit form the next group.
-static inline void cp_async_commit(void) { emu.cur->groups_committed++; }
+static inline void cp_async_commit(void) { emu->cur->groups_committed++; }
 // cp.async.wait_group N: every committed group but the N newest is complete. Copies not yet
 // committed belong to no group, and no wait_group waits for them.
 template <int N>
 EMU_INTERNAL static void cp_async_wait(void) {
     static_assert(N >= 0, "cp.async.wait_group N needs N >= 0");
-    EmuThread* t = emu.cur;
+    EmuThread* t = emu->cur;
     int kept = 0;
     for (int i = 0; i < t->ncopies; i++) {  // in issue order, keeping the rest in order
         EmuCopy c = t->copies[i];
@@ -851,65 +931,78 @@ EMU_INTERNAL static void cp_async_wait(void) {
     t->ncopies = kept;
 }
 
-// Runs one step of warp w: each of its lanes that can run, until it waits at a barrier or ends.
+// Runs one step of warp w: each of its lanes that can run, in the schedule's order, until it waits
+// at a barrier or ends (the lanes are chained: each switches to the next, the last back here).
 // When they all wait at one warp instruction, it completes, and they run on from it next step.
-EMU_INTERNAL static void emu_step_warp(int w) {
-    int size = emu_warp_size(w), order[32];
-    for (int l = 0; l < size; l++) order[l] = emu_cfg.schedule == EMU_REVERSE ? size - 1 - l : l;
-    if (emu_cfg.schedule == EMU_RANDOM)
-        for (int l = size - 1; l > 0; l--) std::swap(order[l], order[emu_random(&emu_cfg.schedule_rng, l + 1)]);
-    for (int k = 0; k < size; k++) {
-        EmuThread* t = &emu.threads[w * 32 + order[k]];
-        if (t->state == EMU_RUNNABLE) emu_resume(t);
+EMU_BOOKKEEPING static void emu_step_warp(int w) {
+    int size = emu_warp_size(w);
+    EmuThread* first = emu->chain[w];
+    if (emu->runnable[w] != emu->chained[w] || emu_cfg.schedule == EMU_RANDOM) {  // else the same chain again
+        int order[32];
+        for (int l = 0; l < size; l++) order[l] = emu_cfg.schedule == EMU_REVERSE ? size - 1 - l : l;
+        if (emu_cfg.schedule == EMU_RANDOM)
+            for (int l = size - 1; l > 0; l--) std::swap(order[l], order[emu_random(&emu->schedule_rng, l + 1)]);
+        EmuThread** link = &first;
+        for (int k = 0; k < size; k++) {
+            EmuThread* t = &emu->threads[w * 32 + order[k]];
+            if (emu->runnable[w] >> order[k] & 1) { *link = t; link = &t->next; }
+        }
+        *link = NULL;
+        emu->chain[w] = first;
+        emu->chained[w] = emu->runnable[w];
     }
-    emu.cur = NULL;
-    int waiting = 0;
-    for (int l = 0; l < size; l++) waiting += emu.threads[w * 32 + l].state == EMU_WARP_WAIT;
-    if (waiting == size) {
-        emu_check_warp_op(w);
-        for (int l = 0; l < size; l++) emu.threads[w * 32 + l].state = EMU_RUNNABLE;
-        emu.warp_gen[w]++;
+    if (first != NULL) {
+        emu->cur = first;
+        emu_switch_context(&emu->sched, &first->ctx);
+    }
+    emu->cur = NULL;
+    int* count = emu->count[w];
+    if (count[EMU_WARP_WAIT] == size) {
+        emu->runnable[w] = emu_lanes(size);
+        count[EMU_WARP_WAIT] = 0;
+        emu->warp_gen[w]++;
     }
 }
 // Whether a step of warp w would run anything: after a step, its lanes run on only when released.
-static inline bool emu_warp_ready(int w) {
-    for (int l = 0; l < emu_warp_size(w); l++)
-        if (emu.threads[w * 32 + l].state == EMU_RUNNABLE) return true;
-    return false;
-}
+EMU_BOOKKEEPING static inline bool emu_warp_ready(int w) { return emu->runnable[w] != 0; }
 
 // Runs the block's warps by the schedule until every warp waits at __syncthreads, which then
 // releases them all, or has ended. A block where no warp can run and neither holds is stuck: a
 // barrier that some threads never reach, or threads waiting at different barriers.
-EMU_INTERNAL static void emu_run_block(void) {
-    int n = emu.nthreads, nwarps = (n + 31) / 32;
+EMU_BOOKKEEPING static void emu_run_block(void) {
+    int n = emu->nthreads, nwarps = (n + 31) / 32;
     for (int i = 0; i < n; i++) {
-        EmuThread* t = &emu.threads[i];
+        EmuThread* t = &emu->threads[i];
         t->linear = i;
-        t->tid = uint3(i % emu.block_dim.x, (i / emu.block_dim.x) % emu.block_dim.y,
-                       i / (emu.block_dim.x * emu.block_dim.y));
-        t->state = EMU_RUNNABLE;
-        t->warp_op = "";
+        t->warp = i / 32;
+        t->tid = uint3(i % emu->block_dim.x, (i / emu->block_dim.x) % emu->block_dim.y,
+                       i / (emu->block_dim.x * emu->block_dim.y));
+        t->lane = i % 32;
         t->ncopies = 0;
         t->groups_committed = 0;
     }
-    emu.block_gen = 0;
-    emu.block_acc[0] = emu.block_acc[1] = 0;
-    for (int w = 0; w < 32; w++) emu.warp_gen[w] = 0;
+    emu->block_gen = 0;
+    emu->block_acc[0] = emu->block_acc[1] = 0;
+    for (int w = 0; w < 32; w++) {
+        emu->warp_gen[w] = 0;
+        emu->chained[w] = 0;
+        emu->runnable[w] = w < nwarps ? emu_lanes(emu_warp_size(w)) : 0;
+        emu->count[w][EMU_BLOCK_WAIT] = emu->count[w][EMU_WARP_WAIT] = emu->count[w][EMU_DONE] = 0;
+    }
     emu_block_epoch = ++emu_epoch;  // a new block: nothing an earlier block did races with it
     for (;;) {
         bool ran = false;
         if (emu_cfg.schedule == EMU_AHEAD) {
             // the first warp that can run, counting from one that moves on at every __syncthreads
             for (int k = 0; k < nwarps && !ran; k++) {
-                int w = (int)((k + emu.block_gen) % nwarps);
+                int w = (int)((k + emu->block_gen) % nwarps);
                 while (emu_warp_ready(w)) { emu_step_warp(w); ran = true; }
             }
         } else if (emu_cfg.schedule == EMU_RANDOM) {
             int ready[32], nready = 0;
             for (int w = 0; w < nwarps; w++)
                 if (emu_warp_ready(w)) ready[nready++] = w;
-            if (nready > 0) { emu_step_warp(ready[emu_random(&emu_cfg.schedule_rng, nready)]); ran = true; }
+            if (nready > 0) { emu_step_warp(ready[emu_random(&emu->schedule_rng, nready)]); ran = true; }
         } else {
             for (int k = 0; k < nwarps; k++) {
                 int w = emu_cfg.schedule == EMU_REVERSE ? nwarps - 1 - k : k;
@@ -917,29 +1010,25 @@ EMU_INTERNAL static void emu_run_block(void) {
             }
         }
         if (ran) continue;
+        int block_wait = 0, done = 0;
         for (int w = 0; w < nwarps; w++) {
-            int waiting = 0, done = 0, size = emu_warp_size(w);
-            for (int l = 0; l < size; l++) {
-                int s = emu.threads[w * 32 + l].state;
-                waiting += s == EMU_WARP_WAIT;
-                done += s == EMU_DONE;
-            }
-            if (waiting > 0 && waiting + done == size) {
-                emu.cur = &emu.threads[w * 32];
+            const int* count = emu->count[w];
+            if (count[EMU_WARP_WAIT] > 0 && count[EMU_WARP_WAIT] + count[EMU_DONE] == emu_warp_size(w)) {
+                emu->cur = &emu->threads[w * 32];
                 emu_fatal("a warp instruction (shuffle, mma, ldmatrix) that some lanes of the warp never reach (they exited)");
             }
-        }
-        int block_wait = 0, done = 0;
-        for (int i = 0; i < n; i++) {
-            block_wait += emu.threads[i].state == EMU_BLOCK_WAIT;
-            done += emu.threads[i].state == EMU_DONE;
+            block_wait += count[EMU_BLOCK_WAIT];
+            done += count[EMU_DONE];
         }
         if (done == n) { emu_race_interval_end(); break; }
         if (block_wait == n) {
             emu_race_interval_end();
-            for (int i = 0; i < n; i++) emu.threads[i].state = EMU_RUNNABLE;
-            emu.block_gen++;
-            emu.block_acc[emu.block_gen & 1] = 0;
+            for (int w = 0; w < nwarps; w++) {
+                emu->runnable[w] = emu_lanes(emu_warp_size(w));
+                emu->count[w][EMU_BLOCK_WAIT] = 0;
+            }
+            emu->block_gen++;
+            emu->block_acc[emu->block_gen & 1] = 0;
             emu_epoch++;
             continue;
         }
@@ -957,45 +1046,156 @@ enum {
     cudaErrorIllegalAddress = 700, cudaErrorLaunchFailure = 719, cudaErrorSystemDriverMismatch = 803,
 };
 
+// ---------- workers: the blocks of a grid on several cores ----------
+// Blocks are independent on a GPU: each has its own shared memory, and none waits for another. So
+// the blocks of a launch are shared out to workers, OS threads that each take the next block not
+// yet taken and run it with fibers, shared memory (a copy of the arena) and race detector's
+// shadow of their own. The thread that launches is worker 0 (emu_main); the others are made at
+// the first launch of more than one block, and wait between launches. A launch ends when its
+// blocks are done: the launching thread waits for the workers that took part, not for one that
+// has not woken yet (on a busy machine, that could take the system's time slice), which finds
+// no block left or joins the next launch. CUDA_EMU_WORKERS sets how many workers there are
+// (emu_env_workers). A block draws its random schedule and cp.async landings from generators of
+// its own, seeded by the seed, the launch and the block, so that a run is the same whichever
+// worker takes which block.
+static struct {
+    pthread_mutex_t mutex;
+    pthread_cond_t start, done;
+    int helpers;                    // the workers made besides the launching thread
+    unsigned long long launch;      // the launches so far; the current one's number
+    int active;                     // the helpers at work on it
+    // the current launch
+    const char* kernel;
+    std::function<void()>* body;
+    dim3 grid, block;
+    unsigned long long blocks, next;  // how many; the next one not yet taken
+} emu_pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER};
+
+// This worker's fibers, at least n of them, made once and reused.
+static void emu_make_fibers(int n) {
+    for (; emu->capacity < n; emu->capacity++) {
+        EmuThread* t = &emu->threads[emu->capacity];
+        // Below the stack a page that faults, so that a kernel that overflows it stops there. The
+        // stacks' tops, where a fiber's registers are saved, are 64 bytes apart modulo 4 KiB: at
+        // the same offset in every page, they would all fall in one set of the L1 cache.
+        char* s = (char*)mmap(NULL, EMU_STACK + 2 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (s == MAP_FAILED || mprotect(s, 4096, PROT_NONE) != 0) {
+            fprintf(stderr, "cuda_emu: out of memory for stacks\n");
+            exit(1);
+        }
+        t->stack = s + 4096;
+        t->stack_size = EMU_STACK + 4096 - 64 * (emu->capacity % 64);
+        emu_fiber_init(t);
+    }
+}
+
+// A block's generator for one kind of random choice, from the seed, the launch and the block.
+static unsigned long long emu_block_seed(unsigned long long seed, unsigned long long block) {
+    unsigned long long s = seed ^ emu_pool.launch * 0xd1b54a32d192ed03ull;
+    emu_random(&s, 1);
+    return s ^ block * 0x9e3779b97f4a7c15ull;
+}
+
+// Runs blocks of the current launch on this worker until none is left.
+EMU_INTERNAL static void emu_run_blocks(void) {
+    dim3 grid = emu_pool.grid;
+    for (;;) {
+        unsigned long long b = __atomic_fetch_add(&emu_pool.next, 1, __ATOMIC_RELAXED);
+        if (b >= emu_pool.blocks) break;
+        if (emu->launch != emu_pool.launch) {  // the launch's first block on this worker
+            emu->launch = emu_pool.launch;
+            emu->block_dim = emu_pool.block;
+            emu->grid_dim = grid;
+            emu->nthreads = (int)(emu_pool.block.x * emu_pool.block.y * emu_pool.block.z);
+            emu->body = emu_pool.body;
+            emu->kernel = emu_pool.kernel;
+            emu_make_fibers(emu->nthreads);
+        }
+        emu->block_idx = uint3((unsigned)(b % grid.x), (unsigned)(b / grid.x % grid.y),
+                               (unsigned)(b / ((unsigned long long)grid.x * grid.y)));
+        emu->schedule_rng = emu_block_seed(emu_cfg.schedule_seed, b);
+        emu->async_rng = emu_block_seed(emu_cfg.async_seed, b);
+        emu_run_block();
+    }
+    emu->body = NULL;
+    emu->kernel = NULL;
+}
+
+static void* emu_helper_main(void* state) {
+    emu = (EmuState*)state;
+    unsigned long long seen = 0;  // the last launch it took part in
+    pthread_mutex_lock(&emu_pool.mutex);
+    for (;;) {
+        while (emu_pool.launch == seen) pthread_cond_wait(&emu_pool.start, &emu_pool.mutex);
+        seen = emu_pool.launch;
+        emu_pool.active++;  // the launch cannot end, nor the next begin, until it is done
+        pthread_mutex_unlock(&emu_pool.mutex);
+        emu_run_blocks();
+        pthread_mutex_lock(&emu_pool.mutex);
+        if (--emu_pool.active == 0) pthread_cond_signal(&emu_pool.done);
+    }
+    return NULL;
+}
+
 // CUDA_EMU_FAULT=NAME: every launch of kernel NAME "faults" as a kernel that writes out of bounds
 // does on a GPU: the launch itself returns no error, the kernel runs, and the error
 // (cudaErrorIllegalAddress) comes from the next call that waits for the GPU, and from every call
 // after it. This is how the tests check that a fault is reported, and that GPU_DEBUG=1 names the
 // kernel.
 static void emu_launch(const char* name, dim3 grid, dim3 block, size_t smem, std::function<void()> body) {
-    if (emu.sticky_error) return;  // the context is lost: nothing runs any more
-    if (smem != 0) { emu.cuda_error = cudaErrorInvalidConfiguration; return; }
+    if (emu_sticky_error) return;  // the context is lost: nothing runs any more
+    if (smem != 0) { emu_cuda_error = cudaErrorInvalidConfiguration; return; }
     unsigned long long nt = (unsigned long long)block.x * block.y * block.z;
     if (nt == 0 || nt > 1024 || block.z > 64 || grid.x == 0 || grid.y == 0 || grid.z == 0 ||
         grid.y > 65535 || grid.z > 65535 || grid.x > 2147483647u) {
         fprintf(stderr, "cuda_emu: invalid launch of %s: grid (%u,%u,%u) block (%u,%u,%u)\n", name, grid.x,
                 grid.y, grid.z, block.x, block.y, block.z);
-        emu.cuda_error = cudaErrorInvalidConfiguration;
+        emu_cuda_error = cudaErrorInvalidConfiguration;
         return;
     }
     emu_read_config();
-    for (; emu.capacity < (int)nt; emu.capacity++) {  // fibers are made once, when first needed
-        EmuThread* t = &emu.threads[emu.capacity];
-        void* s = mmap(NULL, EMU_STACK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (s == MAP_FAILED) { fprintf(stderr, "cuda_emu: out of memory for stacks\n"); exit(1); }
-        t->stack = (char*)s;
-        emu_fiber_init(t);
+#ifdef EMU_ASAN
+    if (__asan_get_current_fake_stack() != NULL) {  // see emu_fatal
+        fprintf(stderr, "cuda_emu: ASAN_OPTIONS=detect_stack_use_after_return=1 cannot follow the emulator's fibers\n");
+        exit(2);
     }
-    emu.nthreads = (int)nt;
-    emu.block_dim = block;
-    emu.grid_dim = grid;
-    emu.body = &body;
-    emu.kernel = name;
-    for (unsigned z = 0; z < grid.z; z++)
-        for (unsigned y = 0; y < grid.y; y++)
-            for (unsigned x = 0; x < grid.x; x++) {
-                emu.block_idx = uint3(x, y, z);
-                emu_run_block();
-            }
-    emu.body = NULL;
-    emu.kernel = NULL;
+#endif
+    if (emu != &emu_main) emu_fatal("a kernel launched from inside a kernel (dynamic parallelism is not emulated)");
+    unsigned long long blocks = (unsigned long long)grid.x * grid.y * grid.z;
+    int helpers = (int)min((unsigned long long)emu_cfg.workers, blocks) - 1;
+    pthread_mutex_lock(&emu_arena_mutex);
+    if (emu_main.arena == NULL) emu_arena_make(&emu_main);
+    for (; emu_pool.helpers < helpers; emu_pool.helpers++) {
+        EmuState* w = (EmuState*)calloc(1, sizeof(EmuState));
+        pthread_t thread;
+        if (w == NULL) { fprintf(stderr, "cuda_emu: out of memory for a worker\n"); exit(1); }
+        emu_arena_make(w);
+        if (pthread_create(&thread, NULL, emu_helper_main, w) != 0) {
+            fprintf(stderr, "cuda_emu: cannot start a worker thread\n");
+            exit(1);
+        }
+        pthread_detach(thread);
+    }
+    pthread_mutex_unlock(&emu_arena_mutex);
+    pthread_mutex_lock(&emu_pool.mutex);
+    // a worker that woke for the last launch after it ended may have joined it since: it finds no
+    // block left, but the launch may not change under it before it has seen that
+    while (emu_pool.active > 0) pthread_cond_wait(&emu_pool.done, &emu_pool.mutex);
+    emu_pool.kernel = name;
+    emu_pool.body = &body;
+    emu_pool.grid = grid;
+    emu_pool.block = block;
+    emu_pool.blocks = blocks;
+    emu_pool.next = 0;
+    emu_pool.launch++;
+    if (helpers > 0) pthread_cond_broadcast(&emu_pool.start);
+    pthread_mutex_unlock(&emu_pool.mutex);
+    emu_run_blocks();
+    pthread_mutex_lock(&emu_pool.mutex);
+    while (emu_pool.active > 0) pthread_cond_wait(&emu_pool.done, &emu_pool.mutex);
+    pthread_mutex_unlock(&emu_pool.mutex);
     const char* fault = getenv("CUDA_EMU_FAULT");
-    if (fault != NULL && strcmp(fault, name) == 0) emu.sticky_error = cudaErrorIllegalAddress;
+    if (fault != NULL && strcmp(fault, name) == 0) emu_sticky_error = cudaErrorIllegalAddress;
 }
 static void emu_launch(const char* name, dim3 grid, dim3 block, std::function<void()> body) {
     emu_launch(name, grid, block, 0, body);
@@ -1045,18 +1245,18 @@ static const char* cudaGetErrorString(cudaError_t e) {
 // on every call returns it, cudaGetLastError too, as on a GPU whose context is lost.
 static bool emu_fault_seen = false;
 static cudaError_t emu_sync_error(void) {
-    if (emu.sticky_error) emu_fault_seen = true;
-    return emu.sticky_error;
+    if (emu_sticky_error) emu_fault_seen = true;
+    return emu_sticky_error;
 }
-#define EMU_RETURN_IF_FAULT() do { if (emu_sync_error()) return emu.sticky_error; } while (0)
+#define EMU_RETURN_IF_FAULT() do { if (emu_sync_error()) return emu_sticky_error; } while (0)
 
 static cudaError_t cudaGetLastError(void) {
-    if (emu_fault_seen) return emu.sticky_error;
-    cudaError_t e = emu.cuda_error;
-    emu.cuda_error = 0;
+    if (emu_fault_seen) return emu_sticky_error;
+    cudaError_t e = emu_cuda_error;
+    emu_cuda_error = 0;
     return e;
 }
-static cudaError_t cudaPeekAtLastError(void) { return emu_fault_seen ? emu.sticky_error : emu.cuda_error; }
+static cudaError_t cudaPeekAtLastError(void) { return emu_fault_seen ? emu_sticky_error : emu_cuda_error; }
 
 // The driver and device that start-up finds: a working H100 unless CUDA_EMU_DRIVER says
 //   none      no NVIDIA driver installed (driver version 0; the runtime says insufficient driver)

@@ -6,9 +6,10 @@
 
 Five rewrites, each keeping line numbers (so errors and __LINE__ point into the original file):
   kernel<<<grid, block>>>(args);   ->  emu_launch("kernel", grid, block, [=] { kernel(args); });
-  __shared__ T a[N], b[M];         ->  a reference to each array in the emulator's shared-memory
-                                       arena, made once (emu_shared_alloc): where the race detector
-                                       can watch it and each array has a guard gap after it
+  __shared__ T a[N], b[M];         ->  a reference to each array in the running worker's copy of the
+                                       emulator's shared-memory arena, at an offset given out once
+                                       (emu_shared_alloc): where the race detector can watch it and
+                                       each array has a guard gap after it
   #include "other.cu" or ".cuh"    ->  that file, rewritten the same way, inlined behind #line (a
                                        header once: the GPU headers of gpt2/gpu/ have include guards)
   #include "other.h"               ->  the same file by its path from the repository root (the
@@ -105,8 +106,8 @@ def split_top(s, sep):
 
 def rewrite_shared(line, where):
     """`__shared__ [__align__(n)] T a[dims], b[dims];` on one line -> for each array, a typedef
-    of its type and a static reference to a block of the emulator's arena (the arena aligns every
-    array to 128 bytes, which covers any __align__)."""
+    of its type, its static offset in the emulator's arena and a reference to it in the running
+    worker's copy (the arena aligns every array to 128 bytes, which covers any __align__)."""
     m = re.match(r"(\s*)__shared__\s+(?:__align__\(\s*\d+\s*\)\s+)?([^;]*);\s*(//.*)?$", line)
     if m is None:
         raise SystemExit("cuda_emu.py: %s: a __shared__ declaration it cannot read (write it as "
@@ -125,8 +126,9 @@ def rewrite_shared(line, where):
     out = []
     for name, dims in declarators:
         t = "emu_shared_%s_t" % name
-        out.append('typedef %s %s%s; static %s& %s = *(%s*)emu_shared_alloc(sizeof(%s), "%s");'
-                   % (base, t, dims.strip(), t, name, t, t, name))
+        at = "emu_shared_%s_at" % name
+        out.append('typedef %s %s%s; static const size_t %s = emu_shared_alloc(sizeof(%s), "%s"); '
+                   '%s& %s = *(%s*)emu_shared(%s);' % (base, t, dims.strip(), at, t, name, t, name, t, at))
     return indent + " ".join(out)
 
 

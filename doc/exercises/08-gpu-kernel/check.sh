@@ -20,14 +20,14 @@ if ! grep -q 'softmax_forward_gpu *(' gpt2/gpu/classifier.cuh; then
 fi
 "$py" dev/emu/cuda_emu.py "$here/softmax_check.cu" "$out/softmax_check.cpp" >"$out/translate.log" 2>&1 || {
     echo "dev/emu/cuda_emu.py could not translate the check ($out/translate.log):"; tail -n 3 "$out/translate.log"; exit 1; }
-"$cxx" -std=c++17 -O1 -g -fopenmp -fsanitize=address,undefined -fno-sanitize-recover=undefined \
+"$cxx" -std=c++17 -O1 -g1 -fwhole-program -fopenmp -fsanitize=address,undefined -fno-sanitize=vptr -fno-sanitize-recover=undefined \
     -include dev/emu/cuda_emu.h -I. "$out/softmax_check.cpp" -o "$out/softmax_check" >"$out/compile.log" 2>&1 || {
     echo "the check does not compile with your gpt2/gpu/classifier.cuh ($out/compile.log); is the launcher"
     echo "  static void softmax_forward_gpu(float* probs, const float* logits, int B, int T, int V, int Vp)?"
     grep -m 3 "error" "$out/compile.log"; exit 1; }
 # the shared-memory race detector (doc/gpu.md, "The race detector"), first: its report names the
 # two lines of a race, where a wrong result in some schedule would only show its effect
-"$cxx" -std=c++17 -O1 -g -fopenmp -DCUDA_EMU_RACE -fsanitize=thread --param=tsan-instrument-func-entry-exit=0 \
+"$cxx" -std=c++17 -O1 -g1 -fwhole-program -fopenmp -DCUDA_EMU_RACE -fsanitize=thread --param=tsan-instrument-func-entry-exit=0 \
     -include dev/emu/cuda_emu.h -I. -c "$out/softmax_check.cpp" -o "$out/softmax_check_race.o" >"$out/compile_race.log" 2>&1 &&
     "$cxx" -fopenmp "$out/softmax_check_race.o" -o "$out/softmax_check_race" >>"$out/compile_race.log" 2>&1 || {
     echo "the check does not build for the race detector ($out/compile_race.log)"; grep -m 3 "error" "$out/compile_race.log"; exit 1; }

@@ -107,7 +107,7 @@ static void check_segv(int sig, siginfo_t* info, void* context) {
         else
             printf("a write into logits[%td], the kernel's input (const float*)", index);
         if (check_phase == CHECK_KERNEL)
-            printf(", in kernel %s, block %u thread %u", emu.kernel, emu.block_idx.x, emu.cur->tid.x);
+            printf(", in kernel %s, block %u thread %u", emu->kernel, emu->block_idx.x, emu->cur->tid.x);
 #if defined(__SANITIZE_ADDRESS__) && defined(__x86_64__)
         char line[256];  // the faulting instruction's source line
         __sanitizer_symbolize_pc((void*)((ucontext_t*)context)->uc_mcontext.gregs[REG_RIP], "%s:%l", line, sizeof(line));
@@ -143,7 +143,7 @@ static void check_launch(const char* name, dim3 grid, dim3 block, size_t smem, s
     // after each thread's body: did its block pass a __syncthreads, or its warp a warp instruction?
     std::function<void()> watched = [&body] {
         body();
-        if (emu.block_gen > 0 || emu.warp_gen[emu.cur->linear / 32] > 0) check_synced = 1;
+        if (emu->block_gen > 0 || emu->warp_gen[emu->cur->linear / 32] > 0) check_synced = 1;
     };
     check_enter(CHECK_KERNEL);
     emu_launch(name, grid, block, smem, watched);
