@@ -709,7 +709,9 @@ EMU_BOOKKEEPING static void emu_yield(int state) {
     emu_switch_context(&me->ctx, me->next != NULL ? &me->next->ctx : &emu->sched);
 }
 
-static void emu_thread_main(void) {
+// noipa: a fiber's loop never returns, and a caller that learnt so would tell AddressSanitizer
+// (__asan_handle_no_return) from the fiber's stack, which it does not know (see emu_fatal)
+__attribute__((noipa)) static void emu_thread_main(void) {
     for (;;) {
         (*emu->body)();
         // A copy no wait retired may land at any time, even in the next block's shared memory.
