@@ -37,6 +37,12 @@ scratch_copy() {
         | while IFS= read -r -d '' f; do [ -e "$f" ] && printf '%s\0' "$f"; done \
         | tar --null -T - -cf -) | (cd "$dst" && tar -xf -)
     [ -d "$root/data" ] && cp -a "$root/data" "$dst/"
+    # the programs this tree has built, with their times (tar keeps the sources'), so that make
+    # rebuilds only what a solution changes
+    local f
+    for f in tokenizer train_cpu infer build/flags; do
+        [ -f "$root/$f" ] && mkdir -p "$dst/$(dirname "$f")" && cp -p "$root/$f" "$dst/$f"
+    done
     [ -d "$root/test/node_modules" ] && ln -s "$root/test/node_modules" "$dst/test/node_modules"
     return 0
 }
