@@ -357,7 +357,13 @@ static const size_t EMU_STACK = 32 * 1024;  // kernels keep little on the stack
 #include <sanitizer/asan_interface.h>
 #endif
 
+// The start of a report that ends in abort: one at a time, since workers (below) run blocks at
+// once and two may find an error together. The lock is never released; the process ends.
+static pthread_mutex_t emu_report_lock = PTHREAD_MUTEX_INITIALIZER;
+EMU_INTERNAL static void emu_report_begin(void) { pthread_mutex_lock(&emu_report_lock); }
+
 __attribute__((noipa)) static void emu_fatal(const char* what) {
+    emu_report_begin();
 #ifdef EMU_ASAN
     char here;  // on a fiber: its stack becomes the thread's, as abort's stack clearing needs
     if (emu->cur != NULL && &here >= emu->cur->stack && &here < emu->cur->stack + emu->cur->stack_size) {
@@ -520,6 +526,7 @@ EMU_INTERNAL static void emu_print_access(const char* label, const EmuAccess* a,
 
 EMU_INTERNAL static void emu_race(const void* p, const EmuAccess* first, bool first_write, const EmuAccess* second,
                                   bool second_write) {
+    emu_report_begin();
     char where[256];
     emu_describe_shared(p, where, sizeof where);
     fprintf(stderr, "cuda_emu: race on shared memory in kernel %s, block (%u,%u,%u), at %s:\n", emu->kernel,
@@ -548,6 +555,7 @@ EMU_INTERNAL static void emu_race_access(const void* p, size_t n, bool write, co
     for (size_t i = 0; i < n; i++) {
         EmuShadow* s = &emu->shadow[off + i];
         if (!s->owned) {
+            emu_report_begin();
             char where[256];
             emu_describe_shared((const char*)p + i, where, sizeof where);
             fprintf(stderr, "cuda_emu: shared-memory %s out of bounds in kernel %s, block (%u,%u,%u), thread %d: %s, at ",
@@ -579,6 +587,7 @@ EMU_INTERNAL static void emu_race_access(const void* p, size_t n, bool write, co
 // A __syncthreads or the block's end: the interval's read of unwritten memory, if any, stops the run.
 EMU_INTERNAL static void emu_race_interval_end(void) {
     if (emu_unwritten.at == NULL) return;
+    emu_report_begin();
     char where[256];
     emu_describe_shared(emu_unwritten.at, where, sizeof where);
     fprintf(stderr, "cuda_emu: read of shared memory that no thread of this block has written, in kernel %s, "
