@@ -15,6 +15,9 @@
 #                            make -s -j$JOBS TARGETS, holding the lock build/LOCK.lock: tests that
 #                            test/run.sh runs at once and that need the same programs build them
 #                            once, the second waiting for the first
+#   emu_train_gpu_setup      for the tests of build/emu/train_gpu: skipped without a C++ compiler or
+#                            numpy; builds it and build/emu/train_gpu_race (build_locked); their
+#                            environment
 #   cut_run FROM TO STEP     TO = the -o folder FROM as a run killed after its checkpoint at STEP
 #                            had left it: that checkpoint and state, main.log up to STEP
 #   printed_after STEP FILE  what a training run printed (FILE) after STEP, without the timings,
@@ -64,6 +67,17 @@ build_train_cpu() {
 build_locked() {
   local lock=build/$1.lock; shift
   flock "$lock" make -s -j"$JOBS" "$@"
+}
+
+emu_train_gpu_setup() {
+  if ! command -v "${CXX:-g++}" >/dev/null; then echo "skipped: no C++ compiler (${CXX:-g++})"; exit 77; fi
+  need_python numpy
+  build_locked emu_train_gpu train_gpu_emu build/emu/train_gpu_race ||
+    { echo "FAIL: build/emu/train_gpu or build/emu/train_gpu_race does not build"; exit 1; }
+  export ASAN_OPTIONS=detect_leaks=0
+  # the emulator honours CUDA_VISIBLE_DEVICES as CUDA does: a GPU machine's setting (a scheduler's)
+  # must not hide its emulated GPUs
+  unset CUDA_VISIBLE_DEVICES
 }
 
 cut_run() {

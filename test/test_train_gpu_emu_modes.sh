@@ -23,14 +23,7 @@
 #      since no kernel's result may depend on the order of its warps or on which blocks run together.
 set -u
 . "$(dirname "$0")/lib.sh"
-if ! command -v "${CXX:-g++}" >/dev/null; then echo "skipped: no C++ compiler (${CXX:-g++})"; exit 77; fi
-need_python numpy
-build_locked emu_train_gpu train_gpu_emu build/emu/train_gpu_race ||
-  { echo "FAIL: build/emu/train_gpu or build/emu/train_gpu_race does not build"; exit 1; }
-export ASAN_OPTIONS=detect_leaks=0
-# the emulator honours CUDA_VISIBLE_DEVICES as CUDA does: a GPU machine's setting (a scheduler's)
-# must not hide its emulated GPUs
-unset CUDA_VISIBLE_DEVICES
+emu_train_gpu_setup
 status=0
 
 fresh_dir test_train_gpu_emu_modes
