@@ -129,6 +129,9 @@ GPU_PROGRAMS := train_gpu infer_gpu
 # fat binary: machine code for A100 (8.0), RTX 30xx/A10 (8.6), RTX 40xx/L4 (8.9) and H100/H200
 # (9.0), plus PTX of the newest, which the driver of a later GPU compiles when the program
 # starts. -lineinfo maps machine code to source lines for compute-sanitizer and the profilers.
+# The machine code of one major version (8.0, 8.6, 8.9) is assembled from one PTX, that of its
+# lowest: the code asks nothing of 8.6 or 8.9 that 8.0 lacks, and nvcc's front end (cicc), the
+# larger part of a build, then runs once for them, not three times.
 ifeq ($(strip $(GPU_ARCH)),)
   GPU_ARCH := $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | grep -E '^[0-9]+\.[0-9]+$$' | tr -d . | sort -un)
   GPU_ARCH_WHY := the GPU of this machine
@@ -140,7 +143,9 @@ else
   GPU_ARCH_WHY := GPU_ARCH
 endif
 GPU_ARCH_PTX := $(shell echo $(GPU_ARCH) | tr ' ' '\n' | sort -n | tail -n 1)
-GENCODE := $(foreach a,$(GPU_ARCH),-gencode arch=compute_$(a),code=sm_$(a)) \
+# gpu_ptx_of A: the lowest architecture in GPU_ARCH of A's major version (A less its last digit)
+gpu_ptx_of = $(shell a=$(1); for b in $(GPU_ARCH); do [ "$${b%?}" = "$${a%?}" ] && echo $$b; done | sort -n | head -n 1)
+GENCODE := $(foreach a,$(GPU_ARCH),-gencode arch=compute_$(call gpu_ptx_of,$(a)),code=sm_$(a)) \
            -gencode arch=compute_$(GPU_ARCH_PTX),code=compute_$(GPU_ARCH_PTX)
 
 # The oldest CUDA toolkit that builds the GPU code for GPU_ARCH (doc/gpu.md). The code needs 11.0:
