@@ -862,31 +862,30 @@ EMU_BOOKKEEPING static inline float emu_bf16_half(uint32_t reg, int high) {
 // Whether the running lane is the last of warp w to reach the warp instruction.
 EMU_BOOKKEEPING static inline bool emu_last_to_arrive(int w) { return emu->count[w][EMU_WARP_WAIT] == 31; }
 
-// The whole warp's mma, by its last lane to arrive: A and B rebuilt once from the 32 lanes'
-// fragments, by the fragment layout, then each lane's four outputs added into its slot. Lane
-// 4g + q holds in a[j] A's row g + 8 (j % 2), columns 2q + 8 (j / 2) (low half) and the next; in
-// b[j] B's column g, rows 2q + 8 j (low half) and the next; in d[i] D's row g + 8 (i / 2),
-// column 2q + i % 2.
+// The whole warp's mma, by its last lane to arrive: A, B and D gathered once from the 32 lanes'
+// fragments, by the fragment layout; D += A B as a 16x16 by 16x8 product, a row of D at a time
+// (eight sums side by side, which the compiler puts in vector registers); D scattered back to the
+// lanes' slots. Lane 4g + q holds in a[j] A's row g + 8 (j % 2), columns 2q + 8 (j / 2) (low half)
+// and the next; in b[j] B's column g, rows 2q + 8 j (low half) and the next; in d[i] D's row
+// g + 8 (i / 2), column 2q + i % 2.
 EMU_BOOKKEEPING static void emu_mma_warp(int w, int parity) {
     const uint32_t (*slot)[6] = emu->mma_slot[w][parity];
-    float A[16][16], Bt[8][16];
+    float (*d)[4] = emu->mma_d[w][parity];
+    float A[16][16], B[16][8], D[16][8];
     for (int lane = 0; lane < 32; lane++) {
         int g = lane / 4, q = lane % 4;
         for (int j = 0; j < 4; j++)
             for (int h = 0; h < 2; h++) A[g + 8 * (j % 2)][2 * q + 8 * (j / 2) + h] = emu_bf16_half(slot[lane][j], h);
         for (int j = 0; j < 2; j++)
-            for (int h = 0; h < 2; h++) Bt[g][2 * q + 8 * j + h] = emu_bf16_half(slot[lane][4 + j], h);
+            for (int h = 0; h < 2; h++) B[2 * q + 8 * j + h][g] = emu_bf16_half(slot[lane][4 + j], h);
+        for (int i = 0; i < 4; i++) D[g + 8 * (i / 2)][2 * q + i % 2] = d[lane][i];
     }
+    for (int r = 0; r < 16; r++)
+        for (int k = 0; k < 16; k++)
+            for (int n = 0; n < 8; n++) D[r][n] += A[r][k] * B[k][n];
     for (int lane = 0; lane < 32; lane++) {
-        float* d = emu->mma_d[w][parity][lane];
         int g = lane / 4, q = lane % 4;
-        for (int i = 0; i < 4; i++) {
-            const float* a = A[g + 8 * (i / 2)];
-            const float* b = Bt[2 * q + i % 2];
-            float acc = d[i];
-            for (int k = 0; k < 16; k++) acc += a[k] * b[k];
-            d[i] = acc;
-        }
+        for (int i = 0; i < 4; i++) d[lane][i] = D[g + 8 * (i / 2)][2 * q + i % 2];
     }
 }
 // mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32: d += A B for the warp's 16x16 A and 16x8
