@@ -169,7 +169,11 @@ ifneq ($(NVCC),)
   NVCC_TOO_OLD_WHY := $(NVCC) is CUDA $(NVCC_RELEASE), older than the $(NVCC_FLOOR) that the GPU code needs for compute \
     capability $(GPU_ARCH) (doc/gpu.md): give a newer toolkit's nvcc as NVCC=/path/to/nvcc$(if \
     $(filter-out 11.0,$(NVCC_FLOOR)),$(comma) or build for fewer GPUs (GPU_ARCH=80 needs 11.0))
-  NVCC_FLAGS := -O3 -lineinfo $(GENCODE) -DCUDA_ARCHS='"$(GPU_ARCH)"' -Xcompiler -fopenmp -Wno-deprecated-gpu-targets
+  # nvcc compiles for one architecture after the other; from CUDA 11.2 on, --threads 0 compiles
+  # for all of them at once, as many at a time as there are cores (the default fat binary: 6 jobs)
+  NVCC_THREADS := $(if $(filter 11.2,$(firstword $(shell printf '%s\n' $(or $(NVCC_RELEASE),0) 11.2 | sort -V))),--threads 0)
+  NVCC_FLAGS := -O3 -lineinfo $(GENCODE) -DCUDA_ARCHS='"$(GPU_ARCH)"' -Xcompiler -fopenmp -Wno-deprecated-gpu-targets \
+                $(NVCC_THREADS)
   ifeq ($(USE_CUBLAS),1)
     NVCC_FLAGS += -DUSE_CUBLAS
     NVCC_LIBS := -lcublas
