@@ -115,7 +115,13 @@ static inline void thread_share(size_t n, size_t* begin, size_t* end) {
 #define MM_NR_VECS 2
 #endif
 typedef float mm_vec __attribute__((vector_size(MM_VEC_BYTES)));
+// The loops over the register tile, unrolled so that the tile lives in registers. A build may
+// define MM_UNROLL empty (the CUDA emulator's race-detector builds do, where this GEMM only makes
+// reference values and its unrolled copies took most of the compile time): the same arithmetic,
+// in the same order, only slower.
+#ifndef MM_UNROLL
 #define MM_UNROLL _Pragma("GCC unroll 32")
+#endif
 #if !defined(__clang__)
 #define MM_SHUFFLE_TRANSPOSE 1   // __builtin_shuffle is GCC's (clang spells it differently)
 typedef int mm_ivec __attribute__((vector_size(MM_VEC_BYTES)));
