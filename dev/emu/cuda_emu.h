@@ -348,6 +348,7 @@ struct EmuState {
     unsigned long long schedule_rng, async_rng;  // the block's random choices (emu_run_blocks)
     char* arena;                    // its copy of shared memory (below)
     struct EmuShadow* shadow;       // the race detector's shadow of it
+    struct EmuShadowSites* sites;   // and where each access it holds was
 };
 // The state of the worker this thread is (see "workers" below): the main thread's is emu_main,
 // and so is that of any other thread that is not a worker.
@@ -485,19 +486,32 @@ static void emu_describe_shared(const void* p, char* out, size_t n) {
 // block never wrote, which is undefined on a GPU.
 static thread_local uint64_t emu_epoch = 1, emu_block_epoch = 1;  // the running worker's
 enum { EMU_PENDING = 1, EMU_ASYNC = 2, EMU_LDMATRIX = 4 };
-struct EmuAccess {
-    uint64_t epoch;                 // 0: none
+struct EmuAccess {                  // one access, unpacked for a report
     uint16_t thread;                // the thread's linear index in its block
     uint8_t kind;                   // EMU_ASYNC (a cp.async copy; EMU_PENDING until its wait), EMU_LDMATRIX
-    const void* pc;                 // the kernel's instruction, for the report
+    const void* pc;                 // the kernel's instruction
 };
-struct EmuShadow {
-    EmuAccess write, read, read2;
-    bool owned;                     // inside an array (not in a gap)
+// A byte's shadow is two words, read at every access: 16 bytes a byte, so that the shadow of the
+// arrays a kernel uses stays in the cache (as three records of thread, kind, epoch and site it
+// was 80, and the detector's runs waited on loading it):
+//   w   its last write:           epoch << 24 | kind << 16 | EMU_OWNED | thread
+//   r   its readers in interval epoch, one or two:
+//                                 epoch << 24 | EMU_R2 | r2's EMU_R_LDMATRIX, thread << 11 | r's, thread
+// with a thread's linear index in bits 0-9 (a block has at most 1024), EMU_OWNED set where the
+// byte is inside an array (not in a gap), and the epoch in the top 40 bits. Where each access was
+// (the kernel's instruction) is kept apart, in EmuShadowSites, written with the word and read
+// only for a report.
+struct EmuShadow { uint64_t w, r; };
+struct EmuShadowSites { const void* w; const void* r; const void* r2; };
+enum : uint64_t {
+    EMU_THREAD_BITS = 0x3ff, EMU_OWNED = 1u << 12, EMU_R_LDMATRIX = 1u << 10, EMU_R2 = 1u << 22,
+    EMU_EPOCH_SHIFT = 24,
 };
 
 #ifndef CUDA_EMU_RACE
 static void emu_shadow_own(EmuState* w, size_t offset, size_t size) {}
+static inline void emu_race_next_interval(void) {}
+static inline void emu_race_block_start(void) {}
 static inline void emu_race_interval_end(void) {}
 static inline void emu_race_access(const void* p, size_t n, bool write, const void* pc, int kind) {}
 static inline void emu_race_retire(const void* p, size_t n) {}
@@ -507,10 +521,24 @@ static void emu_shadow_own(EmuState* w, size_t offset, size_t size) {
     if (w->shadow == NULL) {
         void* s = mmap(NULL, EMU_ARENA_BYTES * sizeof(EmuShadow), PROT_READ | PROT_WRITE,
                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        if (s == MAP_FAILED) { fprintf(stderr, "cuda_emu: out of memory for the race detector's shadow\n"); exit(1); }
+        void* sites = mmap(NULL, EMU_ARENA_BYTES * sizeof(EmuShadowSites), PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (s == MAP_FAILED || sites == MAP_FAILED) { fprintf(stderr, "cuda_emu: out of memory for the race detector's shadow\n"); exit(1); }
         w->shadow = (EmuShadow*)s;
+        w->sites = (EmuShadowSites*)sites;
     }
-    for (size_t i = 0; i < size; i++) w->shadow[offset + i].owned = true;
+    for (size_t i = 0; i < size; i++) w->shadow[offset + i].w |= EMU_OWNED;
+}
+
+// The next barrier interval: at every __syncthreads, and at a block's start, which is also the
+// block's epoch. The shadow holds 40 bits of it: a worker that reaches 2^40 intervals (weeks of
+// emulation) stops rather than compare epochs that wrapped around.
+EMU_INTERNAL static void emu_race_next_interval(void) {
+    if (++emu_epoch >> 40) emu_fatal("the race detector's epochs are spent (2^40 barrier intervals on one worker)");
+}
+EMU_INTERNAL static void emu_race_block_start(void) {
+    emu_race_next_interval();
+    emu_block_epoch = emu_epoch;
 }
 
 // "file:line (function)" of a kernel instruction, with the calls it was inlined into after "<-",
@@ -571,42 +599,101 @@ EMU_INTERNAL static void emu_race(const void* p, const EmuAccess* first, bool fi
 // warp's write that should have come first), is reported instead.
 static thread_local struct { const void* at; EmuAccess read; } emu_unwritten;
 
-// The running thread reads or writes [p, p + n) of the arena at the kernel's instruction pc.
+// The accesses a shadow word holds, unpacked for a report.
+static EmuAccess emu_write_of(uint64_t w, const void* pc) {
+    return {(uint16_t)(w & EMU_THREAD_BITS), (uint8_t)(w >> 16), pc};
+}
+static EmuAccess emu_reader_of(uint64_t r, int second, const void* pc) {
+    uint64_t bits = second ? r >> 11 : r;
+    return {(uint16_t)(bits & EMU_THREAD_BITS), (uint8_t)(bits & EMU_R_LDMATRIX ? EMU_LDMATRIX : 0), pc};
+}
+
+__attribute__((noinline, cold)) static void emu_race_out_of_bounds(const void* p, bool write, const void* pc) {
+    emu_report_begin();
+    char where[256];
+    emu_describe_shared(p, where, sizeof where);
+    fprintf(stderr, "cuda_emu: shared-memory %s out of bounds in kernel %s, block (%u,%u,%u), thread %d: %s, at ",
+            write ? "write" : "read", emu->kernel, emu->block_idx.x, emu->block_idx.y, emu->block_idx.z,
+            emu->cur->linear, where);
+    emu_print_site(pc);
+    fprintf(stderr, "\n");
+    abort();
+}
+
+// One byte of an access: checks it against its shadow s (and stops at a race), then records it.
+// Returns what it changed: EMU_CHANGED_W (a write), _R or _R2 (the first or second reader), or 0.
+enum { EMU_CHANGED_W = 1, EMU_CHANGED_R, EMU_CHANGED_R2 };
+struct EmuNow {                     // the access being checked, and the running thread's state
+    EmuAccess access;
+    bool write;
+    uint64_t thread, warp, epoch, block_epoch;  // the epochs shifted as in the shadow's words
+};
+static const uint64_t EMU_EPOCH_BITS = ~(uint64_t)0 << EMU_EPOCH_SHIFT;
+EMU_INTERNAL static inline int emu_race_byte(EmuShadow* s, const EmuShadowSites* site, const char* byte, const EmuNow* a) {
+    uint64_t w = s->w, r = s->r;
+    const EmuAccess* now = &a->access;
+    EmuAccess last;
+    if (!(w & EMU_OWNED)) emu_race_out_of_bounds(byte, a->write, now->pc);
+    if (w & (EMU_PENDING << 16)) { last = emu_write_of(w, site->w); emu_race(byte, &last, true, now, a->write); }
+    if (!a->write && (w & EMU_EPOCH_BITS) < a->block_epoch && emu_unwritten.at == NULL) {
+        emu_unwritten.at = byte;  // reported at the interval's end, unless a race is first
+        emu_unwritten.read = *now;
+    }
+    if ((w & EMU_EPOCH_BITS) == a->epoch && (w & EMU_THREAD_BITS) / 32 != a->warp) {
+        last = emu_write_of(w, site->w);
+        emu_race(byte, &last, true, now, a->write);
+    }
+    uint64_t ldmatrix = now->kind & EMU_LDMATRIX ? EMU_R_LDMATRIX : 0;
+    if (a->write) {
+        if ((r & EMU_EPOCH_BITS) == a->epoch) {
+            if ((r & EMU_THREAD_BITS) / 32 != a->warp) { last = emu_reader_of(r, 0, site->r); emu_race(byte, &last, false, now, true); }
+            if ((r & EMU_R2) && (r >> 11 & EMU_THREAD_BITS) / 32 != a->warp) {
+                last = emu_reader_of(r, 1, site->r2);
+                emu_race(byte, &last, false, now, true);
+            }
+        }
+        s->w = a->epoch | (uint64_t)now->kind << 16 | EMU_OWNED | a->thread;
+        return EMU_CHANGED_W;
+    }
+    if ((r & EMU_EPOCH_BITS) != a->epoch) {
+        s->r = a->epoch | ldmatrix | a->thread;
+        return EMU_CHANGED_R;
+    }
+    if ((r & EMU_THREAD_BITS) / 32 != a->warp && !(r & EMU_R2)) {
+        s->r = r | EMU_R2 | (ldmatrix | a->thread) << 11;
+        return EMU_CHANGED_R2;
+    }
+    return 0;
+}
+
+// The running thread reads or writes [p, p + n) of the arena at the kernel's instruction pc. Most
+// accesses meet bytes whose shadows are all alike (a float or a float4 written and read as one):
+// those are checked once, for the first byte, and what changed is copied to the others.
 EMU_INTERNAL static void emu_race_access(const void* p, size_t n, bool write, const void* pc, int kind) {
     EmuThread* t = emu->cur;
     if (t == NULL) return;  // the host: not a kernel's access
-    EmuAccess now = {emu_epoch, (uint16_t)t->linear, (uint8_t)kind, pc};
-    int warp = t->linear / 32;
+    EmuNow a = {{(uint16_t)t->linear, (uint8_t)kind, pc}, write, (uint64_t)t->linear, (uint64_t)t->linear / 32,
+                emu_epoch << EMU_EPOCH_SHIFT, emu_block_epoch << EMU_EPOCH_SHIFT};
     size_t off = (size_t)((const char*)p - emu->arena);
+    EmuShadow* s = emu->shadow + off;
+    EmuShadowSites* site = emu->sites + off;
+    bool alike = true;
+    for (size_t i = 1; i < n; i++) alike &= (s[i].w == s[0].w) & (s[i].r == s[0].r);
+    if (alike) {
+        int changed = emu_race_byte(s, site, (const char*)p, &a);
+        for (size_t i = 0; i < n && changed; i++) {
+            s[i] = s[0];
+            if (changed == EMU_CHANGED_W) site[i].w = pc;
+            else if (changed == EMU_CHANGED_R) site[i].r = pc;
+            else site[i].r2 = pc;
+        }
+        return;
+    }
     for (size_t i = 0; i < n; i++) {
-        EmuShadow* s = &emu->shadow[off + i];
-        if (!s->owned) {
-            emu_report_begin();
-            char where[256];
-            emu_describe_shared((const char*)p + i, where, sizeof where);
-            fprintf(stderr, "cuda_emu: shared-memory %s out of bounds in kernel %s, block (%u,%u,%u), thread %d: %s, at ",
-                    write ? "write" : "read", emu->kernel, emu->block_idx.x, emu->block_idx.y, emu->block_idx.z, t->linear,
-                    where);
-            emu_print_site(pc);
-            fprintf(stderr, "\n");
-            abort();
-        }
-        if (s->write.kind & EMU_PENDING) emu_race((const char*)p + i, &s->write, true, &now, write);
-        if (!write && s->write.epoch < emu_block_epoch && emu_unwritten.at == NULL) {
-            emu_unwritten.at = (const char*)p + i;  // reported at the interval's end, unless a race is first
-            emu_unwritten.read = now;
-        }
-        if (s->write.epoch == emu_epoch && s->write.thread / 32 != warp) emu_race((const char*)p + i, &s->write, true, &now, write);
-        if (write) {
-            if (s->read.epoch == emu_epoch && s->read.thread / 32 != warp) emu_race((const char*)p + i, &s->read, false, &now, true);
-            if (s->read2.epoch == emu_epoch && s->read2.thread / 32 != warp) emu_race((const char*)p + i, &s->read2, false, &now, true);
-            s->write = now;
-        } else if (s->read.epoch != emu_epoch) {
-            s->read = now;
-            s->read2.epoch = 0;
-        } else if (s->read.thread / 32 != warp && s->read2.epoch != emu_epoch) {
-            s->read2 = now;
-        }
+        int changed = emu_race_byte(s + i, site + i, (const char*)p + i, &a);
+        if (changed == EMU_CHANGED_W) site[i].w = pc;
+        else if (changed == EMU_CHANGED_R) site[i].r = pc;
+        else if (changed == EMU_CHANGED_R2) site[i].r2 = pc;
     }
 }
 
@@ -627,12 +714,9 @@ EMU_INTERNAL static void emu_race_interval_end(void) {
 // A cp.async copy's wait has retired it: from now on its bytes are a plain write of this thread,
 // in this interval, which the other warps may read after the next __syncthreads.
 EMU_INTERNAL static void emu_race_retire(const void* p, size_t n) {
-    size_t off = (size_t)((const char*)p - emu->arena);
-    for (size_t i = 0; i < n; i++) {
-        EmuAccess* w = &emu->shadow[off + i].write;
-        w->kind &= ~EMU_PENDING;
-        w->epoch = emu_epoch;
-    }
+    EmuShadow* s = emu->shadow + ((const char*)p - emu->arena);
+    uint64_t keep = ~(~(uint64_t)0 << EMU_EPOCH_SHIFT) & ~((uint64_t)EMU_PENDING << 16);
+    for (size_t i = 0; i < n; i++) s[i].w = (s[i].w & keep) | emu_epoch << EMU_EPOCH_SHIFT;
 }
 
 // GCC's -fsanitize=thread calls these before every load and store of the instrumented code (the
@@ -1039,7 +1123,7 @@ EMU_BOOKKEEPING static void emu_run_block(void) {
         emu->runnable[w] = w < nwarps ? emu_lanes(emu_warp_size(w)) : 0;
         emu->count[w][EMU_BLOCK_WAIT] = emu->count[w][EMU_WARP_WAIT] = emu->count[w][EMU_DONE] = 0;
     }
-    emu_block_epoch = ++emu_epoch;  // a new block: nothing an earlier block did races with it
+    emu_race_block_start();  // a new epoch: nothing an earlier block did races with it
     for (;;) {
         bool ran = false;
         if (emu_cfg.schedule == EMU_AHEAD) {
@@ -1079,7 +1163,7 @@ EMU_BOOKKEEPING static void emu_run_block(void) {
             }
             emu->block_gen++;
             emu->block_acc[emu->block_gen & 1] = 0;
-            emu_epoch++;
+            emu_race_next_interval();
             continue;
         }
         emu_fatal(block_wait + done == n
