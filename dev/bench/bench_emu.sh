@@ -4,8 +4,9 @@
 # that the machine's noise falls on all of them alike.
 #   bash dev/bench/bench_emu.sh [COLUMN...]     (default: this checkout; make bench-emu)
 # A column is a checkout, DIR, or a checkout with settings, DIR,VAR=VALUE[,VAR=VALUE...]: give an
-# older checkout first to compare emulators (its programs are built there by its own Makefile; the
-# last column is the first's seconds over the last's), or one checkout in several modes, e.g.
+# older checkout first to compare emulators (its programs are built there by its own Makefile; where
+# the first and last columns are two checkouts, a last column gives the first's seconds over the
+# last's), or one checkout in several modes, e.g.
 #   bash dev/bench/bench_emu.sh .,CUDA_EMU_WORKERS=1 . .,CUDA_EMU_SCHEDULE=random:1,CUDA_EMU_ASYNC=random:1
 # BENCH_EMU_BUILD=1 also times, per checkout, the build of every program timed here from nothing
 # (its build/emu is removed first), with make -j as many jobs as cores.
@@ -69,7 +70,9 @@ workload() {  # N OUT: runs workload N in the current directory
 export ASAN_OPTIONS=detect_leaks=0 OMP_WAIT_POLICY=passive
 unset CUDA_EMU_SCHEDULE CUDA_EMU_ASYNC CUDA_EMU_WORKERS CUDA_VISIBLE_DEVICES
 printf '%-20s' workload; for l in "${labels[@]}"; do printf ' | %s' "$l"; done
-[ ${#dirs[@]} -gt 1 ] && printf ' | ratio'
+ratio=0  # the first column's seconds over the last's: two emulators, not two modes of one
+[ ${#dirs[@]} -gt 1 ] && [ "${dirs[0]}" != "${dirs[-1]}" ] && ratio=1
+[ $ratio = 1 ] && printf ' | ratio'
 echo
 for n in "${!names[@]}"; do
   printf '%-20s' "${names[$n]}"
@@ -85,7 +88,7 @@ for n in "${!names[@]}"; do
     secs+=("$s")
     printf ' | %s' "$s"
   done
-  if [ ${#dirs[@]} -gt 1 ] && [[ "${secs[0]}" != fail* ]] && [[ "${secs[-1]}" != fail* ]]; then
+  if [ $ratio = 1 ] && [[ "${secs[0]}" != fail* ]] && [[ "${secs[-1]}" != fail* ]]; then
     printf ' | %.1fx' "$(echo "${secs[0]} / ${secs[-1]}" | bc -l)"
   fi
   echo
