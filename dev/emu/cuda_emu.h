@@ -666,6 +666,13 @@ EMU_INTERNAL static inline int emu_race_byte(EmuShadow* s, const EmuShadowSites*
     return 0;
 }
 
+// Where the access that emu_race_byte recorded was: the site of the word it changed, if any.
+EMU_INTERNAL static inline void emu_race_site(EmuShadowSites* site, int changed, const void* pc) {
+    if (changed == EMU_CHANGED_W) site->w = pc;
+    else if (changed == EMU_CHANGED_R) site->r = pc;
+    else if (changed == EMU_CHANGED_R2) site->r2 = pc;
+}
+
 // The running thread reads or writes [p, p + n) of the arena at the kernel's instruction pc. Most
 // accesses meet bytes whose shadows are all alike (a float or a float4 written and read as one):
 // those are checked once, for the first byte, and what changed is copied to the others.
@@ -683,18 +690,11 @@ EMU_INTERNAL static void emu_race_access(const void* p, size_t n, bool write, co
         int changed = emu_race_byte(s, site, (const char*)p, &a);
         for (size_t i = 0; i < n && changed; i++) {
             s[i] = s[0];
-            if (changed == EMU_CHANGED_W) site[i].w = pc;
-            else if (changed == EMU_CHANGED_R) site[i].r = pc;
-            else site[i].r2 = pc;
+            emu_race_site(&site[i], changed, pc);
         }
         return;
     }
-    for (size_t i = 0; i < n; i++) {
-        int changed = emu_race_byte(s + i, site + i, (const char*)p + i, &a);
-        if (changed == EMU_CHANGED_W) site[i].w = pc;
-        else if (changed == EMU_CHANGED_R) site[i].r = pc;
-        else if (changed == EMU_CHANGED_R2) site[i].r2 = pc;
-    }
+    for (size_t i = 0; i < n; i++) emu_race_site(&site[i], emu_race_byte(s + i, site + i, (const char*)p + i, &a), pc);
 }
 
 // A __syncthreads or the block's end: the interval's read of unwritten memory, if any, stops the run.
@@ -715,7 +715,7 @@ EMU_INTERNAL static void emu_race_interval_end(void) {
 // in this interval, which the other warps may read after the next __syncthreads.
 EMU_INTERNAL static void emu_race_retire(const void* p, size_t n) {
     EmuShadow* s = emu->shadow + ((const char*)p - emu->arena);
-    uint64_t keep = ~(~(uint64_t)0 << EMU_EPOCH_SHIFT) & ~((uint64_t)EMU_PENDING << 16);
+    uint64_t keep = ~EMU_EPOCH_BITS & ~((uint64_t)EMU_PENDING << 16);
     for (size_t i = 0; i < n; i++) s[i].w = (s[i].w & keep) | emu_epoch << EMU_EPOCH_SHIFT;
 }
 
