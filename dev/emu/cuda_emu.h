@@ -106,6 +106,18 @@ using std::max;
 #define __restrict__ __restrict
 // (__shared__ is not defined: dev/emu/cuda_emu.py turns each declaration into a piece of the arena)
 
+// EMU_UNROLL(n): what cuda_emu.py puts for nvcc's `#pragma unroll` before a loop that only computes.
+// Where the build defines EMU_UNROLL_LOOPS (the Makefile's build of gpu_check, at -O2), GCC's
+// own pragma: a loop of up to n trips unrolled whole, so that the small arrays of a thread that it
+// indexes (a GEMM's register tile) become registers, which AddressSanitizer does not check at
+// every use. Elsewhere nothing: at -O1 and -Og the pragma made builds slower and runs no faster.
+#ifdef EMU_UNROLL_LOOPS
+#define EMU_PRAGMA(x) _Pragma(#x)
+#define EMU_UNROLL(n) EMU_PRAGMA(GCC unroll n)
+#else
+#define EMU_UNROLL(n)
+#endif
+
 // The emulator's own functions are not instrumented in the race detector's build: they move data
 // for the kernels (an ldmatrix's read, a cp.async copy landing) and tell the detector themselves,
 // as the thread and the source line the kernel's instruction has. EMU_INSTRUCTION: a function
