@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The kernel ladder (dev/kernels/) on the CPU emulator of CUDA, as `make kernels-emu` runs it: every
-# step must pass (each against its CPU layer, in two orders of the warps and under the race
-# detector), and there must be at least 14 of them across the three families (matmul, attention,
+# step must pass (each against its CPU layer, under AddressSanitizer in the plain order of the
+# warps and under the race detector in a random one), and there must be at least 14 of them across the three families (matmul, attention,
 # layernorm). Then the ladder must catch broken steps: copies of real steps with one planted fault
 # each, built and run the same way, must each come out FAIL with a non-zero exit:
 #   a sum that stops one k short (a wrong value),

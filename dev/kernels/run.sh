@@ -2,12 +2,14 @@
 # dev/kernels/run.sh emu|gpu STEP...: runs the kernel ladder's steps, built by make (make
 # kernels-emu, make kernels), and prints one line per step, PASS or FAIL; exit status 1 if any fails.
 #
-#   emu   each step on the CPU emulator of CUDA, at small shapes, three times: as built with
-#         AddressSanitizer and UBSan (build/emu/kernels/STEP) in the emulator's plain order of
-#         warps, the same in a random order with cp.async copies landing at random points between
-#         their issue and their wait (CUDA_EMU_SCHEDULE=random:7 CUDA_EMU_ASYNC=random:7), and as built for the race
-#         detector (build/emu/kernels/STEP_race), which stops at a shared-memory access that no
-#         barrier orders. A step passes when all three pass.
+#   emu   each step on the CPU emulator of CUDA, at small shapes, twice: as built with
+#         AddressSanitizer and UBSan (build/emu/kernels/STEP), in the emulator's plain order of
+#         warps, and as built for the race detector (build/emu/kernels/STEP_race), which stops at a
+#         shared-memory access that no barrier orders (or out of its arrays), in a random order of
+#         warps with cp.async copies landing at random points between their issue and their wait
+#         (CUDA_EMU_SCHEDULE=random:7 CUDA_EMU_ASYNC=random:7). A step passes when both runs pass
+#         (each checks the step's results against its CPU layer). The steps run as many at a time
+#         as there are cores.
 #   gpu   each step on this machine's GPU (build/kernels/STEP): checked at small shapes and at
 #         GPT-2 124M's, then timed; the table goes to build/kernels/ladder.md (and the screen), the
 #         bar chart of the rates, as % of each step's limit, to build/kernels/ladder.png where
@@ -28,9 +30,10 @@ mkdir -p "$logs"
 # run_once LOG PROGRAM [ENV...]: runs PROGRAM with ENV into LOG; prints why it failed, if it did
 run_once() {
   local log=$1 prog=$2; shift 2
-  env "$@" ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0} "$prog" >"$log" 2>&1
-  local rc=$?
-  local last; last=$(tail -n 1 "$log")
+  # (bash's own line for a program killed by a signal is left out: the exit status says it)
+  { (export "$@" ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}; exec "$prog") >"$log" 2>&1; } 2>/dev/null
+  local rc=$? line last=""
+  while IFS= read -r line; do last=$line; done <"$log"
   if [ $rc -eq 0 ] && [[ "$last" == PASS* ]]; then return 0; fi
   # the first mismatch or the error, else the end of the output
   local why; why=$(grep -m 1 -E "^  FAIL|error|ERROR|race" "$log" || tail -n 1 "$log")
@@ -39,23 +42,40 @@ run_once() {
 }
 
 if [ "$mode" = emu ]; then
+  # Two runs a step (see above): all of them independent programs, as many at a time as there are
+  # cores, a step's line printed, in the steps' order, once its runs are done.
+  export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}  # a run's idle OpenMP threads leave the core to the others
+  cores=$(nproc 2>/dev/null || echo 1) running=0
+  dir=${KERNELS_EMU_DIR:-build/emu/kernels}
+  race_env="CUDA_EMU_SCHEDULE=random:7 CUDA_EMU_ASYNC=random:7"
   for step in "$@"; do
-    bin=${KERNELS_EMU_DIR:-build/emu/kernels}/$step
-    why=""
-    if [ ! -x "$bin" ] || [ ! -x "${bin}_race" ]; then
+    [ -x "$dir/$step" ] && [ -x "$dir/${step}_race" ] || continue  # (said below)
+    for run in plain race; do
+      if [ "$running" -ge "$cores" ]; then wait -n; running=$((running - 1)); fi
+      if [ $run = plain ]; then
+        run_once "$logs/$step.emu.log" "$dir/$step" >"$logs/$step.emu.rc" &
+      else
+        run_once "$logs/$step.emu-race.log" "$dir/${step}_race" $race_env >"$logs/$step.emu-race.rc" &
+      fi
+      running=$((running + 1))
+    done
+  done
+  wait
+  for step in "$@"; do
+    if [ ! -x "$dir/$step" ] || [ ! -x "$dir/${step}_race" ]; then
       why="not built (make kernels-emu builds it)"
+    elif [ -s "$logs/$step.emu.rc" ]; then
+      why="AddressSanitizer, plain order, $(cat "$logs/$step.emu.rc")"
+    elif [ -s "$logs/$step.emu-race.rc" ]; then
+      why="race detector, $race_env, $(cat "$logs/$step.emu-race.rc")"
     else
-      why=$(run_once "$logs/$step.emu.log" "$bin") ||
-        why="plain order, $why"
-      [ -z "$why" ] && { why=$(run_once "$logs/$step.emu-random.log" "$bin" CUDA_EMU_SCHEDULE=random:7 \
-        CUDA_EMU_ASYNC=random:7) || why="CUDA_EMU_SCHEDULE=random:7 CUDA_EMU_ASYNC=random:7, $why"; }
-      [ -z "$why" ] && { why=$(run_once "$logs/$step.emu-race.log" "${bin}_race") ||
-        why="race detector, $why"; }
+      why=""
     fi
     if [ -z "$why" ]; then
       passed=$((passed + 1))
       # the step's own last line, less the timing it does not have here
-      tail -n 1 "$logs/$step.emu.log" | sed 's/ *not timed (the emulator checks correctness only)$//'
+      while IFS= read -r line; do last=$line; done <"$logs/$step.emu.log"
+      echo "${last% not timed (the emulator checks correctness only)}"
     else
       failed=$((failed + 1))
       echo "FAIL $step: $why (log: $logs/)"
