@@ -335,10 +335,10 @@ build/emu/nccl_check.cpp: dev/emu/nccl_check.cu dev/emu/cuda_emu.py
 
 # gpu_check and train_gpu at -O2: they run for seconds, most of them in the kernels' arithmetic,
 # and the tests run them several times; the short checks at -O1, which builds in half the time.
-# gpu_check with -DEMU_UNROLL_LOOPS: its loops that only compute unrolled as nvcc unrolls them
-# (EMU_UNROLL in dev/emu/cuda_emu.h): its float32 GEMMs' register tiles in registers. It runs in a
-# third less time, and builds in 40% more (20 s), which its five runs in the tests pay back;
-# train_gpu's runs gain less (its float32 steps 0.3 s of 1.1), not its 20 s more of build.
+# -DEMU_UNROLL_LOOPS: their loops that only compute unrolled as nvcc unrolls them (EMU_UNROLL in
+# dev/emu/cuda_emu.h), the float32 GEMMs' register tiles in registers. gpu_check --quick and 6
+# float32 steps of train_gpu run in a third less time, and each builds in 20-25 s more, which
+# their runs in the tests pay back (the three train_gpu tests: 35 CPU-s less).
 build/emu/gpu_check: build/emu/gpu_check.cpp dev/emu/cuda_emu.h
 	$(CXX) -O2 -DEMU_UNROLL_LOOPS $(EMU_CXXFLAGS) $< -o $@
 build/emu/instruction_check: build/emu/instruction_check.cpp dev/emu/cuda_emu.h
@@ -348,7 +348,7 @@ build/emu/race_check_asan: build/emu/race_check.cpp dev/emu/cuda_emu.h
 build/emu/emu_check: build/emu/emu_check.cpp dev/emu/cuda_emu.h
 	$(CXX) -O1 $(EMU_CXXFLAGS) $< -o $@
 build/emu/train_gpu: build/emu/train_gpu.cpp dev/emu/cuda_emu.h build/flags | data
-	$(CXX) -O2 $(EMU_CXXFLAGS) $(MPI_FLAGS) $< -o $@ $(MPI_LIBS)
+	$(CXX) -O2 -DEMU_UNROLL_LOOPS $(EMU_CXXFLAGS) $(MPI_FLAGS) $< -o $@ $(MPI_LIBS)
 # the emulator's NCCL (done with MPI) against NCCL's results: with MPI as train_gpu's build has it
 build/emu/nccl_check: build/emu/nccl_check.cpp dev/emu/cuda_emu.h build/flags
 	$(CXX) -O1 $(EMU_CXXFLAGS) $(MPI_FLAGS) $< -o $@ $(MPI_LIBS)

@@ -107,10 +107,10 @@ using std::max;
 // (__shared__ is not defined: dev/emu/cuda_emu.py turns each declaration into a piece of the arena)
 
 // EMU_UNROLL(n): what cuda_emu.py puts for nvcc's `#pragma unroll` before a loop that only computes.
-// Where the build defines EMU_UNROLL_LOOPS (the Makefile's build of gpu_check, at -O2), GCC's
-// own pragma: a loop of up to n trips unrolled whole, so that the small arrays of a thread that it
-// indexes (a GEMM's register tile) become registers, which AddressSanitizer does not check at
-// every use. Elsewhere nothing: at -O1 and -Og the pragma made builds slower and runs no faster.
+// Where the build defines EMU_UNROLL_LOOPS (the Makefile's -O2 builds: gpu_check, train_gpu),
+// GCC's own pragma: a loop of up to n trips unrolled whole, so that the small arrays of a thread
+// that it indexes (a GEMM's register tile) become registers, which AddressSanitizer does not check
+// at every use. Elsewhere nothing: at -O1 and -Og the pragma made builds slower and runs no faster.
 #ifdef EMU_UNROLL_LOOPS
 #define EMU_PRAGMA(x) _Pragma(#x)
 #define EMU_UNROLL(n) EMU_PRAGMA(GCC unroll n)
