@@ -43,9 +43,11 @@ run_once() {
 
 if [ "$mode" = emu ]; then
   # Two runs a step (see above): all of them independent programs, as many at a time as there are
-  # cores, a step's line printed, in the steps' order, once its runs are done.
-  export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}  # a run's idle OpenMP threads leave the core to the others
+  # cores, each on one (one OpenMP thread, and so one emulator worker: the steps' launches are
+  # small, and a second thread in a run cost more than it gained), a step's line printed, in the
+  # steps' order, once its runs are done.
   cores=$(nproc 2>/dev/null || echo 1) running=0
+  export OMP_NUM_THREADS=1
   dir=${KERNELS_EMU_DIR:-build/emu/kernels}
   race_env="CUDA_EMU_SCHEDULE=random:7 CUDA_EMU_ASYNC=random:7"
   for step in "$@"; do
