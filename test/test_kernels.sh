@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The kernel ladder (dev/kernels/) on the CPU emulator of CUDA, as `make kernels-emu` runs it: every
 # step must pass (each against its CPU layer, under AddressSanitizer in the plain order of the
-# warps and under the race detector in a random one), and there must be at least 14 of them across the three families (matmul, attention,
-# layernorm). Then the ladder must catch broken steps: copies of real steps with one planted fault
-# each, built and run the same way, must each come out FAIL with a non-zero exit:
+# warps and under the race detector in a random one), and there must be at least 14 of them across
+# the three families (matmul, attention, layernorm). Then the ladder must catch broken steps:
+# copies of real steps with one planted fault each, built and run the same way, must each come out
+# FAIL with a non-zero exit:
 #   a sum that stops one k short (a wrong value),
 #   a kernel that no longer stops at the edge of the output (AddressSanitizer: out of bounds),
 #   a shared-memory step missing the barrier before its tile is overwritten (wrong values, and
