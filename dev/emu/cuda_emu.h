@@ -1224,12 +1224,16 @@ static void emu_make_fibers(int n) {
     const size_t each = EMU_STACK + 2 * 4096;
     char* all = (char*)mmap(NULL, each * (n - emu->capacity), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
                             -1, 0);
+    if (all == MAP_FAILED) {
+        fprintf(stderr, "cuda_emu: out of memory for stacks\n");
+        exit(1);
+    }
     for (char* s = all; emu->capacity < n; emu->capacity++, s += each) {
         EmuThread* t = &emu->threads[emu->capacity];
         // Below the stack a page that faults, so that a kernel that overflows it stops there. The
         // stacks' tops, where a fiber's registers are saved, are 64 bytes apart modulo 4 KiB: at
         // the same offset in every page, they would all fall in one set of the L1 cache.
-        if (all == MAP_FAILED || mprotect(s, 4096, PROT_NONE) != 0) {
+        if (mprotect(s, 4096, PROT_NONE) != 0) {
             fprintf(stderr, "cuda_emu: out of memory for stacks\n");
             exit(1);
         }

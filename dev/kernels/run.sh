@@ -50,17 +50,16 @@ if [ "$mode" = emu ]; then
   export OMP_NUM_THREADS=1
   dir=${KERNELS_EMU_DIR:-build/emu/kernels}
   race_env="CUDA_EMU_SCHEDULE=random:7 CUDA_EMU_ASYNC=random:7"
+  # start COMMAND...: in the background, once fewer than $cores runs are under way
+  start() {
+    if [ "$running" -ge "$cores" ]; then wait -n; running=$((running - 1)); fi
+    "$@" &
+    running=$((running + 1))
+  }
   for step in "$@"; do
     [ -x "$dir/$step" ] && [ -x "$dir/${step}_race" ] || continue  # (said below)
-    for run in plain race; do
-      if [ "$running" -ge "$cores" ]; then wait -n; running=$((running - 1)); fi
-      if [ $run = plain ]; then
-        run_once "$logs/$step.emu.log" "$dir/$step" >"$logs/$step.emu.rc" &
-      else
-        run_once "$logs/$step.emu-race.log" "$dir/${step}_race" $race_env >"$logs/$step.emu-race.rc" &
-      fi
-      running=$((running + 1))
-    done
+    start run_once "$logs/$step.emu.log" "$dir/$step" >"$logs/$step.emu.rc"
+    start run_once "$logs/$step.emu-race.log" "$dir/${step}_race" $race_env >"$logs/$step.emu-race.rc"
   done
   wait
   for step in "$@"; do
