@@ -283,13 +283,15 @@ static void emu_read_config(void) {
     emu_cfg.read = true;
 }
 
-// A number in [0, n) from *state (splitmix64: every seed, 0 included, gives a good sequence).
+// A number in [0, n) from *state (splitmix64: every seed, 0 included, gives a good sequence), as
+// the high half of 32 random bits times n: a multiply, where z % n was a division that the random
+// schedule paid 31 times a warp step.
 EMU_BOOKKEEPING static inline unsigned emu_random(unsigned long long* state, unsigned n) {
     unsigned long long z = (*state += 0x9e3779b97f4a7c15ull);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     z ^= z >> 31;
-    return (unsigned)(z % n);
+    return (unsigned)(((z >> 32) * n) >> 32);
 }
 
 // ---------- the scheduler ----------
@@ -731,17 +733,36 @@ EMU_INTERNAL static void emu_race_retire(const void* p, size_t n) {
     for (size_t i = 0; i < n; i++) s[i].w = (s[i].w & keep) | emu_epoch << EMU_EPOCH_SHIFT;
 }
 
+// Most reads of a kernel change nothing: the bytes were written in an earlier interval of this
+// block or by this warp, and this warp (or two warps) already read them in this interval. Such a
+// read of n bytes whose shadows are all alike is answered here, inline in the hook, where
+// emu_race_byte would find no race and nothing to record; the rest go to emu_race_access.
+__attribute__((always_inline)) EMU_INTERNAL static inline bool emu_race_read_changes_nothing(const void* p, size_t n) {
+    const EmuThread* t = emu->cur;
+    if (t == NULL) return true;  // the host: not a kernel's access
+    const EmuShadow* s = emu->shadow + ((const char*)p - emu->arena);
+    uint64_t w = s->w, r = s->r, epoch = emu_epoch << EMU_EPOCH_SHIFT, warp = (uint64_t)t->linear / 32;
+    for (size_t i = 1; i < n; i++)
+        if (s[i].w != w || s[i].r != r) return false;
+    return (w & (EMU_OWNED | (uint64_t)EMU_PENDING << 16)) == EMU_OWNED &&
+           (w & EMU_EPOCH_BITS) >= emu_block_epoch << EMU_EPOCH_SHIFT &&
+           ((w & EMU_EPOCH_BITS) != epoch || (w & EMU_THREAD_BITS) / 32 == warp) &&
+           (r & EMU_EPOCH_BITS) == epoch && ((r & EMU_THREAD_BITS) / 32 == warp || (r & EMU_R2));
+}
+
 // GCC's -fsanitize=thread calls these before every load and store of the instrumented code (the
 // whole program: kernels and host). Only the arena's bytes matter; the rest returns at once.
 #define EMU_TSAN_HOOKS(n)                                                                                          \
     extern "C" EMU_HOOK void __tsan_read##n(void* p) {                                                         \
-        if (emu_in_arena(p)) emu_race_access(p, n, false, __builtin_return_address(0), 0);                        \
+        if (emu_in_arena(p) && !emu_race_read_changes_nothing(p, n))                                              \
+            emu_race_access(p, n, false, __builtin_return_address(0), 0);                                         \
     }                                                                                                              \
     extern "C" EMU_HOOK void __tsan_write##n(void* p) {                                                        \
         if (emu_in_arena(p)) emu_race_access(p, n, true, __builtin_return_address(0), 0);                         \
     }                                                                                                              \
     extern "C" EMU_HOOK void __tsan_unaligned_read##n(void* p) {                                               \
-        if (emu_in_arena(p)) emu_race_access(p, n, false, __builtin_return_address(0), 0);                        \
+        if (emu_in_arena(p) && !emu_race_read_changes_nothing(p, n))                                              \
+            emu_race_access(p, n, false, __builtin_return_address(0), 0);                                         \
     }                                                                                                              \
     extern "C" EMU_HOOK void __tsan_unaligned_write##n(void* p) {                                              \
         if (emu_in_arena(p)) emu_race_access(p, n, true, __builtin_return_address(0), 0);                         \
@@ -1086,7 +1107,11 @@ EMU_BOOKKEEPING static void emu_step_warp(int w) {
         int order[32];
         for (int l = 0; l < size; l++) order[l] = emu_cfg.schedule == EMU_REVERSE ? size - 1 - l : l;
         if (emu_cfg.schedule == EMU_RANDOM)
-            for (int l = size - 1; l > 0; l--) std::swap(order[l], order[emu_random(&emu->schedule_rng, l + 1)]);
+            for (int l = size - 1; l > 0; l--) {
+                int r = (int)emu_random(&emu->schedule_rng, l + 1), o = order[l];
+                order[l] = order[r];
+                order[r] = o;
+            }
         EmuThread** link = &first;
         for (int k = 0; k < size; k++) {
             EmuThread* t = &emu->threads[w * 32 + order[k]];
