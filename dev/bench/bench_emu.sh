@@ -17,6 +17,7 @@
 #   gpu_check               build/emu/gpu_check --quick: every kernel check
 #   gpu_check_race          build/emu/gpu_check_race --quick: the same under the race detector
 #   kernels-emu             dev/kernels/run.sh emu: the ladder, each step in two orders and raced
+#                           (the median of 5 runs in each column, the columns in turn)
 set -u
 cd "$(dirname "$0")/../.."
 here=$(pwd)
@@ -74,19 +75,31 @@ ratio=0  # the first column's seconds over the last's: two emulators, not two mo
 [ ${#dirs[@]} -gt 1 ] && [ "${dirs[0]}" != "${dirs[-1]}" ] && ratio=1
 [ $ratio = 1 ] && printf ' | ratio'
 echo
+# median SECONDS...: the middle of an odd number of times
+median() { printf '%s\n' "$@" | sort -n | sed -n "$((($# + 1) / 2))p"; }
 for n in "${!names[@]}"; do
   printf '%-20s' "${names[$n]}"
+  # The ladder's run is under a second, where the machine's noise is a large part: it runs 5 times
+  # in each column, the columns in turn, and its median counts.
+  reps=1; [ $n = 5 ] && reps=5
+  declare -A times=()
+  fail=()
+  for r in $(seq "$reps"); do
+    for i in "${!dirs[@]}"; do
+      out="$work/run_${n}_$i"
+      start=$(date +%s.%N)
+      (cd "${dirs[$i]}" && env ${envs[$i]//,/ } bash -c "$(declare -p common steps); $(declare -f workload); workload $n $out.dir") \
+        >"$out.log" 2>&1
+      rc=$?
+      times[$i]="${times[$i]:-} $(echo "$(date +%s.%N) - $start" | bc)"
+      [ $rc -eq 0 ] || fail[$i]=$rc
+    done
+  done
   secs=()
   for i in "${!dirs[@]}"; do
-    out="$work/run_${n}_$i"
-    start=$(date +%s.%N)
-    (cd "${dirs[$i]}" && env ${envs[$i]//,/ } bash -c "$(declare -p common steps); $(declare -f workload); workload $n $out.dir") \
-      >"$out.log" 2>&1
-    rc=$?
-    s=$(printf '%.1f' "$(echo "$(date +%s.%N) - $start" | bc)")
-    [ $rc -eq 0 ] || s="fail($rc)"
+    if [ -n "${fail[$i]:-}" ]; then s="fail(${fail[$i]})"; else s=$(median ${times[$i]}); fi
     secs+=("$s")
-    printf ' | %s' "$s"
+    [[ "$s" == fail* ]] && printf ' | %s' "$s" || printf ' | %.2f' "$s"
   done
   if [ $ratio = 1 ] && [[ "${secs[0]}" != fail* ]] && [[ "${secs[-1]}" != fail* ]]; then
     printf ' | %.1fx' "$(echo "${secs[0]} / ${secs[-1]}" | bc -l)"

@@ -283,15 +283,20 @@ static void emu_read_config(void) {
     emu_cfg.read = true;
 }
 
-// A number in [0, n) from *state (splitmix64: every seed, 0 included, gives a good sequence), as
-// the high half of 32 random bits times n: a multiply, where z % n was a division that the random
-// schedule paid 31 times a warp step.
-EMU_BOOKKEEPING static inline unsigned emu_random(unsigned long long* state, unsigned n) {
+// 64 random bits from *state (splitmix64: every seed, 0 included, gives a good sequence).
+EMU_BOOKKEEPING static inline unsigned long long emu_random_bits(unsigned long long* state) {
     unsigned long long z = (*state += 0x9e3779b97f4a7c15ull);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    return (unsigned)(((z >> 32) * n) >> 32);
+    return z ^ (z >> 31);
+}
+// A number in [0, n) from 32 random bits, as their product with n over 2^32: a multiply, where a
+// remainder would be a division, which the random schedule's orders of lanes need 31 of a step.
+EMU_BOOKKEEPING static inline unsigned emu_below(unsigned long long bits32, unsigned n) {
+    return (unsigned)(((bits32 & 0xffffffffu) * n) >> 32);
+}
+EMU_BOOKKEEPING static inline unsigned emu_random(unsigned long long* state, unsigned n) {
+    return emu_below(emu_random_bits(state) >> 32, n);
 }
 
 // ---------- the scheduler ----------
@@ -866,7 +871,7 @@ EMU_BOOKKEEPING static inline void emu_prefetch_stack(const EmuThread* t) {
 }
 EMU_BOOKKEEPING static void emu_yield(int state) {
     EmuThread* me = emu->cur;
-    if (emu_cfg.async == EMU_AT_RANDOM) emu_land_some(me);
+    if (emu_cfg.async == EMU_AT_RANDOM && me->ncopies > 0) emu_land_some(me);
     emu->runnable[me->warp] &= ~(1u << me->lane);
     emu->count[me->warp][state]++;
     emu->cur = me->next;
@@ -1106,12 +1111,15 @@ EMU_BOOKKEEPING static void emu_step_warp(int w) {
     if (emu->runnable[w] != emu->chained[w] || emu_cfg.schedule == EMU_RANDOM) {  // else the same chain again
         int order[32];
         for (int l = 0; l < size; l++) order[l] = emu_cfg.schedule == EMU_REVERSE ? size - 1 - l : l;
-        if (emu_cfg.schedule == EMU_RANDOM)
+        if (emu_cfg.schedule == EMU_RANDOM) {  // Fisher-Yates, two draws from each 64 random bits
+            unsigned long long bits = 0;
             for (int l = size - 1; l > 0; l--) {
-                int r = (int)emu_random(&emu->schedule_rng, l + 1), o = order[l];
+                bits = (size - 1 - l) % 2 == 0 ? emu_random_bits(&emu->schedule_rng) : bits >> 32;
+                int r = (int)emu_below(bits, (unsigned)l + 1), o = order[l];
                 order[l] = order[r];
                 order[r] = o;
             }
+        }
         EmuThread** link = &first;
         for (int k = 0; k < size; k++) {
             EmuThread* t = &emu->threads[w * 32 + order[k]];
