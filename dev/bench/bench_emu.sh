@@ -81,9 +81,8 @@ for n in "${!names[@]}"; do
   printf '%-20s' "${names[$n]}"
   # The ladder's run is under a second, where the machine's noise is a large part: it runs 5 times
   # in each column, the columns in turn, and its median counts.
-  reps=1; [ $n = 5 ] && reps=5
-  declare -A times=()
-  fail=()
+  reps=1; [ "${names[$n]}" = kernels-emu ] && reps=5
+  times=() fail=()
   for r in $(seq "$reps"); do
     for i in "${!dirs[@]}"; do
       out="$work/run_${n}_$i"
