@@ -1,202 +1,51 @@
-// train_cpu.c: GPT-2 training on the CPU, in plain C with OpenMP. The reference: train_gpu.cu and
-// infer.c are checked against it, and it is checked against PyTorch (doc/correctness.md).
+// train_cpu.c: GPT-2 training on the CPU, in plain C with OpenMP: the reference that train_gpu.cu
+// and infer.c are checked against, itself checked against PyTorch (doc/correctness.md).
 //
 //   make train_cpu && ./train_cpu        a small GPT-2 from scratch on Tiny Shakespeare
 //   ./train_cpu -h                       every option
+//   make MATMUL=naive                    every layer on the plain loops that define it
 //
-// The lesson is in four files, read in this order:
-//   gpt2/cpu_layers.h  the layers, each a forward and a backward function (infer.c runs the
-//                      forward ones too, which is why they are not in this file);
-//   gpt2/model.h       the model's tensors, and the forward and backward pass as calls to layers;
-//   this file          the model on the CPU: its memory, the loss and where backpropagation
-//                      starts, the gradient clipping, AdamW;
-//   gpt2/run.h         the training loop that runs them, shared with train_gpu.cu.
-// Under `mpirun -np N` it trains data parallel, each process on its part of every batch, the
-// gradients summed with MPI; with -tp, -pp and -z 1 the model and its optimizer are split over
-// the processes too (gpt2/parallel.h, doc/parallel.md).
-// Build with `make MATMUL=naive` to run every matrix product on the plain loops that define it.
-// With -p bf16 the matrix products take bf16 operands, as train_gpu's mixed precision does
-// (choose_layers below); everything else stays float32.
+// The layers are gpt2/cpu_layers.h, the tensors gpt2/model.h, the run (options, data,
+// checkpoints) gpt2/run.h. Here: the model's memory, its forward and backward pass, AdamW, and
+// the training loop in main. -p bf16 multiplies bf16 operands as train_gpu's mixed precision does
+// (doc/train_cpu.md). Under mpirun the run is data parallel, or split by -tp, -pp, -z
+// (gpt2/train_parallel.h, doc/parallel.md).
 
 #include "gpt2/model.h"
 #include "gpt2/cpu_layers.h"
 #include "gpt2/cpu_peak.h"
 #include "gpt2/run.h"
+#include "gpt2/train_parallel.h"
+#include "gpt2/product_timer.h"
 
-// ---------- the model on the CPU ----------
+// ---------- the matrix products of this run ----------
 
-// The CPU's layers, for the forward and backward pass of gpt2/model.h: the plain ones, no fusion.
-static const Layers LAYERS_CPU = {
-    .encoder_fwd = encoder_forward, .encoder_bwd = encoder_backward,
-    .layernorm_fwd = layernorm_forward, .layernorm_bwd = layernorm_backward,
-    .matmul_fwd = matmul_forward, .matmul_bwd = matmul_backward,
-    .attention_fwd = attention_forward, .attention_bwd = attention_backward,
-    .gelu_fwd = gelu_forward, .gelu_bwd = gelu_backward,
-    .residual_fwd = residual_forward, .residual_bwd = residual_backward,
-};
+// -p bf16: operands rounded to bf16 as the products read them, sums in float32; everything else
+// stays float32 (doc/train_cpu.md, "Mixed precision").
+static int bf16_products;
 
-// The tensor-parallel group of a run split by -tp (gpt2/parallel.h): its sum is MPI's all-reduce
-// over the group, on host memory. NULL without -tp: the blocks run whole.
-static void tensor_group_sum(float* x, size_t n) { parallel_group_sum_floats(GROUP_TP, x, n); }
-static const TensorGroup* tensor_group(void) {
-    static TensorGroup group;
-    if (split.tp == 1) return NULL;
-    group.size = split.tp;
-    group.rank = split.tp_rank;
-    group.sum = tensor_group_sum;
-    return &group;
+// out (B,T,OC) = inp (B,T,C) weight (OC,C)^T + bias
+static void run_matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int B, int T,
+                               int C, int OC) {
+    double t0 = product_timer_start();
+    if (bf16_products) matmul_forward_bf16(out, inp, weight, bias, B, T, C, OC);
+    else matmul_forward(out, inp, weight, bias, B, T, C, OC);
+    product_timer_stop(0, B * T, C, OC, t0);
 }
 
-// -p bf16: mixed precision as train_gpu -p bf16 does it (doc/gpu.md, "Mixed precision"), so
-// that the two can be read side by side. The matrix products read bf16 weights and bf16
-// activations (in the backward, bf16 output gradients too), multiply them exactly and add in
-// float32 (matmul_forward_bf16, matmul_backward_bf16: gpt2/cpu_layers.h, gpt2/cpu_bf16.h). What
-// must keep its digits stays float32, as on the GPU: the master weights, their gradients, AdamW's
-// moments, layernorm, softmax, attention, GELU, the residual adds, the loss and every sum.
-// Two differences from the GPU, neither of which changes what a product reads:
-// - The bf16 copy of the weights. train_gpu keeps one and rewrites it after every AdamW step.
-//   Here each product rounds the float32 master weights to bf16 (to nearest) as it packs them
-//   for its GEMM, which it does anyway: the values such a copy would hold, at a cost of one
-//   rounding per weight per product (the product itself costs B*T multiply-adds per weight),
-//   and no second array to keep in step with the master copy, to gather under ZeRO-1 or to
-//   rebuild on resume.
-// - The activations. train_gpu stores them, their gradients and the residual stream in bf16,
-//   which halves the bytes its kernels stream through GPU memory. Here they are stored in float32
-//   and rounded as a product reads them: at a product's input that is exactly what a bf16 copy
-//   would hold. A CPU gains little from storing them narrower: the products copy their operands
-//   into packed tiles anyway and round them there; of the layers between them, those that stream
-//   activations (layernorm, GELU, the residual adds) are a small part of a step, and attention is
-//   bound by its arithmetic, not by the bytes of qkv. So those layers read float32 here where the
-//   GPU's read bf16, and the two bf16 paths agree within bf16's rounding, not bit for bit.
-//
-// The layers of this run's forward and backward passes: LAYERS_CPU, or for -p bf16 (main calls
-// choose_layers) layers_cpu_bf16, a copy of it with the two matmul entries in bf16, every other
-// layer the float32 path's own function. The first backward pass after gpt2_zero_grad runs
-// layers_first, the same layers but for the products' backward, which write their weights'
-// gradients instead of adding to them (matmul_backward_first): the bits of adding to zeros,
-// without zeroing those gradients first or reading them back from memory.
-static Layers layers_cpu_bf16, layers_first;
-static const Layers* cpu_layers = &LAYERS_CPU;
-
-// ---------- GPT2_TIME_PRODUCTS=1: every matrix product timed inside the steps ----------
-// How fast each product runs where it counts, inside a step: its weight and its activations come
-// from memory, after the other layers, which dev/bench/bench_matmul's warm loops do not show.
-// The layer table's two matmul entries go through timers that read the clock around the same
-// calls (nothing else changes: the same bits), and at the end train_cpu prints one line per shape
-// (rows x C -> OC) and pass (forward; backward: dinp, dW and the bias gradient together): its
-// calls, the median call's time, GFLOP/s and share of the MFU peak. The median leaves the first
-// step's page faults out. The first TIMED_CALLS calls of each shape and pass are kept, of the first
-// TIMED_SHAPES shapes; those of forward passes only (samples, validation batches of other sizes)
-// are counted, not listed.
-#define TIMED_SHAPES 32
-#define TIMED_CALLS 2048
-typedef struct {
-    int rows, C, OC;
-    long calls[2];                   // forward, backward
-    float ms[2][TIMED_CALLS];        // the first TIMED_CALLS of them
-} TimedShape;
-static TimedShape* timed_shapes;     // NULL: not timing
-static int timed_count;
-static double timed_seconds;
-static Layers layers_timed;
-static void (*timed_fwd_inner)(float*, const float*, const float*, const float*, int, int, int, int);
-static void (*timed_bwd_inner)(float*, float*, float*, const float*, const float*, const float*, int, int, int, int);
-static void (*timed_bwd_first_inner)(float*, float*, float*, const float*, const float*, const float*, int, int, int, int);
-
-static void timed_record(int pass, int rows, int C, int OC, double t0) {
-    double t1 = now_seconds();
-    timed_seconds += t1 - t0;
-    int i = 0;
-    while (i < timed_count && !(timed_shapes[i].rows == rows && timed_shapes[i].C == C && timed_shapes[i].OC == OC)) i++;
-    if (i == timed_count) {
-        if (timed_count == TIMED_SHAPES) return;
-        timed_shapes[timed_count++] = (TimedShape){.rows = rows, .C = C, .OC = OC};
-    }
-    TimedShape* s = &timed_shapes[i];
-    if (s->calls[pass] < TIMED_CALLS) s->ms[pass][s->calls[pass]] = (float)(1e3 * (t1 - t0));
-    s->calls[pass]++;
-}
-static void timed_fwd(float* out, const float* inp, const float* weight, const float* bias, int B, int T, int C, int OC) {
-    double t0 = now_seconds();
-    timed_fwd_inner(out, inp, weight, bias, B, T, C, OC);
-    timed_record(0, B * T, C, OC, t0);
-}
-static void timed_bwd(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                      const float* weight, int B, int T, int C, int OC) {
-    double t0 = now_seconds();
-    timed_bwd_inner(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
-    timed_record(1, B * T, C, OC, t0);
-}
-static void timed_bwd_first(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                            const float* weight, int B, int T, int C, int OC) {
-    double t0 = now_seconds();
-    timed_bwd_first_inner(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
-    timed_record(1, B * T, C, OC, t0);
-}
-static int compare_floats(const void* a, const void* b) {
-    float x = *(const float*)a, y = *(const float*)b;
-    return (x > y) - (x < y);
-}
-// The table, against `peak` FLOP/s (the MFU reference)
-static void print_product_times(double peak) {
-    printf("products timed (GPT2_TIME_PRODUCTS=1), against the peak of %.1f GFLOP/s:\n", peak * 1e-9);
-    printf("%-22s %-8s %6s %12s %9s %10s\n", "shape rows x C -> OC", "pass", "calls", "median ms", "GFLOP/s", "% of peak");
-    double at_medians = 0.0;
-    int forward_only = 0;
-    for (int i = 0; i < timed_count; i++) {
-        TimedShape* s = &timed_shapes[i];
-        if (s->calls[1] == 0) {  // a sample's or a validation batch's own size: not a training product
-            forward_only++;
-            continue;
-        }
-        for (int pass = 0; pass < 2; pass++) {
-            long calls = s->calls[pass];
-            int n = calls < TIMED_CALLS ? (int)calls : TIMED_CALLS;
-            if (n == 0) continue;
-            qsort(s->ms[pass], n, sizeof(float), compare_floats);
-            double ms = s->ms[pass][(n - 1) / 2];
-            at_medians += 1e-3 * ms * calls;
-            double gflops = (pass == 0 ? 2.0 : 4.0) * s->rows * s->C * s->OC / (ms * 1e-3) * 1e-9;
-            char shape[64];
-            snprintf(shape, sizeof shape, "%d x %d -> %d", s->rows, s->C, s->OC);
-            printf("%-22s %-8s %6ld %12.3f %9.1f %9.1f%%\n", shape, pass == 0 ? "forward" : "backward", calls, ms, gflops,
-                   100.0 * gflops * 1e9 / peak);
-        }
-    }
-    if (forward_only > 0) printf("(and %d%s shapes of forward passes only, samples' and validation's: not listed)\n",
-                                 forward_only, timed_count == TIMED_SHAPES ? " or more" : "");
-    printf("all products: %.2f s, the listed ones %.2f s at their medians (the rest: the first step's page faults,\n"
-           "other outliers, the forward-only ones)\n", timed_seconds, at_medians);
+// dinp and dbias added to; dweight added to, or written where write_dweight (the first backward
+// pass after gpt2_zero_grad, which leaves the matrices' gradients unzeroed)
+static void run_matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                                const float* weight, int B, int T, int C, int OC, int write_dweight) {
+    double t0 = product_timer_start();
+    if (bf16_products && write_dweight) matmul_backward_bf16_first(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
+    else if (bf16_products) matmul_backward_bf16(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
+    else if (write_dweight) matmul_backward_first(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
+    else matmul_backward(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
+    product_timer_stop(1, B * T, C, OC, t0);
 }
 
-static inline void choose_layers(int bf16) {
-    layers_cpu_bf16 = LAYERS_CPU;
-    layers_cpu_bf16.matmul_fwd = matmul_forward_bf16;
-    layers_cpu_bf16.matmul_bwd = matmul_backward_bf16;
-    cpu_layers = bf16 ? &layers_cpu_bf16 : &LAYERS_CPU;
-    layers_first = *cpu_layers;
-    layers_first.matmul_bwd = bf16 ? matmul_backward_bf16_first : matmul_backward_first;
-    const char* timing = getenv("GPT2_TIME_PRODUCTS");
-    if (timing != NULL && strcmp(timing, "0") != 0 && strcmp(timing, "") != 0) {
-        if (timed_shapes == NULL) timed_shapes = (TimedShape*)calloc_check(TIMED_SHAPES, sizeof(TimedShape));
-        timed_fwd_inner = cpu_layers->matmul_fwd;
-        timed_bwd_inner = cpu_layers->matmul_bwd;
-        timed_bwd_first_inner = layers_first.matmul_bwd;
-        layers_timed = *cpu_layers;
-        layers_timed.matmul_fwd = timed_fwd;
-        layers_timed.matmul_bwd = timed_bwd;
-        layers_first.matmul_fwd = timed_fwd;
-        layers_first.matmul_bwd = timed_bwd_first;
-        cpu_layers = &layers_timed;
-    }
-}
-
-// The layers of a backward pass: layers_first for the first after gpt2_zero_grad.
-static const Layers* backward_layers(const GPT2* model) {
-    if (!model->grads_fresh) return cpu_layers;
-    if (layers_first.matmul_bwd == NULL) choose_layers(cpu_layers == &layers_cpu_bf16);  // not chosen yet
-    return &layers_first;
-}
+// ---------- the activations ----------
 
 // The activation table of gpt2/model.h (or of their gradients, with grads) as this file keeps
 // it: without probs, which the classifier never stores (gpt2_forward below), and without the
@@ -254,14 +103,17 @@ static void layout_slot(GPT2* model, int B, int T) {
     layout_activations(&model->acts, model->acts_memory + (size_t)model->slot * model->num_activations, model, B, T, 0);
 }
 
-// The forward pass of a batch: inputs and targets are (B, T) token ids; targets may be NULL
-// (then no loss is computed). The mean loss over the B*T positions goes to model->mean_loss, and
-// the logits are then overwritten by the gradient of that loss over them, where the backward
-// pass starts (as train_gpu does: the probabilities are never stored; for the logits themselves,
-// run without targets). On a pipeline stage, the stage's part, from the input in acts.encoded of
-// the current slot; only the last stage computes the loss.
+// ---------- the forward pass ----------
+
+// The forward pass of a batch: inputs and targets are (B, T) token ids; targets may be NULL (no
+// loss). The mean loss goes to model->mean_loss, and the logits are then overwritten by its
+// gradient, where the backward pass starts (train_gpu does the same; for the logits themselves,
+// run without targets). On a pipeline stage: its layers, from the input in acts.encoded; under
+// -tp each process computes its heads and its part of the MLP, and the two projections' partial
+// sums are added over the group (tp_sum_floats).
 void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int T) {
     GPT2Config c = model->config;
+    Shard s = model->shard;
     if (model->acts_memory == NULL || B > model->capacity_B || T > model->capacity_T) {
         gpt2_allocate_activations(model, B > model->capacity_B ? B : model->capacity_B,
                                   T > model->capacity_T ? T : model->capacity_T);
@@ -270,19 +122,55 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
     model->last_B = B;
     model->last_T = T;
     memcpy(gpt2_slot_inputs(model), inputs, (size_t)B * T * sizeof(int));
-    gpt2_forward_layers(cpu_layers, model, tensor_group());
-    model->mean_loss = -1.0f;
-    if (!model->shard.head || targets == NULL) return;
+    int C = c.channels, NH = c.num_heads / s.tp, H = C / s.tp, Vp = c.padded_vocab_size;
+    int BTC = B * T * C, tp_first = s.tp_rank == 0;  // the process that adds the biases and the residual
+    ParameterTensors p = model->params;
     ActivationTensors a = model->acts;
+    if (s.embed) encoder_forward(a.encoded, gpt2_slot_inputs(model), p.wte, p.wpe, B, T, C);
+    const float* x = a.encoded;  // the residual stream entering layer l
+    for (int l = 0; l < s.num_layers; l++) {
+        ParameterTensors w = shard_parameters_of_layer(p, c, s, l);
+        ActivationTensors al = shard_activations_of_layer(a, c, s, B, T, l);
+        // attention: residual2 = x + attproj(attention(qkv(layernorm1(x))))
+        layernorm_forward(al.ln1, al.ln1_mean, al.ln1_rstd, x, w.ln1w, w.ln1b, B, T, C);
+        run_matmul_forward(al.qkv, al.ln1, w.qkvw, w.qkvb, B, T, C, 3 * H);
+        attention_forward(al.atty, al.preatt, al.att, al.qkv, B, T, H, NH);
+        if (tp_first) {
+            run_matmul_forward(al.attproj, al.atty, w.attprojw, w.attprojb, B, T, H, C);
+            residual_forward(al.residual2, x, al.attproj, BTC);
+        } else {
+            run_matmul_forward(al.residual2, al.atty, w.attprojw, NULL, B, T, H, C);
+        }
+        tp_sum_floats(al.residual2, BTC);
+        // MLP: residual3 = residual2 + fcproj(gelu(fc(layernorm2(residual2))))
+        layernorm_forward(al.ln2, al.ln2_mean, al.ln2_rstd, al.residual2, w.ln2w, w.ln2b, B, T, C);
+        run_matmul_forward(al.fch, al.ln2, w.fcw, w.fcb, B, T, C, 4 * H);
+        gelu_forward(al.fch_gelu, al.fch, B * T * 4 * H);
+        if (tp_first) {
+            run_matmul_forward(al.fcproj, al.fch_gelu, w.fcprojw, w.fcprojb, B, T, 4 * H, C);
+            residual_forward(al.residual3, al.residual2, al.fcproj, BTC);
+        } else {
+            run_matmul_forward(al.residual3, al.fch_gelu, w.fcprojw, NULL, B, T, 4 * H, C);
+        }
+        tp_sum_floats(al.residual3, BTC);
+        x = al.residual3;
+    }
+    model->mean_loss = -1.0f;
+    if (!s.head) return;
+    layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, x, p.lnfw, p.lnfb, B, T, C);
+    run_matmul_forward(a.logits, a.lnf, p.wte, NULL, B, T, C, Vp);  // the output layer is tied to wte
+    if (targets == NULL) return;
     int* slot_targets = gpt2_slot_targets(model);
     memcpy(slot_targets, targets, (size_t)B * T * sizeof(int));
     // the loss is the mean over the B*T positions: each position's loss has gradient 1/(B*T)
     crossentropy_softmax_fused(a.logits, a.losses, a.logits, slot_targets, 1.0f / (float)(B * T), B, T,
-                               c.vocab_size, c.padded_vocab_size);
+                               c.vocab_size, Vp);
     double sum = 0.0;
     for (size_t i = 0; i < (size_t)B * T; i++) sum += a.losses[i];
     model->mean_loss = (float)(sum / ((double)B * T));
 }
+
+// ---------- the backward pass ----------
 
 // memset on all threads, one piece each: one thread alone fills memory at a fraction of its
 // bandwidth. The pieces are as large as they can be, as glibc's memset writes a large block
@@ -304,43 +192,75 @@ static int written_by_first_backward(const GPT2* model, int k) {
     return k == QKVW || k == ATTPROJW || k == FCW || k == FCPROJW || (k == WTE && model->shard.head);
 }
 
-// A fresh start for the gradients: zeros in all but those the next backward pass writes whole,
-// which would be overwritten unread (85% of them for d12: 0.4 GB not written).
+// A fresh start for the gradients: zeros in all but those the next backward pass writes whole
+// (gpt2_backward with first = 1), which would be overwritten unread.
 void gpt2_zero_grad(GPT2* model) {
-    if (model->grads_memory != NULL) {
-        float* g = model->grads_memory;
-        for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
-            if (!written_by_first_backward(model, k)) zero_floats(g, model->param_sizes[k]);
-            g += model->param_sizes[k];
-        }
-        zero_floats(g, model->num_padded - model->num_parameters);   // the padding
+    if (model->grads_memory == NULL) return;
+    float* g = model->grads_memory;
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        if (!written_by_first_backward(model, k)) zero_floats(g, model->param_sizes[k]);
+        g += model->param_sizes[k];
     }
-    model->grads_factor = 0.0f;
-    model->grads_fresh = 1;
+    zero_floats(g, model->num_padded - model->num_parameters);  // the padding
 }
 
-// The backward pass of the current slot's last forward pass, which had targets (or, on a
-// pipeline stage before the last, whose output's gradient is in pipe_grad). Parameter gradients
-// accumulate into model->grads: call gpt2_zero_grad first for a fresh step.
-void gpt2_backward(GPT2* model) {
+// The backward pass of the current slot's last forward pass, which had targets (or, on a stage
+// before the last, whose output's gradient is in pipe_grad): the parameter gradients are added
+// to model->grads, but for first = 1, the first pass after gpt2_zero_grad, which writes the
+// matrices' gradients. Activation gradients start from zero at every pass.
+void gpt2_backward(GPT2* model, int first) {
     if (model->grads_memory == NULL) {
         model->grads_memory = (float*)calloc_huge_pages(model->num_padded, sizeof(float));
         point_tensors((float**)&model->grads, model->grads_memory, model->param_sizes, NUM_PARAMETER_TENSORS);
-        model->grads_fresh = 1;
     }
     if (model->grads_acts_memory == NULL) {
         model->grads_acts_memory = (float*)calloc_huge_pages(activation_grads_floats(model), sizeof(float));
     }
-    int B = model->last_B, T = model->last_T;
+    GPT2Config c = model->config;
+    Shard s = model->shard;
+    int B = model->last_B, T = model->last_T, C = c.channels, L = s.num_layers;
+    int NH = c.num_heads / s.tp, H = C / s.tp, BTC = B * T * C;
     layout_slot(model, B, T);  // a pipeline runs other slots' forward passes in between
-    // the activation gradients accumulate too: they start from zero at every pass
     size_t used = layout_activations(&model->grads_acts, model->grads_acts_memory, model, B, T, 1);
     zero_floats(model->grads_acts_memory, used);
-    // the gradient of the loss over the logits: where the forward pass's classifier left it
-    if (model->shard.head) model->grads_acts.logits = model->acts.logits;
-    gpt2_backward_layers(backward_layers(model), model, tensor_group());
-    model->grads_fresh = 0;
+    ParameterTensors p = model->params, g = model->grads;
+    ActivationTensors a = model->acts, da = model->grads_acts;
+    if (s.head) {
+        da.logits = a.logits;  // the classifier left the loss's gradient there
+        ActivationTensors last = shard_activations_of_layer(a, c, s, B, T, L - 1);
+        ActivationTensors dlast = shard_activations_of_layer(da, c, s, B, T, L - 1);
+        run_matmul_backward(da.lnf, g.wte, NULL, da.logits, a.lnf, p.wte, B, T, C, c.padded_vocab_size, first);
+        layernorm_backward(dlast.residual3, g.lnfw, g.lnfb, da.lnf, last.residual3, p.lnfw, a.lnf_mean, a.lnf_rstd,
+                           B, T, C);
+    }
+    for (int l = L - 1; l >= 0; l--) {
+        ParameterTensors w = shard_parameters_of_layer(p, c, s, l), dw = shard_parameters_of_layer(g, c, s, l);
+        ActivationTensors al = shard_activations_of_layer(a, c, s, B, T, l);
+        ActivationTensors dl = shard_activations_of_layer(da, c, s, B, T, l);
+        if (l == L - 1 && !s.head) dl.residual3 = model->pipe_grad;  // from the next stage
+        // the block's input x and its gradient dx: the stage's input, or the layer below's output
+        const float* x = l == 0 ? a.encoded : shard_activations_of_layer(a, c, s, B, T, l - 1).residual3;
+        float* dx = l == 0 ? da.encoded : shard_activations_of_layer(da, c, s, B, T, l - 1).residual3;
+        // MLP: residual3 = residual2 + fcproj(gelu(fc(layernorm2(residual2))))
+        residual_backward(dl.residual2, dl.fcproj, dl.residual3, BTC);
+        run_matmul_backward(dl.fch_gelu, dw.fcprojw, dw.fcprojb, dl.fcproj, al.fch_gelu, w.fcprojw, B, T, 4 * H, C, first);
+        gelu_backward(dl.fch, al.fch, dl.fch_gelu, B * T * 4 * H);
+        run_matmul_backward(dl.ln2, dw.fcw, dw.fcb, dl.fch, al.ln2, w.fcw, B, T, C, 4 * H, first);
+        tp_sum_floats(dl.ln2, BTC);  // -tp: each process's part of the MLP gave part of it
+        layernorm_backward(dl.residual2, dw.ln2w, dw.ln2b, dl.ln2, al.residual2, w.ln2w, al.ln2_mean, al.ln2_rstd,
+                           B, T, C);
+        // attention: residual2 = x + attproj(attention(qkv(layernorm1(x))))
+        residual_backward(dx, dl.attproj, dl.residual2, BTC);
+        run_matmul_backward(dl.atty, dw.attprojw, dw.attprojb, dl.attproj, al.atty, w.attprojw, B, T, H, C, first);
+        attention_backward(dl.qkv, dl.preatt, dl.att, dl.atty, al.qkv, al.att, B, T, H, NH);
+        run_matmul_backward(dl.ln1, dw.qkvw, dw.qkvb, dl.qkv, al.ln1, w.qkvw, B, T, C, 3 * H, first);
+        tp_sum_floats(dl.ln1, BTC);
+        layernorm_backward(dx, dw.ln1w, dw.ln1b, dl.ln1, x, w.ln1w, al.ln1_mean, al.ln1_rstd, B, T, C);
+    }
+    if (s.embed) encoder_backward(g.wte, g.wpe, da.encoded, gpt2_slot_inputs(model), B, T, C);
 }
+
+// ---------- the gradient norm and AdamW ----------
 
 // Sum of squares of n floats in double, in fixed-size chunks added in a fixed order: the same
 // result for any thread count.
@@ -372,44 +292,35 @@ static double sum_of_squares(const float* x, size_t n) {
     return total;
 }
 
-static double gpt2_grad_squares(GPT2* model, size_t offset, size_t n) {
-    return sum_of_squares(model->grads_memory + offset, n);
+// The global L2 norm of the gradients times grad_scale: this process's ranges
+// (gpt2/train_parallel.h), summed over the processes that hold the others.
+static float gpt2_grad_norm(GPT2* model, float grad_scale) {
+    size_t offset[NUM_PARAMETER_TENSORS], count[NUM_PARAMETER_TENSORS];
+    int n = grad_norm_ranges(model, offset, count);
+    double squares = 0.0;
+    for (int r = 0; r < n; r++) squares += sum_of_squares(model->grads_memory + offset[r], count[r]);
+    return grad_norm_of(squares, grad_scale);
 }
 
-static void gpt2_scale_grads(GPT2* model, size_t offset, size_t n, float factor) {
-    float* g = model->grads_memory + offset;
-    #pragma omp parallel for
-    for (long long i = 0; i < (long long)n; i++) g[i] *= factor;
-}
-
-// The training loop's clip (gpt2/run.h) scales the gradients of the parameters this process
-// updates, right before the update: rather than a pass over the gradients of its own (a read and
-// a write of every one), the factor waits in grads_factor and gpt2_update multiplies each
-// gradient by it as it reads it: the same product, the same bits, one pass less.
-static void gpt2_scale_grads_at_update(GPT2* model, size_t offset, size_t n, float factor) {
-    if (offset != model->opt_offset || n != model->opt_count || model->grads_factor != 0.0f) {
-        gpt2_scale_grads(model, offset, n, factor);   // not what the update reads: scale now
-        return;
-    }
-    model->grads_factor = factor;
-}
-
-// Scales the gradients of a whole model by grad_scale (1 / the micro-steps and processes they
-// were summed over), then so that their global L2 norm is at most max_norm, as PyTorch's
-// clip_grad_norm_ does (coefficient max_norm / (norm + 1e-6), applied only when below 1), in one
-// pass. Returns the norm after the scale, before clipping. (gpt2/run.h's run_step does the same
-// for a model split over processes, whose norm is summed over them.)
+// A whole model's gradients scaled by grad_scale and clipped to a norm of max_norm in place, as
+// PyTorch's clip_grad_norm_; returns the norm before clipping (test/ref_check.c).
 float gpt2_clip_gradients(GPT2* model, float grad_scale, float max_norm) {
-    float norm = (float)(grad_scale * sqrt(gpt2_grad_squares(model, 0, model->num_parameters)));
+    float norm = (float)(grad_scale * sqrt(sum_of_squares(model->grads_memory, model->num_parameters)));
     float factor = clip_factor(norm, grad_scale, max_norm);
-    if (factor != 1.0f) gpt2_scale_grads(model, 0, model->num_parameters, factor);
+    if (factor != 1.0f) {
+        float* g = model->grads_memory;
+        #pragma omp parallel for
+        for (long long i = 0; i < (long long)model->num_parameters; i++) g[i] *= factor;
+    }
     return norm;
 }
 
-// One AdamW step (t counts from 1), adamw_update (gpt2/arithmetic.h) on the parameters
-// [opt_offset, opt_offset + opt_count) (all of them, but under ZeRO-1), with weight decay only
-// on the matrices (PARAMETERS[k].decay). m and v hold the moments of those parameters.
-void gpt2_update(GPT2* model, float lr, float beta1, float beta2, float eps, float weight_decay, int t) {
+// One AdamW step (t counts from 1, adamw_update of gpt2/arithmetic.h) on the parameters
+// [opt_offset, opt_offset + opt_count) (all of them but under ZeRO-1), each gradient multiplied
+// by grad_factor as it is read (the clip's factor: no pass of its own), weight decay on the
+// matrices only. m and v hold the moments of those parameters.
+void gpt2_update(GPT2* model, float lr, float beta1, float beta2, float eps, float weight_decay, int t,
+                 float grad_factor) {
     if (model->m_memory == NULL) {
         model->m_memory = (float*)calloc_huge_pages(model->opt_count, sizeof(float));
         model->v_memory = (float*)calloc_huge_pages(model->opt_count, sizeof(float));
@@ -422,57 +333,75 @@ void gpt2_update(GPT2* model, float lr, float beta1, float beta2, float eps, flo
         size_t from = start > lo ? start : lo, to = end < hi ? end : hi;  // tensor k's part in the range
         start = end;
         float decay = PARAMETERS[k].decay ? 1.0f - lr * weight_decay : 1.0f;
-        if (model->grads_factor != 0.0f) {   // the clip's factor, not yet applied (above)
-            float f = model->grads_factor;
-            #pragma omp parallel for
-            for (long long i = (long long)from; i < (long long)to; i++) {
-                p[i] = adamw_update(p[i], g[i] * f, &m[i - lo], &v[i - lo], s, decay);
-            }
-        } else {
-            #pragma omp parallel for
-            for (long long i = (long long)from; i < (long long)to; i++) {
-                p[i] = adamw_update(p[i], g[i], &m[i - lo], &v[i - lo], s, decay);
-            }
+        #pragma omp parallel for
+        for (long long i = (long long)from; i < (long long)to; i++) {
+            p[i] = adamw_update(p[i], g[i] * grad_factor, &m[i - lo], &v[i - lo], s, decay);
         }
     }
-    model->grads_factor = 0.0f;
 }
 
-static void gpt2_logits_to_host(const GPT2* model, int position, float* out) {
-    size_t Vp = (size_t)model->config.padded_vocab_size;
-    memcpy(out, model->acts.logits + (size_t)position * Vp, Vp * sizeof(float));
-}
+// ---------- the pipeline's exchanges ----------
 
-// A pipeline stage's buffer of slot `slot` (gpt2/run.h: STAGE_IN ...), in host memory.
-static void* gpt2_stage_buffer(GPT2* model, int which, int slot, int B, int T, size_t* bytes) {
-    *bytes = (size_t)B * T * model->config.channels * sizeof(float);
-    ActivationTensors a;
-    if (which == STAGE_DOUT) return model->pipe_grad;
-    if (which == STAGE_DIN) {
-        layout_activations(&a, model->grads_acts_memory, model, B, T, 1);
-        return a.encoded;
+// An exchange of the pipeline's schedule (gpt2/train_parallel.h) over MPI, on host memory: with
+// the stage before, the gradient of this stage's input and an input into slot op.slot; with the
+// stage after, the output of slot op.slot and the gradient of the output (pipe_grad).
+static void pipe_exchange(GPT2* model, PipeOp op, int B, int T) {
+    if (!op.send && !op.recv) return;
+    size_t bytes = (size_t)B * T * model->config.channels * sizeof(float);
+    ActivationTensors a, da;  // op.slot's activations, the gradients
+    if (op.slot >= 0) {
+        layout_activations(&a, model->acts_memory + (size_t)op.slot * model->num_activations, model, B, T, 0);
     }
-    layout_activations(&a, model->acts_memory + (size_t)slot * model->num_activations, model, B, T, 0);
-    if (which == STAGE_IN) return a.encoded;
-    return shard_activations_of_layer(a, model->config, model->shard, B, T, model->shard.num_layers - 1).residual3;
+    layout_activations(&da, model->grads_acts_memory, model, B, T, 1);
+    void *send = NULL, *recv = NULL;
+    if (op.peer < 0) {
+        if (op.send) send = da.encoded;
+        if (op.recv) recv = a.encoded;
+    } else {
+        if (op.send) send = shard_activations_of_layer(a, model->config, model->shard, B, T, model->shard.num_layers - 1).residual3;
+        if (op.recv) recv = model->pipe_grad;
+    }
+    parallel_exchange(send, recv, bytes, split.pp_rank + op.peer);
 }
 
-// MFU's reference: this machine's peak in the precision of the matrix products (-p), measured
-// once (gpt2/cpu_peak.h).
-static const char* peak_precision = "fp32";
-static double peak_flops_cpu(void) { return cpu_peak_of(peak_precision); }
+#ifndef TRAIN_CPU_NO_MAIN  // tests that call the model's functions define it
 
-// The model's training operations for gpt2/run.h's loop; the model is the run's host model (or
-// this process's part of it), and MPI moves its host arrays between processes.
-static const Trainer TRAINER_CPU = {
-    gpt2_forward, gpt2_zero_grad, gpt2_backward, gpt2_grad_squares, gpt2_scale_grads_at_update, gpt2_update,
-    gpt2_logits_to_host, NULL, NULL, peak_flops_cpu, NULL, NULL,  // samples: the whole sequence rerun per token
-    parallel_group_sum_floats, parallel_reduce_scatter_floats, parallel_all_gather_floats, parallel_exchange,
-    gpt2_stage_buffer, NULL,
-};
+// ---------- validation and samples ----------
+
+// The mean loss over the validation batches (gpt2/run.h: run_val_passes), printed.
+static void validate(Run* run, GPT2* model, int step) {
+    int passes = run_val_passes(run);
+    double sum = 0.0;
+    for (int i = 0; i < passes; i++) {
+        dataloader_next_batch(&run->val);
+        model->slot = 0;
+        pipe_exchange(model, pipe_input(model, 0), run->val.B, run->val.T);
+        gpt2_forward(model, run->val.inputs, run->val.targets, run->val.B, run->val.T);
+        pipe_exchange(model, pipe_output(model, 0), run->val.B, run->val.T);
+        sum += stage_loss(model);
+    }
+    run_val_report(run, step, sum, passes);
+}
+
+// A sample: each token one forward pass over the whole sequence so far, the plain way (infer.c
+// keeps a key-value cache instead). A split model runs it through every process.
+static void sample(Run* run, GPT2* model, int step) {
+    int* tokens = (int*)malloc_check((size_t)run->cfg.T * sizeof(int));
+    int n = run_sample_begin(run, &tokens[0], step);
+    size_t Vp = (size_t)model->config.padded_vocab_size;
+    for (int t = 1; t <= n; t++) {
+        float coin = random_f32(&run->sample_rng);
+        model->slot = 0;
+        pipe_exchange(model, pipe_input(model, 0), 1, t);
+        gpt2_forward(model, tokens, NULL, 1, t);
+        pipe_exchange(model, pipe_output(model, 0), 1, t);
+        tokens[t] = run_sample_next(run, model->shard.head ? model->acts.logits + (t - 1) * Vp : NULL, coin);
+    }
+    run_sample_end();
+    free(tokens);
+}
 
 // ---------- main ----------
-#ifndef TRAIN_CPU_NO_MAIN  // tests and dev programs that call the functions above define it
 
 // -p: fp32 (the default) or bf16. Returns 1 for bf16.
 static int choose_bf16(const char* precision) {
@@ -481,37 +410,82 @@ static int choose_bf16(const char* precision) {
     return 1;
 }
 
-// The header line of the precision, as train_gpu prints its own.
-static void print_precision(int bf16) {
-    if (bf16) {
-        printf("precision bf16 (float32 master weights): matrix products of bf16 weights and activations summed "
-               "in float32, the rest float32; bf16 products: %s\n", cpu_bf16_arith());
-    } else {
-        printf("precision fp32: float32 throughout\n");
-    }
-}
-
 int main(int argc, char** argv) {
     parallel_init(&argc, &argv);  // started by mpirun: one rank of a data-parallel run
     rank0_first_begin();          // a bad option or input is reported once, by rank 0
     TrainConfig cfg = train_config_parse(argc, argv, train_config_defaults(0));
-    int bf16 = choose_bf16(cfg.precision);
+    bf16_products = choose_bf16(cfg.precision);
     rank0_first_end();
     char key[1024];
     train_config_key(&cfg, key, sizeof(key));
     parallel_check_same("options", key);
-    choose_layers(bf16);
-    if (procs.rank == 0) print_precision(bf16);
-    // the peak MFU counts against, that of the precision in use, measured on every process at
-    // once (processes that share the cores each get their share) and said in the header line
-    peak_precision = bf16 ? "bf16" : "fp32";
-    cpu_peak_report(peak_precision, procs.rank == 0);
+    product_timer_init();
+    if (procs.rank == 0 && bf16_products) {
+        printf("precision bf16 (float32 master weights): matrix products of bf16 weights and activations summed "
+               "in float32, the rest float32; bf16 products: %s\n", cpu_bf16_arith());
+    } else if (procs.rank == 0) {
+        printf("precision fp32: float32 throughout\n");
+    }
+    // MFU's reference: this machine's peak in the products' precision, measured on every process
+    // at once (processes that share the cores each get their share)
+    const char* precision = bf16_products ? "bf16" : "fp32";
+    cpu_peak_report(precision, procs.rank == 0);
+    double peak = cpu_peak_of(precision);
     Run run;
-    run_open(&run, cfg, NULL);  // the model (fresh, loaded or resumed), the data, -o DIR
-    GPT2* model = run_part(&run);  // trained where it is, in host memory: the whole, or this process's part
-    gpt2_allocate_activations(model, cfg.micro_batch, cfg.T);
-    run_train(&run, &TRAINER_CPU, model);
-    if (timed_shapes != NULL && procs.rank == 0) print_product_times(peak_flops_cpu());
+    run_open(&run, cfg, NULL);     // the model (fresh, loaded or resumed), the data, -o DIR
+    GPT2* model = run_part(&run);  // the whole model, or this process's part (gpt2/train_parallel.h)
+    int B = cfg.micro_batch, T = cfg.T;
+    gpt2_allocate_activations(model, B, T);
+    run_print_summary(&run, model);
+    if (cfg.val_every > 0 && run.start_step == 0) validate(&run, model, 0);
+    PipeOp* ops = (PipeOp*)malloc_check((6 * (size_t)run.micro_steps + 2) * sizeof(PipeOp));
+    int num_ops = pipe_schedule(ops, model, run.micro_steps);  // forward, backward, for each micro-step
+    run.eta_start = now_seconds();
+    for (int step = run.start_step + 1; step <= cfg.max_steps; step++) {
+        double t0 = now_seconds();
+        float lr = learning_rate_at(&cfg, step);
+        parallel_step_begin();
+        gpt2_zero_grad(model);
+        double loss_sum = 0.0;
+        for (int i = 0; i < num_ops; i++) {  // the micro-steps of B x T, their gradients added up
+            PipeOp op = ops[i];
+            model->slot = op.micro % model->num_slots;
+            if (op.action == PIPE_EXCHANGE) {
+                pipe_exchange(model, op, B, T);
+            } else if (op.action == PIPE_FORWARD) {
+                dataloader_next_batch(&run.train);
+                gpt2_forward(model, run.train.inputs, run.train.targets, B, T);
+                loss_sum += stage_loss(model);
+            } else {
+                gpt2_backward(model, op.micro == 0);
+            }
+        }
+        if (procs.mpi) {  // every process gets the sum of the gradients and the losses
+            double t1 = now_seconds();
+            parallel_sum_gradients(model);
+            loss_sum = parallel_group_sum(GROUP_WORLD, loss_sum);
+            run.reduce_time = now_seconds() - t1;
+        }
+        // the gradient of the step's mean loss: the sum over micro-steps and replicas, divided
+        int parts = run.micro_steps * split.dp;
+        run.loss = (float)(loss_sum / parts);
+        float norm = gpt2_grad_norm(model, 1.0f / (float)parts);
+        check_step_finite(step, run.loss, norm);
+        gpt2_update(model, lr, ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, cfg.weight_decay, step,
+                    clip_factor(norm, 1.0f / (float)parts, 1.0f));
+        parallel_gather_params(model);  // ZeRO-1: every replica's updated part to every replica
+        run_print_step(&run, model, step, norm, lr, now_seconds() - t0, peak);
+        if (step == run.start_step + 1) run_print_parts(model);
+        int due = run_due(&run, step);
+        if (due & RUN_VALIDATE) validate(&run, model, step);
+        if (due & RUN_SAMPLE) sample(&run, model, step);
+        if ((due & RUN_SAVE) && run.split) run_gather(&run);  // the parts into rank 0's whole model
+        if (due & RUN_SAVE) run_save(&run, step);
+    }
+    if (cfg.max_steps == 0 && cfg.output_dir != NULL) run_save(&run, 0);  // -x 0: the initial model
+    run_print_average(&run, model, peak);
+    if (procs.rank == 0) product_timer_print(peak);
+    free(ops);
     run_close(&run);
     parallel_split_free();
     parallel_finalize();

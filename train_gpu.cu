@@ -1,36 +1,30 @@
 // train_gpu.cu: GPT-2 training on an NVIDIA GPU, every operation a kernel written here, in
-// float32 (-p fp32) or in mixed precision (-p bf16, the default from compute capability 8.0).
+// float32 (-p fp32) or mixed precision (-p bf16, the default from compute capability 8.0).
 //
 //   make train_gpu && ./train_gpu        GPT-2 124M from scratch on Tiny Shakespeare, T=1024
 //   ./train_gpu -p fp32                  the float32 path, kernel for kernel the CPU's twin
-//   mpirun -np N ./train_gpu ...         data parallel on N GPUs, gradients summed by NCCL; with
-//                                        -tp, -pp, -z the model or its optimizer split over them
-//                                        (doc/parallel.md)
+//   mpirun -np N ./train_gpu ...         data parallel over N GPUs (NCCL); -tp, -pp, -z split it
 //   GPU_DEBUG=1 ./train_gpu ...          wait after every kernel: a fault names its kernel
 //   make train_gpu_emu                   the same program on the CPU emulator: build/emu/train_gpu
 //
-// The GPU twin of train_cpu.c, and read the same way. The kernels are in gpt2/gpu/, a header per
-// layer: each CPU layer x(...) of gpt2/cpu_layers.h has a twin x_gpu(...) there with the same
-// arguments on device pointers. This file is the model on the GPU: its memory, the loss and
-// where backpropagation starts, clipping, AdamW; then main. In float32 the forward and backward
-// pass (gpt2/model.h) and the training loop (gpt2/run.h) are the ones train_cpu.c runs, handed
-// the GPU's layers and operations. The bf16 path (its section below) runs the same transformer
-// block on its own layers: tensor-core products with the bias, GELU and residual add fused into
-// them, and flash attention. Everything that is not arithmetic on the GPU (files, the command
-// line, the data) happens on the host, in the shared headers. Every reduction runs in a fixed
-// order, so two runs of the same step give the same bits. doc/gpu.md explains the kernels;
-// dev/gpu/gpu_check.cu checks each one against the CPU.
+// The twin of train_cpu.c, read the same way: the model's memory (gpt2/gpu/model_gpu.cuh), its
+// forward and backward pass in float32 and in bf16, AdamW, and the training loop. Each CPU layer
+// x(...) of gpt2/cpu_layers.h has a launcher x_gpu(...) in gpt2/gpu/ with the same arguments on
+// device pointers. The bf16 pass fuses the bias, GELU and the residual add into its tensor-core
+// products and runs flash attention (doc/gpu.md). Every reduction runs in a fixed order: two runs
+// of a step give the same bits. dev/gpu/gpu_check.cu checks each kernel against the CPU.
 
 #include "gpt2/model.h"
 #include "gpt2/run.h"
-#include "gpt2/gpu/layers.cuh"     // every layer's kernels, and their tables LAYERS_GPU, LAYERS_BF16
+#include "gpt2/train_parallel.h"
+#include "gpt2/gpu/layers.cuh"     // the launchers of every layer
 #include "gpt2/gpu/classifier.cuh"
 #include "gpt2/gpu/optimizer.cuh"
 #include "gpt2/gpu/model_gpu.cuh"  // the model in GPU memory, in both precisions
 #include "gpt2/gpu/multi_gpu.cuh"
-#include "gpt2/gpu/generate.cuh"  // the samples: generation with a key-value cache, as infer_gpu
+#include "gpt2/gpu/generate.cuh"   // the samples, with a key-value cache as infer_gpu
 
-// ---------- the model on the GPU, in float32 ----------
+// ---------- the batch and the loss ----------
 
 // The batch's tokens (host arrays (B, T)) to the GPU, into the current slot, for a forward pass
 // of B x T. Only the first pipeline stage, which runs the encoder, reads them.
@@ -56,31 +50,67 @@ static void gpt2_loss_gpu(GPT2* model, floatX* dlogits, float* losses, const flo
     int* slot_targets = gpt2_slot_targets(model);
     cuda_check(cudaMemcpy(slot_targets, targets, BT * sizeof(int), cudaMemcpyHostToDevice));
     fused_classifier_gpu(dlogits, losses, logits, slot_targets, B, T, c.vocab_size, c.padded_vocab_size);
-    cuda_check(cudaMemcpy(model->cpu_losses, losses, BT * sizeof(float), cudaMemcpyDeviceToHost));
+    static float* host_losses = NULL;  // the losses' host copy, as large as the largest batch
+    static size_t host_capacity = 0;
+    if (BT > host_capacity) {
+        free(host_losses);
+        host_losses = (float*)malloc_check(BT * sizeof(float));
+        host_capacity = BT;
+    }
+    cuda_check(cudaMemcpy(host_losses, losses, BT * sizeof(float), cudaMemcpyDeviceToHost));
     double sum = 0.0;
-    for (size_t i = 0; i < BT; i++) sum += model->cpu_losses[i];
+    for (size_t i = 0; i < BT; i++) sum += host_losses[i];
     model->mean_loss = (float)(sum / (double)BT);
 }
 
-// The forward pass, as train_cpu.c's gpt2_forward, on the current slot: inputs and targets are
-// host arrays (B, T); targets may be NULL. On a pipeline stage, its part (gpt2/model.h); only
-// the last stage computes the loss. With targets, the logits are then their gradient.
+// ---------- the forward pass in float32 ----------
+
+// As train_cpu.c's gpt2_forward, on the GPU: inputs and targets are host arrays (B, T), targets
+// may be NULL; with them the logits become their gradient. On a pipeline stage its part; under
+// -tp the two projections' partial sums are added over the group.
 void gpt2_forward_gpu(GPT2* model, const int* inputs, const int* targets, int B, int T) {
     gpt2_layout_slot_gpu(model, B, T);  // laid out for this B and T, inside the allocation
     gpt2_inputs_to_gpu(model, inputs, B, T);
-    gpt2_forward_layers(&LAYERS_GPU, model, tensor_group_gpu<float>());
-    model->mean_loss = -1.0f;
-    if (!model->shard.head) return;
+    GPT2Config c = model->config;
+    Shard s = model->shard;
+    int C = c.channels, NH = c.num_heads / s.tp, H = C / s.tp, BTC = B * T * C, tp_first = s.tp_rank == 0;
+    ParameterTensors p = model->params;
     ActivationTensors a = model->acts;
+    if (s.embed) encoder_forward_gpu(a.encoded, gpt2_slot_inputs(model), p.wte, p.wpe, B, T, C);
+    const float* x = a.encoded;  // the residual stream entering layer l
+    for (int l = 0; l < s.num_layers; l++) {
+        ParameterTensors w = shard_parameters_of_layer(p, c, s, l);
+        ActivationTensors al = shard_activations_of_layer(a, c, s, B, T, l);
+        layernorm_forward_gpu(al.ln1, al.ln1_mean, al.ln1_rstd, x, w.ln1w, w.ln1b, B, T, C);
+        matmul_forward_gpu(al.qkv, al.ln1, w.qkvw, w.qkvb, B, T, C, 3 * H);
+        attention_forward_gpu(al.atty, al.preatt, al.att, al.qkv, B, T, H, NH);
+        if (tp_first) {
+            matmul_forward_gpu(al.attproj, al.atty, w.attprojw, w.attprojb, B, T, H, C);
+            residual_forward_gpu(al.residual2, x, al.attproj, BTC);
+        } else {
+            matmul_forward_gpu(al.residual2, al.atty, w.attprojw, NULL, B, T, H, C);
+        }
+        tp_sum_gpu(al.residual2, BTC);
+        layernorm_forward_gpu(al.ln2, al.ln2_mean, al.ln2_rstd, al.residual2, w.ln2w, w.ln2b, B, T, C);
+        matmul_forward_gpu(al.fch, al.ln2, w.fcw, w.fcb, B, T, C, 4 * H);
+        gelu_forward_gpu(al.fch_gelu, al.fch, B * T * 4 * H);
+        if (tp_first) {
+            matmul_forward_gpu(al.fcproj, al.fch_gelu, w.fcprojw, w.fcprojb, B, T, 4 * H, C);
+            residual_forward_gpu(al.residual3, al.residual2, al.fcproj, BTC);
+        } else {
+            matmul_forward_gpu(al.residual3, al.fch_gelu, w.fcprojw, NULL, B, T, 4 * H, C);
+        }
+        tp_sum_gpu(al.residual3, BTC);
+        x = al.residual3;
+    }
+    model->mean_loss = -1.0f;
+    if (!s.head) return;
+    layernorm_forward_gpu(a.lnf, a.lnf_mean, a.lnf_rstd, x, p.lnfw, p.lnfb, B, T, C);
+    matmul_forward_gpu(a.logits, a.lnf, p.wte, NULL, B, T, C, c.padded_vocab_size);  // tied to wte
     gpt2_loss_gpu(model, a.logits, a.losses, a.logits, targets);
 }
 
-// The gradients to zero for a fresh step (num_padded: the padding stays 0), and the time of the
-// collectives since the last step (validation's, the samples') forgotten: not this step's.
-void gpt2_zero_grad_gpu(GPT2* model) {
-    cuda_check(cudaMemset(model->grads_memory, 0, model->num_padded * sizeof(float)));
-    comm_time_discard();
-}
+// ---------- the backward pass in float32 ----------
 
 // The activation gradients of the current slot to zero before a backward pass, except three that
 // are written before they are read: logits (their gradient, by the forward's fused classifier, in
@@ -98,152 +128,170 @@ static size_t gpt2_zero_activation_grads_gpu(GPT2* model) {
     return bytes;
 }
 
-// The backward pass of the current slot's last forward pass (which had targets, or on a stage
-// before the last, whose output's gradient is in pipe_grad), as gpt2_backward.
+// The backward pass of the current slot's last forward pass, as train_cpu.c's: every layer adds
+// into the gradients of its inputs and parameters (the activation gradients start at zero).
 void gpt2_backward_gpu(GPT2* model) {
-    gpt2_layout_slot_gpu(model, model->last_B, model->last_T);  // a pipeline runs other slots in between
+    int B = model->last_B, T = model->last_T;
+    gpt2_layout_slot_gpu(model, B, T);  // a pipeline runs other slots in between
     gpt2_zero_activation_grads_gpu(model);
-    gpt2_backward_layers(&LAYERS_GPU, model, tensor_group_gpu<float>());
-}
-
-// The sum of the squares of the gradients [offset, offset + n), in double, in a fixed order.
-static double gpt2_grad_squares_gpu(GPT2* model, size_t offset, size_t n) {
-    return sum_of_squares_gpu(model->grads_memory + offset, n);
-}
-
-static void gpt2_scale_grads_gpu(GPT2* model, size_t offset, size_t n, float factor) {
-    scale_gpu(model->grads_memory + offset, n, factor);
-}
-
-// A whole model's gradients scaled and clipped in one call, as train_cpu.c's gpt2_clip_gradients
-// (gpt2/run.h's run_step does the same through grad_squares and scale_grads).
-float gpt2_clip_gradients_gpu(GPT2* model, float grad_scale, float max_norm) {
-    return clip_gradients_gpu(model->grads_memory, model->num_parameters, grad_scale, max_norm);
-}
-
-void gpt2_update_gpu(GPT2* model, float lr, float beta1, float beta2, float eps, float weight_decay, int t) {
-    adamw_update_gpu(model, model->params_memory + model->opt_offset, NULL, lr, beta1, beta2, eps, weight_decay, t);
-}
-
-static void gpt2_logits_to_host_gpu(const GPT2* model, int position, float* out) {
-    size_t Vp = (size_t)model->config.padded_vocab_size;
-    cuda_check(cudaMemcpy(out, model->acts.logits + (size_t)position * Vp, Vp * sizeof(float),
-                          cudaMemcpyDeviceToHost));
-}
-
-// A pipeline stage's buffer (gpt2/run.h: STAGE_IN ...) of slot `slot`, in device memory: the
-// stream entering the stage (acts.encoded) and leaving it (its last block's residual3), the
-// gradient of its output (pipe_grad) and of its input (grads_acts.encoded).
-static void* gpt2_stage_buffer_gpu(GPT2* model, int which, int slot, int B, int T, size_t* bytes) {
-    *bytes = (size_t)B * T * model->config.channels * sizeof(float);
-    if (which == STAGE_DOUT) return model->pipe_grad;
-    if (which == STAGE_DIN) return model->grads_acts_memory;  // encoded is the first tensor
-    size_t sizes[NUM_ACTIVATION_TENSORS];
-    activation_sizes_gpu(sizes, NULL, model->config, model->shard, B, T);
-    ActivationTensors a;
-    point_tensors((float**)&a, model->acts_memory + (size_t)slot * model->num_activations, sizes, NUM_ACTIVATION_TENSORS);
-    if (which == STAGE_IN) return a.encoded;
-    return shard_activations_of_layer(a, model->config, model->shard, B, T, model->shard.num_layers - 1).residual3;
-}
-
-// The samples' generator: infer_gpu's (gpt2/gpu/generate.cuh) over the weights being trained,
-// for one sequence, with a pool of `pages` pages (a whole model only: gpt2/run.h's run_sample).
-static void gpt2_generator_build_gpu(GPT2* model, int pages, EngineDevice* device) {
-    *device = generator_gpu_device(model->config, model->params, model->params, &LAYERS_GPU_INFER, 1, pages);
-}
-
-// The model's training operations for gpt2/run.h's loop, on a device copy of the run's model or
-// of this process's part of it; NCCL moves its device memory between the processes.
-static const Trainer TRAINER_GPU = {
-    gpt2_forward_gpu, gpt2_zero_grad_gpu, gpt2_backward_gpu, gpt2_grad_squares_gpu, gpt2_scale_grads_gpu,
-    gpt2_update_gpu, gpt2_logits_to_host_gpu, gpt2_to_host_gpu, synchronize_comm_gpu, peak_flops_gpu,
-    gpt2_generator_build_gpu, generator_gpu_device_free<float>,
-    nccl_sum, nccl_reduce_scatter, nccl_all_gather, nccl_exchange, gpt2_stage_buffer_gpu, NULL,
-};
-
-// ---------- the model in mixed precision (bf16) ----------
-//
-// -p bf16 trains the same GPT-2 with bf16 (8 exponent bits like float32, 8 significant bits)
-// for what is large and streamed: the weights the matrix products read, the activations, their
-// gradients. What must not lose digits stays float32: the master copy of the parameters (an
-// update of 1e-4 of a weight of 1 would vanish in bf16, whose spacing there is 2^-7), their
-// gradients and the AdamW moments, layernorm's mean and 1/std, flash attention's log-sum-exp,
-// the losses, and every sum inside a kernel. bf16 has float32's range, so small gradients do not
-// underflow to zero and no loss scaling is needed, unlike float16.
-//
-// The step: the forward and backward read params16, a bf16 copy of the float32 parameters that
-// each AdamW step rewrites; the backward writes float32 parameter gradients (the tensor-core
-// products accumulate in float32 and add into them); AdamW updates the float32 master copy (under
-// ZeRO-1, each GPU its part of it, gpt2_gather_params_bf16 below). The
-// products run on the tensor cores (gemm_bf16), with bias, GELU and the residual connection
-// fused into their epilogues; attention is flash attention, which never stores the
-// T x T scores. Layers that are not products (layernorm, encoder, classifier) and the parameters
-// they read (layernorm weights, biases, embeddings) are the float32 path's kernels, reading bf16
-// activations and float32 parameters.
-
-// The forward pass, as gpt2_forward_gpu, in bf16, on the current slot: the float32 embeddings
-// (the first stage), the shard's blocks, the logits from the bf16 copy of wte (the last stage).
-// With targets, the classifier overwrites the logits with the gradient of the mean loss.
-void gpt2_forward_bf16(GPT2* model, const int* inputs, const int* targets, int B, int T) {
-    GPT2BF16* m = (GPT2BF16*)model;
     GPT2Config c = model->config;
     Shard s = model->shard;
-    int C = c.channels;
+    int C = c.channels, L = s.num_layers, NH = c.num_heads / s.tp, H = C / s.tp, BTC = B * T * C;
+    ParameterTensors p = model->params, g = model->grads;
+    ActivationTensors a = model->acts, da = model->grads_acts;
+    if (s.head) {
+        ActivationTensors last = shard_activations_of_layer(a, c, s, B, T, L - 1);
+        ActivationTensors dlast = shard_activations_of_layer(da, c, s, B, T, L - 1);
+        matmul_backward_gpu(da.lnf, g.wte, NULL, da.logits, a.lnf, p.wte, B, T, C, c.padded_vocab_size);
+        layernorm_backward_gpu(dlast.residual3, g.lnfw, g.lnfb, da.lnf, last.residual3, p.lnfw, a.lnf_mean,
+                               a.lnf_rstd, B, T, C);
+    }
+    for (int l = L - 1; l >= 0; l--) {
+        ParameterTensors w = shard_parameters_of_layer(p, c, s, l), dw = shard_parameters_of_layer(g, c, s, l);
+        ActivationTensors al = shard_activations_of_layer(a, c, s, B, T, l);
+        ActivationTensors dl = shard_activations_of_layer(da, c, s, B, T, l);
+        if (l == L - 1 && !s.head) dl.residual3 = model->pipe_grad;  // from the next stage
+        const float* x = l == 0 ? a.encoded : shard_activations_of_layer(a, c, s, B, T, l - 1).residual3;
+        float* dx = l == 0 ? da.encoded : shard_activations_of_layer(da, c, s, B, T, l - 1).residual3;
+        residual_backward_gpu(dl.residual2, dl.fcproj, dl.residual3, BTC);
+        matmul_backward_gpu(dl.fch_gelu, dw.fcprojw, dw.fcprojb, dl.fcproj, al.fch_gelu, w.fcprojw, B, T, 4 * H, C);
+        gelu_backward_gpu(dl.fch, al.fch, dl.fch_gelu, B * T * 4 * H);
+        matmul_backward_gpu(dl.ln2, dw.fcw, dw.fcb, dl.fch, al.ln2, w.fcw, B, T, C, 4 * H);
+        tp_sum_gpu(dl.ln2, BTC);
+        layernorm_backward_gpu(dl.residual2, dw.ln2w, dw.ln2b, dl.ln2, al.residual2, w.ln2w, al.ln2_mean,
+                               al.ln2_rstd, B, T, C);
+        residual_backward_gpu(dx, dl.attproj, dl.residual2, BTC);
+        matmul_backward_gpu(dl.atty, dw.attprojw, dw.attprojb, dl.attproj, al.atty, w.attprojw, B, T, H, C);
+        attention_backward_gpu(dl.qkv, dl.preatt, dl.att, dl.atty, al.qkv, al.att, B, T, H, NH);
+        matmul_backward_gpu(dl.ln1, dw.qkvw, dw.qkvb, dl.qkv, al.ln1, w.qkvw, B, T, C, 3 * H);
+        tp_sum_gpu(dl.ln1, BTC);
+        layernorm_backward_gpu(dx, dw.ln1w, dw.ln1b, dl.ln1, x, w.ln1w, al.ln1_mean, al.ln1_rstd, B, T, C);
+    }
+    if (s.embed) encoder_backward_gpu(g.wte, g.wpe, da.encoded, gpt2_slot_inputs(model), B, T, C);
+}
+
+// ---------- the forward pass in bf16 ----------
+// The weight matrices and activations in bf16, the master weights, gradients and AdamW state
+// float32 (doc/gpu.md, "Mixed precision"); the products fuse the bias, the residual add and GELU.
+
+// As the float32 pass, on the current slot: the float32 embeddings (the first stage), the blocks,
+// the logits from the bf16 copy of wte (the last stage).
+void gpt2_forward_gpu(GPT2BF16* m, const int* inputs, const int* targets, int B, int T) {
+    GPT2* model = &m->base;
     gpt2_inputs_to_gpu(model, inputs, B, T);
-    const TensorGroupOf<bf16>* tp = tensor_group_gpu<bf16>();
+    GPT2Config c = model->config;
+    Shard s = model->shard;
+    int C = c.channels, NH = c.num_heads / s.tp, H = C / s.tp, BTC = B * T * C, tp_first = s.tp_rank == 0;
     ParameterTensors p = model->params;  // the float32 ones
-    ParameterTensorsOf<bf16> w = weights_bf16(m);
+    ParameterTensorsOf<bf16> wb = weights_bf16(m);
     ActivationTensorsOf<bf16> a = activations_bf16(m, 0);
     if (s.embed) encoder_forward_gpu(a.encoded, gpt2_slot_inputs(model), p.wte, p.wpe, B, T, C);
-    const bf16* x = a.encoded;  // the residual stream entering block l: the stage's input for the first
+    const bf16* x = a.encoded;
     for (int l = 0; l < s.num_layers; l++) {
+        ParameterTensorsOf<bf16> w = shard_parameters_of_layer(wb, c, s, l);
         ActivationTensorsOf<bf16> al = activations_bf16(m, l);
-        block_forward(&LAYERS_BF16, shard_parameters_of_layer(w, c, s, l), al, x, (const LayerCacheOf<bf16>*)NULL,
-                      B, T, C, c.num_heads, tp);
+        layernorm_forward_gpu(al.ln1, al.ln1_mean, al.ln1_rstd, x, w.ln1w, w.ln1b, B, T, C);
+        matmul_forward_bf16(al.qkv, al.ln1, w.qkvw, w.qkvb, B, T, C, 3 * H);
+        flash_attention_forward_bf16(al.atty, al.att_lse, al.qkv, B, T, H, NH);
+        if (tp_first) matmul_residual_forward_bf16(al.residual2, al.atty, w.attprojw, w.attprojb, x, B, T, H, C);
+        else matmul_forward_bf16(al.residual2, al.atty, w.attprojw, NULL, B, T, H, C);
+        tp_sum_gpu(al.residual2, BTC);
+        layernorm_forward_gpu(al.ln2, al.ln2_mean, al.ln2_rstd, al.residual2, w.ln2w, w.ln2b, B, T, C);
+        matmul_gelu_forward_bf16(al.fch_gelu, al.fch, al.ln2, w.fcw, w.fcb, B, T, C, 4 * H);
+        if (tp_first) {
+            matmul_residual_forward_bf16(al.residual3, al.fch_gelu, w.fcprojw, w.fcprojb, al.residual2, B, T, 4 * H, C);
+        } else {
+            matmul_forward_bf16(al.residual3, al.fch_gelu, w.fcprojw, NULL, B, T, 4 * H, C);
+        }
+        tp_sum_gpu(al.residual3, BTC);
         x = al.residual3;
     }
     model->mean_loss = -1.0f;
     if (!s.head) return;
     layernorm_forward_gpu(a.lnf, a.lnf_mean, a.lnf_rstd, x, p.lnfw, p.lnfb, B, T, C);
-    matmul_forward_bf16(a.logits, a.lnf, w.wte, NULL, B, T, C, c.padded_vocab_size);
+    matmul_forward_bf16(a.logits, a.lnf, wb.wte, NULL, B, T, C, c.padded_vocab_size);
     gpt2_loss_gpu(model, a.logits, a.losses, a.logits, targets);
 }
 
-// The backward pass of the current slot's last forward pass, as gpt2_backward_gpu, one block at
-// a time: the gradient of the residual stream enters each block from the one above, in
-// dresidual, where a stage before the last has received the gradient of its output (its
-// stage_buffer STAGE_DOUT), and where the gradient of the stage's input is left (STAGE_DIN).
-void gpt2_backward_bf16(GPT2* model) {
-    GPT2BF16* m = (GPT2BF16*)model;
+// ---------- the backward pass in bf16 ----------
+
+// One block at a time: the products and flash attention write the gradients of their inputs
+// into scratch buffers that every block reuses (model_gpu.cuh: activation_grads_bf16); the
+// residual stream's gradient is one buffer, dresidual (da.residual2 = da.residual3 = da.attproj
+// = ...), which layernorm's backward adds into. A stage before the last finds the gradient of its
+// output there, and leaves that of its input.
+void gpt2_backward_gpu(GPT2BF16* m) {
+    GPT2* model = &m->base;
     GPT2Config c = model->config;
     Shard s = model->shard;
     int B = model->last_B, T = model->last_T, C = c.channels, L = s.num_layers;
-    const TensorGroupOf<bf16>* tp = tensor_group_gpu<bf16>();
+    int NH = c.num_heads / s.tp, H = C / s.tp, BTC = B * T * C;
     ParameterTensors p = model->params, g = model->grads;
-    ParameterTensorsOf<bf16> w = weights_bf16(m);
+    ParameterTensorsOf<bf16> wb = weights_bf16(m);
     ActivationTensorsOf<bf16> a = activations_bf16(m, 0), da = activation_grads_bf16(m);
     if (s.head) {
-        matmul_backward_bf16(da.lnf, g.wte, NULL, a.logits, a.lnf, w.wte, B, T, C, c.padded_vocab_size);
-        cuda_check(cudaMemset(da.residual3, 0, (size_t)B * T * C * sizeof(bf16)));
+        matmul_backward_bf16(da.lnf, g.wte, NULL, a.logits, a.lnf, wb.wte, B, T, C, c.padded_vocab_size);
+        cuda_check(cudaMemset(da.residual3, 0, (size_t)BTC * sizeof(bf16)));
         layernorm_backward_gpu(da.residual3, g.lnfw, g.lnfb, da.lnf, activations_bf16(m, L - 1).residual3, p.lnfw,
                                a.lnf_mean, a.lnf_rstd, B, T, C);
     }
     for (int l = L - 1; l >= 0; l--) {
+        ParameterTensorsOf<bf16> w = shard_parameters_of_layer(wb, c, s, l);
+        ParameterTensors dw = shard_parameters_of_layer(g, c, s, l);
+        ActivationTensorsOf<bf16> al = activations_bf16(m, l);
         const bf16* x = l == 0 ? a.encoded : activations_bf16(m, l - 1).residual3;  // the block's input
-        block_backward(&LAYERS_BF16, shard_parameters_of_layer(w, c, s, l), shard_parameters_of_layer(g, c, s, l),
-                       activations_bf16(m, l), da, x, da.residual3, B, T, C, c.num_heads, tp);
+        gelu_matmul_backward_bf16(da.fch, dw.fcprojw, dw.fcprojb, da.fcproj, al.fch_gelu, w.fcprojw, al.fch,
+                                  B, T, 4 * H, C);
+        matmul_backward_bf16(da.ln2, dw.fcw, dw.fcb, da.fch, al.ln2, w.fcw, B, T, C, 4 * H);
+        tp_sum_gpu(da.ln2, BTC);
+        layernorm_backward_gpu(da.residual2, dw.ln2w, dw.ln2b, da.ln2, al.residual2, w.ln2w, al.ln2_mean,
+                               al.ln2_rstd, B, T, C);
+        matmul_backward_bf16(da.atty, dw.attprojw, dw.attprojb, da.attproj, al.atty, w.attprojw, B, T, H, C);
+        flash_attention_backward_bf16(da.qkv, da.atty, al.qkv, al.atty, al.att_lse, B, T, H, NH);
+        matmul_backward_bf16(da.ln1, dw.qkvw, dw.qkvb, da.qkv, al.ln1, w.qkvw, B, T, C, 3 * H);
+        tp_sum_gpu(da.ln1, BTC);
+        layernorm_backward_gpu(da.residual3, dw.ln1w, dw.ln1b, da.ln1, x, w.ln1w, al.ln1_mean, al.ln1_rstd, B, T, C);
     }
     if (s.embed) encoder_backward_gpu(g.wte, g.wpe, (const bf16*)da.encoded, gpt2_slot_inputs(model), B, T, C);
 }
 
-// AdamW on the float32 master copy (under ZeRO-1, this GPU's part of it), writing the new values
-// to the bf16 copy too.
-void gpt2_update_bf16(GPT2* model, float lr, float beta1, float beta2, float eps, float weight_decay, int t) {
-    GPT2BF16* m = (GPT2BF16*)model;
-    float* master = m->master != NULL ? m->master : model->params_memory + model->opt_offset;
-    adamw_update_gpu(model, master, m->params16, lr, beta1, beta2, eps, weight_decay, t);
+// ---------- AdamW, the gradient norm, the way back to the host ----------
+
+static GPT2* gpt2_of(GPT2* model) { return model; }
+static GPT2* gpt2_of(GPT2BF16* m) { return &m->base; }
+
+// AdamW on the parameters this GPU updates ([opt_offset, opt_offset + opt_count): all but under
+// ZeRO-1); in bf16 on the float32 master copy, rewriting the bf16 copy too.
+void gpt2_update_gpu(GPT2* model, float lr, float beta1, float beta2, float eps, float weight_decay, int t) {
+    adamw_update_gpu(model, model->params_memory + model->opt_offset, NULL, lr, beta1, beta2, eps, weight_decay, t);
+}
+void gpt2_update_gpu(GPT2BF16* m, float lr, float beta1, float beta2, float eps, float weight_decay, int t) {
+    float* master = m->master != NULL ? m->master : m->base.params_memory + m->base.opt_offset;
+    adamw_update_gpu(&m->base, master, m->params16, lr, beta1, beta2, eps, weight_decay, t);
 }
 
+// The gradients zeroed for a fresh step.
+void gpt2_zero_grad_gpu(GPT2* model) {
+    cuda_check(cudaMemset(model->grads_memory, 0, model->num_padded * sizeof(float)));
+}
+
+// The global L2 norm of the gradients times grad_scale (gpt2/train_parallel.h: the ranges this
+// process counts), returned, and the gradients scaled by grad_scale and clipped to max_norm, as
+// PyTorch's clip_grad_norm_.
+float gpt2_clip_gradients_gpu(GPT2* model, float grad_scale, float max_norm) {
+    size_t offset[NUM_PARAMETER_TENSORS], count[NUM_PARAMETER_TENSORS];
+    int n = grad_norm_ranges(model, offset, count);
+    double squares = 0.0;
+    for (int r = 0; r < n; r++) squares += sum_of_squares_gpu(model->grads_memory + offset[r], count[r]);
+    float norm = grad_norm_of(squares, grad_scale), factor = clip_factor(norm, grad_scale, max_norm);
+    if (factor != 1.0f) scale_gpu(model->grads_memory + model->opt_offset, model->opt_count, factor);
+    return norm;
+}
+
+// ZeRO-1, after each replica updated its part: every part to every replica.
+static void gather_params_gpu(GPT2* model) {
+    if (split.zero && split.dp > 1) nccl_all_gather(GROUP_DP, model->params_memory, model->num_padded);
+}
 // ZeRO-1's gathering in bf16, after replica p has updated part p, [p x P, (p+1) x P), of the
 // parameters (P = opt_count) in its float32 master copy and in the bf16 copy: every part of the
 // bf16 copy to every replica (all-gather, 2 bytes a parameter), and the new values of the
@@ -252,8 +300,9 @@ void gpt2_update_bf16(GPT2* model, float lr, float beta1, float beta2, float eps
 // size that differs from part to part: replica p copies it out of its master part and
 // broadcasts it. The blocks' matrices travel in bf16 only, and every replica receives the bits
 // their owner computed, so the run computes what it does without ZeRO-1.
-static void gpt2_gather_params_bf16(GPT2* model) {
-    GPT2BF16* m = (GPT2BF16*)model;
+static void gather_params_gpu(GPT2BF16* m) {
+    GPT2* model = &m->base;
+    if (!split.zero || split.dp == 1) return;
     nccl_all_gather_bf16(GROUP_DP, m->params16, model->num_padded);
     size_t P = model->opt_count;
     for (int p = 0; p < split.dp; p++) {
@@ -277,50 +326,205 @@ static void gpt2_gather_params_bf16(GPT2* model) {
 
 // The parameters and moments of this GPU into its host model; under ZeRO-1 the float32
 // parameters of its part only (gpt2/run.h's run_gather gathers the others' over the replicas).
-static void gpt2_to_host_bf16(const GPT2* model, GPT2* host) {
-    const GPT2BF16* m = (const GPT2BF16*)model;
+static void gpt2_to_host_gpu(GPT2BF16* m, GPT2* host) {
+    const GPT2* model = &m->base;
     gpt2_to_host_gpu(model, host);
     if (m->master == NULL) return;
     cuda_check(cudaMemcpy(host->params_memory + model->opt_offset, m->master, model->opt_count * sizeof(float),
                           cudaMemcpyDeviceToHost));
 }
 
-static void gpt2_logits_to_host_bf16(const GPT2* model, int position, float* out) {
-    int Vp = model->config.padded_vocab_size;
-    ActivationTensorsOf<bf16> a = activations_bf16((const GPT2BF16*)model, 0);
+// ---------- the pipeline's exchanges ----------
+
+// An exchange of the pipeline's schedule over NCCL (gpt2/train_parallel.h), on device memory:
+// the stream entering the stage and leaving it, and their gradients.
+static void pipe_exchange_gpu(GPT2* model, PipeOp op, int B, int T) {
+    if (!op.send && !op.recv) return;
+    size_t bytes = (size_t)B * T * model->config.channels * sizeof(float), sizes[NUM_ACTIVATION_TENSORS];
+    activation_sizes_gpu(sizes, NULL, model->config, model->shard, B, T);
+    ActivationTensors a;
+    if (op.slot >= 0) point_tensors((float**)&a, model->acts_memory + (size_t)op.slot * model->num_activations, sizes,
+                                    NUM_ACTIVATION_TENSORS);
+    void *send = NULL, *recv = NULL;
+    if (op.peer < 0) {
+        if (op.send) send = model->grads_acts_memory;  // encoded's gradient is the first tensor
+        if (op.recv) recv = a.encoded;
+    } else {
+        if (op.send) send = shard_activations_of_layer(a, model->config, model->shard, B, T, model->shard.num_layers - 1).residual3;
+        if (op.recv) recv = model->pipe_grad;
+    }
+    nccl_exchange(send, recv, bytes, split.pp_rank + op.peer);
+}
+
+// In bf16: the input and output of slot op.slot, and both gradients in dresidual.
+static void pipe_exchange_gpu(GPT2BF16* m, PipeOp op, int B, int T) {
+    if (!op.send && !op.recv) return;
+    size_t bytes = (size_t)B * T * m->base.config.channels * sizeof(bf16);
+    ActivationTensorsOf<bf16> in, out;
+    if (op.slot >= 0) {
+        char* slot = m->acts16_memory + (size_t)op.slot * m->slot_bytes;
+        layout_activations_bf16(&in, slot, m->base.config, m->base.shard, B, T, 0);
+        layout_activations_bf16(&out, slot, m->base.config, m->base.shard, B, T, m->base.shard.num_layers - 1);
+    }
+    void *send = NULL, *recv = NULL;
+    if (op.peer < 0) {
+        if (op.send) send = m->dresidual;
+        if (op.recv) recv = in.encoded;
+    } else {
+        if (op.send) send = out.residual3;
+        if (op.recv) recv = m->dresidual;
+    }
+    nccl_exchange(send, recv, bytes, split.pp_rank + op.peer);
+}
+
+#ifndef TRAIN_GPU_NO_MAIN  // dev/gpu/gpu_check.cu defines it to call the functions above
+
+// ---------- validation and samples ----------
+
+template <typename Model>
+static void validate(Run* run, Model* m, int step) {
+    GPT2* model = gpt2_of(m);
+    int passes = run_val_passes(run);
+    double sum = 0.0;
+    for (int i = 0; i < passes; i++) {
+        dataloader_next_batch(&run->val);
+        model->slot = 0;
+        pipe_exchange_gpu(m, pipe_input(model, 0), run->val.B, run->val.T);
+        gpt2_forward_gpu(m, run->val.inputs, run->val.targets, run->val.B, run->val.T);
+        pipe_exchange_gpu(m, pipe_output(model, 0), run->val.B, run->val.T);
+        sum += stage_loss(model);
+    }
+    run_val_report(run, step, sum, passes);
+}
+
+// The Vp logits at `position` of the last forward pass (batch 1) into a host array.
+static void logits_to_host(GPT2* model, int position, float* out) {
+    size_t Vp = (size_t)model->config.padded_vocab_size;
+    cuda_check(cudaMemcpy(out, model->acts.logits + position * Vp, Vp * sizeof(float), cudaMemcpyDeviceToHost));
+}
+static void logits_to_host(GPT2BF16* m, int position, float* out) {
+    int Vp = m->base.config.padded_vocab_size;
     uint16_t* bits = (uint16_t*)malloc_check((size_t)Vp * sizeof(uint16_t));
-    cuda_check(cudaMemcpy(bits, a.logits + (size_t)position * Vp, (size_t)Vp * sizeof(bf16), cudaMemcpyDeviceToHost));
+    cuda_check(cudaMemcpy(bits, activations_bf16(m, 0).logits + (size_t)position * Vp, (size_t)Vp * sizeof(bf16),
+                          cudaMemcpyDeviceToHost));
     for (int i = 0; i < Vp; i++) out[i] = bf16_to_float(bits[i]);
     free(bits);
 }
 
-// A pipeline stage's buffer of slot `slot` in bf16: its input (encoded) and output (its last
-// block's residual3), and both their gradients in dresidual (gpt2_backward_bf16).
-static void* gpt2_stage_buffer_bf16(GPT2* model, int which, int slot, int B, int T, size_t* bytes) {
-    GPT2BF16* m = (GPT2BF16*)model;
-    *bytes = (size_t)B * T * model->config.channels * sizeof(bf16);
-    if (which == STAGE_DOUT || which == STAGE_DIN) return m->dresidual;
-    ActivationTensorsOf<bf16> a;
-    int l = which == STAGE_IN ? 0 : model->shard.num_layers - 1;
-    layout_activations_bf16(&a, m->acts_memory + (size_t)slot * m->slot_bytes, model->config, model->shard, B, T, l);
-    return which == STAGE_IN ? a.encoded : a.residual3;
+// infer_gpu's generator (gpt2/gpu/generate.cuh) over the weights being trained, for one sequence.
+static EngineDevice sample_generator(GPT2* model, int pages) {
+    return generator_gpu_device(model->config, model->params, model->params, 1, pages);
+}
+static EngineDevice sample_generator(GPT2BF16* m, int pages) {
+    return generator_gpu_device(m->base.config, m->base.params, weights_bf16(m), 1, pages);
+}
+static void sample_generator_free(GPT2*, EngineDevice* gen) { generator_gpu_device_free<float>(gen); }
+static void sample_generator_free(GPT2BF16*, EngineDevice* gen) { generator_gpu_device_free<bf16>(gen); }
+
+// A sample: each token one pass of its own against a key-value cache, as infer_gpu generates; a
+// model split over processes runs the whole sequence through every process for each token.
+template <typename Model>
+static void sample(Run* run, Model* m, int step) {
+    GPT2* model = gpt2_of(m);
+    int Vp = model->config.padded_vocab_size, cached = !split_is_model_parallel();
+    int* tokens = (int*)malloc_check((size_t)run->cfg.T * sizeof(int));
+    float* logits = (float*)malloc_check((size_t)Vp * sizeof(float));
+    int n = run->cfg.gen_tokens < run->cfg.T - 1 ? run->cfg.gen_tokens : run->cfg.T - 1;
+    int pages = kv_pages_for(n + 1);
+    int* table = (int*)malloc_check((size_t)pages * sizeof(int));
+    for (int i = 0; i < pages; i++) table[i] = i;  // one sequence: the pool's pages in order
+    EngineDevice gen;
+    if (cached) gen = sample_generator(m, pages);
+    run_sample_begin(run, &tokens[0], step);
+    for (int t = 1; t <= n; t++) {
+        float coin = random_f32(&run->sample_rng);
+        if (cached) {
+            int pos = t - 1;  // token t-1 at position t-1
+            EnginePass pass = engine_pass(1, 1, tokens + t - 1, &pos, table, pages);
+            gen.forward(gen.ctx, &pass, logits);
+        } else {
+            model->slot = 0;
+            pipe_exchange_gpu(m, pipe_input(model, 0), 1, t);
+            gpt2_forward_gpu(m, tokens, NULL, 1, t);
+            pipe_exchange_gpu(m, pipe_output(model, 0), 1, t);
+            if (model->shard.head) logits_to_host(m, t - 1, logits);
+        }
+        tokens[t] = run_sample_next(run, model->shard.head ? logits : NULL, coin);
+    }
+    run_sample_end();
+    if (cached) sample_generator_free(m, &gen);
+    free(table);
+    free(tokens);
+    free(logits);
 }
 
-// The samples' generator in bf16, over the bf16 copy of the weights being trained.
-static void gpt2_generator_build_bf16(GPT2* model, int pages, EngineDevice* device) {
-    *device = generator_gpu_device(model->config, model->params, weights_bf16((GPT2BF16*)model), &LAYERS_BF16_INFER, 1,
-                                   pages);
-}
+// ---------- the training loop ----------
 
-static const Trainer TRAINER_BF16 = {
-    gpt2_forward_bf16, gpt2_zero_grad_gpu, gpt2_backward_bf16, gpt2_grad_squares_gpu, gpt2_scale_grads_gpu,
-    gpt2_update_bf16, gpt2_logits_to_host_bf16, gpt2_to_host_bf16, synchronize_comm_gpu, peak_flops_bf16,
-    gpt2_generator_build_bf16, generator_gpu_device_free<bf16>,
-    nccl_sum, nccl_reduce_scatter, nccl_all_gather, nccl_exchange, gpt2_stage_buffer_bf16, gpt2_gather_params_bf16,
-};
+// Trains a model built on the GPU from the run's host model (or this process's part of it) to
+// -x steps; the same loop as train_cpu.c's main, with the GPU's queue waited on where it is
+// timed.
+template <typename Model>
+static void train(Run* run, Model* m, double peak) {
+    GPT2* model = gpt2_of(m);
+    const TrainConfig* cfg = &run->cfg;
+    int B = cfg->micro_batch, T = cfg->T;
+    run_print_summary(run, model);
+    if (cfg->val_every > 0 && run->start_step == 0) validate(run, m, 0);
+    PipeOp* ops = (PipeOp*)malloc_check((6 * (size_t)run->micro_steps + 2) * sizeof(PipeOp));
+    int num_ops = pipe_schedule(ops, model, run->micro_steps);
+    run->eta_start = now_seconds();
+    for (int step = run->start_step + 1; step <= cfg->max_steps; step++) {
+        double t0 = now_seconds();
+        float lr = learning_rate_at(cfg, step);
+        parallel_step_begin();
+        gpt2_zero_grad_gpu(model);
+        comm_time_discard();  // validation's and the samples' collectives are not this step's
+        double loss_sum = 0.0;
+        for (int i = 0; i < num_ops; i++) {
+            PipeOp op = ops[i];
+            model->slot = op.micro % model->num_slots;
+            if (op.action == PIPE_EXCHANGE) {
+                pipe_exchange_gpu(m, op, B, T);
+            } else if (op.action == PIPE_FORWARD) {
+                dataloader_next_batch(&run->train);
+                gpt2_forward_gpu(m, run->train.inputs, run->train.targets, B, T);
+                loss_sum += stage_loss(model);
+            } else {
+                gpt2_backward_gpu(m);
+            }
+        }
+        if (procs.mpi) {
+            synchronize_comm_gpu();  // the backward is queued: time only the sums
+            double t1 = now_seconds();
+            nccl_sum_gradients(model);
+            loss_sum = parallel_group_sum(GROUP_WORLD, loss_sum);
+            synchronize_comm_gpu();
+            run->reduce_time = now_seconds() - t1;
+        }
+        int parts = run->micro_steps * split.dp;
+        run->loss = (float)(loss_sum / parts);
+        float norm = gpt2_clip_gradients_gpu(model, 1.0f / (float)parts, 1.0f);
+        check_step_finite(step, run->loss, norm);
+        gpt2_update_gpu(m, lr, ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, cfg->weight_decay, step);
+        gather_params_gpu(m);
+        synchronize_comm_gpu();  // the step is queued: wait, then time it
+        run_print_step(run, model, step, norm, lr, now_seconds() - t0, peak);
+        if (step == run->start_step + 1) run_print_parts(model);
+        int due = run_due(run, step);
+        if (due & RUN_VALIDATE) validate(run, m, step);
+        if (due & RUN_SAMPLE) sample(run, m, step);
+        if (due & RUN_SAVE) {
+            gpt2_to_host_gpu(m, run->split ? &run->part : &run->model);
+            if (run->split) run_gather(run);
+            run_save(run, step);
+        }
+    }
+    if (cfg->max_steps == 0 && cfg->output_dir != NULL) run_save(run, 0);  // -x 0: the initial model
+    run_print_average(run, model, peak);
+    free(ops);
+}
 
 // ---------- main ----------
-#ifndef TRAIN_GPU_NO_MAIN  // dev/gpu/gpu_check.cu defines it to call the functions above
 
 // -p: bf16 where the GPU has bf16 tensor cores (compute capability 8.0 and up), else fp32.
 static int choose_bf16(const char* precision) {
@@ -371,12 +575,12 @@ int main(int argc, char** argv) {
     if (bf16) {
         GPT2BF16 model;
         gpt2_build_bf16(&model, host, cfg.micro_batch, cfg.T);  // a copy of it on the GPU, trained there
-        run_train(&run, &TRAINER_BF16, &model.base);
+        train(&run, &model, peak_flops_bf16());
         gpt2_free_bf16(&model);
     } else {
         GPT2 model;
         gpt2_build_gpu(&model, host, cfg.micro_batch, cfg.T);
-        run_train(&run, &TRAINER_GPU, &model);
+        train(&run, &model, peak_flops_gpu());
         gpt2_free_gpu(&model);
     }
     run_close(&run);

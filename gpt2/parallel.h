@@ -1,16 +1,9 @@
 // gpt2/parallel.h: the processes of a parallel run (doc/parallel.md): data parallel, and the grid
 // of tensor, pipeline and data parallelism below (Split).
 //
-// Started by `mpirun -np N`, a training program built with MPI (the Makefile builds with it where
-// it finds mpicc, and defines USE_MPI) is one of N processes, its ranks 0..N-1. Each rank trains
-// the same model on its own part of every batch; before the update, the ranks add up their
-// gradients (an all-reduce: every rank receives the sum), so that all of them apply the same
-// update to the same parameters and stay identical without ever sending a parameter. Rank 0
-// speaks for the run: it prints, logs, samples and writes checkpoints.
-//
-// Started without mpirun, a program is rank 0 of 1 and MPI is never initialised, even when built
-// with it. A program built without MPI that finds itself started by mpirun as one of several
-// copies stops: each copy would train alone, a silently wrong run.
+// Under `mpirun -np N` (built with MPI: USE_MPI) a program is rank 0..N-1 of N; rank 0 prints,
+// logs and writes checkpoints. Without mpirun it is rank 0 of 1 and MPI is never started; built
+// without MPI yet started as one of several copies, it stops (each would train alone).
 
 #ifndef GPT2_PARALLEL_H
 #define GPT2_PARALLEL_H
@@ -34,11 +27,8 @@ typedef struct {
 static Processes procs = {0, 1, 0, 0};
 
 // ---------- the split of a run: data, tensor and pipeline parallel (doc/parallel.md) ----------
-// The world's ranks form a grid of tp x pp x dp. The tp ranks of a tensor-parallel group share
-// every block of their stage, each with a part of its heads and of its MLP; the pp stages of a
-// pipeline hold consecutive layers; the dp replicas each train the whole (split) model on their
-// own part of every batch. Ranks are numbered tp fastest, then pp, then dp: the ranks of one
-// tensor-parallel group are neighbours, as they exchange the most.
+// The ranks form a grid of tp x pp x dp, numbered tp fastest (a tensor-parallel group, which
+// exchanges the most, are neighbours), then pp, then dp.
 
 enum { GROUP_TP, GROUP_PP, GROUP_DP, GROUP_EMBED, GROUP_MODEL, GROUP_WORLD, NUM_GROUPS };
 
@@ -47,8 +37,7 @@ typedef struct {
     int tp_rank, pp_rank, dp_rank;  // this process's place in it
     int zero;                       // 1: ZeRO stage 1, AdamW's moments split over the dp ranks
     int gpipe;                      // 1: the pipeline runs all forwards, then all backwards
-    // what this process sent in the current step, in bytes, and the seconds it spent in
-    // collectives and transfers, per group (parallel_account); reset by parallel_step_begin
+    // bytes sent and seconds spent this step, per group (parallel_account)
     double sent[NUM_GROUPS];
     double comm_seconds;
 } Split;
@@ -57,9 +46,8 @@ static Split split = {1, 1, 1, 0, 0, 0, 0, 0, {0}, 0.0};
 
 static inline int split_is_model_parallel(void) { return split.tp > 1 || split.pp > 1; }
 
-// This process's group of kind g, as MPI_Comm_split and ncclCommSplit make it from the world:
-// the processes of one color form a group, ordered in it by key; -1: in no such group (only
-// GROUP_EMBED, which holds the first and last stages, both with wte, tied).
+// This process's group of kind g as a color (and its key in it) for MPI_Comm_split and
+// ncclCommSplit; -1: in none (GROUP_EMBED holds only the first and last stages).
 static inline int split_group_color(int g, int* key) {
     int t = split.tp_rank, p = split.pp_rank, d = split.dp_rank, tp = split.tp, pp = split.pp;
     int is_end = p == 0 || p == pp - 1;
@@ -73,9 +61,7 @@ static inline int split_group_color(int g, int* key) {
     }
 }
 
-// What one process sends for a collective of `bytes` over a group of n, by the ring algorithms
-// NCCL and MPI use for large arrays: an all-reduce sends 2 (n-1)/n of the array, a reduce-scatter
-// or an all-gather (n-1)/n.
+// Bytes one process sends in a ring collective over n: all-reduce 2 (n-1)/n, the others (n-1)/n.
 static inline void parallel_account(int group, double bytes, double seconds) {
     split.sent[group] += bytes;
     split.comm_seconds += seconds;
@@ -144,9 +130,8 @@ static inline double parallel_sum(double x) {
     return x;
 }
 
-// The lowest rank for which `yes` holds, or -1 when it holds on none; every rank must call it.
-// A check that every rank makes finds its error on one rank, or on several: the first of them
-// then reports it, once, and the others wait in parallel_await_stop for it to stop the run.
+// The lowest rank for which `yes` holds, or -1; every rank must call it (that rank then reports
+// the error once, the others wait for it to stop the run).
 static inline int parallel_first_rank(int yes) {
     int first = yes ? procs.rank : procs.size;
     if (procs.mpi) MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
@@ -172,10 +157,8 @@ static inline void parallel_check_same(const char* what, const char* key) {
     parallel_await_stop();
 }
 
-// The lowest rank, other than this one, that runs on this machine and passed the same `text`
-// (its first 127 characters); -1 when none did. Every rank must call it: the processes of each
-// machine (parallel_local_comm) compare their texts, so that two processes given one thing that
-// only one should have (a GPU) can find each other.
+// The lowest other rank on this machine that passed the same `text` (127 characters), or -1:
+// two processes given one GPU find each other. Every rank must call it.
 static inline int parallel_local_same(const char* text) {
     if (!procs.mpi) return -1;
     enum { LEN = 128 };
@@ -197,9 +180,8 @@ static inline int parallel_local_same(const char* text) {
 }
 
 // ---------- the grid's groups, and collectives over them on host memory ----------
-// train_cpu's tensors are in host memory, and MPI moves them; train_gpu's NCCL moves its device
-// tensors (gpt2/gpu/multi_gpu.cuh) over the same groups. Scalars (losses, norms) go through MPI
-// in both programs.
+// MPI moves train_cpu's host tensors, NCCL train_gpu's (gpt2/gpu/multi_gpu.cuh), over the same
+// groups; scalars go through MPI in both.
 
 static MPI_Comm split_comms[NUM_GROUPS];  // MPI_COMM_NULL where this rank is in no such group
 
@@ -263,9 +245,8 @@ static inline double parallel_group_sum(int group, double x) {
     return x;
 }
 
-// x holds n = k x part floats over a group of k. After it, part r of x (r: this member's rank in
-// the group) holds the sum over the group of every member's part r; the other parts are left as
-// they were. ZeRO's reduce-scatter of the gradients.
+// x holds k parts over a group of k; part r of member r becomes the group's sum of part r, the
+// rest is left as it was (ZeRO's reduce-scatter).
 static inline void parallel_reduce_scatter_floats(int group, float* x, size_t n) {
     int k = split_group_size(group), r = 0;
     if (k == 1) return;
@@ -290,11 +271,9 @@ static inline void parallel_all_gather_floats(int group, float* x, size_t n) {
     parallel_account(group, (double)(k - 1) / k * n * sizeof(float), now_seconds() - t0);
 }
 
-// One exchange between neighbouring pipeline stages: `send` (or NULL) to stage `peer` and `recv`
-// (or NULL) from it, `bytes` each way. A send is synchronous (MPI_Issend: it completes only once
-// the peer has received it), as NCCL's send is on a GPU, so that a schedule which would deadlock
-// there deadlocks here too, whatever the message size; a send and a receive with the same peer
-// are posted together, as NCCL's grouped send and receive are.
+// One exchange with pipeline stage `peer`: `send` to it, `recv` from it (either NULL). Sends are
+// synchronous (MPI_Issend) as NCCL's are, so a schedule that would deadlock on GPUs deadlocks
+// here too; the two are posted together, as NCCL groups them.
 static inline void parallel_exchange(const void* send, void* recv, size_t bytes, int peer) {
     double t0 = now_seconds();
     check_int_count(bytes);
@@ -381,9 +360,8 @@ static inline void parallel_print_lines(const char* line) { printf("%s\n", line)
 
 #endif
 
-// Between rank0_first_begin() and rank0_first_end(), rank 0 goes first and the other ranks
-// follow once it is through: a bad option or input file, which every rank would find, is then
-// reported once, by rank 0, which stops the run before the others start.
+// Between rank0_first_begin() and rank0_first_end() rank 0 goes first, the others after it: a bad
+// input that every rank would find is reported once.
 static inline void rank0_first_begin(void) {
     if (procs.rank != 0) parallel_barrier();
 }

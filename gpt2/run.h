@@ -1,19 +1,8 @@
 // gpt2/run.h: a training run, shared by train_cpu.c and train_gpu.cu: the command line, opening
 // a run (the model fresh, from a file or from the last checkpoint of a run being resumed; the
-// data; the tokenizer; -o DIR and its log), the training loop, validation, samples, checkpoints.
-//
-// The loop is written once for both programs. A device gives it its model's training
-// operations in a Trainer table (train_cpu.c: the C functions on host memory; train_gpu.cu: their
-// CUDA counterparts on device memory), and the loop does the rest, the same way for both:
-//
-//   for each step: zero grads -> for each micro-step: next part of the batch -> forward (loss)
-//                  -> backward (gradients add up) -> sum the gradients over the processes ->
-//                  scale them to the gradient of the mean loss and clip their norm to 1 -> stop
-//                  if the loss or norm is not finite -> AdamW at this step's learning rate ->
-//                  print; now and then validate, sample, checkpoint.
-//
-// A step's batch is -d tokens, split over the processes of a data-parallel run (gpt2/parallel.h)
-// and, within each, over micro-steps of B x T (gradient accumulation): doc/parallel.md.
+// data; the tokenizer; -o DIR and its log), the learning rate, what the loop prints, and
+// checkpoints. The loop itself is each program's main. A step's batch is -d tokens, split over
+// the data-parallel processes and, within each, over micro-steps of B x T (doc/parallel.md).
 
 #ifndef GPT2_RUN_H
 #define GPT2_RUN_H
@@ -27,7 +16,6 @@
 #include "tokenizer.h"
 #include "parallel.h"
 #include "cpu_layers.h"  // softmax_forward for the samples, num_threads; gpt2/arithmetic.h
-#include "engine.h"      // EngineDevice: the samples through a device's generation code
 
 // ---------- the command line ----------
 
@@ -405,33 +393,6 @@ static inline void run_open(Run* run, TrainConfig cfg, void (*check_model)(GPT2C
     }
 }
 
-// The model this process trains, in host memory: the whole run's model, or, when the run splits
-// it (-tp, -pp, or -z with several data-parallel processes), this process's shard of it, with the
-// AdamW moments of its part when resuming (gpt2_shard_from). Then only rank 0 keeps the whole
-// model, to gather checkpoints in. model->num_slots: the batches whose activations the device
-// keeps at once: a pipeline stage holds those it has run forward and not yet backward, up to
-// all of a step's under GPipe, and under 1F1B at most as many as there are stages from it to
-// the last (doc/parallel.md).
-static inline GPT2* run_part(Run* run) {
-    const TrainConfig* c = &run->cfg;
-    run->split = split_is_model_parallel() || (c->zero && split.dp > 1);
-    GPT2* model = &run->model;
-    if (run->split) {
-        Shard s = shard_of(run->model.config, split.tp, split.tp_rank, split.pp, split.pp_rank);
-        int parts = c->zero ? split.dp : 1;
-        gpt2_shard_from(&run->part, &run->model, s, parts, c->zero ? split.dp_rank : 0);
-        if (procs.rank != 0) {  // keep only its shape
-            GPT2Config config = run->model.config;
-            gpt2_free(&run->model);
-            run->model.config = config;
-        }
-        model = &run->part;
-    }
-    int M = run->micro_steps, ahead = split.pp - split.pp_rank;
-    model->num_slots = split.pp == 1 ? 1 : split.gpipe || ahead > M ? M : ahead;
-    return model;
-}
-
 static inline void run_close(Run* run) {
     gpt2_free(&run->part);
     if (run->log) fclose_check(run->log, "main.log");
@@ -441,52 +402,7 @@ static inline void run_close(Run* run) {
     gpt2_free(&run->model);
 }
 
-// ---------- what a device does: the Trainer ----------
-
-// The buffers a pipeline stage sends and receives (Trainer.stage_buffer), each B x T x C of the
-// device's activation type: the stream entering the stage (from the stage before) and leaving it
-// (to the next), and their gradients, which travel the other way.
-enum { STAGE_IN, STAGE_OUT, STAGE_DOUT, STAGE_DIN };
-
-// A model's training operations on one device, over GPT2 structs whose tensors live there.
-// Forward and backward passes run on the model's current slot (model->slot).
-typedef struct {
-    // the mean loss of a batch (host arrays (B, T)) into model->mean_loss; targets may be NULL.
-    // Only the last pipeline stage has a loss; the others leave mean_loss at -1
-    void (*forward)(GPT2* model, const int* inputs, const int* targets, int B, int T);
-    void (*zero_grad)(GPT2* model);
-    void (*backward)(GPT2* model);  // the parameter gradients add up over backward passes
-    // the sum of the squares of the gradients [offset, offset + n), in double, in a fixed order
-    double (*grad_squares)(GPT2* model, size_t offset, size_t n);
-    void (*scale_grads)(GPT2* model, size_t offset, size_t n, float factor);
-    // AdamW on the parameters [opt_offset, opt_offset + opt_count), whose moments the model keeps
-    void (*update)(GPT2* model, float lr, float beta1, float beta2, float eps, float weight_decay, int t);
-    // the Vp logits at `position` of the last forward pass (batch 1), into a host array
-    void (*logits_to_host)(const GPT2* model, int position, float* out);
-    // the parameters and AdamW moments into a host model of the same shard; NULL when the model
-    // is that one
-    void (*to_host)(const GPT2* model, GPT2* host);
-    void (*synchronize)(void);   // waits for the device's queued work; NULL when nothing is queued
-    double (*peak_flops)(void);  // FLOP/s that MFU is counted against; NULL: no MFU
-    // Optional: generation over the model's current weights with a key-value cache of `pages`
-    // pages (infer's engine device), for the samples; NULL: the samples rerun the whole sequence.
-    void (*generator_build)(GPT2* model, int pages, EngineDevice* device);
-    void (*generator_free)(EngineDevice* device);
-    // The device's collectives over a group of processes (gpt2/parallel.h's GROUP_...), in place
-    // on its memory: the sum on every member (all-reduce); part r of n floats summed onto member
-    // r (reduce-scatter); part r of member r to every member (all-gather). And one exchange with
-    // a neighbouring pipeline stage (send or recv may be NULL).
-    void (*sum)(int group, float* x, size_t n);
-    void (*reduce_scatter)(int group, float* x, size_t n);
-    void (*all_gather)(int group, float* x, size_t n);
-    void (*exchange)(const void* send, void* recv, size_t bytes, int peer);
-    // a pipeline buffer (STAGE_...) of slot `slot`, laid out for B x T, and its size in bytes
-    void* (*stage_buffer)(GPT2* model, int which, int slot, int B, int T, size_t* bytes);
-    // ZeRO-1, after the update, in which each replica updated its part of the parameters: every
-    // part to every replica. NULL: the float32 parameters all-gathered over the replicas
-    // (all_gather); train_gpu's bf16 gathers its bf16 copy and the float32 tensors it reads.
-    void (*gather_params)(GPT2* model);
-} Trainer;
+// ---------- what a step costs ----------
 
 // Training FLOPs per token, as PaLM (appendix B) and llm.c count them: 6 per parameter (forward
 // 2, backward 4) plus the attention scores and weighted sums, 12 * L * C * T.
@@ -495,12 +411,11 @@ static inline double flops_per_token(const GPT2* model, int T) {
     return 6.0 * (double)model->num_parameters + 12.0 * c.num_layers * c.channels * (double)T;
 }
 
-// Model FLOPs utilisation in percent of a step of `seconds` (see flops_per_token), of each
-// process's device: the tokens it computed, against its peak.
-static inline double run_mfu(const Run* run, const Trainer* dev, const GPT2* model, double seconds) {
-    const TrainConfig* c = &run->cfg;
+// Model FLOPs utilisation in percent of a step of `seconds`: each process's tokens against its
+// device's peak FLOP/s.
+static inline double run_mfu(const Run* run, const GPT2* model, double seconds, double peak) {
     double tokens = (double)run->step_tokens / procs.size;
-    return 100.0 * flops_per_token(model, c->T) * tokens / seconds / dev->peak_flops();
+    return 100.0 * flops_per_token(model, run->cfg.T) * tokens / seconds / peak;
 }
 
 // main.log (rank 0 only: the other processes have none).
@@ -510,105 +425,12 @@ static inline void run_log(Run* run, int step, const char* what, float value) {
     fflush(run->log);
 }
 
-// ---------- the pipeline ----------
-// Under -pp each process runs its stage's layers; a micro-batch's activations flow from stage to
-// stage and their gradients flow back (doc/parallel.md). Without -pp, one stage: the exchanges
-// below do nothing, and a step is forward, backward, for each micro-step.
-
-static inline int pipe_slot(const GPT2* model, int micro) { return micro % model->num_slots; }
-
-// With the next stage: this stage's output of slot send_slot to it (-1: none), and, with `recv`,
-// the gradient of an output from it, for the next backward pass (into model->pipe_grad).
-static inline void pipe_next(const Trainer* dev, GPT2* model, int send_slot, int recv, int B, int T) {
-    if (model->shard.head || (send_slot < 0 && !recv)) return;
-    size_t bytes = 0;
-    void* out = send_slot >= 0 ? dev->stage_buffer(model, STAGE_OUT, send_slot, B, T, &bytes) : NULL;
-    void* grad = recv ? dev->stage_buffer(model, STAGE_DOUT, 0, B, T, &bytes) : NULL;
-    dev->exchange(out, grad, bytes, split.pp_rank + 1);
-}
-
-// With the previous stage: with `send`, the gradient of this stage's input from the last
-// backward pass to it, and the input of slot recv_slot from it (-1: none).
-static inline void pipe_prev(const Trainer* dev, GPT2* model, int send, int recv_slot, int B, int T) {
-    if (model->shard.embed || (!send && recv_slot < 0)) return;
-    size_t bytes = 0;
-    void* grad = send ? dev->stage_buffer(model, STAGE_DIN, 0, B, T, &bytes) : NULL;
-    void* in = recv_slot >= 0 ? dev->stage_buffer(model, STAGE_IN, recv_slot, B, T, &bytes) : NULL;
-    dev->exchange(grad, in, bytes, split.pp_rank - 1);
-}
-
-// The loss this process adds to the step's: the last stage's, once per tensor-parallel group.
-static inline double stage_loss(const GPT2* model) {
-    return model->shard.head && model->shard.tp_rank == 0 ? model->mean_loss : 0.0;
-}
-
-// The forward pass of micro-step `micro` on this stage, on its slot; returns its loss share.
-static inline double pipe_forward(Run* run, const Trainer* dev, GPT2* model, int micro) {
-    const TrainConfig* c = &run->cfg;
-    dataloader_next_batch(&run->train);  // every stage reads the batches in order; the first uses
-    model->slot = pipe_slot(model, micro);  // the inputs, the last the targets
-    dev->forward(model, run->train.inputs, run->train.targets, c->micro_batch, c->T);
-    return stage_loss(model);
-}
-
-static inline void pipe_backward(const Trainer* dev, GPT2* model, int micro) {
-    model->slot = pipe_slot(model, micro);
-    dev->backward(model);
-}
-
-// The forward and backward passes of one step's micro-steps on this stage, in the order of the
-// schedule, with the exchanges between stages; returns the sum of this process's loss shares.
-// 1F1B (Megatron-LM's, without interleaving): stage s of P first runs P-1-s forward passes
-// (warm-up), then alternates one forward and one backward, then runs the backward passes left
-// (cool-down): it holds at most P-s micro-steps' activations. GPipe: every forward pass, then
-// every backward pass; it holds all M. Each send is paired with the receive the neighbour makes
-// at that moment (send_forward_recv_backward and send_backward_recv_forward), which is what keeps
-// two stages from both waiting to send.
-static inline double run_pipeline(Run* run, const Trainer* dev, GPT2* model) {
-    int B = run->cfg.micro_batch, T = run->cfg.T, M = run->micro_steps;
-    int ahead = split.pp - 1 - split.pp_rank;
-    int warmup = split.gpipe || ahead > M ? M : ahead, rest = M - warmup;
-    double loss = 0.0;
-    for (int i = 0; i < warmup; i++) {
-        pipe_prev(dev, model, 0, pipe_slot(model, i), B, T);
-        loss += pipe_forward(run, dev, model, i);
-        pipe_next(dev, model, pipe_slot(model, i), 0, B, T);
-    }
-    if (rest > 0) pipe_prev(dev, model, 0, pipe_slot(model, warmup), B, T);
-    for (int i = 0; i < rest; i++) {  // one forward, one backward
-        int f = warmup + i;
-        loss += pipe_forward(run, dev, model, f);
-        pipe_next(dev, model, pipe_slot(model, f), 1, B, T);
-        pipe_backward(dev, model, i);
-        pipe_prev(dev, model, 1, i == rest - 1 ? -1 : pipe_slot(model, f + 1), B, T);
-    }
-    for (int i = rest; i < M; i++) {  // cool-down: the backward passes left
-        pipe_next(dev, model, -1, 1, B, T);
-        pipe_backward(dev, model, i);
-        pipe_prev(dev, model, 1, -1, B, T);
-    }
-    return loss;
-}
-
-// The fraction of a step that each stage spends idle, waiting for the pipeline to fill and to
-// drain: (P-1) / (M+P-1) for P stages and M micro-steps, both schedules (1F1B saves memory, not
-// time), with a backward pass counted twice a forward.
-static inline double pipeline_bubble(int P, int M) { return (double)(P - 1) / (M + P - 1); }
-
-// One forward pass through the whole pipeline (validation, samples), on slot 0.
-static inline void run_pipeline_forward(const Trainer* dev, GPT2* model, const int* inputs, const int* targets,
-                                        int B, int T) {
-    model->slot = 0;
-    pipe_prev(dev, model, 0, 0, B, T);
-    dev->forward(model, inputs, targets, B, T);
-    pipe_next(dev, model, 0, 0, B, T);
-}
-
-// ---------- the summary ----------
+// ---------- what the loop prints ----------
 
 static inline void run_print_summary(const Run* run, const GPT2* model) {
     const TrainConfig* c = &run->cfg;
     GPT2Config mc = model->config;
+    if (procs.rank != 0) return;
     size_t whole = run->split ? 0 : model->num_parameters;
     if (run->split) {  // the parameters of the whole model
         size_t sizes[NUM_PARAMETER_TENSORS], layer[NUM_PARAMETER_TENSORS];
@@ -632,7 +454,8 @@ static inline void run_print_summary(const Run* run, const GPT2* model) {
            split_is_model_parallel() ? "data-parallel replica" : "process", split.dp == 1 ? "" : split_is_model_parallel() ? "s" : "es");
     if (split.pp > 1) {
         printf("pipeline: %d stages, %s schedule, %d micro-steps per step: bubble (P-1)/(M+P-1) = %.1f%%\n", split.pp,
-               c->gpipe ? "GPipe" : "1F1B", run->micro_steps, 100.0 * pipeline_bubble(split.pp, run->micro_steps));
+               c->gpipe ? "GPipe" : "1F1B", run->micro_steps,
+               100.0 * (split.pp - 1) / (run->micro_steps + split.pp - 1));
     }
     char shards[32] = "";
     if (run->train.num_shards > 1) snprintf(shards, sizeof(shards), "%d shards, ", run->train.num_shards);
@@ -646,188 +469,11 @@ static inline void run_print_summary(const Run* run, const GPT2* model) {
     }
 }
 
-// Each process's part of a run over several processes, printed by rank 0 after the first step:
-// its layers and heads (all of them under plain data parallelism), the memory of its parameters,
-// gradients, AdamW state (the moments; in train_gpu's bf16 under ZeRO-1, the float32 master copy
-// of its part too) and activations, and the bytes it sent in that step, by group.
-static inline void run_print_parts(const GPT2* model) {
-    if (procs.size == 1) return;
-    Shard s = model->shard;
-    char line[256];
-    double mb = 1e6;
-    snprintf(line, sizeof(line),
-             "rank %d (tp %d, pp %d, dp %d): layers %d-%d, heads %d/%d | params %.1f MB, grads %.1f MB, AdamW %.1f MB, "
-             "activations %.1f MB (%d slot%s) | sent %.2f MB/step (tp %.2f, pp %.2f, dp %.2f, wte %.2f)",
-             procs.rank, split.tp_rank, split.pp_rank, split.dp_rank, s.first_layer, s.first_layer + s.num_layers - 1,
-             model->config.num_heads / s.tp, model->config.num_heads,
-             (model->param_bytes > 0 ? model->param_bytes : model->num_parameters * 4.0) / mb,
-             model->num_padded * 4.0 / mb,
-             (model->optimizer_bytes > 0 ? model->optimizer_bytes : model->opt_count * 8.0) / mb,
-             model->activation_bytes / mb,
-             model->num_slots, model->num_slots > 1 ? "s" : "",
-             (split.sent[GROUP_TP] + split.sent[GROUP_PP] + split.sent[GROUP_DP] + split.sent[GROUP_EMBED]) / mb,
-             split.sent[GROUP_TP] / mb, split.sent[GROUP_PP] / mb, split.sent[GROUP_DP] / mb,
-             split.sent[GROUP_EMBED] / mb);
-    parallel_print_lines(line);
-    fflush(stdout);
-}
-
-// The mean loss over up to val_batches batches of the validation file, from its start, each
-// batch as big as a training step's and split the same way over micro-steps and processes.
-static inline void run_validate(Run* run, const Trainer* dev, GPT2* model, int step) {
-    DataLoader* val = &run->val;
-    dataloader_reset(val);
-    int n = run->cfg.val_batches < (int)val->num_batches ? run->cfg.val_batches : (int)val->num_batches;
-    double sum = 0.0;
-    for (int i = 0; i < n * run->micro_steps; i++) {
-        dataloader_next_batch(val);
-        run_pipeline_forward(dev, model, val->inputs, val->targets, val->B, val->T);
-        sum += stage_loss(model);
-    }
-    float loss = (float)(parallel_group_sum(GROUP_WORLD, sum) / ((double)n * run->micro_steps * split.dp));
-    if (procs.rank != 0) return;
-    printf("step %d: val loss %.6f\n", step, loss);
-    run_log(run, step, "tel", loss);
-}
-
-// Prints -g tokens of text that the model writes after an end-of-text token, each token drawn
-// from the softmax of the last position's logits. With the device's generator (train_gpu), each
-// token is one pass of its own against a key-value cache, as infer does; without one (train_cpu,
-// or a model split over processes), one forward pass over the whole sequence per token, the
-// plain way. A split model runs that pass through all of its processes, which every process of
-// the run calls this for: the last stage draws the token and hands it to the others.
-static inline void run_sample(Run* run, const Trainer* dev, GPT2* model, int step) {
-    int V = model->config.vocab_size, Vp = model->config.padded_vocab_size;
-    int n = run->cfg.gen_tokens < run->cfg.T - 1 ? run->cfg.gen_tokens : run->cfg.T - 1;
-    int eot = run->tok != NULL ? run->tok->eot_token : GPT2_EOT;
-    if (eot >= V) eot = V - 1;
-    int use_generator = dev->generator_build != NULL && !split_is_model_parallel();
-    int* tokens = (int*)malloc_check((size_t)(n + 1) * sizeof(int));
-    float* logits = (float*)malloc_check((size_t)Vp * sizeof(float));
-    float* probs = (float*)malloc_check((size_t)Vp * sizeof(float));
-    EngineDevice gen;
-    int pages = kv_pages_for(n + 1);
-    int* table = (int*)malloc_check((size_t)pages * sizeof(int));
-    for (int i = 0; i < pages; i++) table[i] = i;  // one sequence: the pool's pages in order
-    if (use_generator) dev->generator_build(model, pages, &gen);
-    tokens[0] = eot;
-    if (procs.rank == 0) printf("--- sample at step %d ---\n", step);
-    for (int t = 1; t <= n; t++) {
-        float coin = random_f32(&run->sample_rng);  // drawn on every process: their states stay alike
-        if (use_generator) {
-            int pos = t - 1;  // token t-1 at position t-1
-            EnginePass pass = engine_pass(1, 1, tokens + t - 1, &pos, table, pages);
-            gen.forward(gen.ctx, &pass, logits);
-        } else {
-            run_pipeline_forward(dev, model, tokens, NULL, 1, t);
-            if (model->shard.head) dev->logits_to_host(model, t - 1, logits);
-        }
-        if (model->shard.head) {
-            softmax_forward(probs, logits, 1, 1, V, Vp);
-            tokens[t] = sample_mult(probs, V, coin);
-        }
-        // the first process of the last stage's group, in the group of the whole model
-        tokens[t] = parallel_group_bcast_int(GROUP_MODEL, tokens[t], (split.pp - 1) * split.tp);
-        if (procs.rank == 0) {
-            print_token(run->tok, tokens[t]);
-            fflush(stdout);
-        }
-    }
-    if (procs.rank == 0) printf("\n---\n");
-    if (use_generator) dev->generator_free(&gen);
-    free(table);
-    free(tokens);
-    free(logits);
-    free(probs);
-}
-
-// ---------- checkpoints ----------
-
-// Every process's shard, parameters and AdamW moments, into rank 0's whole model, run->model.
-// What ZeRO-1 splits is first gathered within each data-parallel group, onto its first process:
-// the moments, and the parameters, of which a process is sure only of its own part (train_gpu's
-// bf16 keeps no others in float32). The processes of the first replica then send their shards
-// to rank 0, which puts each where it belongs (shard_copy). Every process calls it.
-static inline void run_gather(Run* run, const Trainer* dev, GPT2* model) {
-    GPT2* part = &run->part;
-    if (dev->to_host != NULL) dev->to_host(model, part);  // the GPU's shard to its host copy
-    size_t n = part->num_padded;
-    float* moments[2] = {part->m_memory, part->v_memory};
-    if (part->opt_count != part->num_parameters) {  // ZeRO-1: each holds a part of them
-        parallel_gather_floats(GROUP_DP, part->params_memory, n);
-        for (int i = 0; i < 2; i++) {
-            float* whole = (float*)calloc_check(n, sizeof(float));
-            memcpy(whole + part->opt_offset, moments[i], part->opt_count * sizeof(float));
-            parallel_gather_floats(GROUP_DP, whole, n);
-            moments[i] = whole;
-        }
-    }
-    if (split.dp_rank == 0) {
-        GPT2* host = &run->model;
-        if (procs.rank == 0 && host->m_memory == NULL) {
-            host->m_memory = (float*)calloc_check(host->num_parameters, sizeof(float));
-            host->v_memory = (float*)calloc_check(host->num_parameters, sizeof(float));
-        }
-        for (int r = 0; r < split.tp * split.pp; r++) {  // the first replica's processes, in rank order
-            Shard s = shard_of(part->config, split.tp, r % split.tp, split.pp, r / split.tp);
-            size_t sizes[NUM_PARAMETER_TENSORS], layer[NUM_PARAMETER_TENSORS];
-            shard_parameter_sizes(sizes, layer, part->config, s);
-            size_t count = sum_sizes(sizes, NUM_PARAMETER_TENSORS);
-            float* arrays[3] = {part->params_memory, moments[0], moments[1]};
-            float* whole[3] = {host->params_memory, host->m_memory, host->v_memory};
-            for (int i = 0; i < 3; i++) {
-                if (procs.rank == 0) {
-                    float* buf = arrays[i];
-                    if (r != 0) {
-                        buf = (float*)malloc_check(count * sizeof(float));
-                        parallel_recv_floats(buf, count, r);
-                    }
-                    shard_copy(buf, whole[i], part->config, s, 0);
-                    if (r != 0) free(buf);
-                } else if (r == procs.rank) {
-                    parallel_send_floats(arrays[i], count, 0);
-                }
-            }
-        }
-    }
-    for (int i = 0; i < 2; i++) {
-        if (moments[i] != part->m_memory && moments[i] != part->v_memory) free(moments[i]);
-    }
-}
-
-// Writes DIR/model_STEP.bin and DIR/state_STEP.bin: everything that resuming at STEP needs. A
-// split run gathers its parts on rank 0 first (every process calls this then); the files are
-// whole llm.c files, which a run under any split resumes from.
-static inline void run_save(Run* run, const Trainer* dev, GPT2* model, int step) {
-    GPT2* host = &run->model;
-    if (run->split) run_gather(run, dev, model);
-    else if (dev->to_host != NULL) dev->to_host(model, host);
-    if (procs.rank != 0) return;
-    snprintf(run->path, sizeof(run->path), "%s/model_%08d.bin", run->cfg.output_dir, step);
-    write_checkpoint(run->path, host->config, host->params_memory, host->num_parameters);
-    TrainState state;
-    state.step = step;
-    state.global_batch = (int)(run->step_tokens / run->cfg.T);
-    state.T = run->cfg.T;
-    state.epoch = run->train.epoch;
-    state.shard_pos = run->train.shard_pos;
-    state.batch_index = run->train.batch_index;
-    state.num_shards = run->train.num_shards;
-    state.num_batches = run->train.num_batches;
-    state.rng = run->sample_rng;
-    snprintf(run->path, sizeof(run->path), "%s/state_%08d.bin", run->cfg.output_dir, step);
-    write_state(run->path, state, host->m_memory, host->v_memory, host->num_parameters);
-    printf("wrote %s/model_%08d.bin and state_%08d.bin\n", run->cfg.output_dir, step, step);
-}
-
-// ---------- the progress line ----------
-
-// The progress line of one step; the first step of a run is left out of the average (it touches
-// freshly allocated memory), unless it is the only one. tok/s counts the tokens of every
-// micro-step of every process. The ETA is the time per step so far (validation and samples
-// included; after the first step, without it), times the steps left.
-static inline void run_print_step(Run* run, const Trainer* dev, const GPT2* model, int step,
-                                  float norm, float lr, double dt) {
+// The progress line of one step. The first step (fresh memory) is left out of the average,
+// unless it is the only one; tok/s counts every process's tokens; the ETA is the time per step
+// so far times the steps left. peak: the FLOP/s MFU counts against, 0 for none.
+static inline void run_print_step(Run* run, const GPT2* model, int step, float norm, float lr, double dt,
+                                  double peak) {
     const TrainConfig* c = &run->cfg;
     if (step > run->start_step + 1 || c->max_steps - run->start_step == 1) {
         run->total_time += dt;
@@ -837,7 +483,7 @@ static inline void run_print_step(Run* run, const Trainer* dev, const GPT2* mode
     if (procs.rank != 0) return;
     printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s", step, c->max_steps,
            run->loss, norm, lr, dt * 1e3, run->step_tokens / dt);
-    if (dev->peak_flops != NULL) printf(" | MFU %.1f%%", run_mfu(run, dev, model, dt));
+    if (peak > 0) printf(" | MFU %.1f%%", run_mfu(run, model, dt, peak));
     char eta[32];
     double now = now_seconds(), per_step = (now - run->eta_start) / ++run->eta_steps;
     if (step == run->start_step + 1) {
@@ -854,136 +500,108 @@ static inline void run_print_step(Run* run, const Trainer* dev, const GPT2* mode
     fflush(stdout);
 }
 
-static inline void run_print_average(const Run* run, const Trainer* dev, const GPT2* model) {
+static inline void run_print_average(const Run* run, const GPT2* model, double peak) {
     if (run->timed_steps == 0 || procs.rank != 0) return;
     double step_time = run->total_time / run->timed_steps;
     printf("average %.1f ms per step, %.0f tok/s", step_time * 1e3, run->step_tokens / step_time);
-    if (dev->peak_flops != NULL) printf(", MFU %.1f%%", run_mfu(run, dev, model, step_time));
+    if (peak > 0) printf(", MFU %.1f%%", run_mfu(run, model, step_time, peak));
     printf("\n");
 }
 
-// ---------- the training loop ----------
-
-// Whether the gradients of tensor k are counted in the global norm on this process: a tensor
-// that several processes of one replica hold whole (every tensor that tensor parallelism does
-// not split, on each of the group's processes; wte on both the first and the last stage) counts
-// once, on the first of them.
-static inline int grad_counted_here(int k, const GPT2* model) {
-    int split_by_tp = k == QKVW || k == QKVB || k == ATTPROJW || k == FCW || k == FCB || k == FCPROJW;
-    if (!split_by_tp && model->shard.tp_rank != 0) return 0;
-    if (k == WTE && model->shard.head && !model->shard.embed) return 0;
-    return 1;
-}
-
-// The sum of the squares of the gradients this process counts toward the global norm: those of
-// its optimizer part under ZeRO-1 (the summed gradients of the rest are another's), every one
-// otherwise, each counted once (grad_counted_here), adjacent ranges in one call.
-static inline double run_grad_squares(const Trainer* dev, GPT2* model) {
-    size_t lo = model->opt_offset, hi = model->opt_offset + model->opt_count, start = 0;
-    size_t run_lo = 0, run_hi = 0;
-    double sum = 0.0;
-    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
-        size_t a = start > lo ? start : lo, end = start + model->param_sizes[k], b = end < hi ? end : hi;
-        start = end;
-        if (a >= b || !grad_counted_here(k, model)) continue;
-        if (a != run_hi) {
-            if (run_hi > run_lo) sum += dev->grad_squares(model, run_lo, run_hi - run_lo);
-            run_lo = a;
-        }
-        run_hi = b;
-    }
-    if (run_hi > run_lo) sum += dev->grad_squares(model, run_lo, run_hi - run_lo);
-    return sum;
-}
-
-// The gradients of every process's micro-steps summed where they belong: wte's two copies (the
-// first stage's embedding, the last stage's output layer) over the pipeline's ends, then each
-// gradient over the data-parallel replicas: every replica gets the sum (all-reduce), or under
-// ZeRO-1 each its own part of it (reduce-scatter).
-static inline void run_sum_gradients(Run* run, const Trainer* dev, GPT2* model) {
-    if (split.pp > 1 && (model->shard.embed || model->shard.head)) {
-        dev->sum(GROUP_EMBED, model->grads.wte, model->param_sizes[WTE]);
-    }
-    if (split.dp == 1) return;
-    if (run->cfg.zero) dev->reduce_scatter(GROUP_DP, model->grads_memory, model->num_padded);
-    else dev->sum(GROUP_DP, model->grads_memory, model->num_parameters);
-}
-
-// Scales the gradients by grad_scale (1 / the micro-steps and replicas they were summed over:
-// run_step), then so that their global L2 norm is at most max_norm, as PyTorch's clip_grad_norm_
-// does (coefficient max_norm / (norm + 1e-6), applied only when below 1). Returns the norm after
-// the scale, before clipping. The norm is the whole model's: a model split over processes sums
-// its parts' squares over them (run_grad_squares), and every process clips by the same factor.
-static inline float run_clip_gradients(const Trainer* dev, GPT2* model, int zero, float grad_scale, float max_norm) {
-    double squares = parallel_group_sum(zero ? GROUP_WORLD : GROUP_MODEL, run_grad_squares(dev, model));
-    float norm = (float)(grad_scale * sqrt(squares));
-    float factor = clip_factor(norm, grad_scale, max_norm);
-    if (factor != 1.0f) dev->scale_grads(model, model->opt_offset, model->opt_count, factor);
-    return norm;
-}
-
-// One optimizer step on the next training batch; returns the gradient norm before clipping.
-// The loss of each micro-step is a mean over its B x T positions, and its backward pass adds
-// that mean's gradient to the parameter gradients; summed over the micro-steps and the
-// data-parallel replicas, the gradients are the sum of `parts` such gradients, and 1/parts of it
-// is the gradient of the step's loss, the mean over all its positions.
-static inline float run_step(Run* run, const Trainer* dev, GPT2* model, int step, float lr) {
+// What happens after step `step`: validation, a sample, a checkpoint (RUN_...), or none.
+enum { RUN_VALIDATE = 1, RUN_SAMPLE = 2, RUN_SAVE = 4 };
+static inline int run_due(const Run* run, int step) {
     const TrainConfig* c = &run->cfg;
-    parallel_step_begin();
-    dev->zero_grad(model);
-    double loss_sum = run_pipeline(run, dev, model);  // each micro-step's forward and backward pass
-    if (procs.mpi) {  // every process gets the sum of all of their gradients and losses
-        if (dev->synchronize != NULL) dev->synchronize();  // the backward is queued: time only the sum
-        double t0 = now_seconds();
-        run_sum_gradients(run, dev, model);
-        loss_sum = parallel_group_sum(GROUP_WORLD, loss_sum);
-        if (dev->synchronize != NULL) dev->synchronize();
-        run->reduce_time = now_seconds() - t0;
+    int last = step == c->max_steps, due = 0;
+    if (c->val_every > 0 && (step % c->val_every == 0 || last)) due |= RUN_VALIDATE;
+    if (c->sample_every > 0 && (step % c->sample_every == 0 || last) && (procs.rank == 0 || split_is_model_parallel())) {
+        due |= RUN_SAMPLE;
     }
-    int parts = run->micro_steps * split.dp;
-    run->loss = (float)(loss_sum / parts);
-    float norm = run_clip_gradients(dev, model, c->zero, 1.0f / (float)parts, 1.0f);
-    check_step_finite(step, run->loss, norm);
-    dev->update(model, lr, ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, c->weight_decay, step);  // t counts from 1
-    if (c->zero && split.dp > 1) {  // ZeRO-1: every replica's updated part to every replica
-        if (dev->gather_params != NULL) dev->gather_params(model);
-        else dev->all_gather(GROUP_DP, model->params_memory, model->num_padded);
+    if (c->output_dir != NULL && ((c->checkpoint_every > 0 && step % c->checkpoint_every == 0) || last) &&
+        (procs.rank == 0 || run->split)) {
+        due |= RUN_SAVE;
     }
-    if (dev->synchronize != NULL) dev->synchronize();  // the work is queued: wait, then time it
-    return norm;
+    return due;
 }
 
-// Trains `model` (the run's host model, its part, or a device copy of either) from the run's
-// start to -x steps. Every process runs this loop; only rank 0 prints and writes checkpoints.
-static inline void run_train(Run* run, const Trainer* dev, GPT2* model) {
-    const TrainConfig* c = &run->cfg;
-    int rank0 = procs.rank == 0;
-    if (rank0) run_print_summary(run, model);
-    int use_val = c->val_every > 0;
-    if (use_val && run->start_step == 0) run_validate(run, dev, model, 0);
-    run->eta_start = now_seconds();
-    for (int step = run->start_step + 1; step <= c->max_steps; step++) {
-        double t0 = now_seconds();
-        float lr = learning_rate_at(c, step);
-        float norm = run_step(run, dev, model, step, lr);
-        run_print_step(run, dev, model, step, norm, lr, now_seconds() - t0);
-        if (step == run->start_step + 1) run_print_parts(model);
-        int last = step == c->max_steps;
-        if (use_val && (step % c->val_every == 0 || last)) run_validate(run, dev, model, step);
-        if (c->sample_every > 0 && (step % c->sample_every == 0 || last) && (rank0 || split_is_model_parallel())) {
-            run_sample(run, dev, model, step);
-        }
-        if (c->output_dir != NULL && ((c->checkpoint_every > 0 && step % c->checkpoint_every == 0) || last) &&
-            (rank0 || run->split)) {
-            run_save(run, dev, model, step);
-        }
+// ---------- validation and samples ----------
+
+// The validation batches: up to -m batches of the validation file from its start, each as big as
+// a training step's and split the same way, so val_passes() forward passes on every process.
+static inline int run_val_passes(Run* run) {
+    dataloader_reset(&run->val);
+    int n = run->cfg.val_batches < (int)run->val.num_batches ? run->cfg.val_batches : (int)run->val.num_batches;
+    return n * run->micro_steps;
+}
+
+// The mean of every process's losses over the passes, printed and logged.
+static inline void run_val_report(Run* run, int step, double loss_sum, int passes) {
+    float loss = (float)(parallel_group_sum(GROUP_WORLD, loss_sum) / ((double)passes * split.dp));
+    if (procs.rank != 0) return;
+    printf("step %d: val loss %.6f\n", step, loss);
+    run_log(run, step, "tel", loss);
+}
+
+// A sample is -g tokens (at most T-1) that the model writes after an end-of-text token.
+static inline int run_sample_begin(const Run* run, int* first, int step) {
+    int V = run->model.config.vocab_size;
+    int eot = run->tok != NULL ? run->tok->eot_token : GPT2_EOT;
+    *first = eot < V ? eot : V - 1;
+    if (procs.rank == 0) printf("--- sample at step %d ---\n", step);
+    return run->cfg.gen_tokens < run->cfg.T - 1 ? run->cfg.gen_tokens : run->cfg.T - 1;
+}
+
+// The next token of a sample, drawn from the softmax of the last position's logits (Vp floats,
+// on the process of the last stage: NULL elsewhere) with `coin`, which every process draws so
+// that their random states stay alike; the token reaches every process and rank 0 prints it.
+static inline int run_sample_next(const Run* run, const float* logits, float coin) {
+    int V = run->model.config.vocab_size, Vp = run->model.config.padded_vocab_size, token = 0;
+    if (logits != NULL) {
+        float* probs = (float*)malloc_check((size_t)Vp * sizeof(float));
+        softmax_forward(probs, logits, 1, 1, V, Vp);
+        token = sample_mult(probs, V, coin);
+        free(probs);
     }
-    if (rank0 && c->max_steps == 0 && c->output_dir != NULL) {  // -x 0: just write the initial model
-        snprintf(run->path, sizeof(run->path), "%s/model_%08d.bin", c->output_dir, 0);
-        write_checkpoint(run->path, run->model.config, run->model.params_memory, run->model.num_parameters);
+    // from the first process of the last stage's group, in the group of the whole model
+    token = parallel_group_bcast_int(GROUP_MODEL, token, (split.pp - 1) * split.tp);
+    if (procs.rank == 0) {
+        print_token(run->tok, token);
+        fflush(stdout);
+    }
+    return token;
+}
+
+static inline void run_sample_end(void) {
+    if (procs.rank == 0) printf("\n---\n");
+}
+
+// ---------- checkpoints ----------
+
+// Writes DIR/model_STEP.bin and DIR/state_STEP.bin from rank 0's whole host model, run->model,
+// which the program has brought up to date (from its device, or gathered from the processes'
+// parts): everything resuming at STEP needs.
+static inline void run_save(Run* run, int step) {
+    GPT2* host = &run->model;
+    if (procs.rank != 0) return;
+    snprintf(run->path, sizeof(run->path), "%s/model_%08d.bin", run->cfg.output_dir, step);
+    write_checkpoint(run->path, host->config, host->params_memory, host->num_parameters);
+    if (step == 0 && run->cfg.max_steps == 0) {  // -x 0: the initial model only
         printf("wrote %s\n", run->path);
+        return;
     }
-    run_print_average(run, dev, model);
+    TrainState state;
+    state.step = step;
+    state.global_batch = (int)(run->step_tokens / run->cfg.T);
+    state.T = run->cfg.T;
+    state.epoch = run->train.epoch;
+    state.shard_pos = run->train.shard_pos;
+    state.batch_index = run->train.batch_index;
+    state.num_shards = run->train.num_shards;
+    state.num_batches = run->train.num_batches;
+    state.rng = run->sample_rng;
+    snprintf(run->path, sizeof(run->path), "%s/state_%08d.bin", run->cfg.output_dir, step);
+    write_state(run->path, state, host->m_memory, host->v_memory, host->num_parameters);
+    printf("wrote %s/model_%08d.bin and state_%08d.bin\n", run->cfg.output_dir, step, step);
 }
 
 #endif // GPT2_RUN_H

@@ -375,7 +375,7 @@ static void check_model(int B, int T) {
            cfg.num_heads, cfg.channels, cfg.vocab_size, cfg.padded_vocab_size, B, T, P);
     gpt2_forward(&model, inputs, targets, B, T);
     gpt2_zero_grad(&model);
-    gpt2_backward(&model);
+    gpt2_backward(&model, 1);
     double* analytic = zero_array(P);
     memcpy(analytic, model.grads_memory, P * sizeof(double));
     double* fd = zero_array(P);

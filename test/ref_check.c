@@ -208,7 +208,7 @@ int main(int argc, char** argv) {
     if (!pad_ok) failures++;
     printf("%-4s the logits' gradient in padding columns %d..%d is 0\n", pad_ok ? "ok" : "FAIL", V, Vp - 1);
     gpt2_zero_grad(&model);
-    gpt2_backward(&model);
+    gpt2_backward(&model, 1);
     check_scalar("loss", model.mean_loss, d.run[0].loss, d.run[1].loss, TOL_LOSS);
     size_t off = 0;
     for (int t = 0; t < NUM_PARAMETER_TENSORS; t++) {

@@ -454,14 +454,14 @@ static void check_adamw(GPT2Config config, int bench) {
     size_t n = cpu.num_parameters;
     gpt2_build_gpu(&gpu, &cpu, 1, 1);
     adamw_state_to_gpu(&gpu, &cpu);
-    gpt2_update(&cpu, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3);
+    gpt2_update(&cpu, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, 1.0f);
     gpt2_update_gpu(&gpu, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3);
     compare("adamw params", gpu.params_memory, cpu.params_memory, n, 1e-7f, 1e-6f);
     compare("adamw m", gpu.m_memory, cpu.m_memory, n, 1e-9f, 1e-6f);
     compare("adamw v", gpu.v_memory, cpu.v_memory, n, 1e-12f, 1e-6f);
     if (bench) {
         time_both("adamw", [&] { gpt2_update_gpu(&gpu, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3); },
-                  [&] { gpt2_update(&cpu, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3); }, 0, 7.0 * n * 4);
+                  [&] { gpt2_update(&cpu, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, 1.0f); }, 0, 7.0 * n * 4);
     }
     gpt2_free_gpu(&gpu);
     gpt2_free(&cpu);
@@ -529,7 +529,7 @@ static void check_model(GPT2Config config, int B, int T, int steps) {
     gpt2_forward_gpu(&gpu, inputs, targets, B, T);
     compare_scalar("model loss", gpu.mean_loss, cpu.mean_loss, 0.0, 1e-5);
     gpt2_zero_grad(&cpu);
-    gpt2_backward(&cpu);
+    gpt2_backward(&cpu, 1);
     gpt2_zero_grad_gpu(&gpu);
     gpt2_backward_gpu(&gpu);
     compare_grads(&gpu, &cpu, 1e-3f, 1e-2f);
@@ -539,13 +539,13 @@ static void check_model(GPT2Config config, int B, int T, int steps) {
             gpt2_forward(&cpu, inputs, targets, B, T);
             gpt2_forward_gpu(&gpu, inputs, targets, B, T);
             gpt2_zero_grad(&cpu);
-            gpt2_backward(&cpu);
+            gpt2_backward(&cpu, 1);
             gpt2_zero_grad_gpu(&gpu);
             gpt2_backward_gpu(&gpu);
         }
         float norm = gpt2_clip_gradients(&cpu, 1.0f, 1.0f);
         float d_norm = gpt2_clip_gradients_gpu(&gpu, 1.0f, 1.0f);
-        gpt2_update(&cpu, MODEL_STEPS_LR, 0.9f, 0.95f, 1e-8f, 0.1f, step);
+        gpt2_update(&cpu, MODEL_STEPS_LR, 0.9f, 0.95f, 1e-8f, 0.1f, step, 1.0f);
         gpt2_update_gpu(&gpu, MODEL_STEPS_LR, 0.9f, 0.95f, 1e-8f, 0.1f, step);
         char what[64];
         snprintf(what, sizeof(what), "step %d loss %.6f", step, cpu.mean_loss);
@@ -924,12 +924,12 @@ static void check_model_bf16(GPT2Config config, int B, int T) {
     model_case(&cpu, config, B, T, &inputs, &targets);
     gpt2_build_bf16(&gpu, &cpu, B, T);
     gpt2_forward(&cpu, inputs, targets, B, T);
-    gpt2_forward_bf16(&gpu.base, inputs, targets, B, T);
+    gpt2_forward_gpu(&gpu, inputs, targets, B, T);
     compare_scalar("model bf16 loss", gpu.base.mean_loss, cpu.mean_loss, 0.0, 1e-3);
     gpt2_zero_grad(&cpu);
-    gpt2_backward(&cpu);
+    gpt2_backward(&cpu, 1);
     gpt2_zero_grad_gpu(&gpu.base);
-    gpt2_backward_bf16(&gpu.base);
+    gpt2_backward_gpu(&gpu);
     float* g = to_host(gpu.base.grads_memory, gpu.base.num_parameters);
     size_t offset = 0;
     for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
@@ -953,7 +953,7 @@ static void check_model_bf16(GPT2Config config, int B, int T) {
     gpt2_free(&cpu);
 }
 
-// AdamW of the bf16 path (gpt2_update_bf16) against gpt2_update: the float32 master parameters,
+// AdamW of the bf16 path (gpt2_update_gpu on a GPT2BF16) against gpt2_update: the float32 master parameters,
 // and the bf16 copy that the next forward and backward read, which must hold each parameter's
 // new value rounded to bf16: exactly the rounding of the GPU's new master value (a copy written
 // from the old one, or not at all, differs by the update or is the NaN it starts as here).
@@ -966,8 +966,8 @@ static void check_adamw_bf16(GPT2Config config) {
     GPT2* base = &gpu.base;
     adamw_state_to_gpu(base, &cpu);
     cuda_check(cudaMemset(gpu.params16, 0xff, n * sizeof(bf16)));  // NaN
-    gpt2_update(&cpu, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3);
-    gpt2_update_bf16(base, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3);
+    gpt2_update(&cpu, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, 1.0f);
+    gpt2_update_gpu(&gpu, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3);
     compare("adamw bf16 params", base->params_memory, cpu.params_memory, n, 1e-7f, 1e-6f);
     float* master = to_host(base->params_memory, n);
     float* copy = to_host_bf16(gpu.params16, n);
@@ -1161,15 +1161,41 @@ static void check_attention_paged_cases(int bench) {
     }
 }
 
-// One transformer block of generation on the GPU, block_forward with LAYERS_GPU_INFER and a
-// cache, against the same block on the CPU (LAYERS_CPU, with attention_forward_paged): the
-// table's layers at a handful of rows, with the paged cache between them. Layer 0 of the small
-// model, 3 sequences taking 2 tokens each on top of 5, 62 and 100 positions. The block's output
-// within 1e-5 + 1e-5 |x| (products of 64 and 256 terms and one attention, in another order).
+// One transformer block of generation, written out on each device with attention against the
+// paged cache between its layers: the GPU's launchers against the CPU's layers at a handful of
+// rows. Layer 0 of the small model, 3 sequences taking 2 tokens each on top of 5, 62 and 100
+// positions; the output within 1e-5 + 1e-5 |x| (products of 64 and 256 terms in another order).
+static void block_generation_cpu(ParameterTensors w, ActivationTensors a, const float* x, const LayerCache* cache,
+                                 int B, int T, int C, int NH) {
+    layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1w, w.ln1b, B, T, C);
+    matmul_forward(a.qkv, a.ln1, w.qkvw, w.qkvb, B, T, C, 3 * C);
+    attention_forward_paged(a.atty, cache, a.qkv, B, T, C, NH);
+    matmul_forward(a.attproj, a.atty, w.attprojw, w.attprojb, B, T, C, C);
+    residual_forward(a.residual2, x, a.attproj, B * T * C);
+    layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w.ln2w, w.ln2b, B, T, C);
+    matmul_forward(a.fch, a.ln2, w.fcw, w.fcb, B, T, C, 4 * C);
+    gelu_forward(a.fch_gelu, a.fch, B * T * 4 * C);
+    matmul_forward(a.fcproj, a.fch_gelu, w.fcprojw, w.fcprojb, B, T, 4 * C, C);
+    residual_forward(a.residual3, a.residual2, a.fcproj, B * T * C);
+}
+static void block_generation_gpu(ParameterTensors w, ActivationTensors a, const float* x, const LayerCache* cache,
+                                 int B, int T, int C, int NH) {
+    layernorm_forward_gpu(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1w, w.ln1b, B, T, C);
+    matmul_forward_gpu(a.qkv, a.ln1, w.qkvw, w.qkvb, B, T, C, 3 * C);
+    attention_paged_forward_gpu(a.atty, cache, a.qkv, B, T, C, NH);
+    matmul_forward_gpu(a.attproj, a.atty, w.attprojw, w.attprojb, B, T, C, C);
+    residual_forward_gpu(a.residual2, x, a.attproj, B * T * C);
+    layernorm_forward_gpu(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w.ln2w, w.ln2b, B, T, C);
+    matmul_forward_gpu(a.fch, a.ln2, w.fcw, w.fcb, B, T, C, 4 * C);
+    gelu_forward_gpu(a.fch_gelu, a.fch, B * T * 4 * C);
+    matmul_forward_gpu(a.fcproj, a.fch_gelu, w.fcprojw, w.fcprojb, B, T, 4 * C, C);
+    residual_forward_gpu(a.residual3, a.residual2, a.fcproj, B * T * C);
+}
+
 static void check_block_generation(void) {
     GPT2Config c = tiny_config();
     const int B = 3, T = 2, C = c.channels, NH = c.num_heads, pos[B] = {5, 62, 100};
-    printf("block of generation (LAYERS_GPU_INFER) C=%d NH=%d, B=%d T=%d on caches of 5 62 100\n", C, NH, B, T);
+    printf("block of generation C=%d NH=%d, B=%d T=%d on caches of 5 62 100\n", C, NH, B, T);
     GPT2 model;
     gpt2_build_fresh(&model, c, 42);
     float* d_params = to_device(model.params_memory, model.num_parameters);
@@ -1186,10 +1212,8 @@ static void check_block_generation(void) {
     float* x = host_random(n_x, -1, 1);
     float* d_x = to_device(x, n_x);
     PagedCase<float> pc = paged_case<float>(B, T, C, NH, pos);
-    Layers cpu_layers = LAYERS_CPU;
-    cpu_layers.attention_cached_fwd = attention_forward_paged;
-    block_forward(&cpu_layers, parameters_of_layer(model.params, c, 0), a, x, &pc.cpu, B, T, C, NH, (const TensorGroup*)NULL);
-    block_forward(&LAYERS_GPU_INFER, parameters_of_layer(d_all, c, 0), d_a, d_x, &pc.gpu, B, T, C, NH, (const TensorGroup*)NULL);
+    block_generation_cpu(parameters_of_layer(model.params, c, 0), a, x, &pc.cpu, B, T, C, NH);
+    block_generation_gpu(parameters_of_layer(d_all, c, 0), d_a, d_x, &pc.gpu, B, T, C, NH);
     compare("block of generation atty", d_a.atty, a.atty, n_x, 1e-5f, 1e-5f);
     compare("block of generation out", d_a.residual3, a.residual3, n_x, 1e-5f, 1e-5f);
     free(acts); free(x);
@@ -1325,8 +1349,8 @@ static void check_encoder_backward_bucket_cases(void) {
 // one whole step has filled them; timed as everything here is (the median of 20 runs), a layer's
 // rows on layer 0 and multiplied by L. Each is printed beside its floor for an H100 SXM (the
 // spec sheet's peaks, as in doc/gpu.md) and for this GPU (its peaks as cuda_device_init computes
-// them), with the share of this GPU's floor it reaches. Then the whole step (gpt2/run.h's
-// run_step on one GPU: zero, forward, backward, norm and clip, AdamW), timed the same way: it adds
+// them), with the share of this GPU's floor it reaches. Then the whole step (train_gpu.cu's
+// loop on one GPU: zero, forward, backward, norm and clip, AdamW), timed the same way: it adds
 // what the rows leave out, the gaps between launches and the host's waits for the losses and the
 // norm. With --quick: a tiny model and batch, every launcher once, to check that each row runs
 // (test/test_gpu_emu.sh runs it on the emulator, whose times are the CPU's); at full size the
@@ -1406,8 +1430,8 @@ static void roofline_measure(const Roofline* r, Run run, Step step) {
     roofline_print_measured(r, ms, roofline_ms(step));
 }
 
-// The float32 path: the rows' launchers as gpt2_forward_layers, gpt2_backward_layers and
-// run_step call them (LAYERS_GPU), on layer 0 where a row is a layer's.
+// The float32 path: the rows' launchers as train_gpu.cu's gpt2_forward_gpu, gpt2_backward_gpu and its
+// training loop call them, on layer 0 where a row is a layer's.
 static void roofline_fp32(GPT2Config c, int B, int T, const int* inputs, const int* targets) {
     GPT2 host, m;
     gpt2_build_fresh(&host, c, 42);
@@ -1508,15 +1532,15 @@ static void roofline_fp32(GPT2Config c, int B, int T, const int* inputs, const i
     gpt2_free(&host);
 }
 
-// The bf16 path: the rows' launchers as gpt2_forward_bf16, gpt2_backward_bf16 (block_forward and
-// block_backward with LAYERS_BF16) and run_step call them, on layer 0 where a row is a layer's.
+// The bf16 path: the rows' launchers as train_gpu.cu's bf16 gpt2_forward_gpu, gpt2_backward_gpu
+// and its training loop call them, on layer 0 where a row is a layer's.
 static void roofline_bf16(GPT2Config c, int B, int T, const int* inputs, const int* targets) {
     GPT2 host;
     GPT2BF16 m;
     gpt2_build_fresh(&host, c, 42);
     gpt2_build_bf16(&m, &host, B, T);
     GPT2* base = &m.base;
-    gpt2_forward_bf16(base, inputs, targets, B, T);  // the batch on the GPU, the layout for B x T
+    gpt2_forward_gpu(&m, inputs, targets, B, T);  // the batch on the GPU, the layout for B x T
     Roofline r;
     roofline_build(&r, c, B, T, 1);
     Shard s = base->shard;
@@ -1579,16 +1603,16 @@ static void roofline_bf16(GPT2Config c, int B, int T, const int* inputs, const i
         case OP_ENCODER_BWD: encoder_backward_gpu(g.wte, g.wpe, (const bf16*)da.encoded, tokens, B, T, C); break;
         case OP_GRAD_NORM: sum_of_squares_gpu(base->grads_memory, base->num_parameters); break;
         case OP_CLIP: scale_gpu(base->grads_memory, base->num_parameters, 1.0f); break;
-        case OP_ADAMW: gpt2_update_bf16(base, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1); break;
+        case OP_ADAMW: gpt2_update_gpu(&m, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1); break;
         default: fail("roofline: bf16 has no row %d", (int)op);
         }
     };
     roofline_measure(&r, run, [&] {
         gpt2_zero_grad_gpu(base);
-        gpt2_forward_bf16(base, inputs, targets, B, T);
-        gpt2_backward_bf16(base);
+        gpt2_forward_gpu(&m, inputs, targets, B, T);
+        gpt2_backward_gpu(&m);
         gpt2_clip_gradients_gpu(base, 1.0f, 1.0f);
-        gpt2_update_bf16(base, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1);
+        gpt2_update_gpu(&m, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1);
     });
     gpt2_free_bf16(&m);
     gpt2_free(&host);

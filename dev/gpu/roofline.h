@@ -26,8 +26,8 @@
 //
 // One source of truth: dev/gpu/roofline.c prints this table for doc/gpu.md (test/test_roofline.sh
 // fails when the doc's copy differs), and `build/gpu_check roofline` times each row's launcher on
-// a GPU and prints the table again beside the measured times. The rows follow train_gpu.cu and
-// gpt2/model.h (block_forward, block_backward): a change there is a change here.
+// a GPU and prints the table again beside the measured times. The rows follow train_gpu.cu's
+// passes: a change there is a change here.
 
 #ifndef DEV_GPU_ROOFLINE_H
 #define DEV_GPU_ROOFLINE_H
@@ -144,10 +144,9 @@ static inline size_t roofline_zeroed_activation_grads(GPT2Config c, int B, int T
     return n;
 }
 
-// The rows of one step of train_gpu on one GPU, one micro-step of B x T, in float32 (bf16 = 0, the
-// LAYERS_GPU path: gpt2_forward_layers, gpt2_backward_layers) or in bf16 (gpt2_forward_bf16,
-// gpt2_backward_bf16), then the step's end (gpt2/run.h: run_step): the gradient norm, clipping,
-// AdamW. A layer's rows count L calls each.
+// The rows of one step of train_gpu on one GPU, one micro-step of B x T, in float32 (bf16 = 0) or
+// in bf16 (train_gpu.cu's gpt2_forward_gpu, gpt2_backward_gpu of each), then the step's end: the
+// gradient norm, clipping, AdamW. A layer's rows count L calls each.
 static inline void roofline_build(Roofline* r, GPT2Config c, int B, int T, int bf16) {
     memset(r, 0, sizeof(*r));
     r->config = c;
@@ -225,7 +224,7 @@ static inline void roofline_build(Roofline* r, GPT2Config c, int B, int T, int b
     roofline_linear_backward(r, OP_LOGITS_BWD, "logits backward (dinp, dwte)", PATH("matmul_backward"), 1, N, C, Vp, 0,
                              a, w, 0);
     if (bf16) {
-        roofline_add(r, OP_ZERO_ACT_GRADS, "zero dresidual (in gpt2_backward_bf16)", "cudaMemset", 1, 0, NC * a,
+        roofline_add(r, OP_ZERO_ACT_GRADS, "zero dresidual (in gpt2_backward_gpu)", "cudaMemset", 1, 0, NC * a,
                      ON_CUDA_CORES, 0);
     }
     roofline_add(r, OP_LNF_BWD, "final layernorm backward", "layernorm_backward_gpu", 1,
@@ -282,7 +281,7 @@ static inline void roofline_build(Roofline* r, GPT2Config c, int B, int T, int b
     // AdamW reads the float32 parameters, gradients, m and v and writes the parameters, m and v;
     // the bf16 path also writes the bf16 copy of the parameters that the next step's passes read
     roofline_add(r, OP_ADAMW, bf16 ? "AdamW (float32 master, writes the bf16 copy)" : "AdamW",
-                 bf16 ? "gpt2_update_bf16" : "gpt2_update_gpu", 1, ROOFLINE_OPS_ADAMW * P,
+                 "gpt2_update_gpu", 1, ROOFLINE_OPS_ADAMW * P,
                  P * 7 * 4 + (bf16 ? P * 2 : 0), ON_CUDA_CORES, 0);
 #undef PATH
 }

@@ -1,13 +1,7 @@
-// gpt2/gpu/model_gpu.cuh: the model in GPU memory, in both precisions: its parameters copied
-// there (with their gradients and the AdamW moments, in float32), the activations and activation
-// gradients of training laid out (float32 as gpt2/model.h lays them out; the bf16 path's own
-// way), the bytes all of it takes and the largest batch that fits, and the way back to the host.
-// Files are read and written on the host (gpt2/checkpoint.h); train_gpu.cu runs the passes.
-//
-// The model on a GPU is built from a host model (gpt2/run.h: run_part): the whole run's, or, when
-// the run splits it over processes (doc/parallel.md), this process's part of it, whose shard
-// (its layers, its tensor-parallel part), padding (num_padded), AdamW range (opt_offset,
-// opt_count) and slots (num_slots: the batches a pipeline stage keeps at once) it takes over.
+// gpt2/gpu/model_gpu.cuh: the model in GPU memory, in both precisions: the parameters, their
+// gradients and AdamW's moments in float32, the activations and their gradients laid out, the
+// bytes it all takes and the largest batch that fits, and the way back to the host. It is built
+// from a host model: the run's, or this process's part of it (gpt2/train_parallel.h: run_part).
 
 #ifndef GPT2_GPU_MODEL_GPU_CUH
 #define GPT2_GPU_MODEL_GPU_CUH
@@ -49,9 +43,8 @@ static GPUPart gpu_part_of(const GPT2* host) {
 
 // ---------- float32 ----------
 
-// The activation table of gpt2/model.h for a shard without probs: the fused classifier never
-// stores them. Their gradients (grad_sizes, if not NULL) have no logits either: the classifier
-// writes the gradient of the loss over the logits of its own slot, where the backward finds it.
+// gpt2/model.h's activation table without probs (the fused classifier stores none); the
+// gradients (grad_sizes, if not NULL) without logits, whose gradient overwrites the logits.
 static void activation_sizes_gpu(size_t* sizes, size_t* grad_sizes, GPT2Config config, Shard shard, int B, int T) {
     size_t layer[NUM_ACTIVATION_TENSORS];
     shard_activation_sizes(sizes, layer, config, shard, B, T);
@@ -61,11 +54,9 @@ static void activation_sizes_gpu(size_t* sizes, size_t* grad_sizes, GPT2Config c
     grad_sizes[LOGITS] = 0;
 }
 
-// The parameters, their gradients and the AdamW moments of a host model on the GPU, in float32,
-// with room for the inputs and targets of num_slots batches of capacity_B x capacity_T: what
-// both precisions keep (the parameters only if `params`: bf16 under ZeRO-1 keeps its own, below).
-// The parameters and gradients are num_padded floats (the padding zero), the moments opt_count;
-// the gradients start at zero, and so do the moments of a fresh run (a resumed one brings its own).
+// What both precisions keep on the GPU, in float32: a host model's parameters (if `params`: bf16
+// under ZeRO-1 keeps its own), gradients (num_padded floats, zero) and AdamW moments (opt_count,
+// zero or a resumed run's), and the inputs and targets of num_slots batches.
 static void gpt2_build_parameters_gpu(GPT2* model, const GPT2* host, int capacity_B, int capacity_T, int params) {
     GPUPart part = gpu_part_of(host);
     memset(model, 0, sizeof(*model));
@@ -101,14 +92,12 @@ static void gpt2_build_parameters_gpu(GPT2* model, const GPT2* host, int capacit
         cuda_check(cudaMemset(model->v_memory, 0, no * sizeof(float)));
     }
     point_tensors((float**)&model->grads, model->grads_memory, model->param_sizes, NUM_PARAMETER_TENSORS);
-    model->cpu_losses = (float*)malloc_check(BT * sizeof(float));
     model->mean_loss = -1.0f;
     model->device_bytes = ((params ? np : 0) + np + 2 * no) * sizeof(float) + 2 * slots * BT * sizeof(int);
 }
 
-// The bytes the float32 path needs on the GPU for a part and batches of B x T: parameters and
-// gradients, moments, the activations of every slot and the gradients of one, inputs and
-// targets, and before the last stage the gradient of its output.
+// The bytes the float32 path needs for a part and batches of B x T: parameters, gradients,
+// moments, every slot's activations and one's gradients, inputs, targets, pipe_grad.
 static size_t gpt2_fp32_part_bytes(GPUPart p, int B, int T) {
     size_t sizes[NUM_ACTIVATION_TENSORS], grad_sizes[NUM_ACTIVATION_TENSORS], BT = (size_t)B * T;
     activation_sizes_gpu(sizes, grad_sizes, p.config, p.shard, B, T);
@@ -142,9 +131,8 @@ void gpt2_build_gpu(GPT2* model, const GPT2* host, int capacity_B, int capacity_
     model->device_bytes += model->activation_bytes;
 }
 
-// The activations of the model's current slot and their gradients, laid out for B x T (inside
-// the allocation: a sample of batch 1 runs through the same buffers as training batches); the
-// gradient of the logits is the logits' own memory (activation_sizes_gpu).
+// The current slot's activations and their gradients, laid out for B x T inside the allocation;
+// the logits' gradient is the logits' own memory.
 static void gpt2_layout_slot_gpu(GPT2* model, int B, int T) {
     size_t sizes[NUM_ACTIVATION_TENSORS], grad_sizes[NUM_ACTIVATION_TENSORS];
     activation_sizes_gpu(sizes, grad_sizes, model->config, model->shard, B, T);
@@ -164,13 +152,11 @@ void gpt2_free_gpu(GPT2* model) {
     cuda_check(cudaFree(model->inputs));
     cuda_check(cudaFree(model->targets));
     cuda_check(cudaFree(model->pipe_grad));
-    free(model->cpu_losses);
     memset(model, 0, sizeof(*model));
 }
 
-// The parameters and AdamW moments (the opt_count of them this GPU keeps) into a host model of
-// the same part: the run's, to be saved, or this process's part of it, to be gathered. A model
-// without float32 parameters (bf16 under ZeRO-1) gives the moments only.
+// The parameters and AdamW moments into a host model of the same part (to be saved, or
+// gathered); without float32 parameters (bf16 under ZeRO-1), the moments only.
 static void gpt2_to_host_gpu(const GPT2* model, GPT2* host) {
     size_t moments = model->opt_count * sizeof(float);
     if (host->m_memory == NULL) {
@@ -187,34 +173,25 @@ static void gpt2_to_host_gpu(const GPT2* model, GPT2* host) {
 
 // ---------- bf16 ----------
 
-// The model of the bf16 path: the float32 GPT2 (master parameters, gradients, AdamW moments, on
-// the GPU) as its first member, so that the Trainer's GPT2* points to it, and beside it the bf16
-// copy of the parameters, the activations, and the backward pass's buffers. The backward pass
-// goes one block at a time, so one block's worth of activation gradients is enough: dresidual,
-// the gradient of the residual stream, carried from block to block, and three scratch buffers.
-// Under tensor parallelism a block's own widths are H = C/tp of attention and 4H of the MLP.
-// Between pipeline stages dresidual is also where the gradient of the stage's output arrives
-// and where the gradient of its input is left (base.pipe_grad is not used).
-//
-// The passes read the blocks' four matrices only in bf16 and the other tensors (embeddings,
-// layernorms, biases) in float32: base.params points at those, in params32. Without ZeRO-1,
-// base.params_memory is the whole float32 master copy, and params32 is it. Under ZeRO-1 the
-// master copy is split too (doc/parallel.md): this GPU keeps the float32 master of its part
-// only, `master`, and params32 holds just the tensors the passes read in float32, gathered after
-// every step (train_gpu.cu: gpt2_gather_params_bf16); base.params_memory is NULL.
+// The bf16 path's model: the float32 GPT2 (master parameters, gradients, moments), and beside it
+// the bf16 copy, the activations, and one block's activation gradients: dresidual, the residual
+// stream's gradient carried from block to block (and between pipeline stages), and three scratch
+// buffers of widths C, 4H and 3H (H = C/tp). The passes read the blocks' matrices in bf16 and the
+// rest in float32 from params32: the master copy itself, or under ZeRO-1, where this GPU keeps
+// the master of its part only (`master`), those tensors alone, gathered after every step.
 typedef struct {
     GPT2 base;
     bf16* params16;          // (num_padded) the parameters, rounded to bf16 after every update
     float* params32;         // the tensors the passes read in float32, laid out by sizes32
     size_t sizes32[NUM_PARAMETER_TENSORS];  // param_sizes, with 0 for those not in params32
     float* master;           // (opt_count) under ZeRO-1, the float32 master copy of this GPU's part
-    char* acts_memory;       // the activations of num_slots batches of up to capacity_B x capacity_T
+    char* acts16_memory;     // the activations of num_slots batches of up to capacity_B x capacity_T
     size_t slot_bytes;       // each slot's
     bf16* dresidual;         // (B, T, C)
     bf16* dbuf;              // (B, T, C)
     bf16* dbuf4;             // (B, T, 4*H)
     bf16* dqkv;              // (B, T, 3*H)
-    bf16* grads_acts_memory; // the four above, one allocation
+    bf16* dacts16_memory;    // the four above, one allocation
 } GPT2BF16;
 
 // Whether the bf16 passes read tensor k in float32: all but the blocks' four matrices (wte is
@@ -238,12 +215,9 @@ static ParameterTensorsOf<bf16> weights_bf16(const GPT2BF16* m) {
     return weights_over_copy(m->base.params, m->params16, m->base.param_sizes);
 }
 
-// The activations of a batch of B x T of a shard laid out from `memory` (NULL: only counted),
-// each tensor on a 256-byte boundary (aligned for cp.async), the per-layer ones at layer l's
-// slice; returns the bytes they take. Those this path does without stay NULL: preatt and att
-// (flash attention keeps att_lse), attproj and fcproj (the products add the residual), probs (a
-// fused classifier). A stage's `encoded` is its input: the embeddings, or what the stage before
-// sent; lnf, logits and losses are the last stage's.
+// A shard's activations for B x T laid out from `memory` (NULL: only counted), each on a 256-byte
+// boundary (for cp.async), the per-layer ones at layer l's slice; returns their bytes. Without
+// preatt, att, attproj, fcproj and probs, which flash attention and the fusions do without.
 static size_t layout_activations_bf16(ActivationTensorsOf<bf16>* a, char* memory, GPT2Config c, Shard s, int B,
                                       int T, int l) {
     size_t sizes[NUM_ACTIVATION_TENSORS], layer[NUM_ACTIVATION_TENSORS], offset = 0;
@@ -268,7 +242,7 @@ static size_t layout_activations_bf16(ActivationTensorsOf<bf16>* a, char* memory
 // Layer l's activations of slot `slot`, laid out for the last forward pass's B x T.
 static ActivationTensorsOf<bf16> activations_bf16_of(const GPT2BF16* m, int slot, int l) {
     ActivationTensorsOf<bf16> a;
-    layout_activations_bf16(&a, m->acts_memory + (size_t)slot * m->slot_bytes, m->base.config, m->base.shard,
+    layout_activations_bf16(&a, m->acts16_memory + (size_t)slot * m->slot_bytes, m->base.config, m->base.shard,
                             m->base.last_B, m->base.last_T, l);
     return a;
 }
@@ -278,10 +252,8 @@ static ActivationTensorsOf<bf16> activations_bf16(const GPT2BF16* m, int l) {
     return activations_bf16_of(m, m->base.slot, l);
 }
 
-// The gradients of one block's activations, in the four buffers. The residual stream's gradient is
-// one buffer, dresidual, carried down from block to block: each block's da.residual3 and
-// da.residual2, its products' (attproj and fcproj, whose residual adds are fused), and its
-// input's. The other gradients live only inside a block and share the scratch buffers.
+// One block's activation gradients in the four buffers: the residual stream's (residual2,
+// residual3, attproj, fcproj, encoded) all dresidual; the others share the scratch buffers.
 static ActivationTensorsOf<bf16> activation_grads_bf16(const GPT2BF16* m) {
     ActivationTensorsOf<bf16> da;
     memset(&da, 0, sizeof(da));
@@ -357,10 +329,10 @@ void gpt2_build_bf16(GPT2BF16* m, const GPT2* host, int capacity_B, int capacity
     base->optimizer_bytes = optimizer_bytes_bf16(part);
     ActivationTensorsOf<bf16> a;
     m->slot_bytes = layout_activations_bf16(&a, NULL, c, part.shard, capacity_B, capacity_T, 0);
-    cuda_check(cudaMalloc((void**)&m->acts_memory, base->num_slots * m->slot_bytes));
+    cuda_check(cudaMalloc((void**)&m->acts16_memory, base->num_slots * m->slot_bytes));
     size_t grads = grads_elements_bf16(c, part.shard, BT);
-    cuda_check(cudaMalloc((void**)&m->grads_acts_memory, grads * sizeof(bf16)));
-    m->dresidual = m->grads_acts_memory;
+    cuda_check(cudaMalloc((void**)&m->dacts16_memory, grads * sizeof(bf16)));
+    m->dresidual = m->dacts16_memory;
     m->dbuf = m->dresidual + BT * C;
     m->dbuf4 = m->dbuf + BT * C;
     m->dqkv = m->dbuf4 + BT * 4 * H;
@@ -374,8 +346,8 @@ void gpt2_free_bf16(GPT2BF16* m) {
         cuda_check(cudaFree(m->master));
         cuda_check(cudaFree(m->params32));
     }
-    cuda_check(cudaFree(m->acts_memory));
-    cuda_check(cudaFree(m->grads_acts_memory));
+    cuda_check(cudaFree(m->acts16_memory));
+    cuda_check(cudaFree(m->dacts16_memory));
     gpt2_free_gpu(&m->base);
 }
 

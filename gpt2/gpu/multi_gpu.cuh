@@ -1,29 +1,21 @@
 // gpt2/gpu/multi_gpu.cuh: training on several GPUs (doc/parallel.md): NCCL's collectives over the
-// groups of the run's grid (gpt2/parallel.h), on device memory, as the Trainer's sum,
-// reduce_scatter, all_gather and exchange, and the tensor-parallel group's sums of the block.
+// groups of the run's grid (gpt2/parallel.h), on device memory: the sums of the gradients and of
+// the tensor-parallel blocks, ZeRO-1's gathers, the pipeline's exchanges.
 
 #ifndef GPT2_GPU_MULTI_GPU_CUH
 #define GPT2_GPU_MULTI_GPU_CUH
 
-#include "../model.h"     // GPT2, TensorGroupOf
+#include "../model.h"     // GPT2
 #include "../parallel.h"  // procs, split and its groups, parallel_account; MPI, which starts the processes
 #include "cuda_utils.cuh"
 #ifdef USE_MPI
 #include <nccl.h>
 #endif
 
-// Under mpirun, each process trains on its own GPU, and NCCL moves device memory between the
-// GPUs (NVLink, PCIe or the network) without a copy to the host: the float32 parameter gradients
-// (both precisions keep them in float32) summed over the data-parallel replicas, or reduce-
-// scattered and the parameters all-gathered under ZeRO-1 (in bf16 its bf16 copy, and the float32
-// tensors it reads broadcast by the replicas that updated them); wte's gradient summed over the
-// first and last pipeline stages; the activations and their gradients sent between stages; the
-// partial sums of the tensor-parallel blocks. MPI starts the processes, hands NCCL's id for the
-// run from rank 0 to the others, and sums the scalars (losses, norms: gpt2/parallel.h).
-//
-// The seconds a collective takes are measured on the GPU, by two events around it on its stream,
-// and read when the host waits for the GPU anyway (the Trainer's synchronize, synchronize_comm_gpu):
-// waiting around every collective would stall the host's queue of kernels.
+// Each process trains on its own GPU; NCCL moves device memory between them without a copy to
+// the host, MPI starts the processes and sums the scalars (gpt2/parallel.h). A collective's time
+// is measured by two events on its stream, read when the host waits for the GPU anyway
+// (synchronize_comm_gpu): waiting around every collective would stall the queue of kernels.
 #ifdef USE_MPI
 static ncclComm_t nccl_comm;                  // the world's
 static ncclComm_t nccl_comms[NUM_GROUPS];     // split from it as gpt2/parallel.h splits MPI's; NULL: no such group
@@ -107,7 +99,7 @@ static void comm_end(int group, double bytes) {
 // The step's collectives so far are not its own (validation, samples before it): forgotten.
 static void comm_time_discard(void) { comm_pending = 0; }
 
-// The Trainer's synchronize: waits for the GPU, then reads the time of its collectives.
+// Waits for the GPU, then reads the time of its collectives.
 static void synchronize_comm_gpu(void) {
     cuda_check(cudaDeviceSynchronize());
     comm_time_read();
@@ -195,32 +187,27 @@ static void nccl_broadcast(int group, float* x, size_t n, int root) {}
 static void nccl_exchange(const void* send, void* recv, size_t bytes, int peer) {}
 #endif
 
-// ---------- the tensor-parallel group of the blocks ----------
+// ---------- the sums of a step ----------
 
-// The block's group under -tp (gpt2/model.h: TensorGroupOf), whose sum is NCCL's over GROUP_TP,
-// in the path's element type; NULL without -tp: the blocks run whole.
-static void tensor_group_sum_gpu(float* x, size_t n) { nccl_sum(GROUP_TP, x, n); }
-static void tensor_group_sum_bf16(bf16* x, size_t n) { nccl_sum_bf16(GROUP_TP, x, n); }
-
-template <typename floatX>
-static const TensorGroupOf<floatX>* tensor_group_gpu(void);
-template <>
-const TensorGroupOf<float>* tensor_group_gpu<float>(void) {
-    static TensorGroupOf<float> group;
-    if (split.tp == 1) return NULL;
-    group.size = split.tp;
-    group.rank = split.tp_rank;
-    group.sum = tensor_group_sum_gpu;
-    return &group;
+// -tp: a tensor summed over the tensor-parallel group, in place (the partial products of a
+// process's heads or part of the MLP); nothing without -tp.
+static void tp_sum_gpu(float* x, size_t n) {
+    if (split.tp > 1) nccl_sum(GROUP_TP, x, n);
 }
-template <>
-const TensorGroupOf<bf16>* tensor_group_gpu<bf16>(void) {
-    static TensorGroupOf<bf16> group;
-    if (split.tp == 1) return NULL;
-    group.size = split.tp;
-    group.rank = split.tp_rank;
-    group.sum = tensor_group_sum_bf16;
-    return &group;
+static void tp_sum_gpu(bf16* x, size_t n) {
+    if (split.tp > 1) nccl_sum_bf16(GROUP_TP, x, n);
+}
+
+// The gradients of every process's micro-steps summed where they belong, as
+// gpt2/train_parallel.h's parallel_sum_gradients on host memory: wte over the pipeline's ends,
+// then every gradient over the data-parallel replicas (under ZeRO-1 each its own part).
+static void nccl_sum_gradients(GPT2* model) {
+    if (split.pp > 1 && (model->shard.embed || model->shard.head)) {
+        nccl_sum(GROUP_EMBED, model->grads.wte, model->param_sizes[WTE]);
+    }
+    if (split.dp == 1) return;
+    if (split.zero) nccl_reduce_scatter(GROUP_DP, model->grads_memory, model->num_padded);
+    else nccl_sum(GROUP_DP, model->grads_memory, model->num_parameters);
 }
 
 #endif // GPT2_GPU_MULTI_GPU_CUH
