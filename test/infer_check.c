@@ -119,15 +119,35 @@ static const float* full_forward(GPT2* model, const int* tokens, int T) {
     return model->acts.logits;
 }
 
-// The same with the products in bf16 (cpu_layers.h: matmul_forward_bf16, whose rows are
-// matmul_forward_packed_bf16's bit for bit): the forward pass without a cache that infer -w bf16
-// must agree with.
+// The same with the products in bf16 (matmul_forward_bf16, bit for bit the rows of
+// matmul_forward_packed_bf16): the pass without a cache that infer -w bf16 must agree with,
+// written out as train_cpu.c's gpt2_forward runs it, over the activations that lays out.
 static const float* full_forward_bf16(GPT2* model, const int* tokens, int T) {
     gpt2_forward(model, tokens, NULL, 1, T);  // lays the activations out for (1, T)
-    Layers layers = LAYERS_CPU;
-    layers.matmul_fwd = matmul_forward_bf16;
-    gpt2_forward_layers(&layers, model, NULL);
-    return model->acts.logits;
+    GPT2Config c = model->config;
+    int C = c.channels;
+    ParameterTensors p = model->params;
+    ActivationTensors a = model->acts;
+    encoder_forward(a.encoded, tokens, p.wte, p.wpe, 1, T, C);
+    const float* x = a.encoded;
+    for (int l = 0; l < c.num_layers; l++) {
+        ParameterTensors w = parameters_of_layer(p, c, l);
+        ActivationTensors al = activations_of_layer(a, c, 1, T, l);
+        layernorm_forward(al.ln1, al.ln1_mean, al.ln1_rstd, x, w.ln1w, w.ln1b, 1, T, C);
+        matmul_forward_bf16(al.qkv, al.ln1, w.qkvw, w.qkvb, 1, T, C, 3 * C);
+        attention_forward(al.atty, al.preatt, al.att, al.qkv, 1, T, C, c.num_heads);
+        matmul_forward_bf16(al.attproj, al.atty, w.attprojw, w.attprojb, 1, T, C, C);
+        residual_forward(al.residual2, x, al.attproj, T * C);
+        layernorm_forward(al.ln2, al.ln2_mean, al.ln2_rstd, al.residual2, w.ln2w, w.ln2b, 1, T, C);
+        matmul_forward_bf16(al.fch, al.ln2, w.fcw, w.fcb, 1, T, C, 4 * C);
+        gelu_forward(al.fch_gelu, al.fch, T * 4 * C);
+        matmul_forward_bf16(al.fcproj, al.fch_gelu, w.fcprojw, w.fcprojb, 1, T, 4 * C, C);
+        residual_forward(al.residual3, al.residual2, al.fcproj, T * C);
+        x = al.residual3;
+    }
+    layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, x, p.lnfw, p.lnfb, 1, T, C);
+    matmul_forward_bf16(a.logits, a.lnf, p.wte, NULL, 1, T, C, c.padded_vocab_size);
+    return a.logits;
 }
 
 typedef const float* (*FullForward)(GPT2* model, const int* tokens, int T);

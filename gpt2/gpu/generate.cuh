@@ -1,14 +1,8 @@
 // gpt2/gpu/generate.cuh: generation's forward pass on the GPU over a paged key-value cache, in
-// float32 or bf16: infer_gpu.cu's device for the engine (gpt2/engine.h), and train_gpu's samples.
-// It is infer.c's generator_forward with the GPU's layers: the transformer block of gpt2/model.h
-// with the tables LAYERS_GPU_INFER and LAYERS_BF16_INFER (gpt2/gpu/layers.cuh), whose attention
-// stores each new token's key and value in its page and attends over the pages
-// (gpt2/gpu/attention_paged.cuh; a whole prompt in bf16 through flash attention).
-//
-// It reads weights already on the GPU (train_gpu's own, or infer_gpu's upload): the float32
-// parameters, and in bf16 the bf16 copy of the matrices, which the products read. The pool of
-// pages and the activations of one pass (up to `rows` tokens) are its own, in floatX; the logits
-// of each sequence's last token come back to the host as float32 for the sampler.
+// float32 or bf16: infer.c's generator_forward with the GPU's launchers, written once as a
+// template over floatX. infer_gpu.cu's device for the engine (gpt2/engine.h), and train_gpu's
+// samples. It reads weights already on the GPU; the pool of pages and one pass's activations
+// are its own, in floatX; each sequence's last logits go back to the host as float32.
 
 #ifndef GPT2_GPU_GENERATE_CUH
 #define GPT2_GPU_GENERATE_CUH
@@ -16,14 +10,18 @@
 #include "../model.h"
 #include "../engine.h"
 #include "cuda_utils.cuh"
-#include "layers.cuh"
+#include "encoder.cuh"
+#include "layernorm.cuh"
+#include "matmul_fp32.cuh"
+#include "matmul_bf16.cuh"
+#include "attention_paged.cuh"
+#include "elementwise.cuh"
 
 template <typename floatX>
 struct GeneratorGPU {
     GPT2Config config;
     ParameterTensors params;      // float32, on the GPU: embeddings, layernorms, biases
     ParameterTensorsOf<floatX> w; // what the layers read: params, or with the bf16 copy's matrices
-    const LayersOf<floatX>* layers;
     int num_pages, rows, slots;
     floatX* key;                  // (L, num_pages, NH, KV_PAGE, hs)
     floatX* value;                // (L, num_pages, NH, KV_PAGE, hs)
@@ -49,18 +47,16 @@ struct GeneratorGPU {
     size_t bytes;
 };
 
-// A generator over a whole model's weights on the GPU: its float32 tensors `params` (in float32
-// all of them; in bf16 the embeddings, layernorms and biases) and the weights the layers read, w
-// (params itself, or weights_over_copy's), for passes of up to `slots` sequences and a pool of
-// num_pages pages.
+// A generator over a whole model's weights on the GPU: its float32 tensors `params` and the
+// weights the layers read, w (params itself, or a bf16 copy's matrices: weights_over_copy), for
+// passes of up to `slots` sequences and a pool of num_pages pages.
 template <typename floatX>
 static void generator_gpu_build(GeneratorGPU<floatX>* g, GPT2Config c, ParameterTensors params,
-                                ParameterTensorsOf<floatX> w, const LayersOf<floatX>* layers, int slots, int num_pages) {
+                                ParameterTensorsOf<floatX> w, int slots, int num_pages) {
     memset(g, 0, sizeof(*g));
     g->config = c;
     g->params = params;
     g->w = w;
-    g->layers = layers;
     g->num_pages = num_pages;
     g->rows = c.max_seq_len > slots ? c.max_seq_len : slots;
     g->slots = slots;
@@ -115,34 +111,54 @@ static void generator_gpu_free(GeneratorGPU<floatX>* g) {
     memset(g, 0, sizeof(*g));
 }
 
-// The block's activations for one pass: the stream alternates between x (entering a block,
-// residual3 leaving it) and x2 (residual2), so that no product adds its residual in place.
-template <typename floatX>
-static ActivationTensorsOf<floatX> generator_gpu_activations(const GeneratorGPU<floatX>* g) {
-    ActivationTensorsOf<floatX> a;
-    memset(&a, 0, sizeof(a));
-    a.encoded = a.residual3 = g->x;
-    a.residual2 = g->x2;
-    a.ln1 = a.ln2 = a.lnf = g->ln;
-    a.ln1_mean = a.ln2_mean = a.lnf_mean = g->ln_mean;
-    a.ln1_rstd = a.ln2_rstd = a.lnf_rstd = g->ln_rstd;
-    a.qkv = g->qkv;
-    a.atty = g->atty;
-    a.attproj = a.fcproj = g->proj;
-    a.fch = g->fch;
-    a.fch_gelu = g->fch_gelu;
-    a.logits = g->logits;
-    return a;
+// ---------- the precisions' products ----------
+// One name per product for both precisions: float32 runs the plain kernels, bf16 the
+// tensor-core products with their epilogues fused.
+
+// out (B,T,OC) = inp (B,T,C) weight^T + bias
+static void gen_matmul(float* out, const float* inp, const float* weight, const float* bias, int B, int T, int C,
+                       int OC) {
+    matmul_forward_gpu(out, inp, weight, bias, B, T, C, OC);
+}
+static void gen_matmul(bf16* out, const bf16* inp, const bf16* weight, const float* bias, int B, int T, int C,
+                       int OC) {
+    matmul_forward_bf16(out, inp, weight, bias, B, T, C, OC);
 }
 
-// As infer.c's generator_forward: runs the pass (gpt2/engine.h) and writes the logits of each
-// sequence's last token to logits (B, Vp) on the host, as float32. The engine's passes are one
-// whole prompt (B = 1) or one token of each sequence (T = 1), so those last tokens are
-// consecutive rows.
+// out = gelu(pre), pre = inp weight^T + bias
+static void gen_matmul_gelu(float* out, float* pre, const float* inp, const float* weight, const float* bias,
+                            int B, int T, int C, int OC) {
+    matmul_forward_gpu(pre, inp, weight, bias, B, T, C, OC);
+    gelu_forward_gpu(out, pre, (int)((size_t)B * T * OC));
+}
+static void gen_matmul_gelu(bf16* out, bf16* pre, const bf16* inp, const bf16* weight, const float* bias,
+                            int B, int T, int C, int OC) {
+    matmul_gelu_forward_bf16(out, pre, inp, weight, bias, B, T, C, OC);
+}
+
+// out = residual + inp weight^T + bias; float32 goes through proj
+static void gen_matmul_residual(float* out, float* proj, const float* inp, const float* weight, const float* bias,
+                                const float* residual, int B, int T, int C, int OC) {
+    matmul_forward_gpu(proj, inp, weight, bias, B, T, C, OC);
+    residual_forward_gpu(out, residual, proj, (int)((size_t)B * T * OC));
+}
+static void gen_matmul_residual(bf16* out, bf16* proj, const bf16* inp, const bf16* weight, const float* bias,
+                                const bf16* residual, int B, int T, int C, int OC) {
+    matmul_residual_forward_bf16(out, inp, weight, bias, residual, B, T, C, OC);
+}
+
+// ---------- forward over the pages ----------
+
+// As infer.c's generator_forward, with the engine's device signature (ctx: a GeneratorGPU):
+// runs the pass and writes each sequence's last logits to logits (B, Vp) on the host. The
+// engine's passes are one whole prompt (B = 1) or one token of each sequence (T = 1), so those
+// last tokens are consecutive rows. The stream alternates between x and x2, so that no product
+// adds its residual in place.
 template <typename floatX>
-static void generator_gpu_forward(GeneratorGPU<floatX>* g, const EnginePass* pass, float* logits) {
+static void generator_gpu_forward(void* ctx, const EnginePass* pass, float* logits) {
+    GeneratorGPU<floatX>* g = (GeneratorGPU<floatX>*)ctx;
     GPT2Config c = g->config;
-    int B = pass->B, T = pass->T, C = c.channels, Vp = c.padded_vocab_size;
+    int B = pass->B, T = pass->T, C = c.channels, NH = c.num_heads, Vp = c.padded_vocab_size;
     if ((size_t)B * T > (size_t)g->rows || B > g->slots || (B > 1 && T > 1)) {
         fail("generator_gpu_forward: a pass of %d x %d tokens, built for %d sequences of one token or one of %d",
              B, T, g->slots, g->rows);
@@ -153,8 +169,7 @@ static void generator_gpu_forward(GeneratorGPU<floatX>* g, const EnginePass* pas
         cuda_check(cudaMemcpy(g->pages + (size_t)b * g->max_pages, pass->pages + (size_t)b * pass->max_pages,
                               (size_t)kv_pages_for(pass->pos[b] + T) * sizeof(int), cudaMemcpyHostToDevice));
     }
-    ActivationTensorsOf<floatX> a = generator_gpu_activations(g);
-    encoder_forward_at_gpu(a.encoded, g->tokens, g->pos, g->params.wte, g->params.wpe, B, T, C);
+    encoder_forward_at_gpu(g->x, g->tokens, g->pos, g->params.wte, g->params.wpe, B, T, C);
     LayerCacheOf<floatX> lc;
     lc.pages = g->pages;
     lc.pos = g->pos;
@@ -165,41 +180,44 @@ static void generator_gpu_forward(GeneratorGPU<floatX>* g, const EnginePass* pas
     lc.scratch_size = g->scratch_size;
     size_t layer_pool = (size_t)g->num_pages * KV_PAGE * C;
     for (int l = 0; l < c.num_layers; l++) {
+        ParameterTensorsOf<floatX> w = parameters_of_layer(g->w, c, l);
         lc.key = g->key + l * layer_pool;
         lc.value = g->value + l * layer_pool;
-        block_forward(g->layers, parameters_of_layer(g->w, c, l), a, a.encoded, &lc, B, T, C, c.num_heads,
-                      (const TensorGroupOf<floatX>*)NULL);
+        // attention: x2 = x + attproj(attention(qkv(layernorm1(x))))
+        layernorm_forward_gpu<floatX>(g->ln, g->ln_mean, g->ln_rstd, g->x, w.ln1w, w.ln1b, B, T, C);
+        gen_matmul(g->qkv, g->ln, w.qkvw, w.qkvb, B, T, C, 3 * C);
+        attention_paged_forward_gpu<floatX>(g->atty, &lc, g->qkv, B, T, C, NH);
+        gen_matmul_residual(g->x2, g->proj, g->atty, w.attprojw, w.attprojb, g->x, B, T, C, C);
+        // MLP: x = x2 + fcproj(gelu(fc(layernorm2(x2))))
+        layernorm_forward_gpu<floatX>(g->ln, g->ln_mean, g->ln_rstd, g->x2, w.ln2w, w.ln2b, B, T, C);
+        gen_matmul_gelu(g->fch_gelu, g->fch, g->ln, w.fcw, w.fcb, B, T, C, 4 * C);
+        gen_matmul_residual(g->x, g->proj, g->fch_gelu, w.fcprojw, w.fcprojb, g->x2, B, T, 4 * C, C);
     }
     // the last token of each sequence: row T-1 of the one sequence, or every row
-    const floatX* last = a.residual3 + (size_t)(T - 1) * C;
-    layernorm_forward_gpu<floatX>(a.lnf, a.lnf_mean, a.lnf_rstd, last, g->params.lnfw, g->params.lnfb, B, 1, C);
-    g->layers->matmul_fwd(a.logits, a.lnf, g->w.wte, NULL, B, 1, C, Vp);
+    const floatX* last = g->x + (size_t)(T - 1) * C;
+    layernorm_forward_gpu<floatX>(g->ln, g->ln_mean, g->ln_rstd, last, g->params.lnfw, g->params.lnfb, B, 1, C);
+    gen_matmul(g->logits, g->ln, g->w.wte, NULL, B, 1, C, Vp);  // tied to wte
     size_t n = (size_t)B * Vp;
     if (sizeof(floatX) == sizeof(float)) {
-        cuda_check(cudaMemcpy(logits, a.logits, n * sizeof(float), cudaMemcpyDeviceToHost));
+        cuda_check(cudaMemcpy(logits, g->logits, n * sizeof(float), cudaMemcpyDeviceToHost));
     } else {
-        cuda_check(cudaMemcpy(g->logits_host, a.logits, n * sizeof(floatX), cudaMemcpyDeviceToHost));
+        cuda_check(cudaMemcpy(g->logits_host, g->logits, n * sizeof(floatX), cudaMemcpyDeviceToHost));
         for (size_t i = 0; i < n; i++) logits[i] = bf16_to_float(g->logits_host[i]);
     }
 }
 
 // ---------- the generator as the engine's device ----------
 
-template <typename floatX>
-static void generator_gpu_device_forward(void* ctx, const EnginePass* pass, float* logits) {
-    generator_gpu_forward((GeneratorGPU<floatX>*)ctx, pass, logits);
-}
-
 // A generator (generator_gpu_build's arguments) as the engine's device (gpt2/engine.h): what
 // infer_gpu runs and train_gpu's samples call. generator_gpu_device_free frees it.
 template <typename floatX>
 static EngineDevice generator_gpu_device(GPT2Config c, ParameterTensors params, ParameterTensorsOf<floatX> w,
-                                         const LayersOf<floatX>* layers, int slots, int num_pages) {
+                                         int slots, int num_pages) {
     GeneratorGPU<floatX>* g = (GeneratorGPU<floatX>*)malloc_check(sizeof(GeneratorGPU<floatX>));
-    generator_gpu_build(g, c, params, w, layers, slots, num_pages);
+    generator_gpu_build(g, c, params, w, slots, num_pages);
     EngineDevice device;
     device.ctx = g;
-    device.forward = generator_gpu_device_forward<floatX>;
+    device.forward = generator_gpu_forward<floatX>;
     return device;
 }
 
