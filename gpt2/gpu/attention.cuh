@@ -1,8 +1,5 @@
-// gpt2/gpu/attention.cuh: causal self-attention on the GPU in float32, forward and backward
-// (gpt2/cpu_layers.h: attention_forward, attention_backward): the products Q K^T and att V as
-// batched SGEMMs (gpt2/gpu/matmul_fp32.cuh) over the (batch, head) pairs, tiles above the
-// diagonal skipped, and a warp-per-row causal softmax between them. It stores the T x T scores,
-// as the CPU does; gpt2/gpu/flash_attention.cuh is the bf16 path's attention, which does not.
+// gpt2/gpu/attention.cuh: causal self-attention in float32, forward and backward, as
+// gpt2/cpu_layers.h's: batched SGEMMs and a warp-per-row softmax, storing the T x T scores.
 
 #ifndef GPT2_GPU_ATTENTION_CUH
 #define GPT2_GPU_ATTENTION_CUH
@@ -11,12 +8,10 @@
 #include "cuda_utils.cuh"
 #include "matmul_fp32.cuh"
 
-// qkv (B,T,3C) holds for each position the query, key and value of all NH heads; head h of
-// sequence b is the (T, hs) slice starting at b*T*3C + h*hs (+C for keys, +2C for values) with
-// row stride 3C. Each product below is one batched SGEMM over z = b*NH + h.
+// Head h of sequence b in qkv (B,T,3C): the (T, hs) slice at b*T*3C + h*hs (+C, +2C), stride 3C.
 
-// att[b,h,t,:] = causal softmax of preatt[b,h,t,0..t]; zeros after t (the att V product reads
-// whole rows of the diagonal tiles). One warp per row; preatt is already scaled (attention_scale).
+// att[b,h,t,:] = softmax of preatt[b,h,t,0..t] (already scaled), zeros after t (att V reads whole
+// rows of the diagonal tiles). One warp per row.
 __global__ void attention_softmax_kernel(float* att, const float* preatt, int rows, int T) {
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
@@ -34,27 +29,25 @@ __global__ void attention_softmax_kernel(float* att, const float* preatt, int ro
     for (int i = lane; i < T; i += 32) y[i] = i <= t ? expf(x[i] - maxval) * inv : 0.0f;
 }
 
-// An operand of attention's batched products: head h of sequence b is the matrix at
-// p + b * batch_stride + h * head_stride, with row stride ld.
+// Head h of sequence b at p + b * batch_stride + h * head_stride.
 typedef struct {
     const float* p;
     long long ld, batch_stride, head_stride;
 } HeadMatrix;
 
-// The (T, hs) slice of head h in a (B, T, width) tensor: Q, K or V in qkv, or a head of out.
+// The (T, hs) slice of head h in a (B, T, width) tensor: Q, K, V or out.
 static HeadMatrix head_slice(const float* p, int T, int width, int hs) {
     HeadMatrix m = {p, width, (long long)T * width, hs};
     return m;
 }
 
-// The (T, T) matrix of head h in a (B, NH, T, T) tensor: preatt, att and their gradients.
+// The (T, T) matrix of head h in a (B, NH, T, T) tensor.
 static HeadMatrix head_square(const float* p, int T, int NH) {
     HeadMatrix m = {p, T, (long long)NH * T * T, (long long)T * T};
     return m;
 }
 
-// For every (b, h): C = alpha op(A) op(B) [+ C if accumulate], op transposing when ta / tb; one
-// batched SGEMM over z = b*NH + h. causal says which part of which matrix is zero (CAUSAL_...).
+// For every (b, h), over z = b*NH + h: C = alpha op(A) op(B) [+ C if accumulate].
 static void attention_gemm(HeadMatrix a, bool ta, HeadMatrix b, bool tb, HeadMatrix c, int M, int N,
                            int K, int B, int NH, float alpha, int accumulate, int causal) {
     GemmFp32Args g = gemm_fp32_args(a.p, a.ld, b.p, b.ld, (float*)c.p, c.ld, M, N, K);
@@ -71,19 +64,19 @@ static void attention_gemm(HeadMatrix a, bool ta, HeadMatrix b, bool tb, HeadMat
     gemm_fp32(g, ta, tb, B * NH);
 }
 
-// out (B,T,C), preatt and att (B,NH,T,T), inp = qkv (B,T,3C). preatt = Q K^T / sqrt(hs) (only
-// n <= m computed), att = softmax, out = att V. preatt's upper triangle is left unwritten.
+// out (B,T,C), preatt and att (B,NH,T,T), inp = qkv (B,T,3C). preatt = Q K^T / sqrt(hs), its
+// upper triangle unwritten; att = softmax; out = att V.
 static void attention_forward_gpu(float* out, float* preatt, float* att, const float* inp,
                                   int B, int T, int C, int NH) {
     int hs = C / NH;
     HeadMatrix q = head_slice(inp, T, 3 * C, hs), k = head_slice(inp + C, T, 3 * C, hs);
     HeadMatrix v = head_slice(inp + 2 * C, T, 3 * C, hs);
-    // preatt = scale * Q (T x hs) K^T (hs x T): K read transposed; tiles above the diagonal skipped
+    // K read transposed; tiles above the diagonal skipped
     attention_gemm(q, false, k, true, head_square(preatt, T, NH), T, T, hs, B, NH, attention_scale(hs),
                    0, CAUSAL_OUT_LOWER);
     attention_softmax_kernel<<<ceil_div((size_t)B * NH * T, 8), 256>>>(att, preatt, B * NH * T, T);
     launch_check(attention_softmax_kernel);
-    // out[b, :, h*hs:(h+1)*hs] (T x hs) = att (T x T) V (T x hs); att is lower triangular
+    // att is lower triangular
     attention_gemm(head_square(att, T, NH), false, v, false, head_slice(out, T, C, hs), T, hs, T, B, NH,
                    1.0f, 0, CAUSAL_A_LOWER);
 }
@@ -104,8 +97,8 @@ __global__ void attention_softmax_backward_kernel(float* dpreatt, const float* d
     for (int i = lane; i < T; i += 32) dp[i] = i <= t ? a[i] * (da[i] - dot) : 0.0f;
 }
 
-// dinp = dqkv (B,T,3C) accumulates (+=) the gradients of Q, K and V. dpreatt and datt
-// (B,NH,T,T) are scratch, overwritten (unlike the CPU, which accumulates into them).
+// dinp = dqkv (B,T,3C) += the gradients of Q, K and V. dpreatt and datt (B,NH,T,T) are scratch,
+// overwritten (the CPU accumulates into them).
 static void attention_backward_gpu(float* dinp, float* dpreatt, float* datt, const float* dout,
                                    const float* inp, const float* att, int B, int T, int C, int NH) {
     int hs = C / NH;
@@ -115,15 +108,15 @@ static void attention_backward_gpu(float* dinp, float* dpreatt, float* datt, con
     HeadMatrix dq = head_slice(dinp, T, 3 * C, hs), dk = head_slice(dinp + C, T, 3 * C, hs);
     HeadMatrix dv = head_slice(dinp + 2 * C, T, 3 * C, hs);
     HeadMatrix a = head_square(att, T, NH), da = head_square(datt, T, NH), dp = head_square(dpreatt, T, NH);
-    // datt = dout_h (T x hs) V^T: only n <= m is needed
+    // datt = dout_h V^T: only n <= m needed
     attention_gemm(d, false, v, true, da, T, T, hs, B, NH, 1.0f, 0, CAUSAL_OUT_LOWER);
-    // dV += att^T dout_h: A(m=t2, k=t1) = att[t1][t2], zero for t1 < t2
+    // dV += att^T dout_h: A(m=t2, k=t1) zero for t1 < t2
     attention_gemm(a, true, d, false, dv, T, hs, T, B, NH, 1.0f, 1, CAUSAL_A_UPPER);
     attention_softmax_backward_kernel<<<ceil_div((size_t)B * NH * T, 8), 256>>>(dpreatt, datt, att, B * NH * T, T);
     launch_check(attention_softmax_backward_kernel);
     // dQ += scale * dpreatt K: dpreatt is lower triangular
     attention_gemm(dp, false, k, false, dq, T, hs, T, B, NH, scale, 1, CAUSAL_A_LOWER);
-    // dK += scale * dpreatt^T Q: A(m=t2, k=t1) = dpreatt[t1][t2], zero for t1 < t2
+    // dK += scale * dpreatt^T Q: A(m=t2, k=t1) zero for t1 < t2
     attention_gemm(dp, true, q, false, dk, T, hs, T, B, NH, scale, 1, CAUSAL_A_UPPER);
 }
 

@@ -1,8 +1,7 @@
-// gpt2/gpu/attention_paged.cuh: the attention of generation on the GPU: the new tokens' keys and
-// values stored into their sequences' pages, then each token's attention against its paged cache
-// (gpt2/kv_pages.h: attention_forward_paged is the CPU twin and reference), split over the
-// positions as flash-decoding does (Dao, Haziza, Massa, Sizov 2023). float32 or bf16 in and out,
-// float32 inside.
+// gpt2/gpu/attention_paged.cuh: generation's attention on the GPU: the new tokens' keys and values
+// into their pages, then each token's attention against its paged cache (gpt2/kv_pages.h:
+// attention_forward_paged, the CPU twin), split over the positions as flash-decoding does (Dao,
+// Haziza, Massa, Sizov 2023). float32 or bf16 in and out, float32 inside.
 
 #ifndef GPT2_GPU_ATTENTION_PAGED_CUH
 #define GPT2_GPU_ATTENTION_PAGED_CUH
@@ -12,46 +11,20 @@
 #include "cuda_utils.cuh"
 #include "flash_attention_mma.cuh"  // flash_row_sum; flash attention runs a bf16 prefill
 
-// ---------- the split, and why: a roofline ----------
+// ---------- the split ----------
 //
-// A decode step gives each (sequence, head) one query, which meets every cached key once (a dot
-// product) and every cached value once (a multiply-add into the output): one multiply-add per
-// value read, 1 flop per byte in bf16 and 0.5 in float32, where an H100 SXM (67 TFLOP/s on CUDA
-// cores, 3.35 TB/s) would need 20 to keep its arithmetic busy. So the kernel is memory-bound, and
-// its time is the bytes of K and V over the bandwidth. GPT-2 124M (NH=12, hs=64, C=768) holds
-// 2 x 768 values per position per layer, 3 KiB in bf16: B sequences of L positions read
-// B x L x 3 KiB per layer and step.
-//
-// One block per (token, head), the plain grid, is B x 12 blocks: 12 at B=1 for 132 SMs, each
-// walking up to 1024 positions one memory round trip after another. Flash-decoding cuts each
-// token's positions into chunks, one block per (token, head, chunk), each computing the softmax
-// of its chunk alone (its largest score m, the sum l of exp(s - m), the output sum a of
-// exp(s - m) v, all float32) into scratch; a second kernel merges the chunks of a token. The
-// chunk size, PAGED_CHUNK, from the two ends of B = 1..64 at L = 1024, hs = 64, bf16:
-//   B=1: 3 MiB per layer, under 1 us at 3.35 TB/s, less than a kernel launch costs: the time is
-//     latency, round trips to memory made one after another. Chunks of 64 positions give 192
-//     blocks, 768 warps (6 per SM), each warp one page, so one round trip for K and V; chunks
-//     of 256 give 48 blocks, leave 84 SMs idle and make each warp walk 4 pages in turn.
-//   B=64: 192 MiB per layer, about 60 us: bandwidth-bound whatever the chunk, 12288 blocks at
-//     64. A chunk's partial result, hs + 2 floats written then read back (528 bytes), is 3% of
-//     the 16 KiB of K and V it stands for (0.8% with chunks of 256).
-// So 64 positions, 4 pages: a block of 4 warps, one page each. A token whose positions fit one
-// chunk (up to 64) needs no merge: its block writes the output, and when every token of the
-// batch is such, the second kernel is not launched. Unmeasured on a GPU (doc/gpu.md):
-// PAGED_CHUNK is the first knob to time there; the kernel works for any multiple of 4 pages.
-//
-// The chunks are positions 0-63, 64-127, ... of each sequence, whatever else the batch holds,
-// and every merge below has a fixed order: a token's output does not depend on the batch, to
-// the bit (as on the CPU; gpu_check holds the kernel to it).
+// Decode is memory-bound (one multiply-add per value of K and V read), and one block per (token,
+// head) leaves most SMs idle at small batches. So each token's positions are cut into chunks of
+// PAGED_CHUNK, one block each, whose softmax parts (m, l, acc) a second kernel merges in a fixed
+// order: a token's output does not depend on the batch, to the bit. Why 64 positions, and the
+// timings: doc/gpu.md "Generation: attention against the paged cache".
 
 #define PAGED_WARPS 4   // warps per block
 #define PAGED_CHUNK 64  // positions per block: 4 pages, one per warp
 static_assert(PAGED_CHUNK % (PAGED_WARPS * KV_PAGE) == 0, "a chunk is whole pages, the same number per warp");
 
-// How a warp reads a page of one head: KV_PAGE rows of HS contiguous values. A lane loads 16
-// bytes at a time, W values (4 float32 or 8 bf16); LP lanes share a row, so a step of the warp
-// covers ROWS consecutive rows, 512 contiguous bytes: coalesced. The LP lanes of a row add their
-// partial dot products with shuffles (flash_row_sum).
+// A warp reads a page of one head, KV_PAGE rows of HS values, 16 bytes (W values) a lane: LP lanes
+// a row, ROWS rows a step, 512 contiguous bytes (coalesced). A row's lanes add by shuffles.
 template <typename floatX, int HS>
 struct PagedSlices {
     static constexpr int W = 16 / sizeof(floatX);
@@ -61,8 +34,8 @@ struct PagedSlices {
     static_assert(HS <= PAGED_WARPS * 32, "the block's merge takes one channel per thread");
 };
 
-// 16 bytes at p (16-byte aligned) as W floats: 4 float32, or 8 bf16. A bf16 is the top half of a
-// float32, so moving its 16 bits up is the exact conversion (element 0 is the low half).
+// 16 bytes at p (aligned) as 4 float32 or 8 bf16. A bf16 is the top half of a float32: moving its
+// 16 bits up is the exact conversion (element 0 is the low half).
 __device__ __forceinline__ void load16(float* x, const float* p) {
     float4 v = *reinterpret_cast<const float4*>(p);
     x[0] = v.x;
@@ -81,12 +54,9 @@ __device__ __forceinline__ void load16(float* x, const bf16* p) {
 }
 
 // ---------- online softmax, in parts ----------
-// The softmax of a run of positions, as the CPU's attention_forward_paged keeps it: m, the
-// largest score; l = sum exp(s - m); and acc = sum exp(s - m) v, the output before dividing by l.
-// A single position is the run (s, 1, v). Two runs merge by rescaling each to the larger maximum,
-// which makes them what they would be had it been used from the start; a run with no positions
-// (m = -inf) weighs nothing. Every merge below (a position into a lane's run, lanes, warps,
-// chunks) is this one.
+// A run of positions as the CPU keeps it: m the largest score, l = sum exp(s - m), acc = sum
+// exp(s - m) v. A position is the run (s, 1, v); two runs merge rescaled to the larger maximum; an
+// empty run (m = -inf) weighs nothing. Every merge below (positions, lanes, warps, chunks) is this.
 
 __device__ __forceinline__ float softmax_weight(float m, float m_new) {
     return m == -INFINITY ? 0.0f : expf(m - m_new);
@@ -105,9 +75,8 @@ __device__ __forceinline__ void softmax_merge(float& m, float& l, float* acc, fl
 
 // ---------- the kernels ----------
 
-// The keys and values of the new tokens, qkv (B,T,3C), into the pool at their positions pos[b]+t:
-// one thread per (token, channel), so a warp reads 32 consecutive channels of a token and writes
-// them to consecutive places of one head's row (or two heads' rows).
+// The new tokens' keys and values, qkv (B,T,3C), into the pool at positions pos[b]+t: one thread
+// per (token, channel), a warp's reads and writes consecutive (coalesced).
 template <typename floatX>
 __global__ void kv_store_kernel(floatX* key, floatX* value, const floatX* qkv, const int* pages, const int* pos,
                                 int B, int T, int C, int NH, int max_pages) {
@@ -122,8 +91,7 @@ __global__ void kv_store_kernel(floatX* key, floatX* value, const floatX* qkv, c
     value[row + c % hs] = x[2 * C + c];
 }
 
-// Where the chunks of a batch leave their softmax parts, in the caller's scratch: acc
-// (B*T, chunks, C), heads side by side as in out; m and l (B*T, chunks, NH).
+// The chunks' softmax parts in the caller's scratch: acc (B*T, chunks, C); m, l (B*T, chunks, NH).
 typedef struct {
     float* acc;
     float* m;
@@ -138,11 +106,9 @@ static PagedPartials paged_partials(float* scratch, int BT, int chunks, int C, i
     return p;
 }
 
-// out (B,T,C) or the chunks' parts, from qkv's queries and the pool; grid (B*T tokens, NH,
-// chunks), PAGED_WARPS warps. Token (b, t) sees positions 0..pos[b]+t (causal: its own and the
-// earlier ones); the block takes those of chunk blockIdx.z, warp w the pages w, w+PAGED_WARPS, ...
-// of the chunk. In a warp each group of LP lanes keeps its own run over its rows of each step,
-// and the groups then merge through shuffles; the warps' runs merge in shared memory, in order.
+// out (B,T,C) or the chunks' parts; grid (B*T tokens, NH, chunks). Token (b, t) sees positions
+// 0..pos[b]+t; warp w takes pages w, w+PAGED_WARPS, ... of chunk blockIdx.z. Each group of LP
+// lanes keeps a run; groups merge by shuffles, then warps in shared memory, in order.
 template <typename floatX, int HS>
 __global__ void __launch_bounds__(PAGED_WARPS * 32)
 attention_paged_forward_kernel(floatX* out, PagedPartials part, const floatX* key, const floatX* value,
@@ -169,8 +135,7 @@ attention_paged_forward_kernel(floatX* out, PagedPartials part, const floatX* ke
     for (int p0 = chunk * PAGED_CHUNK + warp * KV_PAGE; p0 < end; p0 += PAGED_WARPS * KV_PAGE) {
 #pragma unroll
         for (int r = 0; r < KV_PAGE; r += S::ROWS) {
-            // Rows after the token's position are masked, and not read: past the sequence's end a
-            // page holds what an earlier sequence left, or nothing written at all.
+            // Rows after the token's position are not read: a page holds stale data there.
             int p = p0 + r + group;
             bool valid = p <= last;
             float k[S::W], v[S::W];
@@ -189,9 +154,8 @@ attention_paged_forward_kernel(floatX* out, PagedPartials part, const floatX* ke
             if (valid) softmax_merge<S::W>(m, l, acc, s, 1.0f, v);
         }
     }
-    // The groups of the warp merge: at each step every lane absorbs the lane o away (the same
-    // values of another group's run). Group 0 (lanes 0..LP-1) absorbs groups 1, 2, ... in a
-    // fixed order and ends with the warp's run; what the other groups end with is not used.
+    // The groups merge: each step, every lane absorbs the lane o away; group 0 absorbs groups
+    // 1, 2, ... in a fixed order and ends with the warp's run (the others' results are unused).
     for (int o = S::LP; o < 32; o <<= 1) {
         float m2 = __shfl_xor_sync(0xffffffffu, m, o), l2 = __shfl_xor_sync(0xffffffffu, l, o);
         float acc2[S::W];
@@ -208,8 +172,7 @@ attention_paged_forward_kernel(floatX* out, PagedPartials part, const floatX* ke
         }
     }
     __syncthreads();
-    // The warps merge in order, a thread per channel. Warp 0 holds the chunk's first position,
-    // so the maximum is finite from the start.
+    // The warps merge in order, a thread per channel (warp 0 has the chunk's first position).
     int c = threadIdx.x;
     if (c >= HS) return;
     float cm = warp_m[0], cl = warp_l[0], ca = warp_acc[c];
@@ -226,9 +189,8 @@ attention_paged_forward_kernel(floatX* out, PagedPartials part, const floatX* ke
     }
 }
 
-// out (B,T,C) of the tokens whose positions span several chunks: each merges its chunks' parts
-// in order 0, 1, ... One thread per output value, so a warp reads consecutive channels of a
-// chunk's acc; the chunks' m and l, the same for a head's threads, are broadcast.
+// out (B,T,C) of the tokens that span several chunks, merging their parts in order 0, 1, ...
+// One thread per value: a warp reads consecutive channels; m and l are broadcast.
 template <typename floatX>
 __global__ void attention_paged_combine_kernel(floatX* out, PagedPartials part, const int* pos, int B, int T,
                                                int C, int NH, int num_chunks) {
@@ -249,10 +211,8 @@ __global__ void attention_paged_combine_kernel(floatX* out, PagedPartials part, 
 
 // ---------- the launcher ----------
 
-// The scratch floats attention_paged_forward_gpu needs for B sequences of T new tokens that reach
-// at most max_len positions: the chunks' parts, when a token spans more than one chunk, or a bf16
-// prefill's log-sum-exps (B, NH, T), whichever is more. The caller allocates it once, for its
-// largest batch (LayerCache: scratch, scratch_size).
+// Scratch floats attention_paged_forward_gpu needs for B x T new tokens up to max_len positions:
+// the chunks' parts, or a bf16 prefill's lse (B, NH, T), whichever is more (LayerCache: scratch).
 static size_t attention_paged_scratch_floats(int B, int T, int NH, int hs, int max_len) {
     size_t chunks = (size_t)ceil_div((size_t)max_len, PAGED_CHUNK);
     size_t parts = chunks > 1 ? (size_t)B * T * chunks * NH * (hs + 2) : 0;
@@ -260,11 +220,9 @@ static size_t attention_paged_scratch_floats(int B, int T, int NH, int hs, int m
     return parts > lse ? parts : lse;
 }
 
-// A prefill (every pos 0: whole prompts of T tokens) attends to its own tokens only, which qkv
-// holds: in bf16 it runs through flash attention, as training does, with the lse it keeps
-// (unused here) in scratch; returns 1. float32 has no flash attention, and its attention
-// (attention.cuh) stores the (B, NH, T, T) scores, memory that generation does not have: 0, and
-// the paged kernel runs, each token reading its keys and values from the pages just written.
+// A prefill (every pos 0) attends to its own tokens, in qkv: in bf16 by flash attention (its
+// unused lse in scratch), returning 1. float32 returns 0: its attention would store (B,NH,T,T)
+// scores, so the paged kernel runs instead, reading the pages just written.
 static int attention_prefill_flash(bf16* out, const LayerCacheOf<bf16>* cache, const bf16* qkv, int B, int T,
                                    int C, int NH) {
     size_t need = (size_t)B * NH * T;
@@ -283,7 +241,7 @@ static int attention_prefill_flash(float* out, const LayerCacheOf<float>* cache,
 template <typename floatX, int HS>
 static void attention_paged_launch(floatX* out, PagedPartials part, const LayerCacheOf<floatX>* cache,
                                    const floatX* qkv, int B, int T, int NH, int chunks) {
-    // tokens on x, which allows 2^31 - 1 blocks (y and z allow 65535)
+    // tokens on x: up to 2^31 - 1 blocks (y and z: 65535)
     dim3 grid(B * T, NH, chunks);
     attention_paged_forward_kernel<floatX, HS><<<grid, PAGED_WARPS * 32>>>(
         out, part, cache->key, cache->value, cache->pages, cache->pos, qkv, T, NH, cache->max_pages,
@@ -291,11 +249,9 @@ static void attention_paged_launch(floatX* out, PagedPartials part, const LayerC
     launch_check(attention_paged_forward_kernel);
 }
 
-// Any other head size (the kernels above are compiled for 16, 32, 64 and 128; the tests' tiny
-// models have heads of 4 or 8): one thread per output element (token, head, channel), each
-// running the whole online softmax over its token's positions, the scores recomputed by every
-// channel of the head. hs times the work of the kernels above, and simple: the way models with
-// unusual heads still generate.
+// Any other head size (the tests' tiny models have 4 or 8): one thread per output value, each
+// running the whole online softmax, every channel recomputing the scores: hs times the work,
+// and simple.
 template <typename floatX>
 __global__ void attention_paged_any_kernel(floatX* out, const floatX* key, const floatX* value, const int* pages,
                                            const int* pos, const floatX* qkv, int B, int T, int C, int NH,
@@ -326,11 +282,9 @@ __global__ void attention_paged_any_kernel(floatX* out, const floatX* key, const
     out[idx] = from_float<floatX>(o / sum);
 }
 
-// out (B,T,C) = the attention of the T new tokens of each of B sequences, qkv (B,T,3C), against
-// their paged caches, whose keys and values they join first (gpt2/kv_pages.h:
-// attention_forward_paged, with the same arguments). cache->key, value, pages, pos and scratch
-// are device memory; max_len must be the largest pos[b] + T. Head sizes 16, 32, 64 and 128 run
-// the split kernels; any other, attention_paged_any_kernel.
+// out (B,T,C) = the attention of the T new tokens of B sequences, qkv (B,T,3C), against their
+// paged caches, which they join first (as attention_forward_paged). cache's arrays are device
+// memory; max_len must be the largest pos[b] + T. Head sizes 16 to 128 run the split kernels.
 template <typename floatX>
 static void attention_paged_forward_gpu(floatX* out, const LayerCacheOf<floatX>* cache, const floatX* qkv, int B,
                                         int T, int C, int NH) {

@@ -1,20 +1,14 @@
-// gpt2/gpu/classifier.cuh: the output layer's softmax, cross-entropy loss and the gradient of the
-// loss, fused into one kernel per position (gpt2/cpu_layers.h: softmax_forward,
-// crossentropy_forward, crossentropy_softmax_backward), for float or bf16 logits.
+// gpt2/gpu/classifier.cuh: the output softmax, cross-entropy loss and its gradient, fused
+// (gpt2/cpu_layers.h: softmax_forward, crossentropy_forward, crossentropy_softmax_backward).
 
 #ifndef GPT2_GPU_CLASSIFIER_CUH
 #define GPT2_GPU_CLASSIFIER_CUH
 
 #include "cuda_utils.cuh"
 
-// One block per position (b,t), over the V real columns of its Vp logits: the max, the sum of
-// exp (for a softmax that cannot overflow), the loss -log p[target] = log(sum) - (x[target] -
-// max), and the gradient of the mean loss, dlogits = (p - 1[target]) / (B*T). That replaces the
-// CPU's softmax_forward, crossentropy_forward and crossentropy_softmax_backward without ever
-// storing the (B,T,Vp) probabilities. dlogits is written (not accumulated), padding columns 0.
-// dlogits may be logits itself (the bf16 path overwrites its logits with their gradient): every
-// thread reads the logit of the target before the block's first barrier, and afterwards reads
-// and writes only its own columns.
+// One block per position over the V real columns: max and sum of exp (no overflow), loss =
+// log(sum) - (x[target] - max), dlogits = (p - 1[target]) / (B*T), written, padding 0; the
+// probabilities never stored. dlogits may be logits: the target is read before the first barrier.
 template <typename floatX>
 __global__ void fused_classifier_kernel(floatX* dlogits, float* losses, const floatX* logits,
                                         const int* targets, float dloss, int V, int Vp) {

@@ -1,7 +1,6 @@
-// gpt2/gpu/cuda_utils.cuh: what every GPU kernel and launcher of the project needs: the checked
-// CUDA calls and launches, warp and block reductions, scratch memory for two-stage sums, the
-// element types (bf16 beside float), and the device itself: which GPU a process takes, what it
-// can do (its peak throughput, the reference of MFU), how much memory is free.
+// gpt2/gpu/cuda_utils.cuh: what every GPU kernel and launcher needs: checked CUDA calls and
+// launches, warp and block reductions, scratch memory for two-stage sums, the element types, and
+// the device: which GPU a process takes, its peak throughput (MFU's reference), free memory.
 
 #ifndef GPT2_GPU_CUDA_UTILS_CUH
 #define GPT2_GPU_CUDA_UTILS_CUH
@@ -13,16 +12,12 @@
 
 // ---------- checked calls and launches ----------
 
-// Every CUDA call goes through cuda_check, which names the failed call, file and line and stops.
-// Kernels run asynchronously: a launch returns at once, and a kernel that faults (an illegal
-// address, say) is reported by whichever later call waits for the GPU, which is then the one
-// named. Each launch is followed by launch_check(kernel), which reports a launch the GPU refused
-// (a bad configuration) at once and, with GPU_DEBUG=1 in the environment, also waits for the
-// kernel to finish, so that a fault is reported with the kernel's name. That costs speed: a
-// switch for finding a fault, not for training.
+// Kernels run asynchronously: a fault is reported by whichever later call waits for the GPU.
+// launch_check(kernel) after each launch reports a refused launch at once and, with GPU_DEBUG=1,
+// waits for the kernel, so that a fault names it (slow: for finding a fault, not for training).
 static int cuda_debug = 0;  // GPU_DEBUG=1 in the environment, read by cuda_device_init
 
-// The errors a kernel's fault leaves behind (the GPU context is lost; every later call fails).
+// The errors a kernel's fault leaves behind (the context is lost: every later call fails).
 static int is_kernel_fault(cudaError_t err) {
     return err == cudaErrorIllegalAddress || err == cudaErrorLaunchFailure;
 }
@@ -67,10 +62,8 @@ struct WarpMax {
     __device__ float operator()(float v) const { return warp_max(v); }
 };
 
-// Reduces v over the whole block (blockDim.x a multiple of 32): each warp reduces its 32 values,
-// then every warp reduces the warps' results, so every thread gets the block's result. identity
-// fills the lanes past the last warp. The first __syncthreads keeps a second call from
-// overwriting `partial` while a slow warp still reads the first call's values.
+// Reduces v over the block (blockDim.x a multiple of 32); every thread gets the result. The
+// first __syncthreads keeps a second call from overwriting `partial` while a warp still reads it.
 template <typename F, typename WarpOp>
 __device__ F block_reduce(F v, F identity) {
     __shared__ F partial[32];
@@ -87,8 +80,7 @@ __device__ float block_max(float v) { return block_reduce<float, WarpMax>(v, -IN
 
 // ---------- deterministic sums in two stages ----------
 
-// Scratch memory for the partial sums of two-stage reductions, grown on demand. The kernels of
-// one stream run in order, so one buffer serves every reduction.
+// Scratch for two-stage reductions, grown on demand; one stream runs in order, so one buffer serves.
 static float* scratch_memory = NULL;
 static size_t scratch_capacity = 0;  // floats
 static float* scratch_floats(size_t n) {
@@ -110,20 +102,16 @@ __global__ void sum_partials_kernel(float* out, const float* partial, int chunks
     out[i] += sum;
 }
 
-// Column sums over many rows are split into chunks of rows (one block per 32 columns and chunk,
-// stage 1) whose partial sums a second kernel adds in order (stage 2): enough blocks to fill the
-// GPU, and the same result on every run, which atomicAdd would not give.
+// Column sums: chunks of rows (a block per 32 columns and chunk), whose partials stage 2 adds in
+// order: enough blocks to fill the GPU, and the same bits every run (atomicAdd would vary).
 #define COLSUM_ROWS_PER_CHUNK 128
 
 // ---------- element types ----------
 
-// bf16: 8 exponent bits as float32, 8 significant bits; the bf16 path's activations and weight
-// matrices (gpt2/gpu/matmul_bf16.cuh says why).
+// bf16: float32's 8 exponent bits, 8 significant bits (doc/gpu.md "Mixed precision").
 typedef __nv_bfloat16 bf16;
 
-// The kernels that serve both paths take their activations as floatX (gpt2/model.h), float or
-// bf16, and do their arithmetic in float32 either way: to_float on every load, from_float on
-// every store.
+// Kernels of both paths take floatX activations (float or bf16) and compute in float32.
 __device__ __forceinline__ float to_float(float x) { return x; }
 __device__ __forceinline__ float to_float(bf16 x) { return __bfloat162float(x); }
 template <typename floatX> __device__ __forceinline__ floatX from_float(float x);
@@ -132,9 +120,8 @@ template <> __device__ __forceinline__ bf16 from_float<bf16>(float x) { return _
 
 // ---------- the device ----------
 
-// Peak float32 throughput without tensor cores: SMs x clock x FP32 lanes per SM x 2 (an FMA is
-// two flops). Lanes per SM by compute capability: 64 on Volta/Turing (7.x) and A100 (8.0), 128
-// on 8.6+ and Hopper (9.0). H100 SXM: 132 x 1.98 GHz x 128 x 2 = 66.9 TFLOP/s.
+// Peak float32 without tensor cores: SMs x clock x FP32 lanes per SM (64 on 7.x and 8.0, 128 on
+// 8.6+ and 9.0) x 2 (an FMA is two flops).
 typedef struct {
     int index;              // this process's GPU among those it sees (cudaSetDevice's number)
     cudaDeviceProp prop;
@@ -151,10 +138,9 @@ static int cuda_num_sms = 132;  // the device's, set by cuda_device_init; picks 
 #define CUDA_ARCHS "unknown"  // the compute capabilities built for: the Makefile says (GPU_ARCH)
 #endif
 
-// The make target that builds this program, which the errors that say to rebuild it name (and
-// the program by its last part); dev/gpu's programs set their own before cuda_device_init.
+// The make target that builds this program, named by errors that say to rebuild it.
 static const char* cuda_make_target = "train_gpu";
-// What to run instead where there is no GPU, which "no CUDA device found" suggests.
+// What "no CUDA device found" suggests instead.
 static const char* cuda_cpu_instead = "./train_cpu";
 
 static const char* cuda_program_name(void) {
@@ -162,12 +148,9 @@ static const char* cuda_program_name(void) {
     return slash != NULL ? slash + 1 : cuda_make_target;
 }
 
-// Picks this process's GPU (the one it sees, or the one its rank on the machine numbers) and reads
-// what it can do. "No CUDA device" only when there is none: no NVIDIA driver (its version reads
-// 0), or a driver that sees no GPU (or none that CUDA_VISIBLE_DEVICES leaves visible); one line,
-// exit 1, as for every error. Anything else is a GPU that is there but unusable, and the error is
-// named: a driver older than the CUDA runtime this program was built with (the runtime refuses
-// it), or whatever else CUDA reports.
+// Picks this process's GPU and reads what it can do. "No CUDA device" only when there is none (no
+// driver, or none visible); a GPU there but unusable gets its reason named (a driver older than
+// the runtime built with, or whatever CUDA reports).
 static void cuda_device_init(void) {
     const char* debug = getenv("GPU_DEBUG");
     cuda_debug = debug != NULL && strcmp(debug, "") != 0 && strcmp(debug, "0") != 0;
@@ -187,7 +170,7 @@ static void cuda_device_init(void) {
     if (err == cudaErrorInsufficientDriver && driver < runtime) {
         int has_major = driver / 1000, has_minor = driver % 1000 / 10;
         int built_major = runtime / 1000, built_minor = runtime % 1000 / 10;
-        // the oldest driver series of the CUDA release it was built with (NVIDIA's compatibility table)
+        // the oldest driver series of that CUDA release (NVIDIA's compatibility table)
         int series = built_major == 11 ? 450 : built_major == 12 ? 525 : built_major == 13 ? 580 : 0;
         char needs[64] = "";
         if (series > 0) snprintf(needs, sizeof(needs), " (CUDA %d needs the %d series or newer)", built_major, series);
@@ -199,10 +182,8 @@ static void cuda_device_init(void) {
     if (err != cudaSuccess) {
         fail("CUDA cannot use the GPU: %s (%s)", cudaGetErrorString(err), cudaGetErrorName(err));
     }
-    // One GPU per process. Where a scheduler (Slurm, say) gives each process its own GPU through
-    // CUDA_VISIBLE_DEVICES, the process sees just that one and takes it; where the processes of a
-    // machine all see its GPUs, each takes the one its rank on the machine numbers. Two processes
-    // that end up on one GPU anyway are found once all have started (cuda_device_check_own).
+    // One GPU per process: the one it sees (a scheduler's CUDA_VISIBLE_DEVICES), else the one its
+    // rank on the machine numbers; two on one GPU are found later (cuda_device_check_own).
     int device = count == 1 ? 0 : procs.local_rank;
     if (device >= count) {
         fail("this process is number %d of those started on this machine, and sees %d GPUs: start at most one "
@@ -211,8 +192,7 @@ static void cuda_device_init(void) {
     cuda_check(cudaSetDevice(device));
     cuda_device.index = device;
     cuda_check(cudaGetDeviceProperties(&cuda_device.prop, device));
-    // A binary holds machine code for some GPU generations and PTX that the driver can compile for
-    // newer ones (Makefile: GPU_ARCH); an older GPU than all of them finds nothing to run.
+    // A GPU older than every architecture built for (Makefile: GPU_ARCH) finds nothing to run.
     cudaFuncAttributes attr;
     err = cudaFuncGetAttributes(&attr, sum_partials_kernel);
     if (err == cudaErrorNoKernelImageForDevice) {
@@ -235,11 +215,8 @@ static void cuda_device_init(void) {
     cuda_num_sms = cuda_device.prop.multiProcessorCount;
 }
 
-// Under mpirun, two processes of one machine on the same GPU stop the run, in one line: NCCL
-// refuses to run two ranks on one GPU, with an error that does not say so. A GPU is known by its
-// PCI bus id (what NCCL compares), which is the same in every process, however each one's
-// CUDA_VISIBLE_DEVICES numbers the GPUs. Every rank calls it, after cuda_device_init; the later
-// rank of the first pair found reports it.
+// Two ranks on one GPU stop the run in one line (NCCL refuses it with an error that does not say
+// so). GPUs are compared by PCI bus id, the same in every process. Every rank calls it.
 static void cuda_device_check_own(void) {
     if (procs.size == 1) return;
     char bus_id[64];
@@ -256,9 +233,8 @@ static void cuda_device_check_own(void) {
 }
 
 // Peak bf16 tensor-core throughput, dense, float32 accumulation: SMs x clock x flops per SM per
-// clock, which is 2048 on A100 (8.0), 1024 on the 8.6 / 8.9 data-centre parts (A10, L4, L40;
-// GeForce cards do half that with float32 accumulation) and 4096 on H100 (9.0, counted for its
-// wgmma instructions; mma.sync, which these kernels use, reaches only part of it).
+// clock: 2048 on 8.0, 1024 on 8.6/8.9 data-centre parts, 4096 on 9.0 (for wgmma; mma.sync
+// reaches only part of it).
 static double peak_flops_bf16(void) {
     int major = cuda_device.prop.major, minor = cuda_device.prop.minor;
     double per_clock = major >= 9 ? 4096 : (major == 8 && minor == 0) ? 2048 : 1024;
@@ -287,8 +263,7 @@ static void cuda_device_print(int bf16) {
 }
 
 
-// Stops with one line when `need` bytes of GPU memory, for a model trained on batches of B x T,
-// are not free: before anything is allocated.
+// Stops with one line when `need` bytes of GPU memory (for batches of B x T) are not free.
 static void require_free_memory(size_t need, int B, int T) {
     size_t free_bytes, total_bytes;
     cuda_check(cudaMemGetInfo(&free_bytes, &total_bytes));

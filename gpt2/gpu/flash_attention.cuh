@@ -1,6 +1,6 @@
-// gpt2/gpu/flash_attention.cuh: the bf16 path's causal self-attention, forward and backward,
-// that never stores the T x T scores (Dao et al. 2022), on the CUDA cores: bf16 in and out,
-// float32 inside. gpt2/gpu/flash_attention_mma.cuh runs the same arithmetic on the tensor cores.
+// gpt2/gpu/flash_attention.cuh: the bf16 path's causal self-attention, forward and backward, on
+// the CUDA cores, never storing the T x T scores; bf16 in and out, float32 inside.
+// gpt2/gpu/flash_attention_mma.cuh: the same arithmetic on the tensor cores.
 
 #ifndef GPT2_GPU_FLASH_ATTENTION_CUH
 #define GPT2_GPU_FLASH_ATTENTION_CUH
@@ -8,45 +8,14 @@
 #include "../arithmetic.h"  // attention_scale
 #include "cuda_utils.cuh"
 
-// Attention without its (T, T) matrices. Row i of one head has the scores s_j = q_i . k_j / sqrt(hs)
-// for the keys j <= i (causal), and the output
-//     o_i = sum_j exp(s_j - m) v_j / sum_j exp(s_j - m)
-// holds for any constant m: m only keeps exp from overflowing, so any m >= the scores will do.
-// Online softmax walks the keys a block at a time and keeps, over the keys seen so far, a running
-// maximum m, the denominator l = sum exp(s_j - m) and the unnormalised output a = sum exp(s_j - m) v_j.
-// When a block of keys raises the maximum to m', each term seen so far must become
-// exp(s_j - m') = exp(s_j - m) exp(m - m'): multiplying l and a by exp(m - m') once per block
-// makes them exactly what they would be had m' been used from the start. After the last block
-// a / l is the softmax output itself, not an approximation of it (only float rounding differs: the
-// terms are added in another order). Scores and probabilities exist only in registers, a block of
-// keys at a time.
-//
-// The backward needs P_ij = exp(s_ij - lse_i), where lse_i = m + log l is the log of row i's
-// softmax denominator: with that one float per row any probability follows from its score, so
-// the forward stores lse, and the backward recomputes the scores S = Q K^T and P tile by tile
-// (one more product) instead of reading a stored (T, T) matrix. With dP_ij = dO_i . v_j the
-// softmax's gradient is dS_ij = P_ij (dP_ij - D_i), where D_i = sum_j P_ij dP_ij = dO_i . o_i (as
-// o_i = sum_j P_ij v_j): a dot product of two rows of hs values, which a small kernel computes once
-// per row. Then
-//     dV_j = sum_i P_ij dO_i,   dK_j = sum_i dS_ij q_i / sqrt(hs),   dQ_i = sum_j dS_ij k_j / sqrt(hs).
-// dK and dV are sums over queries, dQ a sum over keys. One kernel owns key rows and walks the
-// queries, the other owns query rows and walks the keys, each computing S and P for itself: every
-// output value has one owner that adds its terms in a fixed order, so there are no atomics and
-// two runs give the same bits, for the price of computing S and P twice.
-//
-// How the kernels run (on the CUDA cores; gpt2/gpu/flash_attention_mma.cuh moves the products
-// to the tensor cores): a block owns FLASH_ROWS rows (queries, or keys in the dK/dV kernel) of
-// one (b, h), a thread one row, and the other side comes through shared memory FLASH_TILE rows
-// at a time, converted to float once when loaded; all threads of a warp then read the same row
-// of the tile, a broadcast. A thread
-// keeps its row's values and accumulators in registers, so the head size is a template
-// parameter (the loops over it unroll into registers). A row wider than FLASH_FWD_W (forward)
-// or FLASH_BWD_W (backward, which holds four rows: k, v, dk, dv) floats would not fit in
-// registers: 2 or 4 neighbouring lanes then share it, a slice each, and add their partial dot
-// products with shuffles. Scores are kept in base 2: q (or k) is multiplied by log2(e)/sqrt(hs)
-// once, so that each exponential is one exp2f, which the hardware computes directly.
-// A block skips the key tiles after its last row (causal), and a warp the keys after its last row.
+// Flash attention (Dao et al. 2022; lesson 8 and doc/gpu.md "Kernel notes" derive it): online
+// softmax keeps m, l = sum exp(s - m) and a = sum exp(s - m) v, rescaled by exp(m - m') when m
+// grows; a / l is exact. The backward recomputes P = exp(S - lse), dS = P (dP - D) with
+// D = dO . o, in a dK/dV kernel and a dQ kernel: one owner per output, no atomics, same bits.
 
+// A thread holds a row (or a slice: FlashSlices) in registers, hence HS as a template parameter;
+// the other side is staged in shared memory, and a warp reads one row of it at a time (a
+// broadcast). Scores are in base 2 (q scaled by log2(e)/sqrt(hs)): one exp2f each.
 #define FLASH_ROWS 64    // rows a block owns: queries (forward, dQ) or keys (dK, dV)
 #define FLASH_TILE 32    // rows of the other side staged in shared memory at a time
 #define FLASH_STEP 16    // keys whose scores a forward thread holds at once: one online-softmax step
@@ -55,10 +24,8 @@
 #define FLASH_LOG2E 1.4426950408889634f
 #define FLASH_LN2 0.6931471805599453f
 
-// How a row of HS floats is split over threads: W floats each, TPR threads per row. In shared
-// memory a row is stored as its TPR slices, each padded by 4 floats when TPR > 1: lanes reading
-// slices r = 0..TPR-1 of the same row then fall 4r banks apart, where without the padding
-// (slices 32 or 64 floats apart) their 16-byte reads would hit the same banks and serialise.
+// A row of HS floats over TPR threads, W each (a wider row would not fit in registers). Slices in
+// shared memory are padded by 4 floats when TPR > 1: a row's lanes then read different banks.
 template <int HS, int MAXW>
 struct FlashSlices {
     static constexpr int W = HS < MAXW ? HS : MAXW;
@@ -72,7 +39,7 @@ static_assert(FLASH_ROWS % FLASH_TILE == 0, "a key block starts at a query tile'
 static_assert(FLASH_TILE % FLASH_STEP == 0, "a tile is whole steps");
 
 // Sums a partial dot product over the TPR neighbouring lanes that share a row; each of them gets
-// the same bits (float addition is commutative, so both partners of a butterfly step agree).
+// the same bits.
 template <int TPR>
 __device__ __forceinline__ float flash_row_sum(float v) {
 #pragma unroll
@@ -108,8 +75,8 @@ __device__ __forceinline__ void flash_axpy(float* acc, float w, const float4* y)
     }
 }
 
-// A thread's slice of one row into registers: W bf16 at p times scale, or zeros for a row past T
-// (such threads still compute, to reach the barriers and shuffles, but write nothing).
+// A thread's slice of one row, W bf16 at p times scale; zeros past T (such threads still compute,
+// to reach the barriers and shuffles, but write nothing).
 template <int W>
 __device__ __forceinline__ void flash_load_slice(float* x, const bf16* p, bool valid, float scale) {
     const __nv_bfloat162* p2 = reinterpret_cast<const __nv_bfloat162*>(p);
@@ -129,9 +96,8 @@ __device__ __forceinline__ void flash_store_slice(bf16* p, const float* x, float
     for (int e = 0; e < W / 2; e++) p2[e] = __floats2bfloat162_rn(x[2 * e] * scale, x[2 * e + 1] * scale);
 }
 
-// Rows r0 .. r0+FLASH_TILE-1 of one head (row r: HS bf16 at src + r * ld) into a float tile in
-// shared memory, in the slices of FlashSlices S; rows at or past T are zeros. Consecutive threads
-// read consecutive 8-byte pieces of a row: coalesced.
+// Rows r0 .. r0+FLASH_TILE-1 (HS bf16 at src + r * ld) into a float tile in S's slices; rows
+// from T on are zeros. Consecutive threads read consecutive 8 bytes: coalesced.
 template <int HS, typename S>
 __device__ __forceinline__ void flash_stage(float4* tile, const bf16* src, size_t ld, int r0, int T) {
     for (int i = threadIdx.x; i < FLASH_TILE * HS / 4; i += blockDim.x) {
@@ -147,15 +113,14 @@ __device__ __forceinline__ void flash_stage(float4* tile, const bf16* src, size_
     }
 }
 
-// out (B,T,C) and lse (B,NH,T) from qkv (B,T,3C); grid (row tiles, NH, B). Thread: query row t,
-// slice `slice` of it. scale = 1/sqrt(HS).
+// out (B,T,C) and lse (B,NH,T) from qkv (B,T,3C); grid (row tiles, NH, B). scale = 1/sqrt(HS).
 template <int HS>
 __global__ void __launch_bounds__(FlashSlices<HS, FLASH_FWD_W>::THREADS)
 flash_attention_forward_kernel(bf16* out, float* lse, const bf16* qkv, int T, int C, int NH, float scale) {
     typedef FlashSlices<HS, FLASH_FWD_W> S;
     __shared__ float4 k_tile[FLASH_TILE * S::RS4], v_tile[FLASH_TILE * S::RS4];
     int h = blockIdx.y, b = blockIdx.z;
-    // The last row tile sees the most keys: starting it first shortens the tail of the launch.
+    // The last row tile sees the most keys: started first, it shortens the launch's tail.
     int row0 = (gridDim.x - 1 - blockIdx.x) * FLASH_ROWS;
     int t = row0 + threadIdx.x / S::TPR, slice = threadIdx.x % S::TPR;
     int warp_last = row0 + (threadIdx.x / 32 + 1) * (32 / S::TPR) - 1;  // the warp's last row
@@ -172,14 +137,12 @@ flash_attention_forward_kernel(bf16* out, float* lse, const bf16* qkv, int T, in
         flash_stage<HS, S>(k_tile, head + C, ld, k0, T);
         flash_stage<HS, S>(v_tile, head + 2 * C, ld, k0, T);
         __syncthreads();
-        if (warp_last < k0) continue;  // the whole warp is before this tile (a warp-uniform skip)
-        // FLASH_STEP keys at a time: their scores, the new maximum, one rescale, then their
-        // share of the output. The steps are a real loop (unroll 1): unrolled, the whole tile
-        // would be one block of code so long that nvcc no longer merges the float4 reads of
-        // shared memory into 16-byte loads (it emits four 4-byte loads each).
+        if (warp_last < k0) continue;  // the whole warp is before this tile (warp-uniform)
+        // FLASH_STEP keys a step: scores, new maximum, one rescale, output. Not unrolled: a whole
+        // unrolled tile keeps nvcc from merging the float4 reads into 16-byte loads.
 #pragma unroll 1
         for (int j0 = 0; j0 < FLASH_TILE; j0 += FLASH_STEP) {
-            if (warp_last < k0 + j0) break;  // as above: keys after all of the warp's rows
+            if (warp_last < k0 + j0) break;  // keys after all of the warp's rows
             float s[FLASH_STEP];
             float m_new = m;
 #pragma unroll
@@ -207,8 +170,8 @@ flash_attention_forward_kernel(bf16* out, float* lse, const bf16* qkv, int T, in
     }
 }
 
-// D[b,h,t] = dO . O over row t of head h, in float from the bf16 values (see above). One thread per
-// (b, t, h), h fastest: a warp reads consecutive heads of a position, one contiguous stretch.
+// D[b,h,t] = dO . O over row t of head h, in float. One thread per (b, t, h), h fastest: a warp
+// reads consecutive heads of a position, one contiguous stretch.
 __global__ void flash_attention_backward_d_kernel(float* D, const bf16* dout, const bf16* out, int B, int T,
                                                   int C, int NH) {
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -223,29 +186,39 @@ __global__ void flash_attention_backward_d_kernel(float* D, const bf16* dout, co
     D[(b * NH + h) * T + t] = sum;
 }
 
-// dK and dV (the +C and +2C parts of dqkv, written) for key rows; grid (key tiles, NH, B).
-// Thread: key row j, one slice. Walks the query tiles from the block's first key on (earlier
-// queries see none of its keys).
+// The backward kernels' arguments (both kinds): dqkv (B,T,3C), written; dout (B,T,C); lse, D (B,NH,T).
+typedef struct {
+    bf16* dqkv;
+    const bf16* dout;
+    const bf16* qkv;
+    const float* lse;
+    const float* D;
+    int T, C, NH;
+    float scale;
+} FlashBackward;
+
+// dK and dV (the +C and +2C parts of dqkv, written); grid (key tiles, NH, B). Thread: key row j,
+// one slice. Walks the query tiles from the block's first key on.
 template <int HS>
 __global__ void __launch_bounds__(FlashSlices<HS, FLASH_BWD_W>::THREADS)
-flash_attention_backward_dkv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
-                                    const float* D, int T, int C, int NH, float scale) {
+flash_attention_backward_dkv_kernel(FlashBackward a) {
     typedef FlashSlices<HS, FLASH_BWD_W> S;
     __shared__ float4 q_tile[FLASH_TILE * S::RS4], do_tile[FLASH_TILE * S::RS4];
     __shared__ float lse_tile[FLASH_TILE], d_tile[FLASH_TILE];
+    int T = a.T, C = a.C, NH = a.NH;
     int h = blockIdx.y, b = blockIdx.z;
     int row0 = blockIdx.x * FLASH_ROWS;  // the first key tile sees the most queries, and starts first
     int j = row0 + threadIdx.x / S::TPR, slice = threadIdx.x % S::TPR;
     int warp_first = row0 + (threadIdx.x / 32) * (32 / S::TPR);  // the warp's first key
     size_t ld = 3 * (size_t)C;
-    const bf16* head = qkv + (size_t)b * T * ld + h * HS;
-    const bf16* do_head = dout + (size_t)b * T * C + h * HS;
-    const float* lse_row = lse + ((size_t)b * NH + h) * T;
-    const float* d_row = D + ((size_t)b * NH + h) * T;
-    // k is pre-scaled so that q . k is the score in base 2; dK is scaled by 1/sqrt(hs) at the end.
+    const bf16* head = a.qkv + (size_t)b * T * ld + h * HS;
+    const bf16* do_head = a.dout + (size_t)b * T * C + h * HS;
+    const float* lse_row = a.lse + ((size_t)b * NH + h) * T;
+    const float* d_row = a.D + ((size_t)b * NH + h) * T;
+    // k pre-scaled: q . k is the score in base 2; dK is scaled by 1/sqrt(hs) at the end.
     float k[S::W], v[S::W], dk[S::W], dv[S::W];
     const bf16* kv_row = head + (size_t)j * ld + slice * S::W;
-    flash_load_slice<S::W>(k, kv_row + C, j < T, scale * FLASH_LOG2E);
+    flash_load_slice<S::W>(k, kv_row + C, j < T, a.scale * FLASH_LOG2E);
     flash_load_slice<S::W>(v, kv_row + 2 * C, j < T, 1.0f);
 #pragma unroll
     for (int e = 0; e < S::W; e++) dk[e] = dv[e] = 0.0f;
@@ -259,8 +232,7 @@ flash_attention_backward_dkv_kernel(bf16* dqkv, const bf16* dout, const bf16* qk
             d_tile[threadIdx.x] = i < T ? d_row[i] : 0.0f;
         }
         __syncthreads();
-        // Queries before the warp's first key see none of its keys; the bounds are warp-uniform,
-        // as the shuffles in flash_row_sum need.
+        // Queries from the warp's first key on; warp-uniform bounds, as flash_row_sum's shuffles need.
         int ibeg = max(0, warp_first - i0), iend = min(FLASH_TILE, T - i0);
         for (int ii = ibeg; ii < iend; ii++) {
             const float4* qi = q_tile + ii * S::RS4 + slice * S::SS4;
@@ -274,41 +246,41 @@ flash_attention_backward_dkv_kernel(bf16* dqkv, const bf16* dout, const bf16* qk
         }
     }
     if (j < T) {
-        bf16* out_row = dqkv + ((size_t)b * T + j) * ld + h * HS + slice * S::W;
-        flash_store_slice<S::W>(out_row + C, dk, scale);
+        bf16* out_row = a.dqkv + ((size_t)b * T + j) * ld + h * HS + slice * S::W;
+        flash_store_slice<S::W>(out_row + C, dk, a.scale);
         flash_store_slice<S::W>(out_row + 2 * C, dv, 1.0f);
     }
 }
 
-// dQ (the first C of each dqkv row, written) for query rows; grid (query tiles, NH, B). Thread:
-// query row i, one slice. Walks the key tiles up to the block's last query.
+// dQ (the first C of each dqkv row, written); grid (query tiles, NH, B). Thread: query row i, one
+// slice. Walks the key tiles up to the block's last query.
 template <int HS>
 __global__ void __launch_bounds__(FlashSlices<HS, FLASH_BWD_W>::THREADS)
-flash_attention_backward_dq_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
-                                   const float* D, int T, int C, int NH, float scale) {
+flash_attention_backward_dq_kernel(FlashBackward a) {
     typedef FlashSlices<HS, FLASH_BWD_W> S;
     __shared__ float4 k_tile[FLASH_TILE * S::RS4], v_tile[FLASH_TILE * S::RS4];
+    int T = a.T, C = a.C, NH = a.NH;
     int h = blockIdx.y, b = blockIdx.z;
     int row0 = (gridDim.x - 1 - blockIdx.x) * FLASH_ROWS;  // the longest rows first, as in the forward
     int i = row0 + threadIdx.x / S::TPR, slice = threadIdx.x % S::TPR;
     int warp_last = row0 + (threadIdx.x / 32 + 1) * (32 / S::TPR) - 1;
     size_t ld = 3 * (size_t)C;
-    const bf16* head = qkv + (size_t)b * T * ld + h * HS;
-    // q is pre-scaled so that q . k is the score in base 2 (dQ sums plain k: no effect there).
+    const bf16* head = a.qkv + (size_t)b * T * ld + h * HS;
+    // q pre-scaled: q . k is the score in base 2 (dQ sums plain k).
     float q[S::W], dO[S::W], dq[S::W];
-    flash_load_slice<S::W>(q, head + (size_t)i * ld + slice * S::W, i < T, scale * FLASH_LOG2E);
-    flash_load_slice<S::W>(dO, dout + ((size_t)b * T + i) * C + h * HS + slice * S::W, i < T, 1.0f);
+    flash_load_slice<S::W>(q, head + (size_t)i * ld + slice * S::W, i < T, a.scale * FLASH_LOG2E);
+    flash_load_slice<S::W>(dO, a.dout + ((size_t)b * T + i) * C + h * HS + slice * S::W, i < T, 1.0f);
 #pragma unroll
     for (int e = 0; e < S::W; e++) dq[e] = 0.0f;
     size_t row = ((size_t)b * NH + h) * T + i;
-    float lse2 = i < T ? lse[row] * FLASH_LOG2E : 0.0f, d_i = i < T ? D[row] : 0.0f;
+    float lse2 = i < T ? a.lse[row] * FLASH_LOG2E : 0.0f, d_i = i < T ? a.D[row] : 0.0f;
     int key_end = min(row0 + FLASH_ROWS, T);
     for (int k0 = 0; k0 < key_end; k0 += FLASH_TILE) {
         __syncthreads();
         flash_stage<HS, S>(k_tile, head + C, ld, k0, T);
         flash_stage<HS, S>(v_tile, head + 2 * C, ld, k0, T);
         __syncthreads();
-        // Keys after the warp's last query are masked for all of it (warp-uniform bound).
+        // Keys up to the warp's last query (a warp-uniform bound).
         int jend = min(FLASH_TILE, min(warp_last, T - 1) - k0 + 1);
         for (int jj = 0; jj < jend; jj++) {
             const float4* kj = k_tile + jj * S::RS4 + slice * S::SS4;
@@ -319,13 +291,13 @@ flash_attention_backward_dq_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv
             flash_axpy<S::W>(dq, p * (dp - d_i), kj);
         }
     }
-    if (i < T) flash_store_slice<S::W>(dqkv + ((size_t)b * T + i) * ld + h * HS + slice * S::W, dq, scale);
+    if (i < T) flash_store_slice<S::W>(a.dqkv + ((size_t)b * T + i) * ld + h * HS + slice * S::W, dq, a.scale);
 }
 
 // The head sizes the kernels are built for.
 static bool flash_attention_supports(int hs) { return hs == 16 || hs == 32 || hs == 64 || hs == 128; }
 
-// The head size of C channels in NH heads; one the kernels are not built for stops the program.
+// The head size C/NH; one the kernels are not built for stops the program.
 static int flash_head_size(int C, int NH) {
     int hs = NH > 0 && C % NH == 0 ? C / NH : 0;
     if (!flash_attention_supports(hs))
@@ -333,71 +305,17 @@ static int flash_head_size(int C, int NH) {
     return hs;
 }
 
-// The kernels read and write bf16 in pairs, one 32-bit word each.
+// The kernels access bf16 in pairs, 32 bits at a time.
 static void flash_check_aligned(const void* p, const char* name) {
     if ((uintptr_t)p % 4 != 0) fail("flash attention: %s is not 4-byte aligned", name);
 }
 
-template <int HS>
-static void flash_forward_launch(bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH) {
-    dim3 grid(ceil_div((size_t)T, FLASH_ROWS), NH, B);
-    flash_attention_forward_kernel<HS><<<grid, FlashSlices<HS, FLASH_FWD_W>::THREADS>>>(
-        out, lse, qkv, T, C, NH, attention_scale(HS));
-    launch_check(flash_attention_forward_kernel);
-}
-
-template <int HS>
-static void flash_backward_launch(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
-                                  const float* D, int B, int T, int C, int NH) {
-    dim3 grid(ceil_div((size_t)T, FLASH_ROWS), NH, B);
-    float scale = attention_scale(HS);
-    flash_attention_backward_dkv_kernel<HS><<<grid, FlashSlices<HS, FLASH_BWD_W>::THREADS>>>(
-        dqkv, dout, qkv, lse, D, T, C, NH, scale);
-    launch_check(flash_attention_backward_dkv_kernel);
-    flash_attention_backward_dq_kernel<HS><<<grid, FlashSlices<HS, FLASH_BWD_W>::THREADS>>>(
-        dqkv, dout, qkv, lse, D, T, C, NH, scale);
-    launch_check(flash_attention_backward_dq_kernel);
-}
-
-// The forward on the CUDA cores: out (B,T,C) bf16; lse (B,NH,T) float32, the log-sum-exp of each
-// query row's scaled scores, kept for the backward. qkv (B,T,3C) bf16. The bf16 path calls
-// flash_attention_forward_bf16 (gpt2/gpu/flash_attention_mma.cuh), which runs these kernels for
-// the head sizes and alignments the tensor-core ones do not take.
-static void flash_attention_forward_cuda_cores(bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH) {
-    int hs = flash_head_size(C, NH);
-    flash_check_aligned(out, "out");
-    flash_check_aligned(qkv, "qkv");
-    switch (hs) {
-    case 16: flash_forward_launch<16>(out, lse, qkv, B, T, C, NH); break;
-    case 32: flash_forward_launch<32>(out, lse, qkv, B, T, C, NH); break;
-    case 64: flash_forward_launch<64>(out, lse, qkv, B, T, C, NH); break;
-    default: flash_forward_launch<128>(out, lse, qkv, B, T, C, NH); break;
-    }
-}
-
-// D = dO . O for every row, in the shared scratch buffer (B, NH, T), which it returns.
+// D = dO . O for every row, in the scratch buffer (B, NH, T), returned.
 static float* flash_attention_backward_d(const bf16* dout, const bf16* out, int B, int T, int C, int NH) {
     float* D = scratch_floats((size_t)B * NH * T);
     flash_attention_backward_d_kernel<<<ceil_div((size_t)B * T * NH, 256), 256>>>(D, dout, out, B, T, C, NH);
     launch_check(flash_attention_backward_d_kernel);
     return D;
-}
-
-// The backward on the CUDA cores: dqkv (B,T,3C) bf16 is written (not accumulated) with the
-// gradients of Q, K and V; dout (B,T,C) bf16; out and lse from the forward.
-static void flash_attention_backward_cuda_cores(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
-                                                const float* lse, int B, int T, int C, int NH) {
-    int hs = flash_head_size(C, NH);
-    flash_check_aligned(dqkv, "dqkv");
-    flash_check_aligned(dout, "dout");
-    flash_check_aligned(qkv, "qkv");
-    float* D = flash_attention_backward_d(dout, out, B, T, C, NH);
-    switch (hs) {
-    case 16: flash_backward_launch<16>(dqkv, dout, qkv, lse, D, B, T, C, NH); break;
-    case 32: flash_backward_launch<32>(dqkv, dout, qkv, lse, D, B, T, C, NH); break;
-    case 64: flash_backward_launch<64>(dqkv, dout, qkv, lse, D, B, T, C, NH); break;
-    default: flash_backward_launch<128>(dqkv, dout, qkv, lse, D, B, T, C, NH); break;
-    }
 }
 
 #endif // GPT2_GPU_FLASH_ATTENTION_CUH

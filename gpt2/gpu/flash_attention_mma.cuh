@@ -1,8 +1,6 @@
-// gpt2/gpu/flash_attention_mma.cuh: flash attention on the tensor cores, forward and backward, in
-// the manner of FlashAttention-2 (Dao 2023): the products Q K^T, P V and those of the backward run
-// as mma.sync on bf16 fragments, the softmax on the float32 results in registers. Also the bf16
-// path's entry points, flash_attention_forward_bf16 and flash_attention_backward_bf16, which pick
-// these kernels or the CUDA-core ones of gpt2/gpu/flash_attention.cuh.
+// gpt2/gpu/flash_attention_mma.cuh: flash attention on the tensor cores, forward and backward, as
+// FlashAttention-2 (Dao 2023) does it: products as mma.sync on bf16, softmax in float32. Also the
+// bf16 path's entry points, which pick these kernels or those of gpt2/gpu/flash_attention.cuh.
 
 #ifndef GPT2_GPU_FLASH_ATTENTION_MMA_CUH
 #define GPT2_GPU_FLASH_ATTENTION_MMA_CUH
@@ -12,47 +10,16 @@
 #include "flash_attention.cuh"  // the CUDA-core kernels, the D kernel, FLASH_LOG2E, flash_head_size
 #include "matmul_bf16.cuh"      // mma_bf16_16816, ldmatrix_x4(_trans), cp_async16: the instructions
 
-// The arithmetic is that of gpt2/gpu/flash_attention.cuh (online softmax, the backward recomputing
-// P from the log-sum-exp, D_i = dO_i . o_i, one kernel for dK and dV and one for dQ, no atomics);
-// read its opening comment first. What changes is who does the products. On the CUDA cores a
-// thread owned a row and did every multiply-add of its dot products itself; here a warp owns 16
-// rows and hands 16x16 by 16x8 pieces of each product to the tensor cores (mma.sync m16n8k16,
-// the instruction gpt2/gpu/matmul_bf16.cuh's GEMM is made of), which do 4096 multiply-adds per
-// instruction where a CUDA-core FMA does one: on an H100 about 15 times the float32 rate.
-//
-// The forward, for a warp's 16 query rows, walks the keys a tile at a time (TILE rows):
-//     S = Q K^T          (16 x TILE): A = the warp's Q rows, B = the K tile read as K^T
-//     online softmax     on S in registers: the row maxima, the rescale, P = exp2(S - m)
-//     O += P V           (16 x HS): A = P, B = the V tile
-// The accumulator of one mma (a 16x8 tile of float32, 4 values a lane: rows g and g+8, columns
-// 2q and 2q+1 with g = lane/4, q = lane%4) holds, for two neighbouring 8-column tiles, exactly
-// the values the A fragment of a 16x16 operand wants in the same lane (flash_mma_to_a): P goes
-// from the first product to the second without leaving the lane's registers, rounded to bf16 on
-// the way (as FlashAttention-2 does; the softmax itself, m and l, stays in float32). A row's four
-// lanes (the same g) hold its columns between them: its maximum and sum take two shuffles.
-//
-// The backward, for a warp's 16 key rows (dK, dV) walking query tiles, computes the transposes
-// S^T = K Q^T and dP^T = V dO^T, so that P^T and dS^T = P^T (dP^T - D) come out as accumulators
-// of the warp's own key rows, and feed dV += P^T dO and dK += dS^T Q as A operands the same way;
-// for a warp's 16 query rows (dQ) walking key tiles: S = Q K^T, dP = dO V^T, dS = P (dP - D),
-// dQ += dS K. Every output row has one warp that adds its terms in a fixed order: two runs give
-// the same bits.
-//
-// Memory: a block (4 warps, 64 rows) stages its own rows and the other side's tiles in shared
-// memory with cp.async, and ldmatrix reads fragments out of them. Rows are HS bf16 (32 to 256
-// bytes); flash_mma_index swizzles their 16-byte chunks so that the 8 rows one ldmatrix matrix
-// reads fall into 8 different bank groups. The forward loads the next K and V tile while the
-// tensor cores work on this one (two stages); the backward keeps its own rows (K and V, or Q and
-// dO) in shared memory for the whole walk and loads the other side's two tiles as two cp.async
-// groups, starting on the first product when the first tile has landed. Results leave through
-// shared memory too: each warp writes its fragments into its own rows there, then the block
-// stores whole rows, 16 bytes a thread, consecutive threads on consecutive bytes.
-//
-// Head sizes 16, 32, 64 and 128 (a multiple of 16 is the mma's k; powers of two keep the swizzle
-// inside a row). TILE is 64 rows, 32 for HS = 128, so that shared memory stays within the 48 KiB
-// a block may declare statically: forward 64 Q rows + 2 stages of K and V tiles, dK/dV 64 K and V
-// rows + a Q and a dO tile, dQ 64 Q and dO rows + a K and a V tile, each at most 48 KiB.
+// The arithmetic of gpt2/gpu/flash_attention.cuh (read it first); a warp owns 16 rows and gives
+// the products to the tensor cores (mma.sync m16n8k16). Forward, per key tile:
+//     S = Q K^T (16 x TILE),  online softmax on S in registers,  O += P V (16 x HS)
+// An mma's accumulators are in the lane that needs them as the next A fragment (flash_mma_to_a):
+// P stays in registers, rounded to bf16 (m and l stay float32). The dK/dV kernel computes
+// S^T = K Q^T and dP^T = V dO^T so P^T, dS^T come out as its own rows' accumulators; the dQ
+// kernel S = Q K^T, dP = dO V^T. Design, staging and swizzle: doc/gpu.md "Kernel notes".
 
+// Head sizes 16 to 128 (mma's k is 16; powers of two keep the swizzle inside a row). TILE is 32
+// rows for HS = 128, else 64, so that each kernel's shared memory fits the static 48 KiB.
 #define FLASH_MMA_ROWS 64     // rows a block owns: 16 per warp
 #define FLASH_MMA_THREADS 128 // 4 warps
 
@@ -62,11 +29,9 @@ struct FlashMma {
     static_assert(HS == 16 || HS == 32 || HS == 64 || HS == 128, "head sizes 16, 32, 64 or 128");
 };
 
-// The index in a tile of HS-wide rows of element e of row r. A row is HS/8 chunks of 16 bytes;
-// ldmatrix reads one chunk from each of 8 consecutive rows, which unswizzled would share bank
-// groups (rows of 128 or 256 bytes all start in bank 0; rows of 32 or 64 bytes repeat every 4 or
-// 2 rows). XOR-ing the chunk number with bits of the row number that change within those 8 rows
-// puts the 8 chunks into the 8 different 16-byte bank groups of a 128-byte line.
+// The index of element e of row r in a tile of HS-wide rows. ldmatrix reads a 16-byte chunk from
+// each of 8 consecutive rows; XOR-ing the chunk number with bits of the row number puts those 8
+// chunks in 8 different bank groups, where unswizzled they would share some.
 template <int HS>
 __device__ __forceinline__ int flash_mma_index(int r, int e) {
     constexpr int chunks = HS / 8;
@@ -74,8 +39,8 @@ __device__ __forceinline__ int flash_mma_index(int r, int e) {
     return r * HS + (((e >> 3) ^ swizzle) << 3) + (e & 7);
 }
 
-// Rows r0 .. r0+ROWS-1 of one head (row r: HS bf16 at src + r * ld, 16-byte aligned) into a
-// tile, by cp.async; rows at or past T become zeros. The caller commits the group.
+// Rows r0 .. r0+ROWS-1 (HS bf16 at src + r * ld, 16-byte aligned) into a tile by cp.async;
+// rows from T on become zeros. The caller commits the group.
 template <int HS, int ROWS>
 __device__ __forceinline__ void flash_mma_stage(bf16* tile, const bf16* src, size_t ld, int r0, int T) {
     for (int f = threadIdx.x; f < ROWS * HS / 8; f += FLASH_MMA_THREADS) {
@@ -85,8 +50,19 @@ __device__ __forceinline__ void flash_mma_stage(bf16* tile, const bf16* src, siz
     }
 }
 
-// The A fragments of rows r0 .. r0+15 of a tile, across the head: a[kk] is the 16x16 piece of
-// columns 16kk .. 16kk+15 (matrices (rows 0-7, k 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15)).
+// The backward's step: rows r0.. of x and of y as two cp.async groups, then a wait for x only,
+// so that the first product starts while y is on its way.
+template <int HS, int TILE>
+__device__ __forceinline__ void flash_mma_stage_two(bf16* x_s, const bf16* x, size_t x_ld, bf16* y_s, const bf16* y,
+                                                    size_t y_ld, int r0, int T) {
+    flash_mma_stage<HS, TILE>(x_s, x, x_ld, r0, T);
+    cp_async_commit();
+    flash_mma_stage<HS, TILE>(y_s, y, y_ld, r0, T);
+    cp_async_commit();
+    cp_async_wait<1>();
+}
+
+// The A fragments of rows r0 .. r0+15 of a tile: a[kk], columns 16kk .. 16kk+15.
 template <int HS>
 __device__ __forceinline__ void flash_mma_load_a(uint32_t (*a)[4], const bf16* tile, int r0, int lane) {
 #pragma unroll
@@ -94,8 +70,8 @@ __device__ __forceinline__ void flash_mma_load_a(uint32_t (*a)[4], const bf16* t
         ldmatrix_x4(a[kk], tile + flash_mma_index<HS>(r0 + lane % 16, kk * 16 + (lane / 16) * 8));
 }
 
-// acc (16 x N, as N/8 tiles of 16x8) += A X^T, A the warp's 16 x HS fragments, X rows 0..N-1 of
-// a tile: B(k = d, n) = X[n][d], whose rows run along k, as ldmatrix reads them untransposed.
+// acc (16 x N, N/8 tiles of 16x8) += A X^T, X rows 0..N-1 of a tile: B(k = d, n) = X[n][d],
+// rows along k, as ldmatrix reads them untransposed.
 template <int HS, int N>
 __device__ __forceinline__ void flash_mma_abt(float (*acc)[4], const uint32_t (*a)[4], const bf16* tile, int lane) {
 #pragma unroll
@@ -109,8 +85,7 @@ __device__ __forceinline__ void flash_mma_abt(float (*acc)[4], const uint32_t (*
         }
 }
 
-// acc (16 x HS) += A X, A the warp's 16 x K fragments, X rows 0..K-1 of a tile: B(k, n = d) =
-// X[k][d], whose rows run along n: ldmatrix's .trans form.
+// acc (16 x HS) += A X, X rows 0..K-1 of a tile: B(k, n = d) = X[k][d], rows along n: .trans.
 template <int HS, int K>
 __device__ __forceinline__ void flash_mma_ab(float (*acc)[4], const uint32_t (*a)[4], const bf16* tile, int lane) {
 #pragma unroll
@@ -130,9 +105,8 @@ __device__ __forceinline__ uint32_t flash_mma_pack(float lo, float hi) {
            (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(hi)) << 16;
 }
 
-// Accumulators of a 16 x K result (K/8 tiles of 16x8) as the A fragments of a 16 x K operand:
-// the lane holding C[g][2q, 2q+1] and C[g+8][2q, 2q+1] of tiles 2kk and 2kk+1 is the lane that
-// needs A[g][2q, 2q+1], A[g+8][...], A[g][2q+8, +9], A[g+8][2q+8, +9] of k-step kk.
+// A 16 x K result's accumulators as the A fragments of a 16 x K operand: C[g][2q, 2q+1] and
+// C[g+8][2q, 2q+1] of tiles 2kk, 2kk+1 are in the lane that needs them for k-step kk.
 template <int K>
 __device__ __forceinline__ void flash_mma_to_a(uint32_t (*a)[4], const float (*c)[4]) {
 #pragma unroll
@@ -165,8 +139,8 @@ __device__ __forceinline__ void flash_mma_put(bf16* tile, const float (*acc)[4],
         }
 }
 
-// Rows 0 .. FLASH_MMA_ROWS-1 of a tile out to dst + (r0 + r) * ld, those before T: 16 bytes a
-// thread, a row's chunks to consecutive threads.
+// Rows 0 .. FLASH_MMA_ROWS-1 of a tile to dst + (r0 + r) * ld, those before T: 16 bytes a thread,
+// consecutive threads on consecutive chunks (coalesced).
 template <int HS>
 __device__ __forceinline__ void flash_mma_store(bf16* dst, size_t ld, const bf16* tile, int r0, int T) {
     for (int f = threadIdx.x; f < FLASH_MMA_ROWS * HS / 8; f += FLASH_MMA_THREADS) {
@@ -203,8 +177,7 @@ flash_attention_forward_mma_kernel(bf16* out, float* lse, const bf16* qkv, int T
     flash_mma_zero<HS>(o);
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows g and g+8; l: this lane's columns
     for (int kt = 0; kt < tiles; kt++) {
-        // The next tile into the other stage, which every warp left at the barrier ending the
-        // previous step; then wait for this one (all groups but the newest).
+        // The next tile into the other stage (free since the last barrier); wait for this one.
         if (kt + 1 < tiles) {
             flash_mma_stage<HS, TILE>(kv_s[(kt + 1) % 2][0], head + C, ld, (kt + 1) * TILE, T);
             flash_mma_stage<HS, TILE>(kv_s[(kt + 1) % 2][1], head + 2 * C, ld, (kt + 1) * TILE, T);
@@ -229,8 +202,7 @@ flash_attention_forward_mma_kernel(bf16* out, float* lse, const bf16* qkv, int T
                     s[j][e] = v;
                     mx[e >> 1] = fmaxf(mx[e >> 1], v);
                 }
-            // Key 0 is in every row's first tile, so the maximum is finite from the first step on:
-            // exp2f(m - mx) is 0 there (m = -inf, and o and l are still 0) and finite after.
+            // Key 0 is in every row's first tile: mx is finite, exp2f(m - mx) 0 at the first step.
             float rescale[2];
 #pragma unroll
             for (int r = 0; r < 2; r++) {
@@ -281,21 +253,21 @@ flash_attention_forward_mma_kernel(bf16* out, float* lse, const bf16* qkv, int T
 // warp owns 16 keys and walks the query tiles from the block's first key on.
 template <int HS>
 __global__ void __launch_bounds__(FLASH_MMA_THREADS)
-flash_attention_backward_dkv_mma_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
-                                        const float* D, int T, int C, int NH, float scale) {
+flash_attention_backward_dkv_mma_kernel(FlashBackward a) {
     constexpr int TILE = FlashMma<HS>::TILE;
     __shared__ __align__(128) bf16 k_s[FLASH_MMA_ROWS * HS], v_s[FLASH_MMA_ROWS * HS];
     __shared__ __align__(128) bf16 q_s[TILE * HS], do_s[TILE * HS];
+    int T = a.T, C = a.C, NH = a.NH;
     int h = blockIdx.y, b = blockIdx.z;
     int row0 = blockIdx.x * FLASH_MMA_ROWS;  // the first keys see the most queries: they start first
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
     int wkey = row0 + warp * 16;  // the warp's first key
     size_t ld = 3 * (size_t)C;
-    const bf16* head = qkv + (size_t)b * T * ld + h * HS;
-    const bf16* do_head = dout + (size_t)b * T * C + h * HS;
-    const float* lse_row = lse + ((size_t)b * NH + h) * T;
-    const float* d_row = D + ((size_t)b * NH + h) * T;
-    float sc = scale * FLASH_LOG2E;
+    const bf16* head = a.qkv + (size_t)b * T * ld + h * HS;
+    const bf16* do_head = a.dout + (size_t)b * T * C + h * HS;
+    const float* lse_row = a.lse + ((size_t)b * NH + h) * T;
+    const float* d_row = a.D + ((size_t)b * NH + h) * T;
+    float sc = a.scale * FLASH_LOG2E;
 
     flash_mma_stage<HS, FLASH_MMA_ROWS>(k_s, head + C, ld, row0, T);
     flash_mma_stage<HS, FLASH_MMA_ROWS>(v_s, head + 2 * C, ld, row0, T);
@@ -305,11 +277,7 @@ flash_attention_backward_dkv_mma_kernel(bf16* dqkv, const bf16* dout, const bf16
     flash_mma_zero<HS>(dv);
     for (int i0 = row0; i0 < T; i0 += TILE) {
         __syncthreads();  // every warp is done with the previous tiles
-        flash_mma_stage<HS, TILE>(q_s, head, ld, i0, T);
-        cp_async_commit();
-        flash_mma_stage<HS, TILE>(do_s, do_head, C, i0, T);
-        cp_async_commit();
-        cp_async_wait<1>();  // K, V and this Q tile; dO may still be on its way
+        flash_mma_stage_two<HS, TILE>(q_s, head, ld, do_s, do_head, C, i0, T);  // K, V and this Q tile
         __syncthreads();
         bool active = wkey <= i0 + TILE - 1;  // some query of the tile sees a key of the warp
         float p[TILE / 8][4];                 // P^T: the warp's keys x the tile's queries
@@ -348,10 +316,10 @@ flash_attention_backward_dkv_mma_kernel(bf16* dqkv, const bf16* dout, const bf16
         }
     }
     __syncthreads();  // every warp is done reading k_s and v_s: each now takes its own rows
-    flash_mma_put<HS>(k_s, dk, warp * 16, lane, scale);
+    flash_mma_put<HS>(k_s, dk, warp * 16, lane, a.scale);
     flash_mma_put<HS>(v_s, dv, warp * 16, lane, 1.0f);
     __syncthreads();
-    bf16* dhead = dqkv + (size_t)b * T * ld + h * HS;
+    bf16* dhead = a.dqkv + (size_t)b * T * ld + h * HS;
     flash_mma_store<HS>(dhead + C, ld, k_s, row0, T);
     flash_mma_store<HS>(dhead + 2 * C, ld, v_s, row0, T);
 }
@@ -360,29 +328,29 @@ flash_attention_backward_dkv_mma_kernel(bf16* dqkv, const bf16* dout, const bf16
 // owns 16 queries and walks the key tiles up to the block's last query.
 template <int HS>
 __global__ void __launch_bounds__(FLASH_MMA_THREADS)
-flash_attention_backward_dq_mma_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
-                                       const float* D, int T, int C, int NH, float scale) {
+flash_attention_backward_dq_mma_kernel(FlashBackward a) {
     constexpr int TILE = FlashMma<HS>::TILE;
     __shared__ __align__(128) bf16 q_s[FLASH_MMA_ROWS * HS], do_s[FLASH_MMA_ROWS * HS];
     __shared__ __align__(128) bf16 k_s[TILE * HS], v_s[TILE * HS];
+    int T = a.T, C = a.C, NH = a.NH;
     int h = blockIdx.y, b = blockIdx.z;
     int row0 = (gridDim.x - 1 - blockIdx.x) * FLASH_MMA_ROWS;  // the longest rows first
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
     int wrow = row0 + warp * 16;
     size_t ld = 3 * (size_t)C;
-    const bf16* head = qkv + (size_t)b * T * ld + h * HS;
-    float sc = scale * FLASH_LOG2E;
+    const bf16* head = a.qkv + (size_t)b * T * ld + h * HS;
+    float sc = a.scale * FLASH_LOG2E;
     float lse2[2], d_i[2];  // rows g and g+8, lse in base 2
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         int i = wrow + g + 8 * r;
         size_t at = ((size_t)b * NH + h) * T + i;
-        lse2[r] = i < T ? lse[at] * FLASH_LOG2E : 0.0f;
-        d_i[r] = i < T ? D[at] : 0.0f;
+        lse2[r] = i < T ? a.lse[at] * FLASH_LOG2E : 0.0f;
+        d_i[r] = i < T ? a.D[at] : 0.0f;
     }
 
     flash_mma_stage<HS, FLASH_MMA_ROWS>(q_s, head, ld, row0, T);
-    flash_mma_stage<HS, FLASH_MMA_ROWS>(do_s, dout + (size_t)b * T * C + h * HS, C, row0, T);
+    flash_mma_stage<HS, FLASH_MMA_ROWS>(do_s, a.dout + (size_t)b * T * C + h * HS, C, row0, T);
     cp_async_commit();
     uint32_t qa[HS / 16][4], doa[HS / 16][4];
     float dq[HS / 8][4];
@@ -390,11 +358,7 @@ flash_attention_backward_dq_mma_kernel(bf16* dqkv, const bf16* dout, const bf16*
     int key_end = min(row0 + FLASH_MMA_ROWS, T);
     for (int k0 = 0; k0 < key_end; k0 += TILE) {
         __syncthreads();
-        flash_mma_stage<HS, TILE>(k_s, head + C, ld, k0, T);
-        cp_async_commit();
-        flash_mma_stage<HS, TILE>(v_s, head + 2 * C, ld, k0, T);
-        cp_async_commit();
-        cp_async_wait<1>();  // Q, dO and this K tile
+        flash_mma_stage_two<HS, TILE>(k_s, head + C, ld, v_s, head + 2 * C, ld, k0, T);  // Q, dO and this K tile
         __syncthreads();
         if (k0 == 0) {
             flash_mma_load_a<HS>(qa, q_s, warp * 16, lane);
@@ -429,18 +393,17 @@ flash_attention_backward_dq_mma_kernel(bf16* dqkv, const bf16* dout, const bf16*
         }
     }
     __syncthreads();  // every warp is done with q_s: each now takes its own rows
-    flash_mma_put<HS>(q_s, dq, warp * 16, lane, scale);
+    flash_mma_put<HS>(q_s, dq, warp * 16, lane, a.scale);
     __syncthreads();
-    flash_mma_store<HS>(dqkv + (size_t)b * T * ld + h * HS, ld, q_s, row0, T);
+    flash_mma_store<HS>(a.dqkv + (size_t)b * T * ld + h * HS, ld, q_s, row0, T);
 }
 
 // ---------- the bf16 path's flash attention: which kernels run ----------
 
 enum FlashKernels { FLASH_AUTO, FLASH_CUDA_CORES, FLASH_TENSOR_CORES };
 
-// The tensor-core kernels take head sizes 16 to 128 and copy 16 bytes at a time, so every row
-// they touch must start 16-byte aligned: the tensors' starts (a row is C or 3C bf16, and C, a
-// multiple of the head size, is a multiple of 16). Anything else runs on the CUDA cores.
+// The tensor-core kernels copy 16 bytes at a time: the tensors must start 16-byte aligned (rows
+// then are too, C being a multiple of 16). Anything else runs on the CUDA cores.
 static bool flash_mma_takes(int hs, const void* a, const void* b, const void* c) {
     return (hs == 16 || hs == 32 || hs == 64 || hs == 128) && aligned16(a) && aligned16(b) && aligned16(c);
 }
@@ -452,53 +415,74 @@ static FlashKernels flash_choose(FlashKernels want, bool mma_ok) {
     return want;
 }
 
+// Both kinds of kernels for head size HS: on the tensor cores (mma) or on the CUDA cores.
 template <int HS>
-static void flash_mma_forward_launch(bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH) {
-    dim3 grid(ceil_div((size_t)T, FLASH_MMA_ROWS), NH, B);
-    flash_attention_forward_mma_kernel<HS><<<grid, FLASH_MMA_THREADS>>>(out, lse, qkv, T, C, NH, attention_scale(HS));
-    launch_check(flash_attention_forward_mma_kernel);
+static void flash_forward_launch(bool mma, bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH) {
+    float scale = attention_scale(HS);
+    if (mma) {
+        dim3 grid(ceil_div((size_t)T, FLASH_MMA_ROWS), NH, B);
+        flash_attention_forward_mma_kernel<HS><<<grid, FLASH_MMA_THREADS>>>(out, lse, qkv, T, C, NH, scale);
+        launch_check(flash_attention_forward_mma_kernel);
+    } else {
+        dim3 grid(ceil_div((size_t)T, FLASH_ROWS), NH, B);
+        flash_attention_forward_kernel<HS><<<grid, FlashSlices<HS, FLASH_FWD_W>::THREADS>>>(out, lse, qkv, T, C, NH,
+                                                                                          scale);
+        launch_check(flash_attention_forward_kernel);
+    }
 }
 
+// The dK/dV kernel, then the dQ kernel, of either kind.
 template <int HS>
-static void flash_mma_backward_launch(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
-                                      const float* D, int B, int T, int C, int NH) {
-    dim3 grid(ceil_div((size_t)T, FLASH_MMA_ROWS), NH, B);
-    float scale = attention_scale(HS);
-    flash_attention_backward_dkv_mma_kernel<HS><<<grid, FLASH_MMA_THREADS>>>(dqkv, dout, qkv, lse, D, T, C, NH, scale);
-    launch_check(flash_attention_backward_dkv_mma_kernel);
-    flash_attention_backward_dq_mma_kernel<HS><<<grid, FLASH_MMA_THREADS>>>(dqkv, dout, qkv, lse, D, T, C, NH, scale);
-    launch_check(flash_attention_backward_dq_mma_kernel);
+static void flash_backward_launch(bool mma, FlashBackward a, int B) {
+    a.scale = attention_scale(HS);
+    if (mma) {
+        dim3 grid(ceil_div((size_t)a.T, FLASH_MMA_ROWS), a.NH, B);
+        flash_attention_backward_dkv_mma_kernel<HS><<<grid, FLASH_MMA_THREADS>>>(a);
+        launch_check(flash_attention_backward_dkv_mma_kernel);
+        flash_attention_backward_dq_mma_kernel<HS><<<grid, FLASH_MMA_THREADS>>>(a);
+        launch_check(flash_attention_backward_dq_mma_kernel);
+    } else {
+        dim3 grid(ceil_div((size_t)a.T, FLASH_ROWS), a.NH, B);
+        flash_attention_backward_dkv_kernel<HS><<<grid, FlashSlices<HS, FLASH_BWD_W>::THREADS>>>(a);
+        launch_check(flash_attention_backward_dkv_kernel);
+        flash_attention_backward_dq_kernel<HS><<<grid, FlashSlices<HS, FLASH_BWD_W>::THREADS>>>(a);
+        launch_check(flash_attention_backward_dq_kernel);
+    }
 }
 
 // The forward with the kernels chosen (FLASH_AUTO: the tensor cores where they can run it).
 static void flash_attention_forward_with(FlashKernels kernels, bf16* out, float* lse, const bf16* qkv, int B, int T,
                                          int C, int NH) {
     int hs = flash_head_size(C, NH);
-    if (flash_choose(kernels, flash_mma_takes(hs, out, qkv, qkv)) == FLASH_CUDA_CORES) {
-        flash_attention_forward_cuda_cores(out, lse, qkv, B, T, C, NH);
-        return;
+    bool mma = flash_choose(kernels, flash_mma_takes(hs, out, qkv, qkv)) == FLASH_TENSOR_CORES;
+    if (!mma) {
+        flash_check_aligned(out, "out");
+        flash_check_aligned(qkv, "qkv");
     }
     switch (hs) {
-    case 16: flash_mma_forward_launch<16>(out, lse, qkv, B, T, C, NH); break;
-    case 32: flash_mma_forward_launch<32>(out, lse, qkv, B, T, C, NH); break;
-    case 64: flash_mma_forward_launch<64>(out, lse, qkv, B, T, C, NH); break;
-    default: flash_mma_forward_launch<128>(out, lse, qkv, B, T, C, NH); break;
+    case 16: flash_forward_launch<16>(mma, out, lse, qkv, B, T, C, NH); break;
+    case 32: flash_forward_launch<32>(mma, out, lse, qkv, B, T, C, NH); break;
+    case 64: flash_forward_launch<64>(mma, out, lse, qkv, B, T, C, NH); break;
+    default: flash_forward_launch<128>(mma, out, lse, qkv, B, T, C, NH); break;
     }
 }
 
 static void flash_attention_backward_with(FlashKernels kernels, bf16* dqkv, const bf16* dout, const bf16* qkv,
                                           const bf16* out, const float* lse, int B, int T, int C, int NH) {
     int hs = flash_head_size(C, NH);
-    if (flash_choose(kernels, flash_mma_takes(hs, dqkv, dout, qkv)) == FLASH_CUDA_CORES) {
-        flash_attention_backward_cuda_cores(dqkv, dout, qkv, out, lse, B, T, C, NH);
-        return;
+    bool mma = flash_choose(kernels, flash_mma_takes(hs, dqkv, dout, qkv)) == FLASH_TENSOR_CORES;
+    if (!mma) {
+        flash_check_aligned(dqkv, "dqkv");
+        flash_check_aligned(dout, "dout");
+        flash_check_aligned(qkv, "qkv");
     }
     float* D = flash_attention_backward_d(dout, out, B, T, C, NH);
+    FlashBackward a = {dqkv, dout, qkv, lse, D, T, C, NH, 0.0f};  // the launcher sets the scale
     switch (hs) {
-    case 16: flash_mma_backward_launch<16>(dqkv, dout, qkv, lse, D, B, T, C, NH); break;
-    case 32: flash_mma_backward_launch<32>(dqkv, dout, qkv, lse, D, B, T, C, NH); break;
-    case 64: flash_mma_backward_launch<64>(dqkv, dout, qkv, lse, D, B, T, C, NH); break;
-    default: flash_mma_backward_launch<128>(dqkv, dout, qkv, lse, D, B, T, C, NH); break;
+    case 16: flash_backward_launch<16>(mma, a, B); break;
+    case 32: flash_backward_launch<32>(mma, a, B); break;
+    case 64: flash_backward_launch<64>(mma, a, B); break;
+    default: flash_backward_launch<128>(mma, a, B); break;
     }
 }
 

@@ -1,8 +1,7 @@
 // gpt2/gpu/matmul_fp32.cuh: the float32 path's matrix products: one register-tiled SGEMM on the
-// CUDA cores (gemm_fp32; the bf16 path's twin on the tensor cores is gemm_bf16, in
-// gpt2/gpu/matmul_bf16.cuh), the linear layer forward and backward on it (gpt2/cpu_layers.h:
-// matmul_forward, matmul_backward), and the bias gradient both paths use. Build with
-// USE_CUBLAS=1 to swap cuBLAS in for the linear layers, for comparison only.
+// CUDA cores (gemm_fp32; its tensor-core twin: gemm_bf16), the linear layer on it
+// (gpt2/cpu_layers.h: matmul_forward, matmul_backward), and the bias gradient of both paths.
+// USE_CUBLAS=1 swaps cuBLAS in for the linear layers, for comparison only.
 
 #ifndef GPT2_GPU_MATMUL_FP32_CUH
 #define GPT2_GPU_MATMUL_FP32_CUH
@@ -14,25 +13,16 @@
 
 // ---------- the float32 GEMM ----------
 //
-// One SGEMM kernel, gemm_fp32_kernel, for every product of the float32 path:
-//   C(m,n) = alpha * sum_k A(m,k) B(k,n)  [+ bias(n)]  [+ C(m,n) if accumulate]
-// with A(m,k) = A[m*lda + k], or A[k*lda + m] when TA (A stored transposed), and likewise
-// B(k,n) = B[k*ldb + n], or B[n*ldb + k] when TB. A batch runs over blockIdx.z: batch z uses
-// A + (z / inner) * strideA[0] + (z % inner) * strideA[1], the same for B and C; the attention
-// uses that to address head h of sequence b inside the (B, T, 3C) qkv tensor.
-//
-// Tiling (the classic register-blocked SGEMM): a block computes a BM x BN tile of C with
-// (BM/TM) x (BN/TN) threads, each TM x TN outputs held in registers. For every BK-wide slice of
-// k, the block stages a BM x BK tile of A and a BK x BN tile of B in shared memory, both stored
-// k-major, so each thread reads its TM values of A and TN values of B for one k as float4s and
-// does TM*TN FMAs with them: 2*TM*TN flops per (TM+TN) shared-memory reads instead of 2 per 2.
-// A thread's outputs are 4-wide groups spaced 4*BN/TN apart (not one contiguous run of TN),
-// so that the 8 threads of a quarter warp read 8 consecutive float4s: no bank conflicts.
+// C(m,n) = alpha * sum_k A(m,k) B(k,n) [+ bias(n)] [+ C(m,n) if accumulate], A(m,k) = A[m*lda + k]
+// or A[k*lda + m] when TA, B likewise with TB. Batch z (blockIdx.z) adds (z / inner) * stride[0]
+// + (z % inner) * stride[1] to each pointer: attention's (sequence, head).
+// Register-blocked: a thread keeps TM x TN outputs; per BK slice of k, A and B tiles are staged
+// k-major, so TM*TN FMAs cost TM+TN float4 reads. A thread's columns are 4-wide groups 4*BN/TN
+// apart, so a quarter warp reads 8 consecutive float4s: no bank conflicts (doc/gpu.md "The kernels").
 
 enum { CAUSAL_NONE, CAUSAL_OUT_LOWER, CAUSAL_A_LOWER, CAUSAL_A_UPPER };
-// CAUSAL_OUT_LOWER: only C(m,n) with n <= m is needed: tiles entirely above the diagonal are
-//   skipped (left unwritten). CAUSAL_A_LOWER: A(m,k) = 0 for k > m, so k stops at the tile's
-//   last row. CAUSAL_A_UPPER: A(m,k) = 0 for k < m, so k starts at the tile's first row.
+// OUT_LOWER: only n <= m is needed, tiles above the diagonal are left unwritten. A_LOWER: A(m,k)
+// = 0 for k > m (k stops at the tile's last row); A_UPPER: 0 for k < m (k starts at its first).
 
 typedef struct {
     const float* A;
@@ -47,11 +37,10 @@ typedef struct {
     int accumulate;     // 1: C += result; 0: C = result
     int causal;
     int vecA, vecB, vecC;  // 1 when rows of A / B / C (and bias) may be read as aligned float4
-    int slice_k;        // split-K (gemm_fp32 sets it): blockIdx.z is a slice of k this long; 0: all of k
+    int slice_k;        // split-K: blockIdx.z is a slice of k this long; 0: all of k
 } GemmFp32Args;
 
-// Loads p[r*ld + c .. c+3] with zeros outside rows [0, R) and columns [0, Cn). The float4 path
-// needs ld and p 16-byte aligned (vec) and c a multiple of 4 (always true here).
+// p[r*ld + c .. c+3], zeros outside [0, R) x [0, Cn); one float4 when vec (aligned) allows.
 __device__ __forceinline__ float4 load_tile4(const float* p, long long ld, int r, int c, int R, int Cn, int vec) {
     float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     if (r >= R) return v;
@@ -64,8 +53,7 @@ __device__ __forceinline__ float4 load_tile4(const float* p, long long ld, int r
     return v;
 }
 
-// Stages the BM x BK tile of A at (m0, k0) in shared memory, k-major (As[k][m]), zeros outside
-// rows [0, M) and columns [k0, k_end). The NT threads of the block share the float4 loads.
+// Stages the BM x BK tile of A at (m0, k0), k-major (As[k][m]), zeros outside the matrix.
 template <int BM, int BK, int NT, bool TA>
 __device__ __forceinline__ void stage_tile_a(float (*As)[BM + 4], const float* A, const GemmFp32Args& g,
                                              int m0, int k0, int k_end) {
@@ -97,8 +85,7 @@ __device__ __forceinline__ void stage_tile_b(float (*Bs)[BN + 4], const float* B
     }
 }
 
-// Writes r = alpha * (four accumulators) to C[m, n..n+3] of the row crow, plus bias and the old
-// C when asked: one float4 where the row allows it, else column by column up to N.
+// C[m, n..n+3] of row crow = r (+ bias, + old C): one float4 where allowed, else up to N.
 __device__ __forceinline__ void store_c4(float* crow, int n, float4 r, const GemmFp32Args& g) {
     if (g.vecC && n + 3 < g.N) {
         if (g.bias != NULL) {
@@ -120,15 +107,13 @@ __device__ __forceinline__ void store_c4(float* crow, int n, float4 r, const Gem
     }
 }
 
-// __launch_bounds__(threads, 2): at most 128 registers a thread, so that two blocks share an SM
-// and one block's loads overlap the other's FMAs.
+// __launch_bounds__(threads, 2): two blocks an SM, one's loads overlapping the other's FMAs.
 template <int BM, int BN, int BK, int TM, int TN, bool TA, bool TB>
 __global__ void __launch_bounds__((BM / TM) * (BN / TN), 2) gemm_fp32_kernel(GemmFp32Args g) {
     constexpr int NT = (BM / TM) * (BN / TN);  // threads per block
     constexpr int TX = BN / TN;                // threads along n
     constexpr int GM = 4 * BM / TM, GN = 4 * BN / TN;  // spacing of a thread's 4-wide groups
-    // +4 columns of padding: the transposed stores (As[k][m] for k-contiguous A) would otherwise
-    // hit the same bank for k and k+8; a multiple of 4 keeps float4 reads aligned.
+    // +4 columns: the transposed stores would otherwise hit one bank for k and k+8; float4-aligned.
     __shared__ __align__(16) float As[BK][BM + 4];
     __shared__ __align__(16) float Bs[BK][BN + 4];
 
@@ -178,7 +163,7 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN), 2) gemm_fp32_kernel(Gem
         __syncthreads();  // everyone done reading before the next tiles overwrite them
     }
 
-    // Write back: row m = m0 + (i/4)*GM + ty*4 + i%4, columns in 4-wide groups.
+    // Row m = m0 + (i/4)*GM + ty*4 + i%4, columns in 4-wide groups.
 #pragma unroll
     for (int i = 0; i < TM; i++) {
         int m = m0 + (i / 4) * GM + ty * 4 + i % 4;
@@ -209,32 +194,15 @@ __global__ void add_bias_kernel(float* out, const float* bias, int M, int N) {
 
 // ---------- split-K: more blocks for products with few output tiles ----------
 //
-// A block computes one tile of C over all of k. A product whose C has few tiles but whose k is
-// long, above all a weight gradient (dweight (OC, C) += dout^T inp, k = B*T), leaves the GPU
-// half idle: dweight of GPT-2 124M's 768x768 attention projection at B=8, T=1024 is 144 tiles of
-// 64x64 for 132 SMs, so most SMs hold one block and a few two, for the whole product. Split-K
-// cuts k into S slices: block (tile, s) computes the tile's partial product over slice s into a
-// float32 scratch buffer (scratch_floats), then a second kernel adds each element's S partials in
-// a fixed order (slice 0, 1, ...), so that every run gives the same bits, and applies the
-// epilogue (alpha, bias, old C; the bf16 GEMM's GELU and residual as well).
-//
-// S: enough slices for about two blocks per SM, ceil(2 SMs / tiles), each slice a whole number of k
-// tiles and at least SPLITK_MIN_K long (the last one may be shorter), at most SPLITK_MAX of them.
-// The price: each slice writes an M x N partial that the second kernel reads back, S*M*N*4*2 bytes
-// of extra memory traffic, and one more launch. For the attention projection's dweight: S = 2 (288
-// blocks, two or three half-length ones per SM instead of one or two whole ones), 2*768*768*4*2 =
-// 9.4 MB, about 3 us at an H100's 3.35 TB/s, next to a product of 9.7 GFLOP that takes tens of
-// microseconds on the tensor cores and hundreds in the SGEMM (estimates: unmeasured). Shorter
-// slices would spend on their partials (16 KiB written and read back per 64x64 tile) a large share
-// of what they spend reading operands (128 x k elements: 64 KiB of bf16 at k = 256). The scratch
-// stays small: S*tiles < 2 SMs + tiles < 4 SMs tiles of 64x64 floats, 8.25 MiB at 132 SMs. Split-K
-// runs in 64x64 tiles only: a product with enough 128x128 tiles to use them has enough blocks.
+// A product with few tiles of C and a long k (a weight gradient: k = B*T) leaves SMs idle; k is
+// cut into slices, blocks (tile, slice) leave partial products in scratch, and a second kernel
+// adds them in slice order (the same bits every run) and applies the epilogue. The plan and its
+// cost: doc/gpu.md "The kernels" (Split-K). Only 64x64 tiles split.
 #define SPLITK_MIN_K 256  // the shortest slice of k
 #define SPLITK_MAX 16     // the most slices
 
-// The number of slices for a product of `tiles` output tiles with K along k, read in tiles of
-// bk; *slice_k gets a slice's length (a multiple of bk; the last slice may be shorter). 1: no
-// split (and *slice_k = 0).
+// Slices for `tiles` output tiles and K along k read bk at a time, about two blocks an SM;
+// *slice_k gets a slice's length (a multiple of bk). 1: no split (*slice_k = 0).
 static int splitk_plan(size_t tiles, int K, int bk, int* slice_k) {
     size_t want = (size_t)2 * cuda_num_sms;
     int s = tiles >= want ? 1 : (int)((want + tiles - 1) / tiles);
@@ -247,10 +215,8 @@ static int splitk_plan(size_t tiles, int K, int bk, int* slice_k) {
     return ceil_div(K, *slice_k);  // per was rounded up: there may be fewer slices than s
 }
 
-// Split-K's second kernel for the SGEMM: C(m,n) = alpha * (sum of the slices' partials, in
-// slice order) [+ bias(n)] [+ C(m,n)], as the one-pass kernel's store_c4. partial holds the
-// slices one after another, each (M, N) with rows of N. One thread per element: consecutive
-// threads read consecutive floats of each partial and write consecutive floats of C (coalesced).
+// Split-K's second kernel: C(m,n) = alpha * (the slices' (M, N) partials, in order) [+ bias]
+// [+ C], as store_c4. One thread per element (coalesced).
 __global__ void gemm_fp32_splitk_reduce_kernel(GemmFp32Args g, const float* partial, int slices) {
     size_t MN = (size_t)g.M * g.N, idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= MN) return;
@@ -264,8 +230,7 @@ __global__ void gemm_fp32_splitk_reduce_kernel(GemmFp32Args g, const float* part
     *c = v;
 }
 
-// Launches the SGEMM kernel on `batch` products (blockIdx.z; split-K's slices too) in tiles of
-// 128x128 (big) or 64x64.
+// The SGEMM on `batch` products (blockIdx.z; or split-K's slices) in 128x128 (big) or 64x64 tiles.
 static void gemm_fp32_launch(GemmFp32Args g, bool ta, bool tb, int batch, bool big) {
     g.vecA = aligned16(g.A) && g.lda % 4 == 0 && g.strideA[0] % 4 == 0 && g.strideA[1] % 4 == 0;
     g.vecB = aligned16(g.B) && g.ldb % 4 == 0 && g.strideB[0] % 4 == 0 && g.strideB[1] % 4 == 0;
@@ -296,26 +261,21 @@ static bool gemm_fp32_big(const GemmFp32Args& g, int batch) {
     return (size_t)ceil_div(g.M, 128) * ceil_div(g.N, 128) * batch >= (size_t)2 * cuda_num_sms;
 }
 
-// gemm_fp32's split-K plan for a product: its number of slices, 1 when it runs unsplit. Only
-// single, non-causal products in 64x64 tiles split (a batch brings its own blocks; the causal
-// products skip by whole k ranges).
+// gemm_fp32's split-K slices, 1 unsplit: only single, non-causal products in 64x64 tiles split.
 static int gemm_fp32_slices(const GemmFp32Args& g, int batch, int* slice_k) {
     *slice_k = 0;
     if (gemm_fp32_big(g, batch) || batch != 1 || g.causal != CAUSAL_NONE) return 1;
     return splitk_plan((size_t)ceil_div(g.M, 64) * ceil_div(g.N, 64), g.K, 16, slice_k);
 }
 
-// Runs the SGEMM on `batch` products. Big problems use 128x128 tiles (8x8 per thread); when
-// that would give fewer than two blocks per SM (e.g. dweight of a C x C projection: 36 tiles
-// for 132 SMs), 64x64 tiles (4x4 per thread) keep the GPU busy instead, and when even those are
-// fewer than two per SM and k is long, split-K (above) adds blocks along k.
+// The SGEMM on `batch` products: 128x128 tiles, 64x64 when those give under two blocks an SM,
+// and split-K when even those do and k is long.
 static void gemm_fp32(GemmFp32Args g, bool ta, bool tb, int batch) {
     if (g.M == 0 || g.N == 0 || batch == 0) return;
 #ifdef USE_CUBLAS
     if (batch == 1 && g.causal == CAUSAL_NONE) {
-        // cuBLAS is column-major: row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T,
-        // and a row-major matrix read as column-major is its transpose: swap A and B, keep flags.
-        // C = alpha op(A) op(B) [+ C] there, then + bias here (add_bias_kernel: rows of N)
+        // cuBLAS is column-major: row-major C = op(A) op(B) is C^T = op(B)^T op(A)^T there, so A
+        // and B swap, flags kept; the bias is added after (add_bias_kernel).
         float beta = g.accumulate ? 1.0f : 0.0f;
         if (g.bias != NULL && g.ldc != g.N) {
             fail("gemm_fp32: bias with ldc %lld != N %d is not supported (%s:%d)", (long long)g.ldc, g.N,
@@ -336,8 +296,7 @@ static void gemm_fp32(GemmFp32Args g, bool ta, bool tb, int batch) {
         gemm_fp32_launch(g, ta, tb, batch, gemm_fp32_big(g, batch));
         return;
     }
-    // The slices as a batch over blockIdx.z: the same A and B, each slice's C its own partial
-    // (M, N), the plain sums (alpha, bias and the old C wait for the second kernel).
+    // The slices as a batch: each its own (M, N) partial, plain sums (the epilogue comes after).
     size_t MN = (size_t)g.M * g.N;
     GemmFp32Args p = g;
     p.C = scratch_floats(slices * MN);
@@ -352,7 +311,7 @@ static void gemm_fp32(GemmFp32Args g, bool ta, bool tb, int batch) {
     launch_check(gemm_fp32_splitk_reduce_kernel);
 }
 
-// A plain (unbatched) product with the given operands; the caller sets the rest.
+// An unbatched product's operands; the caller sets the rest.
 static GemmFp32Args gemm_fp32_args(const float* A, long long lda, const float* B, long long ldb, float* C,
                                    long long ldc, int M, int N, int K) {
     GemmFp32Args g = {.A = A, .B = B, .C = C, .M = M, .N = N, .K = K, .lda = lda, .ldb = ldb, .ldc = ldc,
@@ -370,7 +329,7 @@ static void matmul_forward_gpu(float* out, const float* inp, const float* weight
     gemm_fp32(g, false, true, 1);
 }
 
-// dbias[o] += sum over rows of dout[row, o], stage 1: as layernorm_backward_params_kernel.
+// Stage 1 of dbias[o] += sum over rows of dout[row, o], as layernorm_backward_params_kernel.
 template <typename floatX>
 __global__ void bias_backward_kernel(float* partial, const floatX* dout, int N, int OC) {
     __shared__ float part[8][32];

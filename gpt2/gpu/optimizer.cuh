@@ -1,6 +1,5 @@
-// gpt2/gpu/optimizer.cuh: the end of a training step on the GPU: the gradients' global norm (a
-// deterministic two-stage sum in double), their scaling and clipping, and AdamW, with the bf16
-// copy of the parameters written as they are updated.
+// gpt2/gpu/optimizer.cuh: the end of a training step: the gradients' global norm (a fixed-order
+// sum in double), scaling and clipping, and AdamW, writing the bf16 copy as it updates.
 
 #ifndef GPT2_GPU_OPTIMIZER_CUH
 #define GPT2_GPU_OPTIMIZER_CUH
@@ -11,8 +10,7 @@
 
 #define NORM_BLOCKS 512  // fixed, not per device: the summation order, hence the bits, never change
 
-// Stage 1: block b sums x[i]^2 over its grid-strided elements into partial[b]. In double, as
-// the CPU does: 124M squares summed in float would lose digits.
+// Stage 1: partial[b] = block b's sum of x[i]^2, in double as on the CPU (float loses digits).
 __global__ void norm_squared_kernel(double* partial, const float* x, size_t n) {
     double sum = 0.0;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
@@ -35,8 +33,7 @@ __global__ void scale_kernel(float* x, float s, size_t n) {
     if (i < n) x[i] *= s;
 }
 
-// The sum of the squares of x[0..n), in double, in a fixed order (the two stages above): the same
-// bits on every run.
+// The sum of the squares of x[0..n), in double, in a fixed order: the same bits every run.
 static double sum_of_squares_gpu(const float* x, size_t n) {
     double* partial = (double*)scratch_floats(2 * (NORM_BLOCKS + 1));
     norm_squared_kernel<<<NORM_BLOCKS, 256>>>(partial, x, n);
@@ -54,9 +51,8 @@ static void scale_gpu(float* x, size_t n, float factor) {
     launch_check(scale_kernel);
 }
 
-// The n gradients scaled by grad_scale and clipped to a global L2 norm of max_norm
-// (gpt2/arithmetic.h: clip_factor), as the CPU's gpt2_clip_gradients does; returns the norm after
-// the scale, before the clip.
+// The n gradients scaled by grad_scale and clipped to a global norm of max_norm, as the CPU's
+// gpt2_clip_gradients; returns the norm after the scale, before the clip.
 static float clip_gradients_gpu(float* grads, size_t n, float grad_scale, float max_norm) {
     float norm = (float)(grad_scale * sqrt(sum_of_squares_gpu(grads, n)));
     float factor = clip_factor(norm, grad_scale, max_norm);
@@ -64,10 +60,8 @@ static float clip_gradients_gpu(float* grads, size_t n, float grad_scale, float 
     return norm;
 }
 
-// One AdamW step on n parameters: adamw_update (gpt2/arithmetic.h), the very formula of the CPU's
-// gpt2_update, one thread per parameter. The bf16 path keeps these float32 parameters as its
-// master copy and passes params16, which receives each new value rounded to the nearest bf16:
-// the forward and backward read that copy.
+// One AdamW step, one thread per parameter: adamw_update, the CPU's formula. params16 (bf16
+// path) gets each new value rounded to bf16: the copy the forward and backward read.
 __global__ void adamw_kernel(float* params, bf16* params16, const float* grads, float* m, float* v, size_t n,
                              AdamWStep s, float decay) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -77,12 +71,9 @@ __global__ void adamw_kernel(float* params, bf16* params16, const float* grads, 
     if (params16 != NULL) params16[i] = __float2bfloat16(p);
 }
 
-// One AdamW step (t from 1) of a model's parameters on the GPU, as the CPU's gpt2_update: of the
-// parameters [opt_offset, opt_offset + opt_count) (all of them, but under ZeRO-1), whose float32
-// values `master` and moments m and v hold (master[0], m[0] are parameter opt_offset's); one
-// launch per tensor's part of that range, weight decay on the matrices only
-// (PARAMETERS[k].decay). params16, if not NULL, receives the new parameters in bf16, at their
-// places in the whole model.
+// One AdamW step (t from 1), as the CPU's gpt2_update, of parameters [opt_offset, +opt_count)
+// (all but under ZeRO-1), held in master, m and v from opt_offset on; one launch per tensor,
+// decay on matrices only. params16, if not NULL, gets the new bf16 values at model positions.
 static void adamw_update_gpu(GPT2* model, float* master, bf16* params16, float lr, float beta1, float beta2,
                              float eps, float weight_decay, int t) {
     AdamWStep s = adamw_step(lr, beta1, beta2, eps, t);
