@@ -6,7 +6,7 @@
 //
 // MODEL is an llm.c checkpoint (float32 or bfloat16), a Hugging Face GPT-2 model.safetensors
 // (dev/data/download_gpt2.sh fetches GPT-2 124M), or dN for a freshly initialised model of N layers.
-// Why a cache, prefill against decode, and what -w bf16 rounds: doc/infer.md, "How it works".
+// Why a cache, prefill against decode: doc/infer.md, "How it works"; -w bf16: "bf16 on the CPU".
 // The scheduling is gpt2/engine.h, the flags gpt2/infer_run.h; this file is the CPU's forward
 // pass over the pages (generator_forward), its products on weights packed once for the GEMM.
 

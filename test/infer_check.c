@@ -1,18 +1,14 @@
-// test/infer_check.c: checks infer.c against train_cpu.c and against PyTorch.
+// test/infer_check.c: checks infer.c against train_cpu.c and against PyTorch; exits non-zero on
+// the first failed check, naming it.
 //
 //   infer_check kv              the KV-cache path against train_cpu.c's full forward on a random
-//                               small model: logits at every position (prefill, one token at a
-//                               time, and chunks), greedy generation step by step, seeded
-//                               sampling, top-k 1 = greedy, and the top-k / top-p filter itself;
-//                               then the same in bf16 (-w bf16) against the full forward with its
-//                               products in bf16, and how far bf16 is from float32
-//   infer_check hf MODEL EXPECT a Hugging Face safetensors file written by dev/reference/hf_ref.py: the
-//                               logits of both paths against PyTorch's (EXPECT)
-//   infer_check same A B        two model files (anything -e reads) load to the same shape and the
-//                               same parameters, bit for bit: an export (infer --export) against
-//                               the checkpoint it came from
-//
-// Exits non-zero on the first failed check, naming it.
+//                               small model: logits at every position (prefill, single tokens,
+//                               chunks), greedy and seeded generation, top-k 1 = greedy, the
+//                               top-k / top-p filter; then the same in bf16 (-w bf16)
+//   infer_check hf MODEL EXPECT a safetensors file written by dev/reference/hf_ref.py: the logits
+//                               of both paths against PyTorch's (EXPECT)
+//   infer_check same A B        two model files (anything -e reads) hold the same parameters,
+//                               bit for bit: an export (infer --export) against its checkpoint
 
 #define INFER_NO_MAIN
 #include "../infer.c"        // the generator over a paged cache, the sampler
