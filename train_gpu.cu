@@ -191,17 +191,17 @@ void gpt2_forward_gpu(GPT2BF16* m, const int* inputs, const int* targets, int B,
         ParameterTensorsOf<bf16> w = shard_parameters_of_layer(wb, c, s, l);
         ActivationTensorsOf<bf16> al = activations_bf16(m, l);
         layernorm_forward_gpu(al.ln1, al.ln1_mean, al.ln1_rstd, x, w.ln1w, w.ln1b, B, T, C);
-        matmul_forward_bf16(al.qkv, al.ln1, w.qkvw, w.qkvb, B, T, C, 3 * H);
-        flash_attention_forward_bf16(al.atty, al.att_lse, al.qkv, B, T, H, NH);
-        if (tp_first) matmul_residual_forward_bf16(al.residual2, al.atty, w.attprojw, w.attprojb, x, B, T, H, C);
-        else matmul_forward_bf16(al.residual2, al.atty, w.attprojw, NULL, B, T, H, C);
+        matmul_forward_gpu(al.qkv, al.ln1, w.qkvw, w.qkvb, B, T, C, 3 * H);
+        flash_attention_forward_gpu(al.atty, al.att_lse, al.qkv, B, T, H, NH);
+        if (tp_first) matmul_residual_forward_gpu(al.residual2, al.atty, w.attprojw, w.attprojb, x, B, T, H, C);
+        else matmul_forward_gpu(al.residual2, al.atty, w.attprojw, NULL, B, T, H, C);
         tp_sum_gpu(al.residual2, BTC);
         layernorm_forward_gpu(al.ln2, al.ln2_mean, al.ln2_rstd, al.residual2, w.ln2w, w.ln2b, B, T, C);
-        matmul_gelu_forward_bf16(al.fch_gelu, al.fch, al.ln2, w.fcw, w.fcb, B, T, C, 4 * H);
+        matmul_gelu_forward_gpu(al.fch_gelu, al.fch, al.ln2, w.fcw, w.fcb, B, T, C, 4 * H);
         if (tp_first) {
-            matmul_residual_forward_bf16(al.residual3, al.fch_gelu, w.fcprojw, w.fcprojb, al.residual2, B, T, 4 * H, C);
+            matmul_residual_forward_gpu(al.residual3, al.fch_gelu, w.fcprojw, w.fcprojb, al.residual2, B, T, 4 * H, C);
         } else {
-            matmul_forward_bf16(al.residual3, al.fch_gelu, w.fcprojw, NULL, B, T, 4 * H, C);
+            matmul_forward_gpu(al.residual3, al.fch_gelu, w.fcprojw, NULL, B, T, 4 * H, C);
         }
         tp_sum_gpu(al.residual3, BTC);
         x = al.residual3;
@@ -209,7 +209,7 @@ void gpt2_forward_gpu(GPT2BF16* m, const int* inputs, const int* targets, int B,
     model->mean_loss = -1.0f;
     if (!s.head) return;
     layernorm_forward_gpu(a.lnf, a.lnf_mean, a.lnf_rstd, x, p.lnfw, p.lnfb, B, T, C);
-    matmul_forward_bf16(a.logits, a.lnf, wb.wte, NULL, B, T, C, c.padded_vocab_size);
+    matmul_forward_gpu(a.logits, a.lnf, wb.wte, NULL, B, T, C, c.padded_vocab_size);
     gpt2_loss_gpu(model, a.logits, a.losses, a.logits, targets);
 }
 
@@ -230,7 +230,7 @@ void gpt2_backward_gpu(GPT2BF16* m) {
     ParameterTensorsOf<bf16> wb = weights_bf16(m);
     ActivationTensorsOf<bf16> a = activations_bf16(m, 0), da = activation_grads_bf16(m);
     if (s.head) {
-        matmul_backward_bf16(da.lnf, g.wte, NULL, a.logits, a.lnf, wb.wte, B, T, C, c.padded_vocab_size);
+        matmul_backward_set_dinp_gpu(da.lnf, g.wte, NULL, a.logits, a.lnf, wb.wte, B, T, C, c.padded_vocab_size);
         cuda_check(cudaMemset(da.residual3, 0, (size_t)BTC * sizeof(bf16)));
         layernorm_backward_gpu(da.residual3, g.lnfw, g.lnfb, da.lnf, activations_bf16(m, L - 1).residual3, p.lnfw,
                                a.lnf_mean, a.lnf_rstd, B, T, C);
@@ -240,15 +240,15 @@ void gpt2_backward_gpu(GPT2BF16* m) {
         ParameterTensors dw = shard_parameters_of_layer(g, c, s, l);
         ActivationTensorsOf<bf16> al = activations_bf16(m, l);
         const bf16* x = l == 0 ? a.encoded : activations_bf16(m, l - 1).residual3;  // the block's input
-        gelu_matmul_backward_bf16(da.fch, dw.fcprojw, dw.fcprojb, da.fcproj, al.fch_gelu, w.fcprojw, al.fch,
+        gelu_matmul_backward_set_dinp_gpu(da.fch, dw.fcprojw, dw.fcprojb, da.fcproj, al.fch_gelu, w.fcprojw, al.fch,
                                   B, T, 4 * H, C);
-        matmul_backward_bf16(da.ln2, dw.fcw, dw.fcb, da.fch, al.ln2, w.fcw, B, T, C, 4 * H);
+        matmul_backward_set_dinp_gpu(da.ln2, dw.fcw, dw.fcb, da.fch, al.ln2, w.fcw, B, T, C, 4 * H);
         tp_sum_gpu(da.ln2, BTC);
         layernorm_backward_gpu(da.residual2, dw.ln2w, dw.ln2b, da.ln2, al.residual2, w.ln2w, al.ln2_mean,
                                al.ln2_rstd, B, T, C);
-        matmul_backward_bf16(da.atty, dw.attprojw, dw.attprojb, da.attproj, al.atty, w.attprojw, B, T, H, C);
-        flash_attention_backward_bf16(da.qkv, da.atty, al.qkv, al.atty, al.att_lse, B, T, H, NH);
-        matmul_backward_bf16(da.ln1, dw.qkvw, dw.qkvb, da.qkv, al.ln1, w.qkvw, B, T, C, 3 * H);
+        matmul_backward_set_dinp_gpu(da.atty, dw.attprojw, dw.attprojb, da.attproj, al.atty, w.attprojw, B, T, H, C);
+        flash_attention_backward_set_dinp_gpu(da.qkv, da.atty, al.qkv, al.atty, al.att_lse, B, T, H, NH);
+        matmul_backward_set_dinp_gpu(da.ln1, dw.qkvw, dw.qkvb, da.qkv, al.ln1, w.qkvw, B, T, C, 3 * H);
         tp_sum_gpu(da.ln1, BTC);
         layernorm_backward_gpu(da.residual3, dw.ln1w, dw.ln1b, da.ln1, x, w.ln1w, al.ln1_mean, al.ln1_rstd, B, T, C);
     }

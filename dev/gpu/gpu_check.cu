@@ -762,9 +762,9 @@ static void time_matmul_bf16(const char* name, int N, int C, int OC) {
     double flops = 2.0 * N * C * OC;
     char what[96];
     snprintf(what, sizeof(what), "mma %s forward", name);
-    report_bf16(what, median_ms_gpu([&] { matmul_forward_bf16(d_out, d_inp, d_w, NULL, 1, N, C, OC); }), flops);
+    report_bf16(what, median_ms_gpu([&] { matmul_forward_gpu(d_out, d_inp, d_w, NULL, 1, N, C, OC); }), flops);
     snprintf(what, sizeof(what), "mma %s backward", name);
-    report_bf16(what, median_ms_gpu([&] { matmul_backward_bf16(d_dinp, d_dw, NULL, d_dout, d_inp, d_w, 1, N, C, OC); }),
+    report_bf16(what, median_ms_gpu([&] { matmul_backward_set_dinp_gpu(d_dinp, d_dw, NULL, d_dout, d_inp, d_w, 1, N, C, OC); }),
                 2 * flops);
 #ifdef USE_CUBLAS
     // row-major C = A B^T is column-major C^T = B A^T: cuBLAS's (OC x C)^T-free form, as gemm_fp32 does
@@ -1556,47 +1556,47 @@ static void roofline_bf16(GPT2Config c, int B, int T, const int* inputs, const i
         case OP_ZERO_GRADS: gpt2_zero_grad_gpu(base); break;
         case OP_ENCODER_FWD: encoder_forward_gpu(a.encoded, tokens, p.wte, p.wpe, B, T, C); break;
         case OP_LN1_FWD: layernorm_forward_gpu(a.ln1, a.ln1_mean, a.ln1_rstd, x, w0.ln1w, w0.ln1b, B, T, C); break;
-        case OP_QKV_FWD: matmul_forward_bf16(a.qkv, a.ln1, w0.qkvw, w0.qkvb, B, T, C, 3 * C); break;
-        case OP_ATTENTION_FWD: flash_attention_forward_bf16(a.atty, a.att_lse, a.qkv, B, T, C, NH); break;
+        case OP_QKV_FWD: matmul_forward_gpu(a.qkv, a.ln1, w0.qkvw, w0.qkvb, B, T, C, 3 * C); break;
+        case OP_ATTENTION_FWD: flash_attention_forward_gpu(a.atty, a.att_lse, a.qkv, B, T, C, NH); break;
         case OP_ATTPROJ_FWD:
-            matmul_residual_forward_bf16(a.residual2, a.atty, w0.attprojw, w0.attprojb, x, B, T, C, C);
+            matmul_residual_forward_gpu(a.residual2, a.atty, w0.attprojw, w0.attprojb, x, B, T, C, C);
             break;
         case OP_LN2_FWD:
             layernorm_forward_gpu(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w0.ln2w, w0.ln2b, B, T, C);
             break;
-        case OP_FC_FWD: matmul_gelu_forward_bf16(a.fch_gelu, a.fch, a.ln2, w0.fcw, w0.fcb, B, T, C, 4 * C); break;
+        case OP_FC_FWD: matmul_gelu_forward_gpu(a.fch_gelu, a.fch, a.ln2, w0.fcw, w0.fcb, B, T, C, 4 * C); break;
         case OP_FCPROJ_FWD:
-            matmul_residual_forward_bf16(a.residual3, a.fch_gelu, w0.fcprojw, w0.fcprojb, a.residual2, B, T, 4 * C, C);
+            matmul_residual_forward_gpu(a.residual3, a.fch_gelu, w0.fcprojw, w0.fcprojb, a.residual2, B, T, 4 * C, C);
             break;
         case OP_LNF_FWD:
             layernorm_forward_gpu(a.lnf, a.lnf_mean, a.lnf_rstd, last.residual3, p.lnfw, p.lnfb, B, T, C);
             break;
-        case OP_LOGITS_FWD: matmul_forward_bf16(a.logits, a.lnf, w.wte, NULL, B, T, C, Vp); break;
+        case OP_LOGITS_FWD: matmul_forward_gpu(a.logits, a.lnf, w.wte, NULL, B, T, C, Vp); break;
         case OP_CLASSIFIER:
             fused_classifier_gpu(a.logits, a.losses, a.logits, gpt2_slot_targets(base), B, T, V, Vp);
             break;
-        case OP_LOGITS_BWD: matmul_backward_bf16(da.lnf, g.wte, NULL, a.logits, a.lnf, w.wte, B, T, C, Vp); break;
+        case OP_LOGITS_BWD: matmul_backward_set_dinp_gpu(da.lnf, g.wte, NULL, a.logits, a.lnf, w.wte, B, T, C, Vp); break;
         case OP_ZERO_ACT_GRADS: cuda_check(cudaMemset(da.residual3, 0, (size_t)B * T * C * sizeof(bf16))); break;
         case OP_LNF_BWD:
             layernorm_backward_gpu(da.residual3, g.lnfw, g.lnfb, da.lnf, last.residual3, p.lnfw, a.lnf_mean,
                                    a.lnf_rstd, B, T, C);
             break;
         case OP_FCPROJ_BWD:
-            gelu_matmul_backward_bf16(da.fch, g0.fcprojw, g0.fcprojb, da.fcproj, a.fch_gelu, w0.fcprojw, a.fch, B, T,
+            gelu_matmul_backward_set_dinp_gpu(da.fch, g0.fcprojw, g0.fcprojb, da.fcproj, a.fch_gelu, w0.fcprojw, a.fch, B, T,
                                       4 * C, C);
             break;
-        case OP_FC_BWD: matmul_backward_bf16(da.ln2, g0.fcw, g0.fcb, da.fch, a.ln2, w0.fcw, B, T, C, 4 * C); break;
+        case OP_FC_BWD: matmul_backward_set_dinp_gpu(da.ln2, g0.fcw, g0.fcb, da.fch, a.ln2, w0.fcw, B, T, C, 4 * C); break;
         case OP_LN2_BWD:
             layernorm_backward_gpu(da.residual2, g0.ln2w, g0.ln2b, da.ln2, a.residual2, w0.ln2w, a.ln2_mean,
                                    a.ln2_rstd, B, T, C);
             break;
         case OP_ATTPROJ_BWD:
-            matmul_backward_bf16(da.atty, g0.attprojw, g0.attprojb, da.attproj, a.atty, w0.attprojw, B, T, C, C);
+            matmul_backward_set_dinp_gpu(da.atty, g0.attprojw, g0.attprojb, da.attproj, a.atty, w0.attprojw, B, T, C, C);
             break;
         case OP_ATTENTION_BWD:
-            flash_attention_backward_bf16(da.qkv, da.atty, a.qkv, a.atty, a.att_lse, B, T, C, NH);
+            flash_attention_backward_set_dinp_gpu(da.qkv, da.atty, a.qkv, a.atty, a.att_lse, B, T, C, NH);
             break;
-        case OP_QKV_BWD: matmul_backward_bf16(da.ln1, g0.qkvw, g0.qkvb, da.qkv, a.ln1, w0.qkvw, B, T, C, 3 * C); break;
+        case OP_QKV_BWD: matmul_backward_set_dinp_gpu(da.ln1, g0.qkvw, g0.qkvb, da.qkv, a.ln1, w0.qkvw, B, T, C, 3 * C); break;
         case OP_LN1_BWD:
             layernorm_backward_gpu(da.residual3, g0.ln1w, g0.ln1b, da.ln1, x, w0.ln1w, a.ln1_mean, a.ln1_rstd, B, T, C);
             break;

@@ -160,7 +160,7 @@ static inline void roofline_build(Roofline* r, GPT2Config c, int B, int T, int b
     double NH = c.num_heads, hs = C / NH, pairs = (double)T * (T + 1) / 2, full = (double)T * T;
     int L = c.num_layers, a = bf16 ? 2 : 4, w = bf16 ? 2 : 4;  // bytes of an activation, of a weight matrix
     double NC = N * C, stats = 2 * N * 4;                      // a (B,T,C) tensor; layernorm's mean and rstd
-#define PATH(name) (bf16 ? name "_bf16" : name "_gpu")  // the path's own launcher of a product
+#define BACKWARD (bf16 ? "matmul_backward_set_dinp_gpu" : "matmul_backward_gpu")  // the path's product backward
 
     roofline_add(r, OP_ZERO_GRADS, "zero the parameter gradients (cudaMemset)", "gpt2_zero_grad_gpu", 1, 0, P * 4,
                  ON_CUDA_CORES, 0);
@@ -170,13 +170,13 @@ static inline void roofline_build(Roofline* r, GPT2Config c, int B, int T, int b
     double ln_fwd_bytes = 2 * NC * a + 2 * C * 4 + stats;
     roofline_add(r, OP_LN1_FWD, "layernorm 1 forward", "layernorm_forward_gpu", L, ROOFLINE_OPS_LAYERNORM_FWD * NC,
                  ln_fwd_bytes, ON_CUDA_CORES, 0);
-    roofline_linear_forward(r, OP_QKV_FWD, "qkv forward (+bias)", PATH("matmul_forward"), L, N, C, 3 * C, 1, a, w, 0);
+    roofline_linear_forward(r, OP_QKV_FWD, "qkv forward (+bias)", "matmul_forward_gpu", L, N, C, 3 * C, 1, a, w, 0);
     // attention: Q K^T and P V over the causal half; the float32 path keeps the (T, T) scores of
     // every (b, h): preatt's causal half written and read back by the softmax, which writes all
     // of att (zeros after the diagonal), whose causal half the P V product reads
     double heads = B * NH, att_fwd_flops = heads * pairs * 2 * (2 * hs);
     if (bf16) {
-        roofline_add(r, OP_ATTENTION_FWD, "flash attention forward", "flash_attention_forward_bf16", L, att_fwd_flops,
+        roofline_add(r, OP_ATTENTION_FWD, "flash attention forward", "flash_attention_forward_gpu", L, att_fwd_flops,
                      3 * NC * a + NC * a + heads * T * 4, ON_TENSOR_CORES, 0);
     } else {
         roofline_add(r, OP_ATTENTION_FWD, "attention forward (stores T x T)", "attention_forward_gpu", L,
@@ -184,7 +184,7 @@ static inline void roofline_build(Roofline* r, GPT2Config c, int B, int T, int b
                      0);
     }
     if (bf16) {
-        roofline_linear_forward(r, OP_ATTPROJ_FWD, "attproj forward (+bias +residual)", "matmul_residual_forward_bf16",
+        roofline_linear_forward(r, OP_ATTPROJ_FWD, "attproj forward (+bias +residual)", "matmul_residual_forward_gpu",
                                 L, N, C, C, 1, a, w, NC * a);
     } else {
         roofline_linear_forward(r, OP_ATTPROJ_FWD, "attproj forward (+bias)", "matmul_forward_gpu", L, N, C, C, 1, a,
@@ -195,9 +195,9 @@ static inline void roofline_build(Roofline* r, GPT2Config c, int B, int T, int b
     roofline_add(r, OP_LN2_FWD, "layernorm 2 forward", "layernorm_forward_gpu", L, ROOFLINE_OPS_LAYERNORM_FWD * NC,
                  ln_fwd_bytes, ON_CUDA_CORES, 0);
     if (bf16) {
-        roofline_linear_forward(r, OP_FC_FWD, "fc forward (+bias, GELU; keeps both)", "matmul_gelu_forward_bf16", L,
+        roofline_linear_forward(r, OP_FC_FWD, "fc forward (+bias, GELU; keeps both)", "matmul_gelu_forward_gpu", L,
                                 N, C, 4 * C, 1, a, w, 4 * NC * a);
-        roofline_linear_forward(r, OP_FCPROJ_FWD, "fcproj forward (+bias +residual)", "matmul_residual_forward_bf16",
+        roofline_linear_forward(r, OP_FCPROJ_FWD, "fcproj forward (+bias +residual)", "matmul_residual_forward_gpu",
                                 L, N, 4 * C, C, 1, a, w, NC * a);
     } else {
         roofline_linear_forward(r, OP_FC_FWD, "fc forward (+bias)", "matmul_forward_gpu", L, N, C, 4 * C, 1, a, w, 0);
@@ -210,7 +210,7 @@ static inline void roofline_build(Roofline* r, GPT2Config c, int B, int T, int b
     }
     roofline_add(r, OP_LNF_FWD, "final layernorm forward", "layernorm_forward_gpu", 1, ROOFLINE_OPS_LAYERNORM_FWD * NC,
                  ln_fwd_bytes, ON_CUDA_CORES, 0);
-    roofline_linear_forward(r, OP_LOGITS_FWD, "logits forward (lnf wte^T)", PATH("matmul_forward"), 1, N, C, Vp, 0, a,
+    roofline_linear_forward(r, OP_LOGITS_FWD, "logits forward (lnf wte^T)", "matmul_forward_gpu", 1, N, C, Vp, 0, a,
                             w, 0);
     // softmax, loss and the loss's gradient, written over the logits (Vp columns, the padding 0)
     roofline_add(r, OP_CLASSIFIER, "fused classifier (softmax, loss, dlogits)", "fused_classifier_gpu", 1,
@@ -221,7 +221,7 @@ static inline void roofline_build(Roofline* r, GPT2Config c, int B, int T, int b
         roofline_add(r, OP_ZERO_ACT_GRADS, "zero the activation gradients", "gpt2_zero_activation_grads_gpu", 1, 0,
                      (double)roofline_zeroed_activation_grads(c, B, T) * 4, ON_CUDA_CORES, 0);
     }
-    roofline_linear_backward(r, OP_LOGITS_BWD, "logits backward (dinp, dwte)", PATH("matmul_backward"), 1, N, C, Vp, 0,
+    roofline_linear_backward(r, OP_LOGITS_BWD, "logits backward (dinp, dwte)", BACKWARD, 1, N, C, Vp, 0,
                              a, w, 0);
     if (bf16) {
         roofline_add(r, OP_ZERO_ACT_GRADS, "zero dresidual (in gpt2_backward_gpu)", "cudaMemset", 1, 0, NC * a,
@@ -232,7 +232,7 @@ static inline void roofline_build(Roofline* r, GPT2Config c, int B, int T, int b
     if (bf16) {
         // dpre = (dout fcprojw) gelu'(pre): the forward's pre-activation read by the epilogue
         roofline_linear_backward(r, OP_FCPROJ_BWD, "fcproj backward (dinp with GELU', dweight, dbias)",
-                                 "gelu_matmul_backward_bf16", L, N, 4 * C, C, 1, a, w, 4 * NC * a);
+                                 "gelu_matmul_backward_set_dinp_gpu", L, N, 4 * C, C, 1, a, w, 4 * NC * a);
     } else {
         roofline_add(r, OP_RESIDUAL3_BWD, "residual backward", "residual_backward_gpu", L, 2 * NC, 5 * NC * 4,
                      ON_CUDA_CORES, 0);
@@ -241,7 +241,7 @@ static inline void roofline_build(Roofline* r, GPT2Config c, int B, int T, int b
         roofline_add(r, OP_GELU_BWD, "GELU backward", "gelu_backward_gpu", L, ROOFLINE_OPS_GELU_BWD * 4 * NC,
                      4 * 4 * NC * 4, ON_CUDA_CORES, 0);
     }
-    roofline_linear_backward(r, OP_FC_BWD, "fc backward (dinp, dweight, dbias)", PATH("matmul_backward"), L, N, C,
+    roofline_linear_backward(r, OP_FC_BWD, "fc backward (dinp, dweight, dbias)", BACKWARD, L, N, C,
                              4 * C, 1, a, w, 0);
     roofline_add(r, OP_LN2_BWD, "layernorm 2 backward", "layernorm_backward_gpu", L, ROOFLINE_OPS_LAYERNORM_BWD * NC,
                  ln_bwd_bytes, ON_CUDA_CORES, 0);
@@ -249,12 +249,12 @@ static inline void roofline_build(Roofline* r, GPT2Config c, int B, int T, int b
         roofline_add(r, OP_RESIDUAL2_BWD, "residual backward", "residual_backward_gpu", L, 2 * NC, 5 * NC * 4,
                      ON_CUDA_CORES, 0);
     }
-    roofline_linear_backward(r, OP_ATTPROJ_BWD, "attproj backward (dinp, dweight, dbias)", PATH("matmul_backward"), L,
+    roofline_linear_backward(r, OP_ATTPROJ_BWD, "attproj backward (dinp, dweight, dbias)", BACKWARD, L,
                              N, C, C, 1, a, w, 0);
     if (bf16) {
         // 7 products per (query, key) pair: S and dP in the dK/dV kernel and again in the dQ
         // kernel, then dV, dK, dQ; reads qkv, out, dout, lse, writes dqkv
-        roofline_add(r, OP_ATTENTION_BWD, "flash attention backward", "flash_attention_backward_bf16", L,
+        roofline_add(r, OP_ATTENTION_BWD, "flash attention backward", "flash_attention_backward_set_dinp_gpu", L,
                      heads * pairs * 7 * (2 * hs), 3 * NC * a + NC * a + NC * a + heads * T * 4 + 3 * NC * a,
                      ON_TENSOR_CORES, 0);
     } else {
@@ -265,7 +265,7 @@ static inline void roofline_build(Roofline* r, GPT2Config c, int B, int T, int b
                      NC * 4 + 3 * NC * 4 + 2 * 3 * NC * 4 + heads * 4 * (pairs + pairs + pairs + full + pairs),
                      ON_CUDA_CORES, 0);
     }
-    roofline_linear_backward(r, OP_QKV_BWD, "qkv backward (dinp, dweight, dbias)", PATH("matmul_backward"), L, N, C,
+    roofline_linear_backward(r, OP_QKV_BWD, "qkv backward (dinp, dweight, dbias)", BACKWARD, L, N, C,
                              3 * C, 1, a, w, 0);
     roofline_add(r, OP_LN1_BWD, "layernorm 1 backward", "layernorm_backward_gpu", L, ROOFLINE_OPS_LAYERNORM_BWD * NC,
                  ln_bwd_bytes, ON_CUDA_CORES, 0);
@@ -283,7 +283,7 @@ static inline void roofline_build(Roofline* r, GPT2Config c, int B, int T, int b
     roofline_add(r, OP_ADAMW, bf16 ? "AdamW (float32 master, writes the bf16 copy)" : "AdamW",
                  "gpt2_update_gpu", 1, ROOFLINE_OPS_ADAMW * P,
                  P * 7 * 4 + (bf16 ? P * 2 : 0), ON_CUDA_CORES, 0);
-#undef PATH
+#undef BACKWARD
 }
 
 // ---------- floors ----------

@@ -28,8 +28,8 @@
 // instructions and its TMA copies (not used here) would go further.
 
 #include "matmul.cuh"
-#include "../../gpt2/gpu/matmul_bf16.cuh"  // matmul_forward_bf16: gemm_bf16 with weight read as B^T
+#include "../../gpt2/gpu/matmul_bf16.cuh"  // matmul_forward_gpu: gemm_bf16 with weight read as B^T
 
 int main(void) {
-    return matmul_step_main_bf16({"09", "matmul", "the project's pipelined bf16 GEMM"}, matmul_forward_bf16);
+    return matmul_step_main_bf16({"09", "matmul", "the project's pipelined bf16 GEMM"}, matmul_forward_gpu);
 }

@@ -230,7 +230,7 @@ static int attention_prefill_flash(bf16* out, const LayerCacheOf<bf16>* cache, c
         fail("attention_paged_forward_gpu: the prefill of B=%d x T=%d needs %zu floats of scratch, the cache "
              "has %zu: size it with attention_paged_scratch_floats", B, T, need, cache->scratch_size);
     }
-    flash_attention_forward_bf16(out, cache->scratch, qkv, B, T, C, NH);
+    flash_attention_forward_gpu(out, cache->scratch, qkv, B, T, C, NH);
     return 1;
 }
 static int attention_prefill_flash(float* out, const LayerCacheOf<float>* cache, const float* qkv, int B, int T,

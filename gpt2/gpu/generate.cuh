@@ -111,19 +111,9 @@ static void generator_gpu_free(GeneratorGPU<floatX>* g) {
     memset(g, 0, sizeof(*g));
 }
 
-// ---------- the precisions' products ----------
-// One name per product for both precisions: float32 runs the plain kernels, bf16 the
-// tensor-core products with their epilogues fused.
-
-// out (B,T,OC) = inp (B,T,C) weight^T + bias
-static void gen_matmul(float* out, const float* inp, const float* weight, const float* bias, int B, int T, int C,
-                       int OC) {
-    matmul_forward_gpu(out, inp, weight, bias, B, T, C, OC);
-}
-static void gen_matmul(bf16* out, const bf16* inp, const bf16* weight, const float* bias, int B, int T, int C,
-                       int OC) {
-    matmul_forward_bf16(out, inp, weight, bias, B, T, C, OC);
-}
+// ---------- the precisions' fused products ----------
+// One name for both precisions: float32 runs the plain kernels, bf16 the tensor-core products
+// with their epilogues fused (matmul_forward_gpu itself is overloaded for both).
 
 // out = gelu(pre), pre = inp weight^T + bias
 static void gen_matmul_gelu(float* out, float* pre, const float* inp, const float* weight, const float* bias,
@@ -133,7 +123,7 @@ static void gen_matmul_gelu(float* out, float* pre, const float* inp, const floa
 }
 static void gen_matmul_gelu(bf16* out, bf16* pre, const bf16* inp, const bf16* weight, const float* bias,
                             int B, int T, int C, int OC) {
-    matmul_gelu_forward_bf16(out, pre, inp, weight, bias, B, T, C, OC);
+    matmul_gelu_forward_gpu(out, pre, inp, weight, bias, B, T, C, OC);
 }
 
 // out = residual + inp weight^T + bias; float32 goes through proj
@@ -144,7 +134,7 @@ static void gen_matmul_residual(float* out, float* proj, const float* inp, const
 }
 static void gen_matmul_residual(bf16* out, bf16* proj, const bf16* inp, const bf16* weight, const float* bias,
                                 const bf16* residual, int B, int T, int C, int OC) {
-    matmul_residual_forward_bf16(out, inp, weight, bias, residual, B, T, C, OC);
+    matmul_residual_forward_gpu(out, inp, weight, bias, residual, B, T, C, OC);
 }
 
 // ---------- forward over the pages ----------
@@ -185,7 +175,7 @@ static void generator_gpu_forward(void* ctx, const EnginePass* pass, float* logi
         lc.value = g->value + l * layer_pool;
         // attention: x2 = x + attproj(attention(qkv(layernorm1(x))))
         layernorm_forward_gpu<floatX>(g->ln, g->ln_mean, g->ln_rstd, g->x, w.ln1w, w.ln1b, B, T, C);
-        gen_matmul(g->qkv, g->ln, w.qkvw, w.qkvb, B, T, C, 3 * C);
+        matmul_forward_gpu(g->qkv, g->ln, w.qkvw, w.qkvb, B, T, C, 3 * C);
         attention_paged_forward_gpu<floatX>(g->atty, &lc, g->qkv, B, T, C, NH);
         gen_matmul_residual(g->x2, g->proj, g->atty, w.attprojw, w.attprojb, g->x, B, T, C, C);
         // MLP: x = x2 + fcproj(gelu(fc(layernorm2(x2))))
@@ -196,7 +186,7 @@ static void generator_gpu_forward(void* ctx, const EnginePass* pass, float* logi
     // the last token of each sequence: row T-1 of the one sequence, or every row
     const floatX* last = g->x + (size_t)(T - 1) * C;
     layernorm_forward_gpu<floatX>(g->ln, g->ln_mean, g->ln_rstd, last, g->params.lnfw, g->params.lnfb, B, 1, C);
-    gen_matmul(g->logits, g->ln, g->w.wte, NULL, B, 1, C, Vp);  // tied to wte
+    matmul_forward_gpu(g->logits, g->ln, g->w.wte, NULL, B, 1, C, Vp);  // tied to wte
     size_t n = (size_t)B * Vp;
     if (sizeof(floatX) == sizeof(float)) {
         cuda_check(cudaMemcpy(logits, g->logits, n * sizeof(float), cudaMemcpyDeviceToHost));

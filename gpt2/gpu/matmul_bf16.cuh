@@ -434,7 +434,7 @@ static void gemm_bf16(GemmBf16Args g, bool ta, bool tb, bool out_f32) {
 // The epilogues fuse the bias, the residual add, GELU and (backward) its derivative.
 
 // out (B,T,OC) = inp (B,T,C) weight (OC,C)^T + bias, bf16 in and out.
-static void matmul_forward_bf16(bf16* out, const bf16* inp, const bf16* weight, const float* bias, int B, int T,
+static void matmul_forward_gpu(bf16* out, const bf16* inp, const bf16* weight, const float* bias, int B, int T,
                                 int C, int OC) {
     GemmBf16Args g = gemm_bf16_args(inp, C, weight, C, out, OC, B * T, OC, C);
     g.bias = bias;
@@ -442,7 +442,7 @@ static void matmul_forward_bf16(bf16* out, const bf16* inp, const bf16* weight, 
 }
 
 // out = residual + inp weight^T + bias: the product that ends each half of a block.
-static void matmul_residual_forward_bf16(bf16* out, const bf16* inp, const bf16* weight, const float* bias,
+static void matmul_residual_forward_gpu(bf16* out, const bf16* inp, const bf16* weight, const float* bias,
                                          const bf16* residual, int B, int T, int C, int OC) {
     GemmBf16Args g = gemm_bf16_args(inp, C, weight, C, out, OC, B * T, OC, C);
     g.bias = bias;
@@ -451,7 +451,7 @@ static void matmul_residual_forward_bf16(bf16* out, const bf16* inp, const bf16*
 }
 
 // out = gelu(pre), pre (B,T,OC) = inp weight^T + bias, both kept (the backward needs pre).
-static void matmul_gelu_forward_bf16(bf16* out, bf16* pre, const bf16* inp, const bf16* weight, const float* bias,
+static void matmul_gelu_forward_gpu(bf16* out, bf16* pre, const bf16* inp, const bf16* weight, const float* bias,
                                      int B, int T, int C, int OC) {
     GemmBf16Args g = gemm_bf16_args(inp, C, weight, C, out, OC, B * T, OC, C);
     g.bias = bias;
@@ -463,7 +463,7 @@ static void matmul_gelu_forward_bf16(bf16* out, bf16* pre, const bf16* inp, cons
 // dinp (N, C) = dout (N, OC) weight (OC, C), written (not accumulated), times gelu'(gelu_pre)
 // when gelu_pre is given (the product's input was gelu(gelu_pre)); dweight (OC, C) += dout^T inp
 // and dbias (OC) += the column sums of dout, in float32.
-static void matmul_backward_bf16_(bf16* dinp, float* dweight, float* dbias, const bf16* dout, const bf16* inp,
+static void matmul_backward_set_dinp_of(bf16* dinp, float* dweight, float* dbias, const bf16* dout, const bf16* inp,
                                   const bf16* weight, const bf16* gelu_pre, int N, int C, int OC) {
     GemmBf16Args g = gemm_bf16_args(dout, OC, weight, C, dinp, C, N, C, OC);  // B(k=o, n=c) = weight[o*C + c]
     if (gelu_pre != NULL) {
@@ -477,15 +477,15 @@ static void matmul_backward_bf16_(bf16* dinp, float* dweight, float* dbias, cons
     if (dbias != NULL) bias_backward_gpu(dbias, dout, N, OC);
 }
 
-static void matmul_backward_bf16(bf16* dinp, float* dweight, float* dbias, const bf16* dout, const bf16* inp,
+static void matmul_backward_set_dinp_gpu(bf16* dinp, float* dweight, float* dbias, const bf16* dout, const bf16* inp,
                                  const bf16* weight, int B, int T, int C, int OC) {
-    matmul_backward_bf16_(dinp, dweight, dbias, dout, inp, weight, NULL, B * T, C, OC);
+    matmul_backward_set_dinp_of(dinp, dweight, dbias, dout, inp, weight, NULL, B * T, C, OC);
 }
 
 // The backward of a product whose input was gelu(pre): dpre, written (GELU's derivative fused).
-static void gelu_matmul_backward_bf16(bf16* dpre, float* dweight, float* dbias, const bf16* dout, const bf16* inp,
+static void gelu_matmul_backward_set_dinp_gpu(bf16* dpre, float* dweight, float* dbias, const bf16* dout, const bf16* inp,
                                       const bf16* weight, const bf16* pre, int B, int T, int C, int OC) {
-    matmul_backward_bf16_(dpre, dweight, dbias, dout, inp, weight, pre, B * T, C, OC);
+    matmul_backward_set_dinp_of(dpre, dweight, dbias, dout, inp, weight, pre, B * T, C, OC);
 }
 
 #endif // GPT2_GPU_MATMUL_BF16_CUH
