@@ -61,6 +61,24 @@ static void operands_free(Operands* m) {
     free(m->inp); free(m->weight); free(m->bias); free(m->out); free(m->dinp); free(m->dweight); free(m->dbias);
 }
 
+typedef void (*forward_fn)(float* out, const float* inp, const float* weight, const float* bias,
+                           int B, int T, int C, int OC);
+typedef void (*backward_fn)(float* dinp, float* dweight, float* dbias, const float* dout,
+                            const float* inp, const float* weight, int B, int T, int C, int OC);
+
+// One forward and one backward of the product m: their seconds into best[0] and best[1] where
+// they beat what those hold (the fastest of the calls so far).
+static void time_product(forward_fn forward, backward_fn backward, const Operands* m, int BT, int IC, int OC,
+                         double* best) {
+    double t0 = now_seconds();
+    forward(m->out, m->inp, m->weight, m->bias, 1, BT, IC, OC);
+    double t1 = now_seconds();
+    backward(m->dinp, m->dweight, m->dbias, m->out, m->inp, m->weight, 1, BT, IC, OC);
+    double t2 = now_seconds();
+    if (t1 - t0 < best[0]) best[0] = t1 - t0;
+    if (t2 - t1 < best[1]) best[1] = t2 - t1;
+}
+
 static void bench_training(int reps, int naive) {
     int BT = 256;
     uint64_t rng = 1;
@@ -71,24 +89,8 @@ static void bench_training(int reps, int naive) {
         Operands m = operands(BT, IC, OC, &rng);
         double flops = 2.0 * BT * IC * OC;
         double best[4] = {1e30, 1e30, 1e30, 1e30};   // fast fwd, fast bwd, naive fwd, naive bwd
-        for (int r = 0; r < reps; r++) {
-            double t0 = now_seconds();
-            matmul_forward_fast(m.out, m.inp, m.weight, m.bias, 1, BT, IC, OC);
-            double t1 = now_seconds();
-            matmul_backward_fast(m.dinp, m.dweight, m.dbias, m.out, m.inp, m.weight, 1, BT, IC, OC);
-            double t2 = now_seconds();
-            if (t1 - t0 < best[0]) best[0] = t1 - t0;
-            if (t2 - t1 < best[1]) best[1] = t2 - t1;
-        }
-        if (naive) {
-            double t0 = now_seconds();
-            matmul_forward_naive(m.out, m.inp, m.weight, m.bias, 1, BT, IC, OC);
-            double t1 = now_seconds();
-            matmul_backward_naive(m.dinp, m.dweight, m.dbias, m.out, m.inp, m.weight, 1, BT, IC, OC);
-            double t2 = now_seconds();
-            best[2] = t1 - t0;
-            best[3] = t2 - t1;
-        }
+        for (int r = 0; r < reps; r++) time_product(matmul_forward_fast, matmul_backward_fast, &m, BT, IC, OC, best);
+        if (naive) time_product(matmul_forward_naive, matmul_backward_naive, &m, BT, IC, OC, best + 2);  // once
         printf("%-8s %4d -> %5d  forward %7.2f ms %6.1f GFLOP/s   backward %7.2f ms %6.1f GFLOP/s",
                shapes[s].name, IC, OC, best[0] * 1e3, flops / best[0] * 1e-9, best[1] * 1e3,
                2 * flops / best[1] * 1e-9);
@@ -103,11 +105,6 @@ static void bench_training(int reps, int naive) {
     printf("all matmuls of one training step: %.1f ms, %.1f GFLOP/s\n", step_seconds * 1e3,
            step_flops / step_seconds * 1e-9);
 }
-
-typedef void (*forward_fn)(float* out, const float* inp, const float* weight, const float* bias,
-                           int B, int T, int C, int OC);
-typedef void (*backward_fn)(float* dinp, float* dweight, float* dbias, const float* dout,
-                            const float* inp, const float* weight, int B, int T, int C, int OC);
 
 // The training products in float32 and in bf16, taking turns in each run: fastest of `reps`.
 static void bench_training_bf16(int reps) {
@@ -124,17 +121,8 @@ static void bench_training_bf16(int reps) {
         double flops = 2.0 * BT * IC * OC;
         double best[4] = {1e30, 1e30, 1e30, 1e30};   // fp32 fwd, fp32 bwd, bf16 fwd, bf16 bwd
         for (int r = 0; r < reps; r++) {
-            for (int bf16 = 0; bf16 < 2; bf16++) {
-                double t0 = now_seconds();
-                forward_fn forward = bf16 ? matmul_forward_bf16_fast : matmul_forward_fast;
-                forward(m.out, m.inp, m.weight, m.bias, 1, BT, IC, OC);
-                double t1 = now_seconds();
-                backward_fn backward = bf16 ? matmul_backward_bf16_fast : matmul_backward_fast;
-                backward(m.dinp, m.dweight, m.dbias, m.out, m.inp, m.weight, 1, BT, IC, OC);
-                double t2 = now_seconds();
-                if (t1 - t0 < best[2 * bf16]) best[2 * bf16] = t1 - t0;
-                if (t2 - t1 < best[2 * bf16 + 1]) best[2 * bf16 + 1] = t2 - t1;
-            }
+            time_product(matmul_forward_fast, matmul_backward_fast, &m, BT, IC, OC, best);
+            time_product(matmul_forward_bf16_fast, matmul_backward_bf16_fast, &m, BT, IC, OC, best + 2);
         }
         printf("%-8s %5d -> %5d", shapes[s].name, IC, OC);
         for (int bf16 = 0; bf16 < 2; bf16++) {
