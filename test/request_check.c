@@ -171,23 +171,29 @@ static void check_complaints(void) {
     refused("{\"max_tokens\": 0, \"top_k\": -1}", "max_tokens",
             "\"max_tokens\" must be an integer from 1 to 1048576, got 0");
     // text that is not JSON: that first, whatever came before
-    refused("{\"prompt\": \"a\", \"seed\": 1e999}", NULL,
-            "not valid JSON: number out of range (beyond 1.8e308) at byte 24");
-    refused("{\"prompt\": \"a\"} x", NULL, "not valid JSON: unexpected text after the JSON value at byte 16");
-    refused("{\"prompt\": \"a\"}{}", NULL, "not valid JSON: unexpected text after the JSON value at byte 15");
-    refused("{\"max_tokens\": 0, \"prompt\": \"a\"", NULL, "not valid JSON: expected ',' or '}' at byte 31");
-    refused("{\"prompt\": \"a\xff\"}", NULL, "not valid JSON: invalid UTF-8 in string at byte 13");
-    refused("{\"prompt\": \"a\xed\xa0\x80\"}", NULL, "not valid JSON: invalid UTF-8 in string at byte 13");
-    refused("{\"prompt\": \"a\tb\"}", NULL, "not valid JSON: control character in string at byte 13");
-    refused("{\"prompt\": \"\\ud800\"}", NULL, "not valid JSON: lone surrogate in \\u escape at byte 18");
-    refused("{\"prompt\": \"abc", NULL, "not valid JSON: unterminated string at byte 15");
-    refused("{\"prompt\": NaN}", NULL, "not valid JSON: expected a value at byte 11");
-    refused("{\"prompt\": \"a\", \"top_p\": .5}", NULL, "not valid JSON: expected a value at byte 25");
-    refused("{'prompt': 'a'}", NULL, "not valid JSON: expected a string at byte 1");
-    refused("hello", NULL, "not valid JSON: expected a value at byte 0");
-    refused("", NULL, "not valid JSON: expected a value at byte 0");
-    refused("{\"prompt\": \"a\", \"x\": [[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]}", NULL,
-            "not valid JSON: nested too deeply (more than 16 levels) at byte 37");
+    static const char* const not_json[] = {  // pairs: the text, the complaint after "not valid JSON: "
+        "{\"prompt\": \"a\", \"seed\": 1e999}", "number out of range (beyond 1.8e308) at byte 24",
+        "{\"prompt\": \"a\"} x", "unexpected text after the JSON value at byte 16",
+        "{\"prompt\": \"a\"}{}", "unexpected text after the JSON value at byte 15",
+        "{\"max_tokens\": 0, \"prompt\": \"a\"", "expected ',' or '}' at byte 31",
+        "{\"prompt\": \"a\xff\"}", "invalid UTF-8 in string at byte 13",
+        "{\"prompt\": \"a\xed\xa0\x80\"}", "invalid UTF-8 in string at byte 13",
+        "{\"prompt\": \"a\tb\"}", "control character in string at byte 13",
+        "{\"prompt\": \"\\ud800\"}", "lone surrogate in \\u escape at byte 18",
+        "{\"prompt\": \"abc", "unterminated string at byte 15",
+        "{\"prompt\": NaN}", "expected a value at byte 11",
+        "{\"prompt\": \"a\", \"top_p\": .5}", "expected a value at byte 25",
+        "{'prompt': 'a'}", "expected a string at byte 1",
+        "hello", "expected a value at byte 0",
+        "", "expected a value at byte 0",
+        "{\"prompt\": \"a\", \"x\": [[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]}",
+        "nested too deeply (more than 16 levels) at byte 37",
+        NULL};
+    for (const char* const* t = not_json; *t != NULL; t += 2) {
+        char want[128];
+        snprintf(want, sizeof(want), "not valid JSON: %s", t[1]);
+        refused(t[0], NULL, want);
+    }
 }
 
 // ---------- stop strings ----------
