@@ -166,6 +166,7 @@ mpi_error() {
 
 serving() {
   local err=$1; shift
+  : > "$err"  # there before the first look, whenever the server's shell opens it
   "$@" 2> "$err" &
   pid=$!; pids+=("$pid"); port=""
   for _ in $(seq 200); do
