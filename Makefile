@@ -388,27 +388,27 @@ else
 	@mkdir -p build/kernels
 	$(NVCC) $(NVCC_FLAGS) -o $@ $<
 endif
-$(KERNEL_EMU:%=%.cpp): build/emu/kernels/%.cpp: dev/kernels/%.cu $(KERNEL_DEPS) dev/emu/cuda_emu.py
-	@mkdir -p build/emu/kernels
-	$(PYTHON) dev/emu/cuda_emu.py $< $@
+# emu_programs PROGRAMS,FOLDER,SOURCES,DEPS,OPT: the rules of the emulated PROGRAMS (build/emu/FOLDER/NAME
+# from SOURCES/NAME.cu and DEPS): NAME.cpp (cuda_emu.py), NAME (under AddressSanitizer and UBSan, at
+# OPT) and NAME_race (the race detector's build)
+define emu_programs
+$$($(1):%=%.cpp): build/emu/$(2)/%.cpp: $(3)/%.cu $(4) dev/emu/cuda_emu.py
+	@mkdir -p build/emu/$(2)
+	$$(PYTHON) dev/emu/cuda_emu.py $$< $$@
+$$($(1)): build/emu/$(2)/%: build/emu/$(2)/%.cpp dev/emu/cuda_emu.h
+	$$(CXX) $(5) $$(EMU_CXXFLAGS) $$< -o $$@
+$$($(1):%=%_race): build/emu/$(2)/%_race: build/emu/$(2)/%.cpp dev/emu/cuda_emu.h
+	$$(call emu_race_build)
+endef
 # The steps run for a fraction of a second: -Og builds in 40% less time than -O1, and its runs
 # take about 0.2 s more for all 16 steps. (The race detector's builds stay at -O1: at -Og, some
 # shared-memory stores escape its instrumentation, and gpu_check_race reports a read of memory
 # that the block did write.)
-$(KERNEL_EMU): build/emu/kernels/%: build/emu/kernels/%.cpp dev/emu/cuda_emu.h
-	$(CXX) -Og $(EMU_CXXFLAGS) $< -o $@
-$(KERNEL_EMU:%=%_race): build/emu/kernels/%_race: build/emu/kernels/%.cpp dev/emu/cuda_emu.h
-	$(call emu_race_build)
+$(eval $(call emu_programs,KERNEL_EMU,kernels,dev/kernels,$(KERNEL_DEPS),-Og))
 # The lessons' demonstration kernels (doc/lessons/*.cu), built the same two ways; doc/lessons/emu.sh
 # builds one through these rules and runs it.
 LESSON_EMU := $(patsubst doc/lessons/%.cu,build/emu/lessons/%,$(wildcard doc/lessons/*.cu))
-$(LESSON_EMU:%=%.cpp): build/emu/lessons/%.cpp: doc/lessons/%.cu $(GPU_HEADERS) dev/emu/cuda_emu.py
-	@mkdir -p build/emu/lessons
-	$(PYTHON) dev/emu/cuda_emu.py $< $@
-$(LESSON_EMU): build/emu/lessons/%: build/emu/lessons/%.cpp dev/emu/cuda_emu.h
-	$(CXX) -O1 $(EMU_CXXFLAGS) $< -o $@
-$(LESSON_EMU:%=%_race): build/emu/lessons/%_race: build/emu/lessons/%.cpp dev/emu/cuda_emu.h
-	$(call emu_race_build)
+$(eval $(call emu_programs,LESSON_EMU,lessons,doc/lessons,$(GPU_HEADERS),-O1))
 
 # ---------- data ----------
 
@@ -463,30 +463,29 @@ bench-tokenizer: tokenizer data
 # bench-cpu, bench-infer, bench-serve, bench-parallel and bench-gpu draw their tables as charts beside the text (dev/bench/plot.py); where
 # matplotlib cannot be had (offline), they say so and keep the text.
 PLOT_SETUP := bash dev/bench/setup_plot.sh
+# The recipe of bench-cpu, bench-infer and bench-serve: dev/bench/bench_NAME.sh's table, printed and
+# kept in build/bench/bench_NAME.txt, and its chart beside it, bench_NAME.png (bench-NAME: the target)
+define bench_table_and_chart
+	@mkdir -p build/bench
+	set -o pipefail; bash dev/bench/$(subst -,_,$@).sh | tee build/bench/$(subst -,_,$@).txt
+	$(PLOT_SETUP) && $(PYTHON) dev/bench/plot.py $@ build/bench/$(subst -,_,$@).png build/bench/$(subst -,_,$@).txt \
+	  || echo "$@: no chart (the table is in build/bench/$(subst -,_,$@).txt)"
+endef
 
 # train_cpu's step in float32 and in -p bf16 beside each precision's peak, measured in the same run
 # (dev/bench/fma_peak.c), and PyTorch's float32 step: d12 and the default model (dev/bench/bench_cpu.sh)
 bench-cpu: train_cpu
-	@mkdir -p build/bench
-	set -o pipefail; bash dev/bench/bench_cpu.sh | tee build/bench/bench_cpu.txt
-	$(PLOT_SETUP) && $(PYTHON) dev/bench/plot.py bench-cpu build/bench/bench_cpu.png build/bench/bench_cpu.txt \
-	  || echo "bench-cpu: no chart (the table is in build/bench/bench_cpu.txt)"
+	$(bench_table_and_chart)
 
 # infer's decode tokens/s by batch size with float32 and with bf16 weights (-w), each beside its
 # memory-bandwidth and peak limits, and bf16's speed-up (dev/bench/bench_infer.sh)
 bench-infer: infer
-	@mkdir -p build/bench
-	set -o pipefail; bash dev/bench/bench_infer.sh | tee build/bench/bench_infer.txt
-	$(PLOT_SETUP) && $(PYTHON) dev/bench/plot.py bench-infer build/bench/bench_infer.png build/bench/bench_infer.txt \
-	  || echo "bench-infer: no chart (the table is in build/bench/bench_infer.txt)"
+	$(bench_table_and_chart)
 
 # infer's server under load from HTTP clients, against infer -f at the same batch (knobs: MODEL,
 # TOKENS, CLIENTS, ROUNDS, REPEATS; dev/bench/bench_serve.sh)
 bench-serve: infer
-	@mkdir -p build/bench
-	set -o pipefail; bash dev/bench/bench_serve.sh | tee build/bench/bench_serve.txt
-	$(PLOT_SETUP) && $(PYTHON) dev/bench/plot.py bench-serve build/bench/bench_serve.png build/bench/bench_serve.txt \
-	  || echo "bench-serve: no chart (the table is in build/bench/bench_serve.txt)"
+	$(bench_table_and_chart)
 
 # data parallel on this machine's CPU: 1 and 2 processes, and the all-reduce's cost (doc/parallel.md)
 bench-dp: train_cpu

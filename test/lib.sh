@@ -36,6 +36,27 @@
 #                            the emulator's builds run without LeakSanitizer's check at exit
 #                            (as test_train_gpu_emu runs them anyway): Open MPI holds memory to the
 #                            end from plugins it has unloaded by then, which no suppression can name
+#   launch NPROCS ARGS...    ARGS under mpi_run with NPROCS processes, or alone when NPROCS is 0,
+#                            both stopped after MPI_TIMEOUT seconds
+#   train_run NAME NPROCS ARGS...
+#                            ./train_cpu with the options of the test's array common, -o $dir/NAME
+#                            and ARGS, under launch; stdout in $dir/NAME.out, stderr in NAME.err; a
+#                            failure told by the test's bad, with the end of stderr (status 1)
+#   same_after_resume WHOLE RESUMED STEP LAST WHAT
+#                            the run $dir/RESUMED (cut from $dir/WHOLE at STEP, then resumed) says it
+#                            resumed from STEP, printed WHOLE's lines after STEP, and wrote WHOLE's
+#                            checkpoint and state of step LAST and main.log; else the test's bad
+#                            names WHAT
+#   mpi_error NAME TEXT NPROCS ARGS...
+#                            ARGS (under launch) fail within 120 s with exactly one line "error: ...",
+#                            which holds TEXT (stdout and stderr in $dir/err_NAME.out and .err); else
+#                            the test's bad. ARGS may hold "-np N PROGRAM ..." after a ":", mpirun's
+#                            way of giving ranks different command lines
+#   serving ERRFILE CMD...   the server CMD (told --serve 127.0.0.1:0) in the background, its stderr
+#                            in ERRFILE, its id in pid and added to the array pids (for the test's
+#                            trap to kill); waits up to 10 s for the line that names its port, which
+#                            it sets in port (empty if the server stopped first or took longer);
+#                            returns 2 when the build has no HTTP server (libmicrohttpd)
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 CC=${CC:-gcc}
@@ -105,4 +126,53 @@ mpi_run() {
   OMP_NUM_THREADS=${MPI_THREADS:-1} OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
     OMPI_MCA_btl_vader_single_copy_mechanism=none ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0} \
     timeout "${MPI_TIMEOUT:-300}" mpirun -np "$n" --bind-to none --oversubscribe "$@"
+}
+
+launch() {
+  local np=$1; shift
+  if [ "$np" = 0 ]; then timeout "${MPI_TIMEOUT:-300}" "$@"; else mpi_run "$np" "$@"; fi
+}
+
+train_run() {
+  local name=$1 np=$2; shift 2
+  local cmd=(./train_cpu "${common[@]}" -o "$dir/$name" "$@")
+  launch "$np" "${cmd[@]}" >"$dir/$name.out" 2>"$dir/$name.err" ||
+    { bad "$name: ${cmd[*]} (processes: $np) exited with $?:"; tail -5 "$dir/$name.err"; return 1; }
+}
+
+same_after_resume() {
+  local whole=$dir/$1 resumed=$dir/$2 step=$3 last f; last=$(printf '%08d' "$4")
+  grep -q "resumed from .* at step $step" "$resumed.out" || bad "$5 did not resume from step $step"
+  diff <(printed_after "$step" "$whole.out") <(printed_after "$step" "$resumed.out") ||
+    bad "$5 printed other losses or samples after step $step than the uninterrupted run"
+  for f in "model_$last.bin" "state_$last.bin" main.log; do
+    cmp -s "$whole/$f" "$resumed/$f" || bad "$f differs between the uninterrupted run and $5"
+  done
+}
+
+mpi_error() {
+  local name=$1 pattern=$2 np=$3; shift 3
+  local out=$dir/err_$name start=$SECONDS rc
+  MPI_TIMEOUT=120 launch "$np" "$@" >"$out.out" 2>"$out.err"
+  rc=$?
+  local lines; lines=$(grep -c '^error: ' "$out.err")  # "error: [rank R of N: ]MESSAGE"
+  if [ $rc -eq 124 ]; then bad "$name: still running after 120 s (a hang)"
+  elif [ $rc -eq 0 ]; then bad "$name: exited 0"
+  elif [ "$lines" != 1 ]; then bad "$name: $lines error lines, not 1:"; cat "$out.err"
+  elif ! grep '^error: ' "$out.err" | grep -qF -- "$pattern"; then bad "$name: the error is not '$pattern':"; cat "$out.err"
+  else echo "ok: $name: exit $rc in $((SECONDS - start)) s: $(grep '^error: ' "$out.err")"
+  fi
+}
+
+serving() {
+  local err=$1; shift
+  : > "$err"  # there before the first look, whenever the server's shell opens it
+  "$@" 2> "$err" &
+  pid=$!; pids+=("$pid"); port=""
+  for _ in $(seq 200); do
+    port=$(sed -n 's|^serving .* on http://127\.0\.0\.1:\([0-9]*\)/v1 .*|\1|p' "$err")
+    [ -n "$port" ] || ! kill -0 "$pid" 2>/dev/null && break
+    sleep 0.05
+  done
+  ! grep -q "this build has no HTTP server" "$err" || return 2
 }

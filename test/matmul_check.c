@@ -46,6 +46,19 @@ static float* random_array(size_t n) {
     return x;
 }
 
+// The operands of a product of BT rows from C to OC channels, random, drawn in this order: inp,
+// weight, bias (NULL unless with_bias) and dout; ni, nw and no are the sizes of inp, weight and out.
+typedef struct { size_t ni, nw, no; float *inp, *weight, *bias, *dout; } Operands;
+static Operands random_operands(int BT, int C, int OC, int with_bias) {
+    Operands m = {(size_t)BT * C, (size_t)OC * C, (size_t)BT * OC, NULL, NULL, NULL, NULL};
+    m.inp = random_array(m.ni);
+    m.weight = random_array(m.nw);
+    m.bias = with_bias ? random_array(OC) : NULL;
+    m.dout = random_array(m.no);
+    return m;
+}
+static void operands_free(Operands* m) { free(m->inp); free(m->weight); free(m->bias); free(m->dout); }
+
 static float* copy_array(const float* x, size_t n) {
     float* y = (float*)malloc_check(n * sizeof(float));
     memcpy(y, x, n * sizeof(float));
@@ -80,11 +93,9 @@ static int compare(const char* what, const float* fast, const float* ref, const 
 
 // One shape: forward and backward, fast vs naive. Returns the number of failures.
 static int check_shape(int BT, int C, int OC, int use_bias) {
-    size_t ni = (size_t)BT * C, nw = (size_t)OC * C, no = (size_t)BT * OC;
-    float* inp = random_array(ni);
-    float* weight = random_array(nw);
-    float* bias = use_bias ? random_array(OC) : NULL;
-    float* dout = random_array(no);
+    Operands m = random_operands(BT, C, OC, use_bias);
+    size_t ni = m.ni, nw = m.nw, no = m.no;
+    float *inp = m.inp, *weight = m.weight, *bias = m.bias, *dout = m.dout;
     float* inp_abs = abs_array(inp, ni);
     float* weight_abs = abs_array(weight, nw);
     float* bias_abs = use_bias ? abs_array(bias, OC) : NULL;
@@ -120,7 +131,7 @@ static int check_shape(int BT, int C, int OC, int use_bias) {
 
     printf("%s BT=%d C=%d OC=%d bias=%s\n", fails ? "FAIL" : "ok  ", BT, C, OC,
            use_bias ? "yes" : "NULL");
-    free(inp); free(weight); free(bias); free(dout);
+    operands_free(&m);
     free(inp_abs); free(weight_abs); free(bias_abs); free(dout_abs);
     free(out_fast); free(out_ref); free(out_bound);
     free(dinp_fast); free(dweight_fast); free(dbias_fast);
@@ -137,11 +148,9 @@ typedef void (*backward_fn)(float* dinp, float* dweight, float* dbias, const flo
 // Forward and backward with 1 thread and with all threads must agree bit for bit.
 static int check_determinism(const char* name, forward_fn forward, backward_fn backward,
                              int BT, int C, int OC) {
-    size_t ni = (size_t)BT * C, nw = (size_t)OC * C, no = (size_t)BT * OC;
-    float* inp = random_array(ni);
-    float* weight = random_array(nw);
-    float* bias = random_array(OC);
-    float* dout = random_array(no);
+    Operands m = random_operands(BT, C, OC, 1);
+    size_t ni = m.ni, nw = m.nw, no = m.no;
+    float *inp = m.inp, *weight = m.weight, *bias = m.bias, *dout = m.dout;
     float* results[2][4];
     int threads = num_threads();
     for (int run = 0; run < 2; run++) {
@@ -173,7 +182,7 @@ static int check_determinism(const char* name, forward_fn forward, backward_fn b
     }
     printf("%s determinism of %s BT=%d C=%d OC=%d: 1 thread vs %d threads\n",
            fails ? "FAIL" : "ok  ", name, BT, C, OC, threads);
-    free(inp); free(weight); free(bias); free(dout);
+    operands_free(&m);
     return fails;
 }
 
@@ -621,10 +630,9 @@ static uint64_t bf16_fingerprint(void) {
     uint64_t saved = rng_state;
     rng_state = 2024;
     int BT = 37, C = 2 * BF_KC + 7, OC = 45;
-    size_t ni = (size_t)BT * C, nw = (size_t)OC * C, no = (size_t)BT * OC;
-    float* inp = random_array(ni);
-    float* weight = random_array(nw);
-    float* dout = random_array(no);
+    Operands m = random_operands(BT, C, OC, 0);
+    size_t ni = m.ni, nw = m.nw, no = m.no;
+    float *inp = m.inp, *weight = m.weight, *dout = m.dout;
     float* out = random_array(no);
     float* dinp = random_array(ni);
     float* dweight = random_array(nw);
@@ -637,7 +645,7 @@ static uint64_t bf16_fingerprint(void) {
         const unsigned char* bytes = (const unsigned char*)results[k];
         for (size_t i = 0; i < sizes[k] * sizeof(float); i++) h = (h ^ bytes[i]) * 0x100000001b3ull;
     }
-    free(inp); free(weight); free(dout); free(out); free(dinp); free(dweight);
+    operands_free(&m); free(out); free(dinp); free(dweight);
     rng_state = saved;
     return h;
 }
@@ -648,10 +656,9 @@ static uint64_t bf16_fingerprint(void) {
 // Returns 1 on a failure.
 static int check_backward_first(const char* name, backward_fn backward, backward_fn first,
                                 int BT, int C, int OC) {
-    size_t ni = (size_t)BT * C, nw = (size_t)OC * C, no = (size_t)BT * OC;
-    float* inp = random_array(ni);
-    float* weight = random_array(nw);
-    float* dout = random_array(no);
+    Operands m = random_operands(BT, C, OC, 0);
+    size_t ni = m.ni, nw = m.nw;
+    float *inp = m.inp, *weight = m.weight, *dout = m.dout;
     float* dinp[2] = {random_array(ni), NULL};
     float* dbias[2] = {random_array(OC), NULL};
     float* dweight[2] = {(float*)calloc_check(nw, sizeof(float)), random_array(nw)};
@@ -664,7 +671,7 @@ static int check_backward_first(const char* name, backward_fn backward, backward
     fails |= memcmp(dbias[0], dbias[1], OC * sizeof(float)) != 0;
     printf("%s %s BT=%d C=%d OC=%d: dweight written over garbage, the bits of adding into zeros\n",
            fails ? "FAIL" : "ok  ", name, BT, C, OC);
-    free(inp); free(weight); free(dout);
+    operands_free(&m);
     for (int k = 0; k < 2; k++) free(dinp[k]), free(dbias[k]), free(dweight[k]);
     return fails;
 }

@@ -64,19 +64,39 @@ static int same_name(const char* a, const char* b) {
     return a == NULL || b == NULL ? a == b : strcmp(a, b) == 0;
 }
 
+// The check that json was refused with exactly the complaint want, about the field `field` (NULL:
+// none, as for text that is not JSON), from what the reader returned (ok), said (error) and named
+// (error_field); rest: whatever else must hold.
+static void refusal(const char* json, const char* field, const char* want, int ok, const char* error,
+                    const char* error_field, int rest) {
+    char what[1024], shown[512], detail[512];
+    snprintf(what, sizeof(what), "%s -> %s (%s)", printable(json, shown, sizeof(shown)), want,
+             field ? field : "no field");
+    snprintf(detail, sizeof(detail), "got \"%s\" (%s)", ok ? "(valid)" : error,
+             error_field ? error_field : "no field");
+    check(!ok && strcmp(error, want) == 0 && same_name(error_field, field) && rest, what, detail);
+}
+
 // The request in json is refused with exactly the complaint want, about the field `field` (NULL:
 // none, as for text that is not JSON), and holds nothing: no prompt, no stop strings, the defaults.
 static void refused(const char* json, const char* field, const char* want) {
     Request q;
     int ok = request_parse(&q, json, strlen(json), &defaults);
-    char what[1024], shown[512], detail[512];
-    snprintf(what, sizeof(what), "%s -> %s (%s)", printable(json, shown, sizeof(shown)), want,
-             field ? field : "no field");
-    snprintf(detail, sizeof(detail), "got \"%s\" (%s)", ok ? "(valid)" : q.error,
-             q.error_field ? q.error_field : "no field");
-    check(!ok && strcmp(q.error, want) == 0 && same_name(q.error_field, field) && q.prompt == NULL &&
-          q.num_stop == 0 && same_params(&q.params, &defaults), what, detail);
+    refusal(json, field, want, ok, q.error, q.error_field,
+            q.prompt == NULL && q.num_stop == 0 && same_params(&q.params, &defaults));
     request_free(&q);
+}
+
+// {"prompt": "a", "FIELD": VALUE} refused by `refuse` with the complaint "\"FIELD\" RULE, got GOT"
+// about FIELD, for each pair VALUE, GOT of cases (up to a NULL).
+static void refused_values(void (*refuse)(const char*, const char*, const char*), const char* field,
+                           const char* rule, const char* const* cases) {
+    for (; cases[0] != NULL; cases += 2) {
+        char json[256], want[256];
+        snprintf(json, sizeof(json), "{\"prompt\": \"a\", \"%s\": %s}", field, cases[0]);
+        snprintf(want, sizeof(want), "\"%s\" %s, got %s", field, rule, cases[1]);
+        refuse(json, field, want);
+    }
 }
 
 static void check_fields(void) {
@@ -120,49 +140,22 @@ static void check_fields(void) {
 
 static void check_complaints(void) {
     printf("--- complaints\n");
-    refused("{\"prompt\": \"a\", \"max_tokens\": \"64\"}", "max_tokens",
-            "\"max_tokens\" must be an integer from 1 to 1048576, got a string");
-    refused("{\"prompt\": \"a\", \"max_tokens\": -3}", "max_tokens",
-            "\"max_tokens\" must be an integer from 1 to 1048576, got -3");
-    refused("{\"prompt\": \"a\", \"max_tokens\": 0}", "max_tokens",
-            "\"max_tokens\" must be an integer from 1 to 1048576, got 0");
-    refused("{\"prompt\": \"a\", \"max_tokens\": -0}", "max_tokens",
-            "\"max_tokens\" must be an integer from 1 to 1048576, got -0");
-    refused("{\"prompt\": \"a\", \"max_tokens\": 1048577}", "max_tokens",
-            "\"max_tokens\" must be an integer from 1 to 1048576, got 1048577");
-    refused("{\"prompt\": \"a\", \"max_tokens\": 64.0}", "max_tokens",
-            "\"max_tokens\" must be an integer from 1 to 1048576, got 64.0");
-    refused("{\"prompt\": \"a\", \"max_tokens\": 6.4e1}", "max_tokens",
-            "\"max_tokens\" must be an integer from 1 to 1048576, got 6.4e1");
-    refused("{\"prompt\": \"a\", \"max_tokens\": 123456789012345678901234567890123456789}", "max_tokens",
-            "\"max_tokens\" must be an integer from 1 to 1048576, got 1234567890123456789012345678...");
-    refused("{\"prompt\": \"a\", \"max_tokens\": [64]}", "max_tokens",
-            "\"max_tokens\" must be an integer from 1 to 1048576, got an array");
-    refused("{\"prompt\": \"a\", \"temperature\": true}", "temperature",
-            "\"temperature\" must be a number from 0 to 100, got true");
-    refused("{\"prompt\": \"a\", \"temperature\": -0.5}", "temperature",
-            "\"temperature\" must be a number from 0 to 100, got -0.5");
-    refused("{\"prompt\": \"a\", \"temperature\": 100.5}", "temperature",
-            "\"temperature\" must be a number from 0 to 100, got 100.5");
-    refused("{\"prompt\": \"a\", \"temperature\": \"hot\"}", "temperature",
-            "\"temperature\" must be a number from 0 to 100, got a string");
-    refused("{\"prompt\": \"a\", \"top_k\": -1}", "top_k", "\"top_k\" must be an integer from 0 to 1048576, got -1");
-    refused("{\"prompt\": \"a\", \"top_k\": 2.5}", "top_k", "\"top_k\" must be an integer from 0 to 1048576, got 2.5");
-    refused("{\"prompt\": \"a\", \"top_k\": 1e6}", "top_k", "\"top_k\" must be an integer from 0 to 1048576, got 1e6");
-    refused("{\"prompt\": \"a\", \"top_k\": {}}", "top_k",
-            "\"top_k\" must be an integer from 0 to 1048576, got an object");
-    refused("{\"prompt\": \"a\", \"top_p\": 0}", "top_p", "\"top_p\" must be a number in (0, 1], got 0");
-    refused("{\"prompt\": \"a\", \"top_p\": 1.01}", "top_p", "\"top_p\" must be a number in (0, 1], got 1.01");
-    refused("{\"prompt\": \"a\", \"top_p\": -0.5}", "top_p", "\"top_p\" must be a number in (0, 1], got -0.5");
-    refused("{\"prompt\": \"a\", \"top_p\": 1e-50}", "top_p", "\"top_p\" must be a number in (0, 1], got 1e-50");
-    refused("{\"prompt\": \"a\", \"top_p\": false}", "top_p", "\"top_p\" must be a number in (0, 1], got false");
-    refused("{\"prompt\": \"a\", \"seed\": -1}", "seed", "\"seed\" must be a non-negative integer below 2^53, got -1");
-    refused("{\"prompt\": \"a\", \"seed\": 9007199254740992}", "seed",
-            "\"seed\" must be a non-negative integer below 2^53, got 9007199254740992");
-    refused("{\"prompt\": \"a\", \"seed\": 7.5}", "seed",
-            "\"seed\" must be a non-negative integer below 2^53, got 7.5");
-    refused("{\"prompt\": \"a\", \"seed\": \"7\"}", "seed",
-            "\"seed\" must be a non-negative integer below 2^53, got a string");
+    static const char* const max_tokens[] = {
+        "\"64\"", "a string", "-3", "-3", "0", "0", "-0", "-0", "1048577", "1048577", "64.0", "64.0",
+        "6.4e1", "6.4e1", "123456789012345678901234567890123456789", "1234567890123456789012345678...",
+        "[64]", "an array", NULL};
+    refused_values(refused, "max_tokens", "must be an integer from 1 to 1048576", max_tokens);
+    static const char* const temperature[] = {
+        "true", "true", "-0.5", "-0.5", "100.5", "100.5", "\"hot\"", "a string", NULL};
+    refused_values(refused, "temperature", "must be a number from 0 to 100", temperature);
+    static const char* const top_k[] = {"-1", "-1", "2.5", "2.5", "1e6", "1e6", "{}", "an object", NULL};
+    refused_values(refused, "top_k", "must be an integer from 0 to 1048576", top_k);
+    static const char* const top_p[] = {
+        "0", "0", "1.01", "1.01", "-0.5", "-0.5", "1e-50", "1e-50", "false", "false", NULL};
+    refused_values(refused, "top_p", "must be a number in (0, 1]", top_p);
+    static const char* const seed[] = {
+        "-1", "-1", "9007199254740992", "9007199254740992", "7.5", "7.5", "\"7\"", "a string", NULL};
+    refused_values(refused, "seed", "must be a non-negative integer below 2^53", seed);
     refused("{}", "prompt", "\"prompt\" is missing");
     refused("{\"max_tokens\": 5, \"Prompt\": \"a\"}", "prompt", "\"prompt\" is missing");
     refused("{\"prompt\": 42}", "prompt", "\"prompt\" must be a string, got a number");
@@ -178,23 +171,29 @@ static void check_complaints(void) {
     refused("{\"max_tokens\": 0, \"top_k\": -1}", "max_tokens",
             "\"max_tokens\" must be an integer from 1 to 1048576, got 0");
     // text that is not JSON: that first, whatever came before
-    refused("{\"prompt\": \"a\", \"seed\": 1e999}", NULL,
-            "not valid JSON: number out of range (beyond 1.8e308) at byte 24");
-    refused("{\"prompt\": \"a\"} x", NULL, "not valid JSON: unexpected text after the JSON value at byte 16");
-    refused("{\"prompt\": \"a\"}{}", NULL, "not valid JSON: unexpected text after the JSON value at byte 15");
-    refused("{\"max_tokens\": 0, \"prompt\": \"a\"", NULL, "not valid JSON: expected ',' or '}' at byte 31");
-    refused("{\"prompt\": \"a\xff\"}", NULL, "not valid JSON: invalid UTF-8 in string at byte 13");
-    refused("{\"prompt\": \"a\xed\xa0\x80\"}", NULL, "not valid JSON: invalid UTF-8 in string at byte 13");
-    refused("{\"prompt\": \"a\tb\"}", NULL, "not valid JSON: control character in string at byte 13");
-    refused("{\"prompt\": \"\\ud800\"}", NULL, "not valid JSON: lone surrogate in \\u escape at byte 18");
-    refused("{\"prompt\": \"abc", NULL, "not valid JSON: unterminated string at byte 15");
-    refused("{\"prompt\": NaN}", NULL, "not valid JSON: expected a value at byte 11");
-    refused("{\"prompt\": \"a\", \"top_p\": .5}", NULL, "not valid JSON: expected a value at byte 25");
-    refused("{'prompt': 'a'}", NULL, "not valid JSON: expected a string at byte 1");
-    refused("hello", NULL, "not valid JSON: expected a value at byte 0");
-    refused("", NULL, "not valid JSON: expected a value at byte 0");
-    refused("{\"prompt\": \"a\", \"x\": [[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]}", NULL,
-            "not valid JSON: nested too deeply (more than 16 levels) at byte 37");
+    static const char* const not_json[] = {  // pairs: the text, the complaint after "not valid JSON: "
+        "{\"prompt\": \"a\", \"seed\": 1e999}", "number out of range (beyond 1.8e308) at byte 24",
+        "{\"prompt\": \"a\"} x", "unexpected text after the JSON value at byte 16",
+        "{\"prompt\": \"a\"}{}", "unexpected text after the JSON value at byte 15",
+        "{\"max_tokens\": 0, \"prompt\": \"a\"", "expected ',' or '}' at byte 31",
+        "{\"prompt\": \"a\xff\"}", "invalid UTF-8 in string at byte 13",
+        "{\"prompt\": \"a\xed\xa0\x80\"}", "invalid UTF-8 in string at byte 13",
+        "{\"prompt\": \"a\tb\"}", "control character in string at byte 13",
+        "{\"prompt\": \"\\ud800\"}", "lone surrogate in \\u escape at byte 18",
+        "{\"prompt\": \"abc", "unterminated string at byte 15",
+        "{\"prompt\": NaN}", "expected a value at byte 11",
+        "{\"prompt\": \"a\", \"top_p\": .5}", "expected a value at byte 25",
+        "{'prompt': 'a'}", "expected a string at byte 1",
+        "hello", "expected a value at byte 0",
+        "", "expected a value at byte 0",
+        "{\"prompt\": \"a\", \"x\": [[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]}",
+        "nested too deeply (more than 16 levels) at byte 37",
+        NULL};
+    for (const char* const* t = not_json; *t != NULL; t += 2) {
+        char want[128];
+        snprintf(want, sizeof(want), "not valid JSON: %s", t[1]);
+        refused(t[0], NULL, want);
+    }
 }
 
 // ---------- stop strings ----------
@@ -282,12 +281,7 @@ static Completion body(const char* json) {
 static void body_refused(const char* json, const char* field, const char* want) {
     Completion c;
     int ok = completion_parse(&c, json, strlen(json), &server_defaults);
-    char what[1024], shown[512], detail[512];
-    snprintf(what, sizeof(what), "%s -> %s (%s)", printable(json, shown, sizeof(shown)), want,
-             field ? field : "no field");
-    snprintf(detail, sizeof(detail), "got \"%s\" (%s)", ok ? "(valid)" : c.req.error,
-             c.req.error_field ? c.req.error_field : "no field");
-    check(!ok && strcmp(c.req.error, want) == 0 && same_name(c.req.error_field, field), what, detail);
+    refusal(json, field, want, ok, c.req.error, c.req.error_field, 1);
     completion_free(&c);
 }
 
@@ -341,10 +335,8 @@ static void check_completions(void) {
         check(c.n == n_want[i], n_want[i] == 16 ? "n 16: the most" : "n 1, and null: 1", NULL);
         completion_free(&c);
     }
-    body_refused("{\"prompt\": \"a\", \"n\": 0}", "n", "\"n\" must be an integer from 1 to 16, got 0");
-    body_refused("{\"prompt\": \"a\", \"n\": 17}", "n", "\"n\" must be an integer from 1 to 16, got 17");
-    body_refused("{\"prompt\": \"a\", \"n\": 1.5}", "n", "\"n\" must be an integer from 1 to 16, got 1.5");
-    body_refused("{\"prompt\": \"a\", \"n\": \"2\"}", "n", "\"n\" must be an integer from 1 to 16, got a string");
+    static const char* const bad_n[] = {"0", "0", "17", "17", "1.5", "1.5", "\"2\"", "a string", NULL};
+    refused_values(body_refused, "n", "must be an integer from 1 to 16", bad_n);
     body_refused("{\"prompt\": \"a\", \"n\": 1, \"n\": 2}", "n", "\"n\" is given twice");
 
     // stream and stream_options

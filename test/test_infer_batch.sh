@@ -309,25 +309,19 @@ EOF
 
 serve_bf16() {
   command -v curl > /dev/null || { echo "skipped --serve -w bf16: no curl"; return; }
-  ./infer -e "$dir/m.bin" -k "$TOK" -w bf16 -b 4 --serve 127.0.0.1:0 2> "$dir/serve.err" &
-  local pid=$! port=""
-  trap 'kill -9 '"$pid"' 2>/dev/null' EXIT
-  for _ in $(seq 200); do
-    port=$(sed -n 's|^serving .* on http://127\.0\.0\.1:\([0-9]*\)/v1 .*|\1|p' "$dir/serve.err")
-    [ -n "$port" ] || ! kill -0 "$pid" 2>/dev/null && break
-    sleep 0.05
-  done
-  if grep -q "this build has no HTTP server" "$dir/serve.err"; then
+  local pid port; pids=()
+  trap 'kill -9 "${pids[@]}" 2>/dev/null' EXIT
+  if ! serving "$dir/serve.err" ./infer -e "$dir/m.bin" -k "$TOK" -w bf16 -b 4 --serve 127.0.0.1:0; then
     echo "skipped --serve -w bf16: ./infer was built without libmicrohttpd (apt-get install libmicrohttpd-dev)"
     return
   fi
   [ -n "$port" ] || { bad "infer -w bf16 --serve did not start:"; cat "$dir/serve.err"; return; }
-  local i=0 pids=()
+  local i=0 curls=()
   while IFS= read -r body; do
     curl -sS --max-time 120 -d "$body" "http://127.0.0.1:$port/v1/completions" > "$dir/serve$i.out" &
-    pids+=($!); i=$((i + 1))
+    curls+=($!); i=$((i + 1))
   done < "$dir/greedy.jsonl"
-  wait "${pids[@]}"
+  wait "${curls[@]}"
   "$PY" - "$dir" "$dir/greedy16.out" <<'EOF' || status=1
 import json, sys
 d, want = sys.argv[1], [json.loads(l) for l in open(sys.argv[2])]

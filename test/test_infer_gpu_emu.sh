@@ -127,15 +127,10 @@ CUDA_EMU_DRIVER=none build/emu/infer_gpu -e "$dir/m.bin" -k "$dir/tok.bin" -p x 
 # ---- 5. --serve
 serve_check() {
   command -v curl > /dev/null || { echo "skipped --serve: no curl"; return; }
-  build/emu/infer_gpu -w fp32 -e "$dir/m.bin" -k "$dir/tok.bin" --serve 127.0.0.1:0 2> "$dir/serve.err" &
-  local pid=$! port="" body='{"prompt": "To be, or not to be", "max_tokens": 12, "temperature": 0}'
-  trap 'kill -9 '"$pid"' 2>/dev/null' EXIT
-  for _ in $(seq 200); do
-    port=$(sed -n 's|^serving .* on http://127\.0\.0\.1:\([0-9]*\)/v1 .*|\1|p' "$dir/serve.err")
-    [ -n "$port" ] || ! kill -0 "$pid" 2>/dev/null && break
-    sleep 0.05
-  done
-  if grep -q "this build has no HTTP server" "$dir/serve.err"; then
+  local pid port body='{"prompt": "To be, or not to be", "max_tokens": 12, "temperature": 0}'
+  pids=()
+  trap 'kill -9 "${pids[@]}" 2>/dev/null' EXIT
+  if ! serving "$dir/serve.err" build/emu/infer_gpu -w fp32 -e "$dir/m.bin" -k "$dir/tok.bin" --serve 127.0.0.1:0; then
     echo "skipped --serve: build/emu/infer_gpu was built without libmicrohttpd (apt-get install libmicrohttpd-dev)"
     return
   fi

@@ -36,15 +36,8 @@ pids=()  # every process started in the background, killed at the end whatever h
 trap 'for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done' EXIT
 
 serve() {  # NAME MODEL FLAGS...: a server on a free port, its stderr in $dir/NAME.err; sets pid, url
-  local name=$1 model=$2 port=""; shift 2
-  ./infer -e "$model" -k "$TOK" --serve 127.0.0.1:0 "$@" 2> "$dir/$name.err" &
-  pid=$!; pids+=("$pid")
-  for _ in $(seq 200); do
-    port=$(sed -n 's|^serving .* on http://127\.0\.0\.1:\([0-9]*\)/v1 .*|\1|p' "$dir/$name.err")
-    [ -n "$port" ] || ! kill -0 "$pid" 2>/dev/null && break
-    sleep 0.05
-  done
-  if grep -q "this build has no HTTP server" "$dir/$name.err"; then
+  local name=$1 model=$2 port; shift 2
+  if ! serving "$dir/$name.err" ./infer -e "$model" -k "$TOK" --serve 127.0.0.1:0 "$@"; then
     echo "skipped: ./infer was built without libmicrohttpd (bash test/setup.sh installs libmicrohttpd-dev; then make clean && make)"
     exit 77
   fi
@@ -75,6 +68,20 @@ stopped_within() {  # PID SECONDS: waits for PID to end; 0 if it did in time (it
     sleep 0.05
   done
   return 1
+}
+exits_0_within() {  # PID SECONDS WHAT: PID, told to stop (at $start, from date +%s%N), ends within SECONDS with exit 0
+  if stopped_within "$1" "$2"; then
+    local ms=$(( ($(date +%s%N) - start) / 1000000 ))
+    [ $rc -eq 0 ] && ok "$3: exit 0 after $ms ms" || bad "$3: exit status $rc"
+  else
+    bad "$3: still running $2 s later"
+  fi
+}
+term_twice() {  # SIGTERM to the server $pid, and again 0.3 s later, at $start
+  kill -TERM "$pid"
+  sleep 0.3
+  start=$(date +%s%N)
+  kill -TERM "$pid"
 }
 health_within() {  # SECONDS CONDITION [SINCE]: polls /health until CONDITION (Python, of its JSON h) holds;
                    # prints how long that took from SINCE (date +%s.%N; default now), or /health when it did not
@@ -545,12 +552,7 @@ start=$(date +%s%N)
 kill -TERM "$pid"
 sleep 0.2
 curl -s -o /dev/null -w '%{http_code}' --max-time 5 "$url/health" > "$dir/drain_new.code" 2>/dev/null
-if stopped_within "$pid" 8; then
-  ms=$(( ($(date +%s%N) - start) / 1000000 ))
-  [ $rc -eq 0 ] && ok "SIGTERM with 2 requests in flight: exit 0 after $ms ms" || bad "SIGTERM: exit status $rc"
-else
-  bad "SIGTERM with 2 requests in flight: still running after 8 s"
-fi
+exits_0_within "$pid" 8 "SIGTERM with 2 requests in flight"
 wait "${bg[@]}"
 expect drain1 'a.code == 200 and a.finish == {0: "length"} and a.usage["completion_tokens"] == 150' \
   "a request in flight at SIGTERM: answered whole (150 tokens)"
@@ -568,16 +570,8 @@ curl -sSN --max-time 60 -d '{"prompt": "Once", "max_tokens": 1000, "temperature"
   "$url/v1/completions" > "$dir/twice.out" 2>/dev/null &
 cpid=$!; pids+=("$cpid")
 for _ in $(seq 200); do [ "$(grep -c '^data: ' "$dir/twice.out")" -ge 2 ] && break; sleep 0.05; done
-kill -TERM "$pid"
-sleep 0.3
-start=$(date +%s%N)
-kill -TERM "$pid"
-if stopped_within "$pid" 3; then
-  ms=$(( ($(date +%s%N) - start) / 1000000 ))
-  [ $rc -eq 0 ] && ok "a second SIGTERM cuts a request of 1000 tokens short: exit 0 after $ms ms" || bad "SIGTERM twice: exit status $rc"
-else
-  bad "SIGTERM twice: still running 3 s later"
-fi
+term_twice
+exits_0_within "$pid" 3 "a second SIGTERM cuts a request of 1000 tokens short"
 wait "$cpid"
 echo 200 > "$dir/twice.code"  # (curl -N wrote the stream only)
 expect twice 'a.error is not None and a.error["code"] == "shutting_down" and a.finish == {}' \
@@ -610,17 +604,8 @@ EOF
 spid=$!; pids+=("$spid")
 for _ in $(seq 400); do grep -q ready "$dir/stalled.log" && break; sleep 0.05; done
 if grep -q "^ready 0" "$dir/stalled.log"; then
-  kill -TERM "$pid"
-  sleep 0.3
-  start=$(date +%s%N)
-  kill -TERM "$pid"
-  if stopped_within "$pid" 4; then
-    ms=$(( ($(date +%s%N) - start) / 1000000 ))
-    [ $rc -eq 0 ] && ok "a stream whose client reads nothing: a second SIGTERM still stops the server, exit 0 after $ms ms" ||
-      bad "a stream whose client reads nothing, SIGTERM twice: exit status $rc"
-  else
-    bad "a stream whose client reads nothing: still running 4 s after a second SIGTERM"
-  fi
+  term_twice
+  exits_0_within "$pid" 4 "a stream whose client reads nothing: a second SIGTERM still stops the server"
 else
   echo "note: a stream whose client reads nothing: not checked, the sockets held all of it ($(cat "$dir/stalled.log"))"
   kill -TERM "$pid"

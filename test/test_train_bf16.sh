@@ -67,12 +67,7 @@ cmp -s "$dir/fp32/model_$last.bin" "$dir/bf16/model_$last.bin" && bad "-p bf16 w
 echo "--- 2. -p bf16 killed after its checkpoint at step 3, resumed with -y 1"
 cut_run "$dir/bf16" "$dir/resumed" 3
 run resumed -p bf16 -y 1
-grep -q "resumed from .* at step 3" "$dir/resumed.out" || bad "the bf16 run did not resume from step 3"
-diff <(printed_after 3 "$dir/bf16.out") <(printed_after 3 "$dir/resumed.out") ||
-  bad "the resumed bf16 run printed other losses or samples for steps 4-$STEPS"
-for f in model_$last.bin state_$last.bin main.log; do
-  cmp -s "$dir/bf16/$f" "$dir/resumed/$f" || bad "$f differs between the uninterrupted and the resumed bf16 run"
-done
+same_after_resume bf16 resumed 3 $STEPS "the resumed bf16 run"
 cut_run "$dir/bf16" "$dir/resumed_fp32" 3
 run resumed_fp32 -p fp32 -y 1 -x 6 &&
   grep -q "resumed from .* at step 3" "$dir/resumed_fp32.out" && grep -q '^step    6/6 | loss' "$dir/resumed_fp32.out" ||

@@ -43,20 +43,6 @@ common=(-e "$dir/model.bin" -i "$dir/train.bin" -j "$dir/val.bin" -k "$dir/tok.b
         -R 1 -S 3 -l 3e-3 -u 2 -q 0.1 -c 0.1 -v 3 -m 2 -s 4 -g 5 -n 3)
 status=0
 bad() { echo "FAIL: $*"; status=1; }
-# launch NPROCS ARGS...: ARGS under mpirun with NPROCS processes (mpi_run), or alone when NPROCS
-# is 0, both stopped after MPI_TIMEOUT seconds
-launch() {
-  local np=$1; shift
-  if [ "$np" = 0 ]; then timeout "${MPI_TIMEOUT:-300}" "$@"; else mpi_run "$np" "$@"; fi
-}
-
-# run NAME NPROCS ARGS...: ./train_cpu with the common options, -o $dir/NAME, stdout in NAME.out
-run() {
-  local name=$1 np=$2; shift 2
-  local cmd=(./train_cpu "${common[@]}" -o "$dir/$name" "$@")
-  launch "$np" "${cmd[@]}" >"$dir/$name.out" 2>"$dir/$name.err" ||
-    { bad "$name: ${cmd[*]} (processes: $np) exited with $?:"; tail -5 "$dir/$name.err"; return 1; }
-}
 compare() {  # NAME [UNDIVIDED]: run NAME against the undivided run UNDIVIDED (default: one)
   local one=${2:-one}
   echo "-- $1 against the undivided run $one"
@@ -65,10 +51,10 @@ compare() {  # NAME [UNDIVIDED]: run NAME against the undivided run UNDIVIDED (d
 }
 
 echo "--- 1. splits of the batch against the undivided run (B=4 x T=16 per step)"
-run one 0 -b 4
-run accum 0 -b 2 -d 64
-run ranks 2 -b 2
-run both 2 -b 1 -d 64
+train_run one 0 -b 4
+train_run accum 0 -b 2 -d 64
+train_run ranks 2 -b 2
+train_run both 2 -b 1 -d 64
 for name in accum ranks both; do compare $name; done
 grep -q "| 64 tok/step, 2 micro-steps$" "$dir/accum.out" || bad "accum's progress line does not say its 2 micro-steps"
 grep -q "| 64 tok/step, 1 micro-step x 2 processes, all-reduce [0-9.]* ms, comm [0-9.]* ms$" "$dir/ranks.out" ||
@@ -105,8 +91,8 @@ echo "--- 3. under the clip (every norm below 1): 2 processes x 4 micro-steps ag
 $PY dev/reference/gpt2_ref.py make-model --model "$dir/small.bin" --tokens "$dir/small_train.bin" --V 97 --maxT 32 \
   --L 2 --NH 2 --C 8 --ntokens 700 --seed 11 >/dev/null || exit 1
 small=(-e "$dir/small.bin" -i "$dir/small_train.bin" -R 0 -n 1)
-run small_one 0 "${small[@]}" -b 8
-run small_both 2 "${small[@]}" -b 1 -d 128
+train_run small_one 0 "${small[@]}" -b 8
+train_run small_both 2 "${small[@]}" -b 1 -d 128
 grep -q "| 128 tok/step, 4 micro-steps x 2 processes, all-reduce [0-9.]* ms, comm [0-9.]* ms$" "$dir/small_both.out" ||
   bad "small_both's progress line does not say its 4 micro-steps and 2 processes"
 # the norms before clipping, printed with 4 decimals: below the clip of 1 is "0.", and a step at
@@ -125,19 +111,13 @@ for name in small_one small_both; do
 done
 
 echo "--- 4. resume with 2 processes, and with another split than the run had"
-last=$(printf %08d $STEPS)
 cut_run "$dir/ranks" "$dir/ranks_resumed" 3
-run ranks_resumed 2 -b 2 -y 1
-grep -q "resumed from .* at step 3" "$dir/ranks_resumed.out" || bad "ranks_resumed did not resume from step 3"
-diff <(printed_after 3 "$dir/ranks.out") <(printed_after 3 "$dir/ranks_resumed.out") ||
-  bad "the 2-process run resumed by 2 processes printed other steps than the uninterrupted one"
-for f in model_$last.bin state_$last.bin main.log; do
-  cmp -s "$dir/ranks/$f" "$dir/ranks_resumed/$f" || bad "$f differs between the 2-process run and its resumed copy"
-done
+train_run ranks_resumed 2 -b 2 -y 1
+same_after_resume ranks ranks_resumed 3 $STEPS "the 2-process run resumed by 2 processes"
 cut_run "$dir/one" "$dir/one_by_two" 3
-run one_by_two 2 -b 2 -y 1
+train_run one_by_two 2 -b 2 -y 1
 cut_run "$dir/ranks" "$dir/two_by_one" 3
-run two_by_one 0 -b 2 -y 1
+train_run two_by_one 0 -b 2 -y 1
 grep -q "^batch: 64 tokens per step = B=2 x T=16 x 2 micro-steps x 1 process$" "$dir/two_by_one.out" ||
   bad "two_by_one did not take the batch of the run it resumed (-d 64, 2 micro-steps)"
 for name in one_by_two two_by_one; do
@@ -149,34 +129,18 @@ for name in one_by_two two_by_one; do
 done
 
 echo "--- 5. errors: one line, a non-zero exit, no hang, nothing left behind"
-# expect_error NAME TEXT NPROCS ARGS...: fails within 120 s with exactly one error line, which
-# contains TEXT; NPROCS 0 runs ARGS without mpirun (ARGS may hold "-np N PROGRAM ..." after a
-# ":", mpirun's way of giving ranks different command lines)
-expect_error() {
-  local name=$1 pattern=$2 np=$3; shift 3
-  local out=$dir/err_$name start=$SECONDS rc
-  MPI_TIMEOUT=120 launch "$np" "$@" >"$out.out" 2>"$out.err"
-  rc=$?
-  local lines; lines=$(grep -c '^error: ' "$out.err")  # "error: [rank R of N: ]MESSAGE"
-  if [ $rc -eq 124 ]; then bad "$name: still running after 120 s (a hang)"
-  elif [ $rc -eq 0 ]; then bad "$name: exited 0"
-  elif [ "$lines" != 1 ]; then bad "$name: $lines error lines, not 1:"; cat "$out.err"
-  elif ! grep '^error: ' "$out.err" | grep -qF -- "$pattern"; then bad "$name: the error is not '$pattern':"; cat "$out.err"
-  else echo "ok: $name: exit $rc in $((SECONDS - start)) s: $(grep '^error: ' "$out.err")"
-  fi
-}
 opts=("${common[@]}" -o "$dir/never")
-expect_error bad-d "-d 100 is not a multiple of B x T x processes = 2 x 16 x 1 = 32 tokens" 0 ./train_cpu "${opts[@]}" -b 2 -d 100
-expect_error bad-d-mpi "-d 96 is not a multiple of B x T x processes = 2 x 16 x 2 = 64 tokens" 2 ./train_cpu "${opts[@]}" -b 2 -d 96
-expect_error resume-other-d "written by a run with batches of 4 x T=16 tokens (-d 64) at step 8; resume with the same -t and -d" \
+mpi_error bad-d "-d 100 is not a multiple of B x T x processes = 2 x 16 x 1 = 32 tokens" 0 ./train_cpu "${opts[@]}" -b 2 -d 100
+mpi_error bad-d-mpi "-d 96 is not a multiple of B x T x processes = 2 x 16 x 2 = 64 tokens" 2 ./train_cpu "${opts[@]}" -b 2 -d 96
+mpi_error resume-other-d "written by a run with batches of 4 x T=16 tokens (-d 64) at step 8; resume with the same -t and -d" \
   2 ./train_cpu "${common[@]}" -o "$dir/ranks_resumed" -b 2 -d 128 -y 1
-expect_error other-options "rank 1 was started with other options than rank 0" 1 \
+mpi_error other-options "rank 1 was started with other options than rank 0" 1 \
   ./train_cpu "${opts[@]}" -b 2 : -np 1 ./train_cpu "${opts[@]}" -b 1
-expect_error missing-file "rank 1 of 2: cannot open $dir/missing.bin for reading" 1 \
+mpi_error missing-file "rank 1 of 2: cannot open $dir/missing.bin for reading" 1 \
   ./train_cpu "${opts[@]}" -b 2 : -np 1 ./train_cpu "${opts[@]}" -i "$dir/missing.bin" -b 2
 [ -e "$dir/never" ] && bad "a run that could not start left $dir/never behind"
 build_train_cpu  # $dir/train_cpu, built without MPI
-expect_error no-mpi "this program was built without MPI, but mpirun started 2 copies" 2 "$dir/train_cpu" "${opts[@]}" -b 2
+mpi_error no-mpi "this program was built without MPI, but mpirun started 2 copies" 2 "$dir/train_cpu" "${opts[@]}" -b 2
 
 # a rank killed in the middle of training: mpirun stops the other one
 start=$SECONDS

@@ -44,6 +44,41 @@ static const Shape shapes[NUM_SHAPES] = {
     {"qkv", 768, 3 * 768, 12}, {"attproj", 768, 768, 12}, {"fc", 768, 4 * 768, 12},
     {"fcproj", 4 * 768, 768, 12}, {"lm head", 768, 50304, 1}};
 
+// The operands and gradients of a product of BT rows from IC to OC channels, random.
+typedef struct { float *inp, *weight, *bias, *out, *dinp, *dweight, *dbias; } Operands;
+static Operands operands(int BT, int IC, int OC, uint64_t* rng) {
+    Operands m;
+    m.inp = random_array((size_t)BT * IC, rng);
+    m.weight = random_array((size_t)OC * IC, rng);
+    m.bias = random_array(OC, rng);
+    m.out = random_array((size_t)BT * OC, rng);
+    m.dinp = random_array((size_t)BT * IC, rng);
+    m.dweight = random_array((size_t)OC * IC, rng);
+    m.dbias = random_array(OC, rng);
+    return m;
+}
+static void operands_free(Operands* m) {
+    free(m->inp); free(m->weight); free(m->bias); free(m->out); free(m->dinp); free(m->dweight); free(m->dbias);
+}
+
+typedef void (*forward_fn)(float* out, const float* inp, const float* weight, const float* bias,
+                           int B, int T, int C, int OC);
+typedef void (*backward_fn)(float* dinp, float* dweight, float* dbias, const float* dout,
+                            const float* inp, const float* weight, int B, int T, int C, int OC);
+
+// One forward and one backward of the product m: their seconds into best[0] and best[1] where
+// they beat what those hold (the fastest of the calls so far).
+static void time_product(forward_fn forward, backward_fn backward, const Operands* m, int BT, int IC, int OC,
+                         double* best) {
+    double t0 = now_seconds();
+    forward(m->out, m->inp, m->weight, m->bias, 1, BT, IC, OC);
+    double t1 = now_seconds();
+    backward(m->dinp, m->dweight, m->dbias, m->out, m->inp, m->weight, 1, BT, IC, OC);
+    double t2 = now_seconds();
+    if (t1 - t0 < best[0]) best[0] = t1 - t0;
+    if (t2 - t1 < best[1]) best[1] = t2 - t1;
+}
+
 static void bench_training(int reps, int naive) {
     int BT = 256;
     uint64_t rng = 1;
@@ -51,33 +86,11 @@ static void bench_training(int reps, int naive) {
     printf("B*T = %d, %d threads; GFLOP/s counts 2 per multiply-add\n", BT, num_threads());
     for (int s = 0; s < NUM_SHAPES; s++) {
         int IC = shapes[s].in, OC = shapes[s].out;
-        float* inp = random_array((size_t)BT * IC, &rng);
-        float* weight = random_array((size_t)OC * IC, &rng);
-        float* bias = random_array(OC, &rng);
-        float* out = random_array((size_t)BT * OC, &rng);
-        float* dinp = random_array((size_t)BT * IC, &rng);
-        float* dweight = random_array((size_t)OC * IC, &rng);
-        float* dbias = random_array(OC, &rng);
+        Operands m = operands(BT, IC, OC, &rng);
         double flops = 2.0 * BT * IC * OC;
         double best[4] = {1e30, 1e30, 1e30, 1e30};   // fast fwd, fast bwd, naive fwd, naive bwd
-        for (int r = 0; r < reps; r++) {
-            double t0 = now_seconds();
-            matmul_forward_fast(out, inp, weight, bias, 1, BT, IC, OC);
-            double t1 = now_seconds();
-            matmul_backward_fast(dinp, dweight, dbias, out, inp, weight, 1, BT, IC, OC);
-            double t2 = now_seconds();
-            if (t1 - t0 < best[0]) best[0] = t1 - t0;
-            if (t2 - t1 < best[1]) best[1] = t2 - t1;
-        }
-        if (naive) {
-            double t0 = now_seconds();
-            matmul_forward_naive(out, inp, weight, bias, 1, BT, IC, OC);
-            double t1 = now_seconds();
-            matmul_backward_naive(dinp, dweight, dbias, out, inp, weight, 1, BT, IC, OC);
-            double t2 = now_seconds();
-            best[2] = t1 - t0;
-            best[3] = t2 - t1;
-        }
+        for (int r = 0; r < reps; r++) time_product(matmul_forward_fast, matmul_backward_fast, &m, BT, IC, OC, best);
+        if (naive) time_product(matmul_forward_naive, matmul_backward_naive, &m, BT, IC, OC, best + 2);  // once
         printf("%-8s %4d -> %5d  forward %7.2f ms %6.1f GFLOP/s   backward %7.2f ms %6.1f GFLOP/s",
                shapes[s].name, IC, OC, best[0] * 1e3, flops / best[0] * 1e-9, best[1] * 1e3,
                2 * flops / best[1] * 1e-9);
@@ -87,16 +100,11 @@ static void bench_training(int reps, int naive) {
         printf("\n");
         step_seconds += shapes[s].count * (best[0] + best[1]);
         step_flops += shapes[s].count * 3 * flops;
-        free(inp); free(weight); free(bias); free(out); free(dinp); free(dweight); free(dbias);
+        operands_free(&m);
     }
     printf("all matmuls of one training step: %.1f ms, %.1f GFLOP/s\n", step_seconds * 1e3,
            step_flops / step_seconds * 1e-9);
 }
-
-typedef void (*forward_fn)(float* out, const float* inp, const float* weight, const float* bias,
-                           int B, int T, int C, int OC);
-typedef void (*backward_fn)(float* dinp, float* dweight, float* dbias, const float* dout,
-                            const float* inp, const float* weight, int B, int T, int C, int OC);
 
 // The training products in float32 and in bf16, taking turns in each run: fastest of `reps`.
 static void bench_training_bf16(int reps) {
@@ -109,27 +117,12 @@ static void bench_training_bf16(int reps) {
            "bf16 forward, backward", "bf16 speed-up");
     for (int s = 0; s < NUM_SHAPES; s++) {
         int IC = shapes[s].in, OC = shapes[s].out;
-        float* inp = random_array((size_t)BT * IC, &rng);
-        float* weight = random_array((size_t)OC * IC, &rng);
-        float* bias = random_array(OC, &rng);
-        float* out = random_array((size_t)BT * OC, &rng);
-        float* dinp = random_array((size_t)BT * IC, &rng);
-        float* dweight = random_array((size_t)OC * IC, &rng);
-        float* dbias = random_array(OC, &rng);
+        Operands m = operands(BT, IC, OC, &rng);
         double flops = 2.0 * BT * IC * OC;
         double best[4] = {1e30, 1e30, 1e30, 1e30};   // fp32 fwd, fp32 bwd, bf16 fwd, bf16 bwd
         for (int r = 0; r < reps; r++) {
-            for (int bf16 = 0; bf16 < 2; bf16++) {
-                double t0 = now_seconds();
-                forward_fn forward = bf16 ? matmul_forward_bf16_fast : matmul_forward_fast;
-                forward(out, inp, weight, bias, 1, BT, IC, OC);
-                double t1 = now_seconds();
-                backward_fn backward = bf16 ? matmul_backward_bf16_fast : matmul_backward_fast;
-                backward(dinp, dweight, dbias, out, inp, weight, 1, BT, IC, OC);
-                double t2 = now_seconds();
-                if (t1 - t0 < best[2 * bf16]) best[2 * bf16] = t1 - t0;
-                if (t2 - t1 < best[2 * bf16 + 1]) best[2 * bf16 + 1] = t2 - t1;
-            }
+            time_product(matmul_forward_fast, matmul_backward_fast, &m, BT, IC, OC, best);
+            time_product(matmul_forward_bf16_fast, matmul_backward_bf16_fast, &m, BT, IC, OC, best + 2);
         }
         printf("%-8s %5d -> %5d", shapes[s].name, IC, OC);
         for (int bf16 = 0; bf16 < 2; bf16++) {
@@ -140,7 +133,7 @@ static void bench_training_bf16(int reps) {
         }
         printf("  x%.2f, x%.2f\n", best[0] / best[2], best[1] / best[3]);
         step_flops += shapes[s].count * 3 * flops;
-        free(inp); free(weight); free(bias); free(out); free(dinp); free(dweight); free(dbias);
+        operands_free(&m);
     }
     printf("all matmuls of one training step: float32 %.1f ms, %.1f GFLOP/s; bf16 %.1f ms, %.1f "
            "GFLOP/s; x%.2f\n", step[0] * 1e3, step_flops / step[0] * 1e-9, step[1] * 1e3,

@@ -66,6 +66,7 @@ __global__ void reuse_before_barrier_kernel(float* out, const float* in) {
 
 // clean_kernel without the barrier after the read: iteration t + 1 refills buffer t % 2 while
 // the other warp may still be reading it in iteration t.
+// (clean_kernel's lines again, on purpose: a planted race stands in a kernel of its own.)
 __global__ void refill_before_barrier_kernel(float* out, const float* in) {
     __shared__ __align__(16) float tile[2][TILE];
     int tid = threadIdx.x, other = other_element(tid);

@@ -75,6 +75,7 @@ __global__ void matmul_forward_kernel6(float* out, const float* inp, const float
                 av[4 * h + 0] = x.x; av[4 * h + 1] = x.y; av[4 * h + 2] = x.z; av[4 * h + 3] = x.w;
                 bv[4 * h + 0] = y.x; bv[4 * h + 1] = y.y; bv[4 * h + 2] = y.z; bv[4 * h + 3] = y.w;
             }
+            // 05's outer product and write-back, repeated here on purpose: each ladder file reads alone.
 #pragma unroll
             for (int i = 0; i < TM6; i++)
 #pragma unroll

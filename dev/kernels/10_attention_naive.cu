@@ -49,6 +49,7 @@ __global__ void attention_forward_softmax_kernel10(float* att, const float* prea
     int t = (int)(row % T);
     const float* pre = preatt + row * T;
     float* a = att + row * T;
+    // The CPU reference loop (gpt2/cpu_layers.h), repeated here on purpose: each ladder file reads alone.
     float maxval = -INFINITY;
     for (int t2 = 0; t2 <= t; t2++) maxval = fmaxf(maxval, pre[t2]);
     float sum = 0.0f;

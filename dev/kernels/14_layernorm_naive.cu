@@ -25,6 +25,7 @@ __global__ void layernorm_forward_kernel14(float* out, float* mean, float* rstd,
                                            const float* bias, int N, int C) {
     int row = blockIdx.x * blockDim.x + threadIdx.x;
     if (row >= N) return;
+    // The CPU reference loop (gpt2/cpu_layers.h), repeated here on purpose: each ladder file reads alone.
     const float* x = inp + (size_t)row * C;
     float m = 0.0f;
     for (int i = 0; i < C; i++) m += x[i];

@@ -20,6 +20,9 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "dev", "reference"))
 # the file formats' magics and the model's tensor shapes, as the PyTorch reference writes them
 from gpt2_ref import CHECKPOINT_MAGIC, TOKENS_MAGIC, TOKENIZER_MAGIC, shapes  # noqa: E402
+# GPT-2's printable stand-in for each byte, as the tokenizer exercise's reference writes it
+sys.path.insert(0, os.path.join(ROOT, "doc", "exercises", "02-tokenizer-merges"))
+from reference_bpe import bytes_to_unicode  # noqa: E402
 
 RAW = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "data", "raw")
 rng = random.Random(2026)
@@ -59,18 +62,6 @@ def randoms(n):
 
 # ---------- GPT-2's vocabulary, shrunk ----------
 
-def byte_to_unicode():
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-    table, shifted = {}, 0
-    for b in range(256):
-        if b in printable:
-            table[b] = chr(b)
-        else:
-            table[b] = chr(256 + shifted)
-            shifted += 1
-    return table
-
-
 def small_vocab():
     """The first 256 + MERGES tokens of GPT-2 and <|endoftext|>: encoder entries and merge lines."""
     with open(os.path.join(RAW, "encoder.json"), encoding="utf-8") as f:
@@ -88,7 +79,7 @@ def token_bytes(s, u2b):
 
 def main():
     by_id, merges = small_vocab()
-    u2b = {c: b for b, c in byte_to_unicode().items()}
+    u2b = {c: b for b, c in bytes_to_unicode().items()}
 
     # vocab: encoder.json, a NUL, vocab.bpe
     enc = {by_id[i]: i for i in sorted(by_id)}
