@@ -47,9 +47,8 @@ static void run_matmul_backward(float* dinp, float* dweight, float* dbias, const
 
 // ---------- the activations ----------
 
-// The activation table of gpt2/model.h (or of their gradients, with grads) as this file keeps
-// it: without probs, which the classifier never stores (gpt2_forward below), and without the
-// logits' gradient, which the classifier writes over the logits themselves, as train_gpu's does.
+// gpt2/model.h's activation table (or, with grads, its gradients') without probs, which the
+// fused classifier never stores, nor the logits' gradient, which overwrites the logits.
 static void activation_sizes_cpu(size_t* sizes, const GPT2* model, int B, int T, int grads) {
     size_t layer[NUM_ACTIVATION_TENSORS];
     shard_activation_sizes(sizes, layer, model->config, model->shard, B, T);
@@ -64,10 +63,9 @@ static size_t activation_grads_floats(const GPT2* model) {
     return sum_sizes(sizes, NUM_ACTIVATION_TENSORS);
 }
 
-// Allocates activations for batches of up to B x T, num_slots of them (a pipeline stage keeps
-// several batches' at once), their gradients (for one, on the first backward pass), the model's
-// copy of the inputs and targets, and on a pipeline stage before the last, the gradient of its
-// output that the next stage sends.
+// Activations for num_slots batches of up to B x T, the inputs and targets, and before the last
+// pipeline stage the gradient of its output; the activation gradients come with the first
+// backward pass.
 void gpt2_allocate_activations(GPT2* model, int B, int T) {
     free(model->acts_memory);
     free(model->grads_acts_memory);
@@ -88,9 +86,8 @@ void gpt2_allocate_activations(GPT2* model, int B, int T) {
                                (model->shard.head ? 0 : BT * model->config.channels)) * sizeof(float);
 }
 
-// Points a group of activation tensors (or, with grads, their gradients) into memory, laid out
-// for a batch of B x T (which fits the allocation: a sample of batch 1 runs through the same
-// buffers as training batches). Returns how many floats of memory the layout uses.
+// Activation tensors (or their gradients) laid out in memory for B x T, within the allocation;
+// returns the floats used.
 static size_t layout_activations(ActivationTensors* a, float* memory, const GPT2* model, int B, int T, int grads) {
     size_t sizes[NUM_ACTIVATION_TENSORS];
     activation_sizes_cpu(sizes, model, B, T, grads);
@@ -105,11 +102,9 @@ static void layout_slot(GPT2* model, int B, int T) {
 
 // ---------- the forward pass ----------
 
-// The forward pass of a batch: inputs and targets are (B, T) token ids; targets may be NULL (no
-// loss). The mean loss goes to model->mean_loss, and the logits are then overwritten by its
-// gradient, where the backward pass starts (train_gpu does the same; for the logits themselves,
-// run without targets). On a pipeline stage: its layers, from the input in acts.encoded; under
-// -tp each process computes its heads and its part of the MLP, and the two projections' partial
+// The forward pass of a batch of (B, T) token ids. With targets (else NULL) the mean loss goes to
+// model->mean_loss and the logits are overwritten by its gradient, where the backward pass
+// starts. A pipeline stage runs its layers from acts.encoded; under -tp the projections' partial
 // sums are added over the group (tp_sum_floats).
 void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int T) {
     GPT2Config c = model->config;
@@ -172,10 +167,8 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
 
 // ---------- the backward pass ----------
 
-// memset on all threads, one piece each: one thread alone fills memory at a fraction of its
-// bandwidth. The pieces are as large as they can be, as glibc's memset writes a large block
-// with non-temporal stores, which do not read each line before writing it (in pieces of 256 KB
-// the d12 step's zeroing took 2.7 times as long).
+// memset on all threads, one large piece each: one thread fills memory at a fraction of its
+// bandwidth, and glibc writes large blocks with non-temporal stores (doc/cpu_speed.md).
 static void zero_floats(float* x, size_t n) {
     #pragma omp parallel
     {
@@ -185,9 +178,8 @@ static void zero_floats(float* x, size_t n) {
     }
 }
 
-// Whether the first backward pass after gpt2_zero_grad writes the whole of parameter gradient k
-// itself: the products' weights, whose gradients matmul_backward_first writes (wte's where this
-// process has the output layer, whose product comes before the embedding's backward adds to it).
+// Whether the first backward pass after gpt2_zero_grad writes gradient k whole: the products'
+// weights (wte's where the output layer's product runs before the embedding's backward).
 static int written_by_first_backward(const GPT2* model, int k) {
     return k == QKVW || k == ATTPROJW || k == FCW || k == FCPROJW || (k == WTE && model->shard.head);
 }
@@ -204,10 +196,9 @@ void gpt2_zero_grad(GPT2* model) {
     zero_floats(g, model->num_padded - model->num_parameters);  // the padding
 }
 
-// The backward pass of the current slot's last forward pass, which had targets (or, on a stage
-// before the last, whose output's gradient is in pipe_grad): the parameter gradients are added
-// to model->grads, but for first = 1, the first pass after gpt2_zero_grad, which writes the
-// matrices' gradients. Activation gradients start from zero at every pass.
+// The backward pass of the current slot's last forward pass (before the last stage, from
+// pipe_grad): parameter gradients added to model->grads, but with first = 1 (the first pass
+// after gpt2_zero_grad) the matrices' written. Activation gradients start at zero.
 void gpt2_backward(GPT2* model, int first) {
     if (model->grads_memory == NULL) {
         model->grads_memory = (float*)calloc_huge_pages(model->num_padded, sizeof(float));
@@ -262,8 +253,7 @@ void gpt2_backward(GPT2* model, int first) {
 
 // ---------- the gradient norm and AdamW ----------
 
-// Sum of squares of n floats in double, in fixed-size chunks added in a fixed order: the same
-// result for any thread count.
+// Sum of squares in double, in chunks added in a fixed order: the same for any thread count.
 static double sum_of_squares(const float* x, size_t n) {
     const size_t chunk = 1 << 16;
     long long num_chunks = (long long)((n + chunk - 1) / chunk);
@@ -315,10 +305,9 @@ float gpt2_clip_gradients(GPT2* model, float grad_scale, float max_norm) {
     return norm;
 }
 
-// One AdamW step (t counts from 1, adamw_update of gpt2/arithmetic.h) on the parameters
-// [opt_offset, opt_offset + opt_count) (all of them but under ZeRO-1), each gradient multiplied
-// by grad_factor as it is read (the clip's factor: no pass of its own), weight decay on the
-// matrices only. m and v hold the moments of those parameters.
+// One AdamW step (t from 1; gpt2/arithmetic.h) on [opt_offset, opt_offset + opt_count), each
+// gradient times grad_factor as it is read (the clip's factor, no pass of its own), weight
+// decay on the matrices only.
 void gpt2_update(GPT2* model, float lr, float beta1, float beta2, float eps, float weight_decay, int t,
                  float grad_factor) {
     if (model->m_memory == NULL) {
@@ -342,9 +331,8 @@ void gpt2_update(GPT2* model, float lr, float beta1, float beta2, float eps, flo
 
 // ---------- the pipeline's exchanges ----------
 
-// An exchange of the pipeline's schedule (gpt2/train_parallel.h) over MPI, on host memory: with
-// the stage before, the gradient of this stage's input and an input into slot op.slot; with the
-// stage after, the output of slot op.slot and the gradient of the output (pipe_grad).
+// An exchange of the pipeline's schedule (gpt2/train_parallel.h) over MPI: with the stage
+// before, the input's gradient and slot op.slot's input; after, its output and pipe_grad.
 static void pipe_exchange(GPT2* model, PipeOp op, int B, int T) {
     if (!op.send && !op.recv) return;
     size_t bytes = (size_t)B * T * model->config.channels * sizeof(float);

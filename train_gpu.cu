@@ -7,12 +7,9 @@
 //   GPU_DEBUG=1 ./train_gpu ...          wait after every kernel: a fault names its kernel
 //   make train_gpu_emu                   the same program on the CPU emulator: build/emu/train_gpu
 //
-// The twin of train_cpu.c, read the same way: the model's memory (gpt2/gpu/model_gpu.cuh), its
-// forward and backward pass in float32 and in bf16, AdamW, and the training loop. Each CPU layer
-// x(...) of gpt2/cpu_layers.h has a launcher x_gpu(...) in gpt2/gpu/ with the same arguments on
-// device pointers. The bf16 pass fuses the bias, GELU and the residual add into its tensor-core
-// products and runs flash attention (doc/gpu.md). Every reduction runs in a fixed order: two runs
-// of a step give the same bits. dev/gpu/gpu_check.cu checks each kernel against the CPU.
+// train_cpu.c's twin: each CPU layer x(...) has a launcher x_gpu(...) in gpt2/gpu/ with its
+// arguments on device pointers; the bf16 pass fuses bias, GELU and residual into its tensor-core
+// products and runs flash attention (doc/gpu.md). Reductions run in a fixed order: same bits.
 
 #include "gpt2/model.h"
 #include "gpt2/run.h"

@@ -17,9 +17,8 @@
 
 // ---------- the weights the layers read ----------
 
-// The weights a bf16 pass reads: the float32 tensors of p (embeddings, layernorms, biases) and the
-// matrices (wte and the blocks') from `copy`, a bf16 copy laid out by `sizes` as a whole parameter
-// array is. (A float32 pass reads p itself.)
+// The weights a bf16 pass reads: p's float32 tensors, and the matrices (wte and the blocks') from
+// `copy`, a bf16 copy laid out by `sizes`.
 static ParameterTensorsOf<bf16> weights_over_copy(ParameterTensors p, const bf16* copy, const size_t* sizes) {
     bf16* at[NUM_PARAMETER_TENSORS];
     for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {

@@ -198,9 +198,7 @@ static void tp_sum_gpu(bf16* x, size_t n) {
     if (split.tp > 1) nccl_sum_bf16(GROUP_TP, x, n);
 }
 
-// The gradients of every process's micro-steps summed where they belong, as
-// gpt2/train_parallel.h's parallel_sum_gradients on host memory: wte over the pipeline's ends,
-// then every gradient over the data-parallel replicas (under ZeRO-1 each its own part).
+// The gradients summed where they belong, as train_parallel.h's parallel_sum_gradients.
 static void nccl_sum_gradients(GPT2* model) {
     if (split.pp > 1 && (model->shard.embed || model->shard.head)) {
         nccl_sum(GROUP_EMBED, model->grads.wte, model->param_sizes[WTE]);
