@@ -84,15 +84,18 @@ def flash_sizes():
 
 
 def block_calls():
-    """The calls of block_forward (gpt2/model.h) that the picture draws, checked to be there."""
-    model = source('gpt2/model.h')
-    calls = ('f->layernorm_fwd(a.ln1,', 'f->matmul_fwd(a.qkv, a.ln1, w.qkvw', 'block_attention_forward(f, a,',
-             'a.residual2, a.attproj, a.atty, w.attprojw', 'f->layernorm_fwd(a.ln2,',
-             'a.fch_gelu, a.fch, a.ln2, w.fcw', 'a.residual3, a.fcproj, a.fch_gelu, w.fcprojw')
+    """The calls of a block in gpt2_forward (train_cpu.c) that the picture draws, checked to be there."""
+    code = source('train_cpu.c')
+    calls = ('layernorm_forward(al.ln1, al.ln1_mean', 'run_matmul_forward(al.qkv, al.ln1, w.qkvw',
+             'attention_forward(al.atty,', 'run_matmul_forward(al.attproj, al.atty, w.attprojw',
+             'residual_forward(al.residual2, x, al.attproj', 'layernorm_forward(al.ln2, al.ln2_mean',
+             'run_matmul_forward(al.fch, al.ln2, w.fcw', 'gelu_forward(al.fch_gelu, al.fch',
+             'run_matmul_forward(al.fcproj, al.fch_gelu, w.fcprojw',
+             'residual_forward(al.residual3, al.residual2, al.fcproj')
     for call in calls:
-        if call not in model:
-            raise SystemExit(f'figures.py: block_forward in gpt2/model.h no longer has {call!r}: redraw block')
-    return {'block_forward': 'ln1 qkv attention attproj+residual2 ln2 fc+gelu fcproj+residual3'}
+        if call not in code:
+            raise SystemExit(f'figures.py: gpt2_forward in train_cpu.c no longer has {call!r}: redraw block')
+    return {'gpt2_forward': 'ln1 qkv attention attproj residual2 ln2 fch fch_gelu fcproj residual3'}
 
 
 def mma_layout():
@@ -180,11 +183,11 @@ def save(fig, name):
 # ---------- Lesson 2 ----------
 
 def block():
-    """One transformer block, as block_forward in gpt2/model.h runs it."""
+    """One transformer block, as the loop of gpt2_forward in train_cpu.c runs it."""
     block_calls()
     fig = new_figure(10, 3.3)
     ax = bare_axes(fig, [0.005, 0.0, 0.99, 0.87], (-0.6, 18.4), (-1.75, 3.6))
-    fig.suptitle('One transformer block (block_forward in gpt2/model.h): two halves, each x + f(layernorm(x))',
+    fig.suptitle('One transformer block (gpt2_forward in train_cpu.c): two halves, each x + f(layernorm(x))',
                  fontsize=11.5, y=0.96)
     # the residual stream
     y0 = 0.0
