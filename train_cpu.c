@@ -292,19 +292,6 @@ static float gpt2_grad_norm(GPT2* model, float grad_scale) {
     return grad_norm_of(squares, grad_scale);
 }
 
-// A whole model's gradients scaled by grad_scale and clipped to a norm of max_norm in place, as
-// PyTorch's clip_grad_norm_; returns the norm before clipping (test/ref_check.c).
-float gpt2_clip_gradients(GPT2* model, float grad_scale, float max_norm) {
-    float norm = (float)(grad_scale * sqrt(sum_of_squares(model->grads_memory, model->num_parameters)));
-    float factor = clip_factor(norm, grad_scale, max_norm);
-    if (factor != 1.0f) {
-        float* g = model->grads_memory;
-        #pragma omp parallel for
-        for (long long i = 0; i < (long long)model->num_parameters; i++) g[i] *= factor;
-    }
-    return norm;
-}
-
 // One AdamW step (t from 1; gpt2/arithmetic.h) on [opt_offset, opt_offset + opt_count), each
 // gradient times grad_factor as it is read (the clip's factor, no pass of its own), weight
 // decay on the matrices only.

@@ -322,7 +322,7 @@ static void gather_params_gpu(GPT2BF16* m) {
 }
 
 // The parameters and moments of this GPU into its host model; under ZeRO-1 the float32
-// parameters of its part only (gpt2/run.h's run_gather gathers the others' over the replicas).
+// parameters of its part only (gpt2/train_parallel.h's run_gather gathers the others' over the replicas).
 static void gpt2_to_host_gpu(GPT2BF16* m, GPT2* host) {
     const GPT2* model = &m->base;
     gpt2_to_host_gpu(model, host);

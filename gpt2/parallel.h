@@ -115,16 +115,6 @@ static inline void parallel_barrier(void) {
     if (procs.mpi) MPI_Barrier(MPI_COMM_WORLD);
 }
 
-// x[0..n) = the sum over the ranks of every rank's x, on every rank.
-static inline void parallel_sum_floats(float* x, size_t n) {
-    if (!procs.mpi) return;
-    const size_t chunk = (size_t)1 << 30;  // MPI counts are int
-    for (size_t i = 0; i < n; i += chunk) {
-        int count = (int)(n - i < chunk ? n - i : chunk);
-        MPI_Allreduce(MPI_IN_PLACE, x + i, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-    }
-}
-
 static inline double parallel_sum(double x) {
     if (procs.mpi) MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
     return x;
@@ -336,7 +326,6 @@ static inline void parallel_init(int* argc, char*** argv) {
 }
 static inline void parallel_finalize(void) {}
 static inline void parallel_barrier(void) {}
-static inline void parallel_sum_floats(float* x, size_t n) {}
 static inline double parallel_sum(double x) { return x; }
 static inline int parallel_first_rank(int yes) { return yes ? 0 : -1; }
 static inline void parallel_await_stop(void) { exit(1); }

@@ -527,7 +527,7 @@ static inline int run_due(const Run* run, int step) {
 // ---------- validation and samples ----------
 
 // The validation batches: up to -m batches of the validation file from its start, each as big as
-// a training step's and split the same way, so val_passes() forward passes on every process.
+// a training step's and split the same way; returns the forward passes each process runs.
 static inline int run_val_passes(Run* run) {
     dataloader_reset(&run->val);
     int n = run->cfg.val_batches < (int)run->val.num_batches ? run->cfg.val_batches : (int)run->val.num_batches;

@@ -178,13 +178,6 @@ static inline int pipe_schedule(PipeOp* ops, const GPT2* model, int M) {
     return n;
 }
 
-// One forward pass through the whole pipeline, on slot 0 (validation, samples).
-static inline int pipe_schedule_forward(PipeOp* ops, const GPT2* model) {
-    int n = pipe_with_prev(ops, 0, model, 0, 0);
-    n = pipe_add(ops, n, PIPE_FORWARD, 0, 0, 0, 0, 0);
-    return pipe_with_next(ops, n, model, 0, 0);
-}
-
 // The input of slot `slot` from the stage before, the output of slot `slot` to the stage after:
 // a forward pass through the pipeline (validation, samples); nothing at the ends.
 static inline PipeOp pipe_input(const GPT2* model, int slot) {

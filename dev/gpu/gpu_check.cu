@@ -402,26 +402,30 @@ static void check_classifier(int B, int T, int V, int Vp, int bench) {
     cuda_check(cudaFree(d_dlogits));
 }
 
-// Global norm and clipping after a scale (the 1/parts of gradient accumulation), against
-// gpt2_clip_gradients (which reads only grads_memory and num_parameters of the model it is given).
+// The global norm and clipping after a scale (the 1/parts of gradient accumulation), as the
+// trainers' loops run them: train_gpu.cu's gpt2_clip_gradients_gpu (the norm, the gradients
+// scaled in place) against train_cpu.c's gpt2_grad_norm and clip_factor, on a model of one tensor.
 static void check_clip(size_t n, float grad_scale, float max_norm, int bench) {
     printf("clip n=%zu grad_scale=%g max_norm=%g\n", n, grad_scale, max_norm);
     float* grads = host_random(n, -0.01f, 0.01f);
-    float* d_grads = to_device(grads, n);
-    GPT2 cpu;
+    GPT2 cpu, gpu;
     memset(&cpu, 0, sizeof(cpu));
+    cpu.num_parameters = cpu.num_padded = cpu.opt_count = cpu.param_sizes[0] = n;
+    cpu.shard.tp = cpu.shard.embed = cpu.shard.head = 1;
     cpu.grads_memory = grads;
-    cpu.num_parameters = n;
-    float norm = gpt2_clip_gradients(&cpu, grad_scale, max_norm);
-    float d_norm = clip_gradients_gpu(d_grads, n, grad_scale, max_norm);
+    gpu = cpu;
+    gpu.grads_memory = to_device(grads, n);
+    float norm = gpt2_grad_norm(&cpu, grad_scale), factor = clip_factor(norm, grad_scale, max_norm);
+    for (size_t i = 0; i < n; i++) grads[i] *= factor;  // what gpt2_update multiplies them by
+    float d_norm = gpt2_clip_gradients_gpu(&gpu, grad_scale, max_norm);
     compare_scalar("clip_gradients norm", d_norm, norm, 0.0, 1e-6);
-    compare("clip_gradients grads", d_grads, grads, n, 0.0f, 1e-6f);
+    compare("clip_gradients grads", gpu.grads_memory, grads, n, 0.0f, 1e-6f);
     if (bench) {
-        time_both("global norm", [&] { clip_gradients_gpu(d_grads, n, 1.0f, 1e30f); },
-                  [&] { gpt2_clip_gradients(&cpu, 1.0f, 1e30f); }, 0, 1.0 * n * 4);
+        time_both("global norm", [&] { gpt2_clip_gradients_gpu(&gpu, 1.0f, 1e30f); },
+                  [&] { gpt2_grad_norm(&cpu, 1.0f); }, 0, 1.0 * n * 4);
     }
     free(grads);
-    cuda_check(cudaFree(d_grads));
+    cuda_check(cudaFree(gpu.grads_memory));
 }
 
 // A small model shape for the optimizer and whole-model checks: V=1000 < Vp=1024 keeps padding.
@@ -543,9 +547,9 @@ static void check_model(GPT2Config config, int B, int T, int steps) {
             gpt2_zero_grad_gpu(&gpu);
             gpt2_backward_gpu(&gpu);
         }
-        float norm = gpt2_clip_gradients(&cpu, 1.0f, 1.0f);
+        float norm = gpt2_grad_norm(&cpu, 1.0f);
         float d_norm = gpt2_clip_gradients_gpu(&gpu, 1.0f, 1.0f);
-        gpt2_update(&cpu, MODEL_STEPS_LR, 0.9f, 0.95f, 1e-8f, 0.1f, step, 1.0f);
+        gpt2_update(&cpu, MODEL_STEPS_LR, 0.9f, 0.95f, 1e-8f, 0.1f, step, clip_factor(norm, 1.0f, 1.0f));
         gpt2_update_gpu(&gpu, MODEL_STEPS_LR, 0.9f, 0.95f, 1e-8f, 0.1f, step);
         char what[64];
         snprintf(what, sizeof(what), "step %d loss %.6f", step, cpu.mean_loss);
@@ -1161,64 +1165,54 @@ static void check_attention_paged_cases(int bench) {
     }
 }
 
-// One transformer block of generation, written out on each device with attention against the
-// paged cache between its layers: the GPU's launchers against the CPU's layers at a handful of
-// rows. Layer 0 of the small model, 3 sequences taking 2 tokens each on top of 5, 62 and 100
-// positions; the output within 1e-5 + 1e-5 |x| (products of 64 and 256 terms in another order).
-static void block_generation_cpu(ParameterTensors w, ActivationTensors a, const float* x, const LayerCache* cache,
-                                 int B, int T, int C, int NH) {
-    layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1w, w.ln1b, B, T, C);
-    matmul_forward(a.qkv, a.ln1, w.qkvw, w.qkvb, B, T, C, 3 * C);
-    attention_forward_paged(a.atty, cache, a.qkv, B, T, C, NH);
-    matmul_forward(a.attproj, a.atty, w.attprojw, w.attprojb, B, T, C, C);
-    residual_forward(a.residual2, x, a.attproj, B * T * C);
-    layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w.ln2w, w.ln2b, B, T, C);
-    matmul_forward(a.fch, a.ln2, w.fcw, w.fcb, B, T, C, 4 * C);
-    gelu_forward(a.fch_gelu, a.fch, B * T * 4 * C);
-    matmul_forward(a.fcproj, a.fch_gelu, w.fcprojw, w.fcprojb, B, T, 4 * C, C);
-    residual_forward(a.residual3, a.residual2, a.fcproj, B * T * C);
-}
-static void block_generation_gpu(ParameterTensors w, ActivationTensors a, const float* x, const LayerCache* cache,
-                                 int B, int T, int C, int NH) {
-    layernorm_forward_gpu(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1w, w.ln1b, B, T, C);
-    matmul_forward_gpu(a.qkv, a.ln1, w.qkvw, w.qkvb, B, T, C, 3 * C);
-    attention_paged_forward_gpu(a.atty, cache, a.qkv, B, T, C, NH);
-    matmul_forward_gpu(a.attproj, a.atty, w.attprojw, w.attprojb, B, T, C, C);
-    residual_forward_gpu(a.residual2, x, a.attproj, B * T * C);
-    layernorm_forward_gpu(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w.ln2w, w.ln2b, B, T, C);
-    matmul_forward_gpu(a.fch, a.ln2, w.fcw, w.fcb, B, T, C, 4 * C);
-    gelu_forward_gpu(a.fch_gelu, a.fch, B * T * 4 * C);
-    matmul_forward_gpu(a.fcproj, a.fch_gelu, w.fcprojw, w.fcprojb, B, T, 4 * C, C);
-    residual_forward_gpu(a.residual3, a.residual2, a.fcproj, B * T * C);
-}
-
-static void check_block_generation(void) {
+// Generation on the GPU (gpt2/gpu/generate.cuh, float32, as infer_gpu and train_gpu's samples run
+// it) against train_cpu.c's full forward pass: three prompts of 5, 62 and 100 tokens prefilled
+// one by one, then one decode step of all three at their own positions, through the paged cache.
+// Each pass's last logits within 1e-4 + 1e-4 |x| (the same products and attention, in other
+// orders, through two layers).
+static void check_generation(void) {
     GPT2Config c = tiny_config();
-    const int B = 3, T = 2, C = c.channels, NH = c.num_heads, pos[B] = {5, 62, 100};
-    printf("block of generation C=%d NH=%d, B=%d T=%d on caches of 5 62 100\n", C, NH, B, T);
+    const int B = 3, len[B] = {5, 62, 100}, Vp = c.padded_vocab_size, P = kv_pages_for(101);
+    printf("generation (generate.cuh, float32) prompts of 5 62 100 tokens, then one decode step\n");
     GPT2 model;
     gpt2_build_fresh(&model, c, 42);
     float* d_params = to_device(model.params_memory, model.num_parameters);
     ParameterTensors d_all;
     point_tensors((float**)&d_all, d_params, model.param_sizes, NUM_PARAMETER_TENSORS);
-    // one layer's activations on each side, laid out by their per-layer sizes
-    size_t sizes[NUM_ACTIVATION_TENSORS], layer[NUM_ACTIVATION_TENSORS];
-    activation_sizes(sizes, layer, c, B, T);
-    size_t n_acts = sum_sizes(layer, NUM_ACTIVATION_TENSORS), n_x = (size_t)B * T * C;
-    float *acts = host_zeros(n_acts), *d_acts = device_poisoned(n_acts);
-    ActivationTensors a, d_a;
-    point_tensors((float**)&a, acts, layer, NUM_ACTIVATION_TENSORS);
-    point_tensors((float**)&d_a, d_acts, layer, NUM_ACTIVATION_TENSORS);
-    float* x = host_random(n_x, -1, 1);
-    float* d_x = to_device(x, n_x);
-    PagedCase<float> pc = paged_case<float>(B, T, C, NH, pos);
-    block_generation_cpu(parameters_of_layer(model.params, c, 0), a, x, &pc.cpu, B, T, C, NH);
-    block_generation_gpu(parameters_of_layer(d_all, c, 0), d_a, d_x, &pc.gpu, B, T, C, NH);
-    compare("block of generation atty", d_a.atty, a.atty, n_x, 1e-5f, 1e-5f);
-    compare("block of generation out", d_a.residual3, a.residual3, n_x, 1e-5f, 1e-5f);
-    free(acts); free(x);
-    cuda_check(cudaFree(d_params)); cuda_check(cudaFree(d_acts)); cuda_check(cudaFree(d_x));
-    paged_case_free(&pc);
+    EngineDevice gen = generator_gpu_device(c, d_all, d_all, B, B * P);
+    int tokens[B][101], table[B * P], pos[B], last[B];
+    for (int i = 0; i < B * P; i++) table[i] = i;  // sequence b: pages b*P ...
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t <= len[b]; t++) tokens[b][t] = (int)(random_u32(&rng_state) % c.vocab_size);
+    }
+    float* logits = (float*)malloc_check((size_t)B * Vp * sizeof(float));
+    for (int pass = 0; pass < 2; pass++) {  // the prompts, then one token of each
+        if (pass == 0) {
+            for (int b = 0; b < B; b++) {
+                pos[0] = 0;
+                EnginePass ep = engine_pass(1, len[b], tokens[b], pos, table + b * P, P);
+                gen.forward(gen.ctx, &ep, logits + (size_t)b * Vp);
+            }
+        } else {
+            for (int b = 0; b < B; b++) {
+                last[b] = tokens[b][len[b]];
+                pos[b] = len[b];
+            }
+            EnginePass ep = engine_pass(B, 1, last, pos, table, P);
+            gen.forward(gen.ctx, &ep, logits);
+        }
+        for (int b = 0; b < B; b++) {
+            int T = len[b] + pass;  // the tokens the CPU runs: the prompt, and the decoded one
+            gpt2_forward(&model, tokens[b], NULL, 1, T);
+            char what[64];
+            snprintf(what, sizeof(what), "generation %s, sequence %d", pass == 0 ? "prefill" : "decode", b);
+            compare_host(what, logits + (size_t)b * Vp, model.acts.logits + (size_t)(T - 1) * Vp, Vp, 1e-4f, 1e-4f,
+                         NULL);
+        }
+    }
+    free(logits);
+    generator_gpu_device_free<float>(&gen);
+    cuda_check(cudaFree(d_params));
     gpt2_free(&model);
 }
 
@@ -1806,7 +1800,7 @@ int main(int argc, char** argv) {
     }
     if (wanted(argc, argv, "attention_paged")) {
         check_attention_paged_cases<float>(bench);
-        check_block_generation();
+        check_generation();
     }
     if (wanted(argc, argv, "gelu")) {
         check_gelu(1001, 0);

@@ -51,15 +51,6 @@ static void scale_gpu(float* x, size_t n, float factor) {
     launch_check(scale_kernel);
 }
 
-// The n gradients scaled by grad_scale and clipped to a global norm of max_norm, as the CPU's
-// gpt2_clip_gradients; returns the norm after the scale, before the clip.
-static float clip_gradients_gpu(float* grads, size_t n, float grad_scale, float max_norm) {
-    float norm = (float)(grad_scale * sqrt(sum_of_squares_gpu(grads, n)));
-    float factor = clip_factor(norm, grad_scale, max_norm);
-    if (factor != 1.0f) scale_gpu(grads, n, factor);
-    return norm;
-}
-
 // One AdamW step, one thread per parameter: adamw_update, the CPU's formula. params16 (bf16
 // path) gets each new value rounded to bf16: the copy the forward and backward read.
 __global__ void adamw_kernel(float* params, bf16* params16, const float* grads, float* m, float* v, size_t n,
