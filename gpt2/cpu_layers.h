@@ -224,40 +224,60 @@ void matmul_backward_fast_first(float* dinp, float* dweight, float* dbias, const
     if (dbias != NULL) matmul_dbias_rows(dbias, dout, BT, OC);
 }
 
+// The naive loops under MATMUL_NAIVE (`make MATMUL=naive`), the fast ones otherwise: one choice
+// for the linear layer's every pass, float32 and bf16 alike.
+typedef void matmul_forward_fn(float* out, const float* inp, const float* weight, const float* bias,
+                               int B, int T, int C, int OC);
+typedef void matmul_backward_fn(float* dinp, float* dweight, float* dbias, const float* dout,
+                                const float* inp, const float* weight, int B, int T, int C, int OC);
+
+static void matmul_forward_pick(matmul_forward_fn* naive, matmul_forward_fn* fast, float* out,
+                                const float* inp, const float* weight, const float* bias,
+                                int B, int T, int C, int OC) {
+#ifdef MATMUL_NAIVE
+    (void)fast;
+    naive(out, inp, weight, bias, B, T, C, OC);
+#else
+    (void)naive;
+    fast(out, inp, weight, bias, B, T, C, OC);
+#endif
+}
+
+// first: the first backward pass after the gradients are zeroed, where `fast` writes dweight;
+// the naive loops add it to zeros, which is the definition.
+static void matmul_backward_pick(matmul_backward_fn* naive, matmul_backward_fn* fast, int first,
+                                 float* dinp, float* dweight, float* dbias, const float* dout,
+                                 const float* inp, const float* weight, int B, int T, int C, int OC) {
+#ifdef MATMUL_NAIVE
+    (void)fast;
+    if (first) memset(dweight, 0, (size_t)OC * C * sizeof(float));
+    naive(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
+#else
+    (void)naive, (void)first;
+    fast(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
+#endif
+}
+
 // out (B,T,OC) = inp (B,T,C) . weight (OC,C)^T + bias (OC); bias may be NULL
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
                     int B, int T, int C, int OC) {
-#ifdef MATMUL_NAIVE
-    matmul_forward_naive(out, inp, weight, bias, B, T, C, OC);
-#else
-    matmul_forward_fast(out, inp, weight, bias, B, T, C, OC);
-#endif
+    matmul_forward_pick(matmul_forward_naive, matmul_forward_fast, out, inp, weight, bias, B, T, C, OC);
 }
 
 // dinp += dout . weight, dweight += dout^T . inp, dbias += column sums of dout (may be NULL)
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                      const float* inp, const float* weight, int B, int T, int C, int OC) {
-#ifdef MATMUL_NAIVE
-    matmul_backward_naive(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
-#else
-    matmul_backward_fast(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
-#endif
+    matmul_backward_pick(matmul_backward_naive, matmul_backward_fast, 0,
+                         dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
 }
 
 // matmul_backward for the first backward pass after the gradients are zeroed (train_cpu.c:
-// gpt2_zero_grad, gpt2_backward): dweight = dout^T . inp written whatever dweight held, which
-// gives the bits of adding it to zeros, so the gradients need not be zeroed first, and the fast
-// product does not read them back from memory (a weight's gradient is the largest thing the
-// backward pass would read). dinp and dbias are added to, as in matmul_backward. The naive loops
-// add to zeros, which is the definition.
+// gpt2_zero_grad): dweight = dout^T . inp written, the bits of adding it to zeros, so the
+// gradients need not be zeroed first nor read back. dinp and dbias are added to.
 void matmul_backward_first(float* dinp, float* dweight, float* dbias, const float* dout,
                            const float* inp, const float* weight, int B, int T, int C, int OC) {
-#ifdef MATMUL_NAIVE
-    memset(dweight, 0, (size_t)OC * C * sizeof(float));
-    matmul_backward_naive(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
-#else
-    matmul_backward_fast_first(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
-#endif
+    matmul_backward_pick(matmul_backward_naive, matmul_backward_fast_first, 1,
+                         dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
 }
 
 // ---------- matmul with the weight packed once: generation ----------
@@ -379,34 +399,23 @@ void matmul_backward_bf16_fast_first(float* dinp, float* dweight, float* dbias, 
 // out (B,T,OC) = bf16(inp) . bf16(weight)^T + bias (OC); bias may be NULL
 void matmul_forward_bf16(float* out, const float* inp, const float* weight, const float* bias,
                          int B, int T, int C, int OC) {
-#ifdef MATMUL_NAIVE
-    matmul_forward_bf16_naive(out, inp, weight, bias, B, T, C, OC);
-#else
-    matmul_forward_bf16_fast(out, inp, weight, bias, B, T, C, OC);
-#endif
+    matmul_forward_pick(matmul_forward_bf16_naive, matmul_forward_bf16_fast,
+                        out, inp, weight, bias, B, T, C, OC);
 }
 
 // dinp += bf16(dout) . bf16(weight), dweight += bf16(dout)^T . bf16(inp), dbias += column sums
 // of dout (float32; may be NULL)
 void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout,
                           const float* inp, const float* weight, int B, int T, int C, int OC) {
-#ifdef MATMUL_NAIVE
-    matmul_backward_bf16_naive(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
-#else
-    matmul_backward_bf16_fast(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
-#endif
+    matmul_backward_pick(matmul_backward_bf16_naive, matmul_backward_bf16_fast, 0,
+                         dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
 }
 
-// matmul_backward_bf16 for the first backward pass after the gradients are zeroed: dweight
-// written, whatever it held (matmul_backward_first, in float32).
+// matmul_backward_bf16 for the first backward pass: dweight written (matmul_backward_first).
 void matmul_backward_bf16_first(float* dinp, float* dweight, float* dbias, const float* dout,
                                 const float* inp, const float* weight, int B, int T, int C, int OC) {
-#ifdef MATMUL_NAIVE
-    memset(dweight, 0, (size_t)OC * C * sizeof(float));
-    matmul_backward_bf16_naive(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
-#else
-    matmul_backward_bf16_fast_first(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
-#endif
+    matmul_backward_pick(matmul_backward_bf16_naive, matmul_backward_bf16_fast_first, 1,
+                         dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
 }
 
 // The weight packed once, as pack_weight and matmul_forward_packed in float32. Under MATMUL_NAIVE
