@@ -1,16 +1,12 @@
-// gpt2/cpu_layers.h: GPT-2's layers on the CPU, each a forward and backward pair. The definition
-// of what the model computes, in plain C loops: train_cpu.c trains with them, infer.c generates
-// with the forward halves, and the GPU kernels of train_gpu.cu are checked against them.
+// gpt2/cpu_layers.h: GPT-2's layers on the CPU, each a forward and backward pair: the definition
+// of what the model computes, in plain C loops (train_cpu.c, infer.c; the GPU kernels are checked
+// against them).
 //
-// Every layer is a pair: name_forward(outputs, inputs, weights, sizes) and
-// name_backward(gradients it accumulates into, dout, what forward saved, sizes).
-// Backward functions ADD into their gradient buffers (+=): a tensor used twice (the residual
-// stream, wte as embedding and as output layer) collects both contributions.
-// Parallel loops split work over independent outputs only, so results never depend on how the
-// threads are scheduled: the same thread count gives the same bits.
-//
-// Shapes follow llm.c: B batch, T sequence length, C channels, NH heads, OC output channels of a
-// linear layer, V vocabulary, Vp the vocabulary padded to a multiple of 128.
+// name_forward(outputs, inputs, weights, sizes); name_backward(gradients it ADDS into (+=), dout,
+// what forward saved, sizes): a tensor used twice (the residual stream, wte) collects both.
+// Parallel loops split work over independent outputs only: the same thread count, the same bits.
+// Shapes as llm.c: B batch, T time, C channels, NH heads, OC a linear layer's outputs, V the
+// vocabulary, Vp V padded to a multiple of 128.
 
 #ifndef GPT2_CPU_LAYERS_H
 #define GPT2_CPU_LAYERS_H
@@ -119,13 +115,10 @@ void layernorm_backward_naive(float* dinp, float* dweight, float* dbias, const f
 }
 
 // ---------- matmul: the linear layers ----------
-// Two versions of the same products. The naive loops are the definition. The fast ones do
-// the same arithmetic through gemm_accumulate (gpt2/cpu_math.h), arranged for caches and vector
-// registers, many times faster (doc/cpu_speed.md), and tested against the naive ones
-// (test/matmul_check.c).
-// matmul_forward and matmul_backward, which the model calls, pick the fast ones unless the build
-// says MATMUL_NAIVE (`make MATMUL=naive`), which runs the whole model on the naive loops: slow,
-// but every product can be followed in a debugger from the definition.
+// The naive loops are the definition. The fast ones do the same arithmetic through
+// gemm_accumulate (gpt2/cpu_math.h), arranged for caches and vector registers, and are tested
+// against them (test/matmul_check.c). `make MATMUL=naive` runs the whole model on the naive
+// loops: slow, but every product can be followed in a debugger.
 
 void matmul_forward_naive(float* out, const float* inp, const float* weight, const float* bias,
                           int B, int T, int C, int OC) {
@@ -169,10 +162,9 @@ void matmul_backward_naive(float* dinp, float* dweight, float* dbias, const floa
     }
 }
 
-// The products that read an operand where it lies rather than packing it (gemm_bias_weight_rows,
-// gemm_accumulate_a_rows) are faster while they have few rows, B*T, the pack they skip then
-// costing the most per multiply-add; at thousands of rows the packed form's own pace wins
-// (doc/cpu_speed.md: the d12 products at B*T = 256 to 4096). Either way the same bits.
+// The products that read an operand in place rather than packing it are faster while B*T is
+// small, where the pack they skip costs most; at thousands of rows the packed form wins
+// (doc/cpu_speed.md). Either way the same bits.
 #define MATMUL_IN_PLACE_ROWS 768
 
 void matmul_forward_fast(float* out, const float* inp, const float* weight, const float* bias,
@@ -190,10 +182,8 @@ static void matmul_dinp(float* dinp, const float* dout, const float* weight, int
     else gemm_accumulate(dinp, C, dout, OC, 1, weight, C, 1, BT, C, OC);
 }
 
-// dbias (OC) += column sums of dout (BT, OC), float32: each thread its own columns, the rows in
-// order (a fixed order, no races), reading dout row by row. A loop over the columns, each summed
-// down its rows, reads dout one float per row at a time: much slower on a wide dout
-// (doc/cpu_speed.md). The fast backward passes of both precisions call it.
+// dbias (OC) += column sums of dout (BT, OC): each thread its own columns, the rows in order (a
+// fixed order, no races), dout read row by row (by columns, much slower: doc/cpu_speed.md).
 static void matmul_dbias_rows(float* dbias, const float* dout, int BT, int OC) {
     #pragma omp parallel
     {
@@ -281,16 +271,12 @@ void matmul_backward_first(float* dinp, float* dweight, float* dbias, const floa
 }
 
 // ---------- matmul with the weight packed once: generation ----------
-// Generation multiplies each weight by a few rows at a time (a decode step: one row per active
-// sequence), where repacking the weight on every call, as matmul_forward does, costs as much as
-// the product. pack_weight packs a weight once, when the model is loaded, and
-// matmul_forward_packed reads it from there (gemm_accumulate_packed, gpt2/cpu_math.h).
-// Batch invariance: each element is computed exactly as matmul_forward computes it, so a row of
-// out is bit-identical to matmul_forward's, whatever B*T is, wherever the row sits among them,
-// and whatever the number of threads: a sequence's tokens do not depend on which other sequences
-// share its decode steps (test_matmul checks it). Under MATMUL_NAIVE the "packing" is a plain
-// copy and the product the naive loops, which are row-invariant too: each element is one sum
-// over i, in order.
+// Generation multiplies each weight by a few rows at a time, where repacking it on every call
+// costs as much as the product: pack_weight packs it once, at load, for matmul_forward_packed.
+// Batch invariance: each element is computed exactly as matmul_forward computes it, whatever B*T
+// is, wherever the row sits and whatever the thread count: a sequence's tokens do not depend on
+// which others share its decode steps (test_matmul). Under MATMUL_NAIVE the "packing" is a copy
+// and the product the naive loops, row-invariant too.
 
 // Floats that pack_weight writes for a weight (OC, C).
 size_t packed_weight_size(int C, int OC) {
@@ -322,12 +308,10 @@ void matmul_forward_packed(float* out, const float* inp, const float* packed_wei
 }
 
 // ---------- matmul in bf16: train_cpu -p bf16, infer -w bf16 ----------
-// The same linear layer with its products in bf16 (gpt2/cpu_bf16.h): inputs, weights and output
-// gradients rounded to bf16 as the products read them, products exact, sums and results float32.
-// As in float32, the naive loops are the definition and `make MATMUL=naive` runs them; the fast
-// ones are gemm_accumulate_bf16 (vdpbf16ps where the build has AVX512_BF16). Both keep the
-// contract of gpt2/cpu_bf16.h: one fixed order of the sums per element, so the same bits for any
-// thread count and for a row whatever the other rows are, the packed weight as the unpacked one.
+// The linear layer with its products in bf16 (gpt2/cpu_bf16.h): inputs, weights and output
+// gradients rounded to bf16 as the products read them, products exact, sums float32. The naive
+// loops are the definition, as in float32; both keep cpu_bf16.h's contract (one fixed order of
+// the sums per element: the same bits for any thread count, for a row whatever the other rows).
 
 void matmul_forward_bf16_naive(float* out, const float* inp, const float* weight, const float* bias,
                                int B, int T, int C, int OC) {
@@ -462,11 +446,9 @@ void matmul_forward_packed_bf16(float* out, const float* inp, const bf16_t* pack
 
 // ---------- attention ----------
 
-// y[i] += sum over r < rows of (w[r * ws] * wscale) * x[r * xs + i], for i < n: the terms added
-// one multiply-add at a time, r in order, which is what `for r: for i: y[i] += g * x[...]` does,
-// with y held in registers W floats at a time instead of loaded and stored for every r (attention's
-// rows of y lie in the same arrays as its inputs, so the compiler must assume that a store to y
-// changes x). The same arithmetic, so the same bits. wscale = 1 multiplies exactly.
+// y[i] += sum over r < rows of (w[r * ws] * wscale) * x[r * xs + i], r in order, one multiply-add
+// at a time as `for r: for i: y[i] += g * x[...]` does, with y held in registers W floats at a
+// time (the compiler must assume a store to y changes x). The same bits; wscale = 1 is exact.
 #define AXPY_SUM_CHUNK(W)                                                          \
     for (; i + (W) <= n; i += (W)) {                                               \
         float acc[W];                                                              \
@@ -568,10 +550,8 @@ void attention_backward_naive(float* dinp, float* dpreatt, float* datt, const fl
     }
 }
 
-// The products of attention, as matrix products of one (batch, head) pair: its query, key and
-// value rows (T x hs each, rows C3 apart), its scores and their softmax (T x T). Each runs on
-// the calling thread, gemm_block of gpt2/cpu_math.h on this thread's packing buffers, from
-// inside attention's parallel loop over the pairs.
+// The products of attention as matrix products of one (batch, head) pair (rows T x hs, C3 apart;
+// scores T x T), each on the calling thread: gemm_block on this thread's packing buffers.
 typedef struct {
     float* packed_a;   // MC_PAD x KC floats at most
     float* packed_b;   // KC x NC floats at most
@@ -690,13 +670,10 @@ void attention_backward(float* dinp, float* dpreatt, float* datt, const float* d
 }
 
 // ---------- layernorm in lanes ----------
-// layernorm_*_naive's arithmetic with its sums arranged for vector registers. A row's sum (the
-// mean, the variance, and the backward's two means) is a chain of dependent adds in the plain
-// loop, one add latency per channel; here lane j keeps the terms i = j mod 16 and the 16 are added
-// in lanes_total's fixed tree, as dot_lanes does: 16 adds at once, the same bits every run on
-// any number of threads, within float rounding of the plain loop (test_vs_pytorch, gradcheck).
-// dweight and dbias sum down the rows, each channel in row order as the plain loop does, for 64
-// channels at a time, so that the channels, not the rows, fill the vectors.
+// layernorm_*_naive's arithmetic with a row's sums (the mean, the variance, the backward's two
+// means) in 16 lanes, lane j the terms i = j mod 16, added in lanes_total's fixed tree: the same
+// bits on any thread count, within rounding of the plain loop (test_vs_pytorch, gradcheck).
+// dweight and dbias sum down the rows in row order, 64 channels at a time in the vectors.
 
 void layernorm_forward_fast(float* out, float* mean, float* rstd, const float* inp,
                             const float* weight, const float* bias, int B, int T, int C) {
@@ -890,15 +867,11 @@ void crossentropy_softmax_backward(float* dlogits, const float* dlosses, const f
     }
 }
 
-// The three above in one pass over each position's logits, as train_gpu's classifier does it
-// (gpt2/gpu/classifier.cuh), for training: the loss -log p[target] = log(sum) - (x[target] - max),
-// and the gradient of the mean loss, dlogits = (p - onehot(target)) * dloss (dloss = 1 / (B*T)),
-// written (not accumulated), padding columns 0. The probabilities are never stored: each row's
-// exponentials wait in its dlogits row (in L2: 201 KB for GPT-2's 50,304) until the sum is known.
-// dlogits may be logits itself (train_cpu.c overwrites the logits with their gradient): the
-// target's logit is read first, and every other element is read before it is written. Its
-// dlogits are softmax_forward's p and crossentropy_softmax_backward's gradient, bit for bit (the
-// same exponentials, sums and products).
+// The three above in one pass over each position's logits, as train_gpu's classifier: the loss
+// log(sum) - (x[target] - max), and dlogits = (p - onehot(target)) * dloss written, padding 0.
+// Each row's exponentials wait in its dlogits row (in L2) until the sum is known. dlogits may be
+// logits itself: the target's logit is read first, every other element before it is written.
+// The bits of softmax_forward and crossentropy_softmax_backward.
 void crossentropy_softmax_fused(float* dlogits, float* losses, const float* logits, const int* targets,
                                 float dloss, int B, int T, int V, int Vp) {
     #pragma omp parallel for
@@ -908,9 +881,8 @@ void crossentropy_softmax_fused(float* dlogits, float* losses, const float* logi
         int target = targets[bt];
         float x_target = x[target];
         float maxval = max_lanes(x, V);   // gpt2/cpu_math.h
-        // 16 running sums (i mod 16), as softmax_forward, kept in a vector register where the
-        // compiler has vector types (GCC kept a plain array of them in memory: a store and a load
-        // on the critical path of every 16 exponentials)
+        // 16 running sums (i mod 16), as softmax_forward, in a vector register where the compiler
+        // has vector types (GCC kept an array in memory, on the critical path)
         float lanes[16] = {0.0f};
 #if defined(__GNUC__) && !defined(__CUDACC__) && !defined(MATMUL_PLAIN_C)
         dot_vec16 sums = {0}, e;
