@@ -49,6 +49,22 @@ void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* in
 // below), which run layernorm_*_fast, the same arithmetic with its sums over a row in 16 lanes,
 // unless the build says MATMUL_NAIVE.
 
+// A row's output from its mean m and rstd s: (x - m) * s * weight + bias.
+static inline void layernorm_row_out(float* o, const float* x, float m, float s, const float* weight,
+                                     const float* bias, int C) {
+    for (int i = 0; i < C; i++) o[i] = (s * (x[i] - m)) * weight[i] + bias[i];
+}
+
+// A row's dx += s * (g - mean(g) - n * mean(g * n)), with n = (x - m) * s and g = weight * dout.
+static inline void layernorm_row_dx(float* dx, const float* x, const float* d, const float* weight,
+                                    float m, float s, float g_mean, float gn_mean, int C) {
+    for (int i = 0; i < C; i++) {
+        float n = (x[i] - m) * s;
+        float g = weight[i] * d[i];
+        dx[i] += s * (g - g_mean - n * gn_mean);
+    }
+}
+
 void layernorm_forward_naive(float* out, float* mean, float* rstd, const float* inp,
                              const float* weight, const float* bias, int B, int T, int C) {
     // out = (x - mean) / sqrt(var + eps) * weight + bias, per row of C; mean and rstd are saved
@@ -66,8 +82,7 @@ void layernorm_forward_naive(float* out, float* mean, float* rstd, const float* 
         }
         v /= C;
         float s = 1.0f / sqrtf(v + LAYERNORM_EPS);
-        float* o = out + (size_t)bt * C;
-        for (int i = 0; i < C; i++) o[i] = (s * (x[i] - m)) * weight[i] + bias[i];
+        layernorm_row_out(out + (size_t)bt * C, x, m, s, weight, bias, C);
         mean[bt] = m;
         rstd[bt] = s;
     }
@@ -92,12 +107,7 @@ void layernorm_backward_naive(float* dinp, float* dweight, float* dbias, const f
         }
         g_mean /= C;
         gn_mean /= C;
-        float* dx = dinp + (size_t)bt * C;
-        for (int i = 0; i < C; i++) {
-            float n = (x[i] - m) * s;
-            float g = weight[i] * d[i];
-            dx[i] += s * (g - g_mean - n * gn_mean);
-        }
+        layernorm_row_dx(dinp + (size_t)bt * C, x, d, weight, m, s, g_mean, gn_mean, C);
     }
     // dweight and dbias sum over all rows: split over channels so every sum has one fixed order.
     #pragma omp parallel for
@@ -278,13 +288,21 @@ void matmul_backward_first(float* dinp, float* dweight, float* dbias, const floa
 // which others share its decode steps (test_matmul). Under MATMUL_NAIVE the "packing" is a copy
 // and the product the naive loops, row-invariant too.
 
-// Floats that pack_weight writes for a weight (OC, C).
-size_t packed_weight_size(int C, int OC) {
+// Values that a weight (OC, C) packs into: the fast form's `fast`, or under MATMUL_NAIVE the
+// weight's own layout, OC x C.
+static size_t packed_size_pick(size_t fast, int C, int OC) {
 #ifdef MATMUL_NAIVE
+    (void)fast;
     return (size_t)OC * C;
 #else
-    return gemm_packed_size(C, OC);   // the operand is weight^T, C x OC
+    (void)C, (void)OC;
+    return fast;
 #endif
+}
+
+// Floats that pack_weight writes for a weight (OC, C).
+size_t packed_weight_size(int C, int OC) {
+    return packed_size_pick(gemm_packed_size(C, OC), C, OC);   // the operand is weight^T, C x OC
 }
 
 // packed (packed_weight_size(C, OC) floats, 64-byte aligned) = weight (OC, C), packed.
@@ -313,47 +331,38 @@ void matmul_forward_packed(float* out, const float* inp, const float* packed_wei
 // loops are the definition, as in float32; both keep cpu_bf16.h's contract (one fixed order of
 // the sums per element: the same bits for any thread count, for a row whatever the other rows).
 
+// The naive loops in bf16 are the float32 definition on operands rounded to bf16: a product of
+// two bf16 values is exact in float32. x (n floats) rounded into a malloc'd copy.
+static float* bf16_rounded_copy(const float* x, size_t n) {
+    float* r = (float*)malloc_check(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) r[i] = bf16_round(x[i]);
+    return r;
+}
+
 void matmul_forward_bf16_naive(float* out, const float* inp, const float* weight, const float* bias,
                                int B, int T, int C, int OC) {
-    // out (B,T,OC) = bf16(inp) (B,T,C) . bf16(weight) (OC,C)^T + bias (OC); bias may be NULL
-    #pragma omp parallel for
-    for (int bt = 0; bt < B * T; bt++) {
-        const float* x = inp + (size_t)bt * C;
-        for (int o = 0; o < OC; o++) {
-            const float* w = weight + (size_t)o * C;
-            float val = bias != NULL ? bias[o] : 0.0f;
-            for (int i = 0; i < C; i++) val += bf16_round(x[i]) * bf16_round(w[i]);   // exact product
-            out[(size_t)bt * OC + o] = val;
-        }
-    }
+    float* x = bf16_rounded_copy(inp, (size_t)B * T * C);
+    float* w = bf16_rounded_copy(weight, (size_t)OC * C);
+    matmul_forward_naive(out, x, w, bias, B, T, C, OC);
+    free(x);
+    free(w);
 }
 
 void matmul_backward_bf16_naive(float* dinp, float* dweight, float* dbias, const float* dout,
                                 const float* inp, const float* weight, int B, int T, int C, int OC) {
-    // dinp (B,T,C) += bf16(dout) (B,T,OC) . bf16(weight) (OC,C)
+    float* d = bf16_rounded_copy(dout, (size_t)B * T * OC);
+    float* x = bf16_rounded_copy(inp, (size_t)B * T * C);
+    float* w = bf16_rounded_copy(weight, (size_t)OC * C);
+    matmul_backward_naive(dinp, dweight, NULL, d, x, w, B, T, C, OC);
+    free(d);
+    free(x);
+    free(w);
+    if (dbias == NULL) return;
     #pragma omp parallel for
-    for (int bt = 0; bt < B * T; bt++) {
-        const float* d = dout + (size_t)bt * OC;
-        float* dx = dinp + (size_t)bt * C;
-        for (int o = 0; o < OC; o++) {
-            const float* w = weight + (size_t)o * C;
-            float d_o = bf16_round(d[o]);
-            for (int i = 0; i < C; i++) dx[i] += d_o * bf16_round(w[i]);
-        }
-    }
-    // dweight (OC,C) += bf16(dout)^T . bf16(inp), dbias (OC) += sum over rows of dout (float32)
-    #pragma omp parallel for
-    for (int o = 0; o < OC; o++) {
-        float* dw = dweight + (size_t)o * C;
+    for (int o = 0; o < OC; o++) {   // dbias (OC) += sum over rows of dout, not rounded
         float db = 0.0f;
-        for (int bt = 0; bt < B * T; bt++) {
-            float d = dout[(size_t)bt * OC + o];
-            float d_o = bf16_round(d);
-            const float* x = inp + (size_t)bt * C;
-            for (int i = 0; i < C; i++) dw[i] += d_o * bf16_round(x[i]);
-            db += d;
-        }
-        if (dbias != NULL) dbias[o] += db;
+        for (int bt = 0; bt < B * T; bt++) db += dout[(size_t)bt * OC + o];
+        dbias[o] += db;
     }
 }
 
@@ -407,11 +416,7 @@ void matmul_backward_bf16_first(float* dinp, float* dweight, float* dbias, const
 
 // bf16 values that pack_weight_bf16 writes for a weight (OC, C).
 size_t packed_weight_size_bf16(int C, int OC) {
-#ifdef MATMUL_NAIVE
-    return (size_t)OC * C;
-#else
-    return gemm_packed_size_bf16(C, OC);   // the operand is weight^T, C x OC
-#endif
+    return packed_size_pick(gemm_packed_size_bf16(C, OC), C, OC);
 }
 
 // packed (packed_weight_size_bf16(C, OC) values, 64-byte aligned) = weight (OC, C) rounded to
@@ -699,8 +704,7 @@ void layernorm_forward_fast(float* out, float* mean, float* rstd, const float* i
         }
         float v = lanes_total(sq) / C;
         float s = 1.0f / sqrtf(v + LAYERNORM_EPS);
-        float* o = out + (size_t)bt * C;
-        for (int i = 0; i < C; i++) o[i] = (s * (x[i] - m)) * weight[i] + bias[i];
+        layernorm_row_out(out + (size_t)bt * C, x, m, s, weight, bias, C);
         mean[bt] = m;
         rstd[bt] = s;
     }
@@ -731,12 +735,7 @@ void layernorm_backward_fast(float* dinp, float* dweight, float* dbias, const fl
             gn_sum[i - i0] += g * n;
         }
         float g_mean = lanes_total(g_sum) / C, gn_mean = lanes_total(gn_sum) / C;
-        float* dx = dinp + (size_t)bt * C;
-        for (int i = 0; i < C; i++) {
-            float n = (x[i] - m) * s;
-            float g = weight[i] * d[i];
-            dx[i] += s * (g - g_mean - n * gn_mean);
-        }
+        layernorm_row_dx(dinp + (size_t)bt * C, x, d, weight, m, s, g_mean, gn_mean, C);
     }
     int chunks = (C + 63) / 64;
     #pragma omp parallel for
