@@ -412,11 +412,9 @@ static size_t section_end(const unsigned char* text, size_t from, size_t end) {
 // Where a piece may end. Sections end after "\n\n", the pairs taken from the left: in a run of
 // '\n' that starts at r (text[r-1] is not '\n'), at r+2, r+4, ... So just past a "\n\n" that
 // starts such a run, a section ends, whatever came before.
-//
 // Inside a section, a piece may end where the two halves encode to the ids of the whole: just
 // before a lone '\n' followed by a character that is not whitespace (with -s, nor '<'). The proof
 // from GPT-2's regex, for any vocabulary: doc/tokenizer.md, "Where a chunk may be cut".
-//
 // Returns the first such place at or after from (> 0: it looks a byte back), or 0 if there is
 // none in text[..have) that can be told yet: unless at_end, the text goes on past have.
 static size_t next_piece_end(const unsigned char* text, size_t from, size_t have, int at_end, int eot_is_special,

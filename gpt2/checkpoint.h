@@ -69,15 +69,14 @@ static inline void write_checkpoint(const char* path, GPT2Config config, const f
 }
 
 // ---------- GPT-2 from Hugging Face safetensors ----------
-// transformers' names (maybe behind "transformer."), where they go:
+// transformers' names (maybe behind "transformer.") and where they go (doc/formats.md, 6):
 //   wte.weight (V, C)             -> wte (Vp, C), the rows V..Vp-1 zero
 //   wpe.weight (maxT, C)          -> wpe
 //   h.N.ln_1, h.N.ln_2, ln_f      -> ln1w/ln1b, ln2w/ln2b, lnfw/lnfb (.weight/.bias, (C))
 //   h.N.attn.c_attn, ..., below   -> the per-layer tensors of HF_LAYER_TENSORS
 // The matrices are Conv1D's (in, out), transposed to our (out, in). The shape comes from the
 // tensors, the heads from config.json (else C / 64). Also accepted: the mask buffers attn.bias and
-// attn.masked_bias (skipped) and lm_head.weight equal to wte; anything else is an error
-// (doc/formats.md, section 6).
+// attn.masked_bias (skipped) and lm_head.weight equal to wte; anything else is an error.
 
 #define GPT2_HEAD_SIZE 64
 

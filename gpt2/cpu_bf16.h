@@ -2,7 +2,7 @@
 // bf16 is float32 with the low 16 bits of its mantissa cut off (the same range, 8 bits of
 // significand), so a product of two bf16 is exact in float32: round both operands to bf16 (to
 // nearest, ties to even), multiply exactly, add in float32, as the tensor cores and vdpbf16ps do.
-//
+
 // The contract of every product here, whichever code runs it:
 //   C (float32) += bf16(A) . bf16(B), products exact, sums in float32, in one fixed order per
 //   element: the same bits for any number of threads, and for a row of A whatever the other rows

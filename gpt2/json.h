@@ -10,8 +10,7 @@
 //       char key[32];
 //       json_string(&r, key, sizeof(key));
 //       json_expect(&r, ':');
-//       if (strcmp(key, "top_p") == 0) top_p = json_number(&r);
-//       else json_skip_value(&r);
+//       if (strcmp(key, "top_p") == 0) top_p = json_number(&r); else json_skip_value(&r);
 //   }
 //   json_end(&r);
 
