@@ -307,7 +307,7 @@ static inline void hf_export_make_dir(const char* dir) {
     if (mkdir(dir, 0755) != 0) fail("--export %s: cannot create the directory: %s", dir, strerror(errno));
 }
 
-// transformers' GPT2Config: dropout 0 (trained without it); bos and eos only for GPT-2's vocabulary.
+// transformers' GPT2Config: dropout 0 (trained without); bos, eos only for GPT-2's vocabulary.
 static void hf_write_config(const char* path, GPT2Config c) {
     AtomicFile a = atomic_open_check(path);
     char eot[16] = "null";

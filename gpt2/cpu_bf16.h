@@ -171,7 +171,7 @@ static inline __m512i bf_units_adjacent(__m512 low, __m512 high) {
     return (__m512i)_mm512_cvtne2ps_pbh(high, low);   // bf16 i of the result is k0 + i
 }
 
-// 16 values at an even k and the 16 at the next -> 16 units: converted, then bf16 i paired with 16 + i.
+// 16 values at an even k and 16 at the next -> 16 units: converted, bf16 i paired with 16 + i.
 static inline __m512i bf_units_apart(__m512 even, __m512 odd) {
     const __m512i pairs = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9,
                                            24, 8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1,

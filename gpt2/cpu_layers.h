@@ -50,8 +50,8 @@ void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* in
 // unless the build says MATMUL_NAIVE.
 
 // A row's output from its mean m and rstd s: (x - m) * s * weight + bias.
-static inline void layernorm_row_out(float* o, const float* x, float m, float s, const float* weight,
-                                     const float* bias, int C) {
+static inline void layernorm_row_out(float* o, const float* x, float m, float s,
+                                     const float* weight, const float* bias, int C) {
     for (int i = 0; i < C; i++) o[i] = (s * (x[i] - m)) * weight[i] + bias[i];
 }
 
@@ -261,7 +261,8 @@ static void matmul_backward_pick(matmul_backward_fn* naive, matmul_backward_fn* 
 // out (B,T,OC) = inp (B,T,C) . weight (OC,C)^T + bias (OC); bias may be NULL
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
                     int B, int T, int C, int OC) {
-    matmul_forward_pick(matmul_forward_naive, matmul_forward_fast, out, inp, weight, bias, B, T, C, OC);
+    matmul_forward_pick(matmul_forward_naive, matmul_forward_fast,
+                        out, inp, weight, bias, B, T, C, OC);
 }
 
 // dinp += dout . weight, dweight += dout^T . inp, dbias += column sums of dout (may be NULL)

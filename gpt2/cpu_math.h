@@ -54,7 +54,7 @@ static inline void thread_share(size_t n, size_t* begin, size_t* end) {
 // the other rows of A: a row's elements get the same arithmetic whatever M is and wherever the
 // row sits (batch invariance, which generation relies on).
 
-// The vector width and tile come from the build (AVX-512, AVX2, 16 bytes; -DMATMUL_PLAIN_C: scalars).
+// The vector width and tile come from the build (AVX-512, AVX2, 16 bytes; MATMUL_PLAIN_C: scalars).
 
 #if defined(__GNUC__) && !defined(__CUDACC__) && !defined(MATMUL_PLAIN_C)
 #if defined(__AVX512F__)

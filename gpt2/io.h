@@ -44,8 +44,8 @@
 #define GPT2_PRINTF_NORETURN
 #endif
 
-// Set by a run of several processes (gpt2/parallel.h): fail_who names the process ("rank 1 of 2: "),
-// fail_stop ends the others, so none waits forever for a partner that has gone.
+// Set by a run of several processes (gpt2/parallel.h): fail_who names the process ("rank 1 of
+// 2: "), fail_stop ends the others, so none waits forever for a partner that has gone.
 static char fail_who[64] = "";
 static void (*fail_stop)(void) = NULL;
 

@@ -1,5 +1,6 @@
 // gpt2/sampler.h: the next token from a position's logits (gpt2/engine.h): greedy, temperature,
-// top-k and top-p, from a random state of its own: a request's tokens depend on its logits and seed.
+// top-k and top-p, from a random state of its own: a request's tokens depend on its logits and
+// seed alone.
 
 #ifndef GPT2_SAMPLER_H
 #define GPT2_SAMPLER_H
