@@ -5,12 +5,11 @@
 //   ./tokenizer encode [FILE] | decode [FILE]       text <-> token ids, exactly as tiktoken
 //   ./tokenizer prepare [-n TOKENS] TEXT... OUT_PREFIX
 //                                                   texts -> OUT_PREFIX_{val,train}.bin, or shards
-//
-// Read gpt2/tokenizer.h first: it is the byte-pair encoder itself (the pre-tokenizer, merging by
-// rank, decoding), kept there because infer.c encodes prompts with it and the trainers decode
-// their samples with it. This file is the other half of the lesson: how GPT-2 writes its
-// vocabulary down (every byte as a printable character, merges as pairs of such strings, ranked
-// by their line in vocab.bpe), the checks that the two files agree, and the commands.
+
+// Read gpt2/tokenizer.h first: the byte-pair encoder itself, shared with infer.c and the
+// trainers. This file is the other half: how GPT-2 writes its vocabulary down (every byte as a
+// printable character, merges as pairs of such strings ranked by their line in vocab.bpe), the
+// checks that the two files agree, and the commands.
 
 #include <dirent.h>
 #include <unistd.h>
@@ -413,31 +412,9 @@ static size_t section_end(const unsigned char* text, size_t from, size_t end) {
 // Where a piece may end. Sections end after "\n\n", the pairs taken from the left: in a run of
 // '\n' that starts at r (text[r-1] is not '\n'), at r+2, r+4, ... So just past a "\n\n" that
 // starts such a run, a section ends, whatever came before.
-//
-// Inside a section, a piece may end where the section can be cut so that encoding the two halves
-// on their own gives exactly the ids of encoding it whole: just before a lone '\n' (no '\n' on
-// either side) followed by a character that is not whitespace (with -s, nor the '<' that may
-// start "<|endoftext|>"). Why, for GPT-2's regex
-//   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-// (gpt2/tokenizer.h's pretoken_length writes it out): a '\n' is only ever in a piece of
-// whitespace alone (the contractions hold none; the optional prefix of the three runs is the
-// space U+0020 only, and the runs hold no whitespace). Let the '\n' be at c and the character at
-// c+1 not be whitespace. The piece that holds the '\n' ends at c+1, and it starts at c: a run of
-// whitespace that started before c and reached c+1 would be taken by \s+(?!\S) without its last
-// character (the lookahead sees the non-space at c+1 and backs off one), so it would end at c.
-// So a piece starts at c, and the pieces from c on are the same in text[c..) alone, as the regex
-// never looks back. The pieces before c are the same in text[..c) alone: each match there is
-// decided by its characters and the one after it, which is at most the '\n' at c, and that '\n'
-// decides the same as the end of the text: a run of letters, numbers or "other" stops at both,
-// the contractions hold no '\n', and \s+(?!\S) takes a run of whitespace that reaches c only as
-// far as c in both (the '\n' is whitespace, the end of the text is no \S). BPE never merges
-// across pieces, so the ids of the halves, one after the other, are the ids of the whole. With
-// -s, text is cut at each "<|endoftext|>" before this; as the character at c+1 is not '<', c
-// and c+1 lie between the same two end-of-text markers, and the argument holds there. (No token
-// of GPT-2's own vocabulary has a '\n' after its first byte, so its ids would survive some cuts
-// that this rule refuses; the rule holds for any vocabulary, and test_tokenizer_shards checks it
-// with one that has tokens such as " \n ", on many kinds of text.)
-//
+// Inside a section, a piece may end where the two halves encode to the ids of the whole: just
+// before a lone '\n' followed by a character that is not whitespace (with -s, nor '<'). The proof
+// from GPT-2's regex, for any vocabulary: doc/tokenizer.md, "Where a chunk may be cut".
 // Returns the first such place at or after from (> 0: it looks a byte back), or 0 if there is
 // none in text[..have) that can be told yet: unless at_end, the text goes on past have.
 static size_t next_piece_end(const unsigned char* text, size_t from, size_t have, int at_end, int eot_is_special,

@@ -1,8 +1,6 @@
-// gpt2/checkpoint.h: a GPT-2 in and out of files (doc/formats.md): llm.c checkpoints (read as
-// float32 or bfloat16, written as float32), Hugging Face model.safetensors files (read, and
-// written with their config.json), fresh models (-e dN), and the training state that resumes a
-// run (state_STEP.bin beside model_STEP.bin). Every reader checks a file's size against its
-// header before it trusts it.
+// gpt2/checkpoint.h: a GPT-2 in and out of files (doc/formats.md): llm.c checkpoints, Hugging Face
+// model.safetensors (read and written), fresh models (-e dN), and the training state. Every reader
+// checks a file's size against its header before trusting it.
 
 #ifndef GPT2_CHECKPOINT_H
 #define GPT2_CHECKPOINT_H
@@ -71,25 +69,19 @@ static inline void write_checkpoint(const char* path, GPT2Config config, const f
 }
 
 // ---------- GPT-2 from Hugging Face safetensors ----------
-// transformers' names for GPT-2's tensors (files saved from GPT2LMHeadModel put "transformer." in
-// front of all but lm_head.weight) and where they go:
+// transformers' names (maybe behind "transformer.") and where they go (doc/formats.md, 6):
 //   wte.weight (V, C)             -> wte (Vp, C), the rows V..Vp-1 zero
 //   wpe.weight (maxT, C)          -> wpe
 //   h.N.ln_1, h.N.ln_2, ln_f      -> ln1w/ln1b, ln2w/ln2b, lnfw/lnfb (.weight/.bias, (C))
 //   h.N.attn.c_attn, ..., below   -> the per-layer tensors of HF_LAYER_TENSORS
-// The four matrices are transformers' Conv1D, which computes x @ W + b with W stored (in, out):
-// the transpose of the (out, in) rows of a Linear and of llm.c. The model's shape comes from
-// the file: V and C from wte, maxT from wpe's rows, L from the h.N count. The number of heads is
-// not in the file: transformers keeps it in config.json beside it (n_head, read when the file is
-// there); without one, NH = C / 64, as every GPT-2 size has heads of 64 channels.
-// Also accepted: h.N.attn.bias and h.N.attn.masked_bias, the causal-mask buffers older files
-// hold (not parameters: skipped), and lm_head.weight, which must equal wte (GPT-2 ties them).
-// Anything else is an error: a missing or misshapen tensor, an unknown one.
+// The matrices are Conv1D's (in, out), transposed to our (out, in). The shape comes from the
+// tensors, the heads from config.json (else C / 64). Also accepted: the mask buffers attn.bias and
+// attn.masked_bias (skipped) and lm_head.weight equal to wte; anything else is an error.
 
 #define GPT2_HEAD_SIZE 64
 
-// One per-layer tensor: its name after "h.N.", the tensor it fills, and its shape in our layout,
-// (out, in) in multiples of C (in 0 for a vector). A matrix is stored transposed in the file.
+// One per-layer tensor: its name after "h.N.", the tensor it fills, our (out, in) in multiples of
+// C (in 0: a vector).
 typedef struct {
     const char* name;
     int tensor;
@@ -106,9 +98,8 @@ static const HFLayerTensor HF_LAYER_TENSORS[] = {
 };
 #define NUM_HF_LAYER_TENSORS ((int)(sizeof(HF_LAYER_TENSORS) / sizeof(HF_LAYER_TENSORS[0])))
 
-// Reads tensor `name`, which must have shape (rows) when cols is 0, else (rows, cols), into dest;
-// with transpose, dest receives it as (cols, rows). With dest NULL, only checks that it is there
-// with that shape.
+// Reads tensor `name` of shape (rows) (cols 0) or (rows, cols) into dest, transposed if asked;
+// dest NULL only checks it.
 static void hf_load(Safetensors* st, const char* name, float* dest, long long rows, long long cols,
                     int transpose) {
     SafetensorsEntry* e = safetensors_find(st, name);
@@ -147,8 +138,7 @@ static int hf_layer_of(const char* name, const char** rest) {
     return (int)layer;
 }
 
-// config.json beside the safetensors file at st_path (in the same folder), into *path (cap
-// bytes). Returns whether it exists.
+// The path of config.json beside st_path, into *path; returns whether it exists.
 static int hf_config_json_path(const char* st_path, char* path, size_t cap) {
     const char* slash = strrchr(st_path, '/');
     int dir_len = slash != NULL ? (int)(slash - st_path) + 1 : 0;
@@ -156,9 +146,8 @@ static int hf_config_json_path(const char* st_path, char* path, size_t cap) {
     return file_exists(path);
 }
 
-// The number of heads from config.json (path), whose sizes, where it gives them, must be the
-// tensors' (c: the shape the tensors say, its heads unknown). transformers' names: n_head,
-// n_embd, n_layer, n_positions, vocab_size; other keys are not about the shape.
+// The number of heads from config.json, whose sizes (n_embd, n_layer, n_positions, vocab_size)
+// must be the tensors' (c).
 static int hf_config_json_heads(const char* path, GPT2Config c) {
     FILE* f = fopen_check(path, "rb");
     long long size = file_size_check(f, path);
@@ -279,9 +268,8 @@ static void hf_tensors(Safetensors* st, const char* prefix, GPT2Config c, const 
     hf_load(st, name, p ? p->lnfb : NULL, C, 0, 0);
 }
 
-// GPT-2 from a safetensors file that safetensors_open has opened. Every tensor is checked to be
-// there with its shape before the model is allocated: the number of layers comes from the names
-// alone (h.N), and a file must not get memory for layers it does not hold.
+// GPT-2 from an opened safetensors file. Every tensor is checked before the model is allocated:
+// the layer count comes from the names, and a file must not get memory for layers it lacks.
 static void gpt2_read_safetensors(GPT2* model, Safetensors* st) {
     const char* prefix = safetensors_find(st, "transformer.wte.weight") != NULL ? "transformer." : "";
     GPT2Config c = hf_config(st, prefix);
@@ -292,19 +280,14 @@ static void gpt2_read_safetensors(GPT2* model, Safetensors* st) {
 }
 
 // ---------- GPT-2 to Hugging Face: model.safetensors and config.json ----------
-// What transformers' GPT2LMHeadModel.save_pretrained writes, for transformers (from_pretrained)
-// and every tool that reads its files: the names above behind "transformer.", the Conv1D
-// matrices transposed to (in, out), wte with its V rows (the padding rows are ours alone), and no
-// lm_head.weight: save_pretrained leaves out a weight tied to another (GPT2LMHeadModel declares
-// lm_head.weight tied to wte), and from_pretrained ties it back. Every tensor is float32, the
-// model's own values, so reading the file back gives the same parameters bit for bit.
+// What GPT2LMHeadModel.save_pretrained writes: the names behind "transformer.", Conv1D matrices
+// (in, out), wte's V rows, no tied lm_head.weight; float32, so a read back is bit for bit.
 
 #define HF_WEIGHTS_FILE "model.safetensors"
 #define HF_CONFIG_FILE "config.json"
 
-// Refuses, before any work, to export into dir where either file exists (nothing of the user's
-// is overwritten) or that is not a directory. Returns whether dir must be made (after the model
-// has loaded, so that a model that cannot be read leaves nothing behind).
+// Refuses, before any work, a dir that is not a directory or holds either file (nothing is
+// overwritten). Returns whether dir must be made (after loading: a bad model leaves nothing).
 static inline int hf_export_check(const char* dir) {
     struct stat st;
     if (stat(dir, &st) != 0) return 1;
@@ -324,9 +307,7 @@ static inline void hf_export_make_dir(const char* dir) {
     if (mkdir(dir, 0755) != 0) fail("--export %s: cannot create the directory: %s", dir, strerror(errno));
 }
 
-// transformers' GPT2Config for this model. Dropout 0: this project trains without it (and
-// from_pretrained gives a model in eval mode, where dropout does nothing anyway). bos and eos are
-// GPT-2's end-of-text for GPT-2's vocabulary; for any other, the model does not say.
+// transformers' GPT2Config: dropout 0 (trained without); bos, eos only for GPT-2's vocabulary.
 static void hf_write_config(const char* path, GPT2Config c) {
     AtomicFile a = atomic_open_check(path);
     char eot[16] = "null";
@@ -367,8 +348,7 @@ static inline int hf_num_tensors(GPT2Config c) {
     return 4 + NUM_HF_LAYER_TENSORS * c.num_layers;
 }
 
-// One tensor of the export, (rows) when cols is 0, else (rows, cols); transposed: data is ours,
-// (cols, rows), the file's is its transpose.
+// One tensor of the export, (rows) or (rows, cols); transposed: ours is (cols, rows).
 static SafetensorsTensor hf_tensor(const char* name, const float* data, long long rows, long long cols,
                                    int transposed) {
     SafetensorsTensor t;
@@ -389,8 +369,7 @@ static inline long long gpt2_write_hf(const GPT2* model, const char* dir) {
     GPT2Config c = model->config;
     const ParameterTensors* p = &model->params;
     long long V = c.vocab_size, Vp = c.padded_vocab_size, C = c.channels;
-    // the padding rows of wte are zero in every checkpoint of ours; no token has them, so the
-    // file, which has none, computes the same logits either way
+    // wte's padding rows (zero, no token's) are left out
     for (size_t i = (size_t)(V * C); i < (size_t)(Vp * C); i++) {
         if (p->wte[i] != 0.0f) {
             fprintf(stderr, "note: wte's padding rows %lld..%lld are not zero; no token has them, and the export "
@@ -470,9 +449,8 @@ static inline void gpt2_build(GPT2* model, const char* init, uint64_t seed) {
 }
 
 // ---------- the training state (resume) ----------
-// Beside each checkpoint model_STEP.bin, state_STEP.bin holds what the checkpoint does not:
-// the step, the AdamW moments m and v, the data loader's position and the random state.
-// Resuming from both continues bit for bit as if the run had never stopped.
+// state_STEP.bin beside model_STEP.bin: the step, AdamW's m and v, the loader's position and the
+// random state, so a resumed run continues bit for bit.
 
 typedef struct {
     int step;              // steps completed
@@ -530,8 +508,7 @@ static inline void read_state(const char* path, TrainState* s, float* m, float* 
     memcpy(&s->shard_pos, &header[16], 8);
     s->num_shards = header[18];
     memcpy(&s->num_batches, &header[20], 8);
-    // a run writes step >= 0, a batch of at least one row of one token, and a random state that
-    // is never 0 (xorshift would then give 0 for ever); anything else is not a state of ours
+    // step >= 0, a batch of at least one token, a random state never 0 (xorshift's fixed point)
     if (s->step < 0 || s->global_batch < 1 || s->T < 1 || s->rng == 0 || s->num_shards < 0) {
         fail("%s is corrupt: step %d, batch %d x %d, sampling state %llu", path, s->step, s->global_batch, s->T,
              (unsigned long long)s->rng);

@@ -1,17 +1,11 @@
-// gpt2/completions.h: the body of a request to OpenAI's completions API (POST /v1/completions),
-// read into what the engine needs: the prompts, how to generate, how many choices, and whether to
-// stream them. The server (gpt2/server.h) answers with it; doc/serve.md lists the fields.
-//
+// gpt2/completions.h: the body of a request to OpenAI's completions API (POST /v1/completions)
+// for the server (gpt2/server.h); doc/serve.md lists the fields:
 //   {"model": "gpt2", "prompt": "Once upon a time", "max_tokens": 32, "temperature": 0.8,
 //    "top_p": 0.95, "seed": 7, "stop": ["\n\n"], "n": 2, "stream": true,
 //    "stream_options": {"include_usage": true}}
-//
-// "prompt" is a string, or an array of strings answered as one choice each (n choices each with
-// "n"). The fields of generation are read as a line of `infer -f` reads them (gpt2/requests.h),
-// "top_k" with them, an extension OpenAI does not have. Fields the server does not know are
-// ignored, as OpenAI's API ignores them; fields it knows but cannot honour (echo, logprobs,
-// suffix, best_of, the penalties, logit_bias) are accepted at their neutral values and refused
-// otherwise: a server that ignored "echo": true would answer something else than was asked.
+// "prompt" may be an array (a choice each, n each). Generation's fields as gpt2/requests.h reads
+// them; unknown fields ignored; fields it cannot honour (echo, logprobs, best_of, ...) only at
+// their neutral values: ignoring "echo": true would answer something other than was asked.
 
 #ifndef GPT2_COMPLETIONS_H
 #define GPT2_COMPLETIONS_H
@@ -23,8 +17,7 @@
 #define COMPLETION_MAX_MODEL 256    // bytes of a "model" name kept (a longer one names no model)
 
 typedef struct {
-    Request req;          // how to generate (params, stop strings) and, when the body is not
-                          // valid, what is wrong (error, error_field); its prompt is unused
+    Request req;          // params, stop strings, and error, error_field; its prompt unused
     char** prompts;       // (num_prompts) each malloc'd, UTF-8, 0-terminated; may hold 0 bytes
     size_t* prompt_lens;
     int num_prompts;
@@ -95,9 +88,7 @@ static inline void completion_prompt(JsonReader* r, Completion* c) {
     if (c->num_prompts == 0) request_complain_about(&c->req, "prompt", "\"prompt\" is an empty array");
 }
 
-// A field that must hold its neutral value, or be null: false (echo: a boolean, kind 'b'), the
-// number `neutral` (kind 'n'), or {} (logit_bias: an object, kind 'o'), since the server cannot do
-// what another value asks.
+// A field that must be null or neutral: false (kind 'b'), the number `neutral` ('n') or {} ('o').
 static inline void completion_neutral(JsonReader* r, Completion* c, const char* name, char want, double neutral) {
     if (json_accept_null(r)) return;
     int kind = json_peek(r), ok = 0;
@@ -253,10 +244,8 @@ static inline void completion_object(JsonReader* r, Completion* c) {
     if (!(seen & (1u << REQUEST_FIELD_PROMPT))) request_complain_about(&c->req, "prompt", "\"prompt\" is missing");
 }
 
-// Reads the n bytes of body into c: returns 1 when it is a valid request; else 0, with
-// c->req.error saying what is wrong ("not valid JSON: WHAT at byte N" before anything the JSON
-// says) and c->req.error_field the field, when it is about one. Either way completion_free(c)
-// frees what c holds.
+// Reads the body into c: 1 when valid; else 0 with c->req.error and error_field. Either way
+// completion_free(c) frees c.
 static inline int completion_parse(Completion* c, const char* body, size_t n, const GenParams* defaults) {
     memset(c, 0, sizeof(*c));
     c->req.params = *defaults;

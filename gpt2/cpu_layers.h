@@ -1,16 +1,12 @@
-// gpt2/cpu_layers.h: GPT-2's layers on the CPU, each a forward and backward pair. The definition
-// of what the model computes, in plain C loops: train_cpu.c trains with them, infer.c generates
-// with the forward halves, and the GPU kernels of train_gpu.cu are checked against them.
+// gpt2/cpu_layers.h: GPT-2's layers on the CPU, each a forward and backward pair: the definition
+// of what the model computes, in plain C loops (train_cpu.c, infer.c; the GPU kernels are checked
+// against them).
 //
-// Every layer is a pair: name_forward(outputs, inputs, weights, sizes) and
-// name_backward(gradients it accumulates into, dout, what forward saved, sizes).
-// Backward functions ADD into their gradient buffers (+=): a tensor used twice (the residual
-// stream, wte as embedding and as output layer) collects both contributions.
-// Parallel loops split work over independent outputs only, so results never depend on how the
-// threads are scheduled: the same thread count gives the same bits.
-//
-// Shapes follow llm.c: B batch, T sequence length, C channels, NH heads, OC output channels of a
-// linear layer, V vocabulary, Vp the vocabulary padded to a multiple of 128.
+// name_forward(outputs, inputs, weights, sizes); name_backward(gradients it ADDS into (+=), dout,
+// what forward saved, sizes): a tensor used twice (the residual stream, wte) collects both.
+// Parallel loops split work over independent outputs only: the same thread count, the same bits.
+// Shapes as llm.c: B batch, T time, C channels, NH heads, OC a linear layer's outputs, V the
+// vocabulary, Vp V padded to a multiple of 128.
 
 #ifndef GPT2_CPU_LAYERS_H
 #define GPT2_CPU_LAYERS_H
@@ -53,6 +49,22 @@ void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* in
 // below), which run layernorm_*_fast, the same arithmetic with its sums over a row in 16 lanes,
 // unless the build says MATMUL_NAIVE.
 
+// A row's output from its mean m and rstd s: (x - m) * s * weight + bias.
+static inline void layernorm_row_out(float* o, const float* x, float m, float s,
+                                     const float* weight, const float* bias, int C) {
+    for (int i = 0; i < C; i++) o[i] = (s * (x[i] - m)) * weight[i] + bias[i];
+}
+
+// A row's dx += s * (g - mean(g) - n * mean(g * n)), with n = (x - m) * s and g = weight * dout.
+static inline void layernorm_row_dx(float* dx, const float* x, const float* d, const float* weight,
+                                    float m, float s, float g_mean, float gn_mean, int C) {
+    for (int i = 0; i < C; i++) {
+        float n = (x[i] - m) * s;
+        float g = weight[i] * d[i];
+        dx[i] += s * (g - g_mean - n * gn_mean);
+    }
+}
+
 void layernorm_forward_naive(float* out, float* mean, float* rstd, const float* inp,
                              const float* weight, const float* bias, int B, int T, int C) {
     // out = (x - mean) / sqrt(var + eps) * weight + bias, per row of C; mean and rstd are saved
@@ -70,8 +82,7 @@ void layernorm_forward_naive(float* out, float* mean, float* rstd, const float* 
         }
         v /= C;
         float s = 1.0f / sqrtf(v + LAYERNORM_EPS);
-        float* o = out + (size_t)bt * C;
-        for (int i = 0; i < C; i++) o[i] = (s * (x[i] - m)) * weight[i] + bias[i];
+        layernorm_row_out(out + (size_t)bt * C, x, m, s, weight, bias, C);
         mean[bt] = m;
         rstd[bt] = s;
     }
@@ -96,12 +107,7 @@ void layernorm_backward_naive(float* dinp, float* dweight, float* dbias, const f
         }
         g_mean /= C;
         gn_mean /= C;
-        float* dx = dinp + (size_t)bt * C;
-        for (int i = 0; i < C; i++) {
-            float n = (x[i] - m) * s;
-            float g = weight[i] * d[i];
-            dx[i] += s * (g - g_mean - n * gn_mean);
-        }
+        layernorm_row_dx(dinp + (size_t)bt * C, x, d, weight, m, s, g_mean, gn_mean, C);
     }
     // dweight and dbias sum over all rows: split over channels so every sum has one fixed order.
     #pragma omp parallel for
@@ -119,13 +125,10 @@ void layernorm_backward_naive(float* dinp, float* dweight, float* dbias, const f
 }
 
 // ---------- matmul: the linear layers ----------
-// Two versions of the same products. The naive loops are the definition. The fast ones do
-// the same arithmetic through gemm_accumulate (gpt2/cpu_math.h), arranged for caches and vector
-// registers, many times faster (doc/cpu_speed.md), and tested against the naive ones
-// (test/matmul_check.c).
-// matmul_forward and matmul_backward, which the model calls, pick the fast ones unless the build
-// says MATMUL_NAIVE (`make MATMUL=naive`), which runs the whole model on the naive loops: slow,
-// but every product can be followed in a debugger from the definition.
+// The naive loops are the definition. The fast ones do the same arithmetic through
+// gemm_accumulate (gpt2/cpu_math.h), arranged for caches and vector registers, and are tested
+// against them (test/matmul_check.c). `make MATMUL=naive` runs the whole model on the naive
+// loops: slow, but every product can be followed in a debugger.
 
 void matmul_forward_naive(float* out, const float* inp, const float* weight, const float* bias,
                           int B, int T, int C, int OC) {
@@ -169,10 +172,9 @@ void matmul_backward_naive(float* dinp, float* dweight, float* dbias, const floa
     }
 }
 
-// The products that read an operand where it lies rather than packing it (gemm_bias_weight_rows,
-// gemm_accumulate_a_rows) are faster while they have few rows, B*T, the pack they skip then
-// costing the most per multiply-add; at thousands of rows the packed form's own pace wins
-// (doc/cpu_speed.md: the d12 products at B*T = 256 to 4096). Either way the same bits.
+// The products that read an operand in place rather than packing it are faster while B*T is
+// small, where the pack they skip costs most; at thousands of rows the packed form wins
+// (doc/cpu_speed.md). Either way the same bits.
 #define MATMUL_IN_PLACE_ROWS 768
 
 void matmul_forward_fast(float* out, const float* inp, const float* weight, const float* bias,
@@ -190,10 +192,8 @@ static void matmul_dinp(float* dinp, const float* dout, const float* weight, int
     else gemm_accumulate(dinp, C, dout, OC, 1, weight, C, 1, BT, C, OC);
 }
 
-// dbias (OC) += column sums of dout (BT, OC), float32: each thread its own columns, the rows in
-// order (a fixed order, no races), reading dout row by row. A loop over the columns, each summed
-// down its rows, reads dout one float per row at a time: much slower on a wide dout
-// (doc/cpu_speed.md). The fast backward passes of both precisions call it.
+// dbias (OC) += column sums of dout (BT, OC): each thread its own columns, the rows in order (a
+// fixed order, no races), dout read row by row (by columns, much slower: doc/cpu_speed.md).
 static void matmul_dbias_rows(float* dbias, const float* dout, int BT, int OC) {
     #pragma omp parallel
     {
@@ -224,61 +224,86 @@ void matmul_backward_fast_first(float* dinp, float* dweight, float* dbias, const
     if (dbias != NULL) matmul_dbias_rows(dbias, dout, BT, OC);
 }
 
+// The naive loops under MATMUL_NAIVE (`make MATMUL=naive`), the fast ones otherwise: one choice
+// for the linear layer's every pass, float32 and bf16 alike.
+typedef void matmul_forward_fn(float* out, const float* inp, const float* weight, const float* bias,
+                               int B, int T, int C, int OC);
+typedef void matmul_backward_fn(float* dinp, float* dweight, float* dbias, const float* dout,
+                                const float* inp, const float* weight, int B, int T, int C, int OC);
+
+static void matmul_forward_pick(matmul_forward_fn* naive, matmul_forward_fn* fast, float* out,
+                                const float* inp, const float* weight, const float* bias,
+                                int B, int T, int C, int OC) {
+#ifdef MATMUL_NAIVE
+    (void)fast;
+    naive(out, inp, weight, bias, B, T, C, OC);
+#else
+    (void)naive;
+    fast(out, inp, weight, bias, B, T, C, OC);
+#endif
+}
+
+// first: the first backward pass after the gradients are zeroed, where `fast` writes dweight;
+// the naive loops add it to zeros, which is the definition.
+static void matmul_backward_pick(matmul_backward_fn* naive, matmul_backward_fn* fast, int first,
+                                 float* dinp, float* dweight, float* dbias, const float* dout,
+                                 const float* inp, const float* weight, int B, int T, int C, int OC) {
+#ifdef MATMUL_NAIVE
+    (void)fast;
+    if (first) memset(dweight, 0, (size_t)OC * C * sizeof(float));
+    naive(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
+#else
+    (void)naive, (void)first;
+    fast(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
+#endif
+}
+
 // out (B,T,OC) = inp (B,T,C) . weight (OC,C)^T + bias (OC); bias may be NULL
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
                     int B, int T, int C, int OC) {
-#ifdef MATMUL_NAIVE
-    matmul_forward_naive(out, inp, weight, bias, B, T, C, OC);
-#else
-    matmul_forward_fast(out, inp, weight, bias, B, T, C, OC);
-#endif
+    matmul_forward_pick(matmul_forward_naive, matmul_forward_fast,
+                        out, inp, weight, bias, B, T, C, OC);
 }
 
 // dinp += dout . weight, dweight += dout^T . inp, dbias += column sums of dout (may be NULL)
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                      const float* inp, const float* weight, int B, int T, int C, int OC) {
-#ifdef MATMUL_NAIVE
-    matmul_backward_naive(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
-#else
-    matmul_backward_fast(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
-#endif
+    matmul_backward_pick(matmul_backward_naive, matmul_backward_fast, 0,
+                         dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
 }
 
 // matmul_backward for the first backward pass after the gradients are zeroed (train_cpu.c:
-// gpt2_zero_grad, gpt2_backward): dweight = dout^T . inp written whatever dweight held, which
-// gives the bits of adding it to zeros, so the gradients need not be zeroed first, and the fast
-// product does not read them back from memory (a weight's gradient is the largest thing the
-// backward pass would read). dinp and dbias are added to, as in matmul_backward. The naive loops
-// add to zeros, which is the definition.
+// gpt2_zero_grad): dweight = dout^T . inp written, the bits of adding it to zeros, so the
+// gradients need not be zeroed first nor read back. dinp and dbias are added to.
 void matmul_backward_first(float* dinp, float* dweight, float* dbias, const float* dout,
                            const float* inp, const float* weight, int B, int T, int C, int OC) {
-#ifdef MATMUL_NAIVE
-    memset(dweight, 0, (size_t)OC * C * sizeof(float));
-    matmul_backward_naive(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
-#else
-    matmul_backward_fast_first(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
-#endif
+    matmul_backward_pick(matmul_backward_naive, matmul_backward_fast_first, 1,
+                         dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
 }
 
 // ---------- matmul with the weight packed once: generation ----------
-// Generation multiplies each weight by a few rows at a time (a decode step: one row per active
-// sequence), where repacking the weight on every call, as matmul_forward does, costs as much as
-// the product. pack_weight packs a weight once, when the model is loaded, and
-// matmul_forward_packed reads it from there (gemm_accumulate_packed, gpt2/cpu_math.h).
-// Batch invariance: each element is computed exactly as matmul_forward computes it, so a row of
-// out is bit-identical to matmul_forward's, whatever B*T is, wherever the row sits among them,
-// and whatever the number of threads: a sequence's tokens do not depend on which other sequences
-// share its decode steps (test_matmul checks it). Under MATMUL_NAIVE the "packing" is a plain
-// copy and the product the naive loops, which are row-invariant too: each element is one sum
-// over i, in order.
+// Generation multiplies each weight by a few rows at a time, where repacking it on every call
+// costs as much as the product: pack_weight packs it once, at load, for matmul_forward_packed.
+// Batch invariance: each element is computed exactly as matmul_forward computes it, whatever B*T
+// is, wherever the row sits and whatever the thread count: a sequence's tokens do not depend on
+// which others share its decode steps (test_matmul). Under MATMUL_NAIVE the "packing" is a copy
+// and the product the naive loops, row-invariant too.
+
+// Values that a weight (OC, C) packs into: the fast form's `fast`, or under MATMUL_NAIVE the
+// weight's own layout, OC x C.
+static size_t packed_size_pick(size_t fast, int C, int OC) {
+#ifdef MATMUL_NAIVE
+    (void)fast;
+    return (size_t)OC * C;
+#else
+    (void)C, (void)OC;
+    return fast;
+#endif
+}
 
 // Floats that pack_weight writes for a weight (OC, C).
 size_t packed_weight_size(int C, int OC) {
-#ifdef MATMUL_NAIVE
-    return (size_t)OC * C;
-#else
-    return gemm_packed_size(C, OC);   // the operand is weight^T, C x OC
-#endif
+    return packed_size_pick(gemm_packed_size(C, OC), C, OC);   // the operand is weight^T, C x OC
 }
 
 // packed (packed_weight_size(C, OC) floats, 64-byte aligned) = weight (OC, C), packed.
@@ -302,54 +327,43 @@ void matmul_forward_packed(float* out, const float* inp, const float* packed_wei
 }
 
 // ---------- matmul in bf16: train_cpu -p bf16, infer -w bf16 ----------
-// The same linear layer with its products in bf16 (gpt2/cpu_bf16.h): inputs, weights and output
-// gradients rounded to bf16 as the products read them, products exact, sums and results float32.
-// As in float32, the naive loops are the definition and `make MATMUL=naive` runs them; the fast
-// ones are gemm_accumulate_bf16 (vdpbf16ps where the build has AVX512_BF16). Both keep the
-// contract of gpt2/cpu_bf16.h: one fixed order of the sums per element, so the same bits for any
-// thread count and for a row whatever the other rows are, the packed weight as the unpacked one.
+// The linear layer with its products in bf16 (gpt2/cpu_bf16.h): inputs, weights and output
+// gradients rounded to bf16 as the products read them, products exact, sums float32. The naive
+// loops are the definition, as in float32; both keep cpu_bf16.h's contract (one fixed order of
+// the sums per element: the same bits for any thread count, for a row whatever the other rows).
+
+// The naive loops in bf16 are the float32 definition on operands rounded to bf16: a product of
+// two bf16 values is exact in float32. x (n floats) rounded into a malloc'd copy.
+static float* bf16_rounded_copy(const float* x, size_t n) {
+    float* r = (float*)malloc_check(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) r[i] = bf16_round(x[i]);
+    return r;
+}
 
 void matmul_forward_bf16_naive(float* out, const float* inp, const float* weight, const float* bias,
                                int B, int T, int C, int OC) {
-    // out (B,T,OC) = bf16(inp) (B,T,C) . bf16(weight) (OC,C)^T + bias (OC); bias may be NULL
-    #pragma omp parallel for
-    for (int bt = 0; bt < B * T; bt++) {
-        const float* x = inp + (size_t)bt * C;
-        for (int o = 0; o < OC; o++) {
-            const float* w = weight + (size_t)o * C;
-            float val = bias != NULL ? bias[o] : 0.0f;
-            for (int i = 0; i < C; i++) val += bf16_round(x[i]) * bf16_round(w[i]);   // exact product
-            out[(size_t)bt * OC + o] = val;
-        }
-    }
+    float* x = bf16_rounded_copy(inp, (size_t)B * T * C);
+    float* w = bf16_rounded_copy(weight, (size_t)OC * C);
+    matmul_forward_naive(out, x, w, bias, B, T, C, OC);
+    free(x);
+    free(w);
 }
 
 void matmul_backward_bf16_naive(float* dinp, float* dweight, float* dbias, const float* dout,
                                 const float* inp, const float* weight, int B, int T, int C, int OC) {
-    // dinp (B,T,C) += bf16(dout) (B,T,OC) . bf16(weight) (OC,C)
+    float* d = bf16_rounded_copy(dout, (size_t)B * T * OC);
+    float* x = bf16_rounded_copy(inp, (size_t)B * T * C);
+    float* w = bf16_rounded_copy(weight, (size_t)OC * C);
+    matmul_backward_naive(dinp, dweight, NULL, d, x, w, B, T, C, OC);
+    free(d);
+    free(x);
+    free(w);
+    if (dbias == NULL) return;
     #pragma omp parallel for
-    for (int bt = 0; bt < B * T; bt++) {
-        const float* d = dout + (size_t)bt * OC;
-        float* dx = dinp + (size_t)bt * C;
-        for (int o = 0; o < OC; o++) {
-            const float* w = weight + (size_t)o * C;
-            float d_o = bf16_round(d[o]);
-            for (int i = 0; i < C; i++) dx[i] += d_o * bf16_round(w[i]);
-        }
-    }
-    // dweight (OC,C) += bf16(dout)^T . bf16(inp), dbias (OC) += sum over rows of dout (float32)
-    #pragma omp parallel for
-    for (int o = 0; o < OC; o++) {
-        float* dw = dweight + (size_t)o * C;
+    for (int o = 0; o < OC; o++) {   // dbias (OC) += sum over rows of dout, not rounded
         float db = 0.0f;
-        for (int bt = 0; bt < B * T; bt++) {
-            float d = dout[(size_t)bt * OC + o];
-            float d_o = bf16_round(d);
-            const float* x = inp + (size_t)bt * C;
-            for (int i = 0; i < C; i++) dw[i] += d_o * bf16_round(x[i]);
-            db += d;
-        }
-        if (dbias != NULL) dbias[o] += db;
+        for (int bt = 0; bt < B * T; bt++) db += dout[(size_t)bt * OC + o];
+        dbias[o] += db;
     }
 }
 
@@ -379,34 +393,23 @@ void matmul_backward_bf16_fast_first(float* dinp, float* dweight, float* dbias, 
 // out (B,T,OC) = bf16(inp) . bf16(weight)^T + bias (OC); bias may be NULL
 void matmul_forward_bf16(float* out, const float* inp, const float* weight, const float* bias,
                          int B, int T, int C, int OC) {
-#ifdef MATMUL_NAIVE
-    matmul_forward_bf16_naive(out, inp, weight, bias, B, T, C, OC);
-#else
-    matmul_forward_bf16_fast(out, inp, weight, bias, B, T, C, OC);
-#endif
+    matmul_forward_pick(matmul_forward_bf16_naive, matmul_forward_bf16_fast,
+                        out, inp, weight, bias, B, T, C, OC);
 }
 
 // dinp += bf16(dout) . bf16(weight), dweight += bf16(dout)^T . bf16(inp), dbias += column sums
 // of dout (float32; may be NULL)
 void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout,
                           const float* inp, const float* weight, int B, int T, int C, int OC) {
-#ifdef MATMUL_NAIVE
-    matmul_backward_bf16_naive(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
-#else
-    matmul_backward_bf16_fast(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
-#endif
+    matmul_backward_pick(matmul_backward_bf16_naive, matmul_backward_bf16_fast, 0,
+                         dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
 }
 
-// matmul_backward_bf16 for the first backward pass after the gradients are zeroed: dweight
-// written, whatever it held (matmul_backward_first, in float32).
+// matmul_backward_bf16 for the first backward pass: dweight written (matmul_backward_first).
 void matmul_backward_bf16_first(float* dinp, float* dweight, float* dbias, const float* dout,
                                 const float* inp, const float* weight, int B, int T, int C, int OC) {
-#ifdef MATMUL_NAIVE
-    memset(dweight, 0, (size_t)OC * C * sizeof(float));
-    matmul_backward_bf16_naive(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
-#else
-    matmul_backward_bf16_fast_first(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
-#endif
+    matmul_backward_pick(matmul_backward_bf16_naive, matmul_backward_bf16_fast_first, 1,
+                         dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
 }
 
 // The weight packed once, as pack_weight and matmul_forward_packed in float32. Under MATMUL_NAIVE
@@ -414,11 +417,7 @@ void matmul_backward_bf16_first(float* dinp, float* dweight, float* dbias, const
 
 // bf16 values that pack_weight_bf16 writes for a weight (OC, C).
 size_t packed_weight_size_bf16(int C, int OC) {
-#ifdef MATMUL_NAIVE
-    return (size_t)OC * C;
-#else
-    return gemm_packed_size_bf16(C, OC);   // the operand is weight^T, C x OC
-#endif
+    return packed_size_pick(gemm_packed_size_bf16(C, OC), C, OC);
 }
 
 // packed (packed_weight_size_bf16(C, OC) values, 64-byte aligned) = weight (OC, C) rounded to
@@ -453,11 +452,9 @@ void matmul_forward_packed_bf16(float* out, const float* inp, const bf16_t* pack
 
 // ---------- attention ----------
 
-// y[i] += sum over r < rows of (w[r * ws] * wscale) * x[r * xs + i], for i < n: the terms added
-// one multiply-add at a time, r in order, which is what `for r: for i: y[i] += g * x[...]` does,
-// with y held in registers W floats at a time instead of loaded and stored for every r (attention's
-// rows of y lie in the same arrays as its inputs, so the compiler must assume that a store to y
-// changes x). The same arithmetic, so the same bits. wscale = 1 multiplies exactly.
+// y[i] += sum over r < rows of (w[r * ws] * wscale) * x[r * xs + i], r in order, one multiply-add
+// at a time as `for r: for i: y[i] += g * x[...]` does, with y held in registers W floats at a
+// time (the compiler must assume a store to y changes x). The same bits; wscale = 1 is exact.
 #define AXPY_SUM_CHUNK(W)                                                          \
     for (; i + (W) <= n; i += (W)) {                                               \
         float acc[W];                                                              \
@@ -559,10 +556,8 @@ void attention_backward_naive(float* dinp, float* dpreatt, float* datt, const fl
     }
 }
 
-// The products of attention, as matrix products of one (batch, head) pair: its query, key and
-// value rows (T x hs each, rows C3 apart), its scores and their softmax (T x T). Each runs on
-// the calling thread, gemm_block of gpt2/cpu_math.h on this thread's packing buffers, from
-// inside attention's parallel loop over the pairs.
+// The products of attention as matrix products of one (batch, head) pair (rows T x hs, C3 apart;
+// scores T x T), each on the calling thread: gemm_block on this thread's packing buffers.
 typedef struct {
     float* packed_a;   // MC_PAD x KC floats at most
     float* packed_b;   // KC x NC floats at most
@@ -681,13 +676,10 @@ void attention_backward(float* dinp, float* dpreatt, float* datt, const float* d
 }
 
 // ---------- layernorm in lanes ----------
-// layernorm_*_naive's arithmetic with its sums arranged for vector registers. A row's sum (the
-// mean, the variance, and the backward's two means) is a chain of dependent adds in the plain
-// loop, one add latency per channel; here lane j keeps the terms i = j mod 16 and the 16 are added
-// in lanes_total's fixed tree, as dot_lanes does: 16 adds at once, the same bits every run on
-// any number of threads, within float rounding of the plain loop (test_vs_pytorch, gradcheck).
-// dweight and dbias sum down the rows, each channel in row order as the plain loop does, for 64
-// channels at a time, so that the channels, not the rows, fill the vectors.
+// layernorm_*_naive's arithmetic with a row's sums (the mean, the variance, the backward's two
+// means) in 16 lanes, lane j the terms i = j mod 16, added in lanes_total's fixed tree: the same
+// bits on any thread count, within rounding of the plain loop (test_vs_pytorch, gradcheck).
+// dweight and dbias sum down the rows in row order, 64 channels at a time in the vectors.
 
 void layernorm_forward_fast(float* out, float* mean, float* rstd, const float* inp,
                             const float* weight, const float* bias, int B, int T, int C) {
@@ -713,8 +705,7 @@ void layernorm_forward_fast(float* out, float* mean, float* rstd, const float* i
         }
         float v = lanes_total(sq) / C;
         float s = 1.0f / sqrtf(v + LAYERNORM_EPS);
-        float* o = out + (size_t)bt * C;
-        for (int i = 0; i < C; i++) o[i] = (s * (x[i] - m)) * weight[i] + bias[i];
+        layernorm_row_out(out + (size_t)bt * C, x, m, s, weight, bias, C);
         mean[bt] = m;
         rstd[bt] = s;
     }
@@ -745,12 +736,7 @@ void layernorm_backward_fast(float* dinp, float* dweight, float* dbias, const fl
             gn_sum[i - i0] += g * n;
         }
         float g_mean = lanes_total(g_sum) / C, gn_mean = lanes_total(gn_sum) / C;
-        float* dx = dinp + (size_t)bt * C;
-        for (int i = 0; i < C; i++) {
-            float n = (x[i] - m) * s;
-            float g = weight[i] * d[i];
-            dx[i] += s * (g - g_mean - n * gn_mean);
-        }
+        layernorm_row_dx(dinp + (size_t)bt * C, x, d, weight, m, s, g_mean, gn_mean, C);
     }
     int chunks = (C + 63) / 64;
     #pragma omp parallel for
@@ -881,15 +867,11 @@ void crossentropy_softmax_backward(float* dlogits, const float* dlosses, const f
     }
 }
 
-// The three above in one pass over each position's logits, as train_gpu's classifier does it
-// (gpt2/gpu/classifier.cuh), for training: the loss -log p[target] = log(sum) - (x[target] - max),
-// and the gradient of the mean loss, dlogits = (p - onehot(target)) * dloss (dloss = 1 / (B*T)),
-// written (not accumulated), padding columns 0. The probabilities are never stored: each row's
-// exponentials wait in its dlogits row (in L2: 201 KB for GPT-2's 50,304) until the sum is known.
-// dlogits may be logits itself (train_cpu.c overwrites the logits with their gradient): the
-// target's logit is read first, and every other element is read before it is written. Its
-// dlogits are softmax_forward's p and crossentropy_softmax_backward's gradient, bit for bit (the
-// same exponentials, sums and products).
+// The three above in one pass over each position's logits, as train_gpu's classifier: the loss
+// log(sum) - (x[target] - max), and dlogits = (p - onehot(target)) * dloss written, padding 0.
+// Each row's exponentials wait in its dlogits row (in L2) until the sum is known. dlogits may be
+// logits itself: the target's logit is read first, every other element before it is written.
+// The bits of softmax_forward and crossentropy_softmax_backward.
 void crossentropy_softmax_fused(float* dlogits, float* losses, const float* logits, const int* targets,
                                 float dloss, int B, int T, int V, int Vp) {
     #pragma omp parallel for
@@ -899,9 +881,8 @@ void crossentropy_softmax_fused(float* dlogits, float* losses, const float* logi
         int target = targets[bt];
         float x_target = x[target];
         float maxval = max_lanes(x, V);   // gpt2/cpu_math.h
-        // 16 running sums (i mod 16), as softmax_forward, kept in a vector register where the
-        // compiler has vector types (GCC kept a plain array of them in memory: a store and a load
-        // on the critical path of every 16 exponentials)
+        // 16 running sums (i mod 16), as softmax_forward, in a vector register where the compiler
+        // has vector types (GCC kept an array in memory, on the critical path)
         float lanes[16] = {0.0f};
 #if defined(__GNUC__) && !defined(__CUDACC__) && !defined(MATMUL_PLAIN_C)
         dot_vec16 sums = {0}, e;

@@ -1,23 +1,11 @@
-// gpt2/cpu_peak.h: the peak arithmetic throughput of this machine's cores, measured, in the two
-// precisions train_cpu and infer compute in: what train_cpu's MFU is counted against and what the
-// benchmarks compare with (dev/bench/fma_peak.c prints it).
-//
-// Every OpenMP thread runs CPU_PEAK_CHAINS independent chains of one vector instruction, with
-// nothing touching memory:
-//   fp32  acc = acc * a + b, one FMA: 2 FLOPs per float lane, on the widest vectors of the build
-//         (AVX-512: 16 lanes, AVX2: 8, otherwise 4 and whatever the compiler makes of them);
-//   bf16  acc = vdpbf16ps(acc, a, b) (AVX512_BF16): each float32 lane adds the two products of
-//         its pair of bf16 values from a and b, 4 FLOPs per lane, 64 per instruction;
-//         or, where the bf16 products run on AMX (gpt2/cpu_amx.h), tdpbf16ps on four 16 x 16
-//         tiles of sums from two tiles of A and two of B, 16384 FLOPs per instruction, the four
-//         sums independent (the unit takes ~16 cycles per instruction; four in flight keep it busy).
-// Either instruction takes ~4-6 cycles and a core may start two per cycle, so at least 2 x 6
-// chains must be in flight to keep the units busy; 24 do, and still fit in AVX-512's 32 vector
-// registers beside a and b. A warm-up brings the cores to their working clock, then the best of
-// a few timed runs counts: other processes can only make a run slower.
-//
-// A build without AVX512_BF16 has no bf16 instruction to measure (cpu_peak_has_bf16() is 0): its
-// bf16 products run on float32 FMAs (gpt2/cpu_bf16.h), so cpu_peak_of("bf16") is the FMA peak.
+// gpt2/cpu_peak.h: the measured peak arithmetic rate of this machine's cores in float32 and bf16:
+// what train_cpu's MFU is counted against (dev/bench/fma_peak.c prints it).
+// Every thread runs CPU_PEAK_CHAINS independent chains of one instruction, touching no memory:
+// fp32 one FMA (2 FLOPs a lane); bf16 vdpbf16ps (4 FLOPs a lane), or on AMX tdpbf16ps on four
+// independent tiles of sums. An instruction's latency is ~4-6 cycles and a core starts two a
+// cycle, so at least 12 chains must be in flight; 24 are, and fit AVX-512's registers. After a
+// warm-up the best of a few runs counts: other processes only slow a run down.
+// Without AVX512_BF16 the bf16 products run on FMAs, so bf16's peak is the FMA's.
 
 #ifndef GPT2_CPU_PEAK_H
 #define GPT2_CPU_PEAK_H
@@ -28,8 +16,7 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
-// test/gradcheck.c compiles the CPU code again with `#define float double`, which the intrinsics'
-// header cannot take: there, no bf16 chains (it never measures a peak).
+// gradcheck's `#define float double` build cannot take the intrinsics: no bf16 chains there.
 #if defined(__AVX512BF16__) && defined(__AVX512F__) && !defined(float)
 #include <immintrin.h>
 #define CPU_PEAK_BF16 1
@@ -51,19 +38,18 @@
 
 typedef float cpu_peak_vec __attribute__((vector_size(CPU_PEAK_VEC_BYTES)));
 
-// where the chains' sums go, so that the compiler cannot drop the work
+// the chains' sums go here, so the compiler cannot drop the work
 static volatile float cpu_peak_sink;
 
 static inline int cpu_peak_has_bf16(void) { return CPU_PEAK_BF16; }
 
-// 1 where the bf16 products run on AMX, and so its peak is bf16's (cpu_amx_on).
+// 1 where the bf16 products run on AMX, so its peak is bf16's.
 static inline int cpu_peak_has_amx(void) { return CPU_AMX && cpu_peak_has_bf16() && cpu_amx_on(); }
 
 // What cpu_peak_measure measures: 0 float32 FMA, 1 vdpbf16ps, 2 AMX's tdpbf16ps.
 enum { CPU_PEAK_FP32 = 0, CPU_PEAK_DPBF16 = 1, CPU_PEAK_AMX = 2 };
 
-// FLOPs of one round of one thread: one instruction on every chain (an AMX round: one
-// tdpbf16ps on each of the four tiles of sums)
+// FLOPs of one round of one thread: one instruction on every chain (AMX: on each tile of sums)
 static inline double cpu_peak_flops_per_round(int kind) {
     if (kind == CPU_PEAK_AMX) return 4.0 * 16 * 16 * 32 * 2;
     return (kind == CPU_PEAK_DPBF16 ? 4.0 * 16 : 2.0 * CPU_PEAK_LANES) * CPU_PEAK_CHAINS;
@@ -75,7 +61,7 @@ static inline double cpu_peak_seconds(void) {
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
-// `iters` rounds of the float32 FMA chains; returns a value that depends on all of them (see cpu_peak_sink).
+// `iters` rounds of the float32 FMA chains; returns a value that depends on all of them.
 static float cpu_peak_chains_fp32(long iters, float seed) {
     cpu_peak_vec acc[CPU_PEAK_CHAINS];
     cpu_peak_vec a, b;
@@ -87,14 +73,10 @@ static float cpu_peak_chains_fp32(long iters, float seed) {
         for (int l = 0; l < CPU_PEAK_LANES; l++) acc[c][l] = seed + 0.001f * c + 0.0001f * l;
     }
     for (long i = 0; i < iters; i++) {
-        // the asm barrier keeps `a` and `b` in registers and stops the compiler from folding
-        // iterations. Without `b` in it, GCC left b on the stack and gave every FMA a memory
-        // operand: on an Intel Xeon with AMX that loop ran at two thirds of this one's rate
-        // (158-176 against 235-244 GFLOP/s on one core), below what the matmul kernel itself
-        // reaches (207-228), so every percentage of that peak read high.
+        // the asm barrier keeps `a` and `b` in registers and stops the folding of iterations
+        // (without `b` GCC gave every FMA a memory operand: doc/cpu_speed.md)
         __asm__ volatile("" : "+v"(a), "+v"(b));
-        // fully unrolled so that every chain lives in its own register (a GCC pragma, which
-        // nvcc's front end would warn about where it compiles this header's host code)
+        // fully unrolled so that every chain has its own register (nvcc would warn of the pragma)
 #ifndef __CUDACC__
         #pragma GCC unroll 32
 #endif
@@ -108,8 +90,8 @@ static float cpu_peak_chains_fp32(long iters, float seed) {
 }
 
 #if CPU_PEAK_BF16
-// `iters` rounds of the vdpbf16ps chains, as cpu_peak_chains_fp32. The products are ~1e-6, so
-// after 1e7 rounds the sums are ~10: no overflow and no denormals to slow the units down.
+// `iters` rounds of the vdpbf16ps chains. The products are ~1e-6: after 1e7 rounds the sums are
+// ~10, no overflow and no denormals to slow the units.
 static float cpu_peak_chains_bf16(long iters, float seed) {
     __m512 acc[CPU_PEAK_CHAINS];
     __m512bh a = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1e-3f), _mm512_set1_ps(1e-3f * seed));
@@ -130,9 +112,7 @@ static float cpu_peak_chains_bf16(long iters, float seed) {
 #endif
 
 #if CPU_AMX
-// `iters` rounds of tdpbf16ps on four tiles of sums (tiles 0-3, from A in tiles 4-5 and B in
-// 6-7: the products' own arrangement, bf_kernel_amx), as cpu_peak_chains_fp32. The products are
-// 1e-6, 32 of them per sum per instruction: no overflow, no denormals.
+// `iters` rounds of tdpbf16ps on tiles 0-3 (A in 4-5, B in 6-7, as bf_kernel_amx), products 1e-6.
 static float cpu_peak_chains_amx(long iters, float seed) {
     uint16_t a[16 * 32] __attribute__((aligned(64))), b[16 * 32] __attribute__((aligned(64)));
     float sums[16 * 16] __attribute__((aligned(64)));
@@ -163,12 +143,9 @@ static float cpu_peak_chains_amx(long iters, float seed) {
 }
 #endif
 
-// The peak in GFLOP/s of all OpenMP threads together (their number in *threads): a warm-up of
-// iters / 4 rounds, then the best of `reps` runs of `iters` rounds on every thread at once (AMX
-// runs iters / 16 rounds: four tdpbf16ps of ~16 cycles each take several times as long as a
-// round of vector instructions, and its runs stay a few milliseconds).
-// `kind` is CPU_PEAK_FP32, _DPBF16 (needs cpu_peak_has_bf16()) or _AMX (cpu_peak_has_amx()).
-// *checksum: the chains' sums, printed so that the work is kept.
+// The peak in GFLOP/s of all OpenMP threads (their number in *threads): a warm-up, then the best
+// of `reps` runs of `iters` rounds (AMX: iters / 16, its instructions being long). `kind`:
+// CPU_PEAK_FP32, _DPBF16 or _AMX; *checksum: the chains' sums, printed so the work is kept.
 static double cpu_peak_measure(int kind, long iters, int reps, int* threads, float* checksum) {
     if (kind == CPU_PEAK_DPBF16 && !cpu_peak_has_bf16()) fail("cpu_peak_measure: this build has no AVX512_BF16 instruction to measure");
     if (kind == CPU_PEAK_AMX && !cpu_peak_has_amx()) fail("cpu_peak_measure: AMX is not in use here");
@@ -205,8 +182,7 @@ static double cpu_peak_measure(int kind, long iters, int reps, int* threads, flo
     return best;
 }
 
-// What the peak of bf16 is measured on: AMX where the bf16 products run on it, else vdpbf16ps
-// where the build has it, else the FMAs (CPU_PEAK_FP32).
+// What bf16's peak is measured on: AMX where the products run on it, else vdpbf16ps, else FMAs.
 static inline int cpu_peak_bf16_kind(void) {
     return cpu_peak_has_amx() ? CPU_PEAK_AMX : cpu_peak_has_bf16() ? CPU_PEAK_DPBF16 : CPU_PEAK_FP32;
 }
@@ -219,8 +195,8 @@ static inline const char* cpu_peak_instruction(const char* precision) {
     return "float32 FMA";
 }
 
-// The peak FLOP/s of all threads in a precision ("fp32" or "bf16"), measured on the first call
-// (~0.05-0.1 s) and remembered; *threads (may be NULL): how many threads it was measured on.
+// The peak FLOP/s of all threads in "fp32" or "bf16", measured on the first call and remembered;
+// *threads (may be NULL): how many threads.
 static double cpu_peak_of_threads(const char* precision, int* threads) {
     static double peak[3];
     static int peak_threads[3];
@@ -228,8 +204,7 @@ static double cpu_peak_of_threads(const char* precision, int* threads) {
     if (!bf16 && strcmp(precision, "fp32") != 0) fail("cpu_peak_of: no peak for precision '%s' (fp32 or bf16)", precision);
     int kind = bf16 ? cpu_peak_bf16_kind() : CPU_PEAK_FP32;
     if (peak[kind] == 0.0) {
-        // short runs, many of them: on a shared machine the best of 10 catches a quiet moment.
-        // A run is 24e6 instructions per thread, a few ms at two a cycle
+        // many short runs: on a shared machine the best of 10 catches a quiet moment
         peak[kind] = 1e9 * cpu_peak_measure(kind, 1000000, 10, &peak_threads[kind], NULL);
     }
     if (threads != NULL) *threads = peak_threads[kind];

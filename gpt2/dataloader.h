@@ -1,24 +1,12 @@
-// gpt2/dataloader.h: batches from token files (doc/formats.md): one file, or a data set of many
-// shards, named by a list and/or a glob (-i "data/fineweb_train_*.bin"). Every shard is checked
-// when the loader opens: its header, its size, and every id below the model's vocabulary, so that
-// bad data stops the run before its first step, with the shard's name. Then only one shard at a
-// time is in memory, mapped (mmap) while its batches are read: the memory a run holds for its data
-// is at most one shard, however many shards there are.
+// gpt2/dataloader.h: batches from token files (doc/formats.md): one file, or shards named by a
+// list and/or a glob. Every shard is checked when the loader opens (header, size, every id below
+// the vocabulary), so bad data stops the run before its first step; then one shard at a time is
+// in memory, mapped.
 //
-// A batch is B*T+1 consecutive tokens of one shard (targets are the inputs shifted by one: each
-// position predicts the next token). A pass over the data takes the shards in order, and the
-// whole batches of each shard in order; the tokens at a shard's end that do not fill a batch are
-// not read. With shuffle, each pass takes the shards in a random order and each shard's batches
-// in a random order, both drawn from the seed, the pass and (for the batches) the shard.
-//
-// A batch here is a whole optimizer step's worth of tokens: every process (rank) of a
-// data-parallel run and every micro-step of gradient accumulation reads its own B x T part of it.
-// With P ranks and M micro-steps, the step's batch holds P x M parts, and micro-step m of rank r
-// reads part m x P + r, so rank r starts at r x B x T and strides by P x B x T, as llm.c's loader
-// does: the ranks read disjoint parts. The tokens a step reads are those of one batch of
-// B x P x M rows: a run split over ranks and micro-steps takes its data in the order the
-// undivided run does, and its position (pass, shard, batch) does not depend on how the batch is
-// split. That position is what a resumed run starts from (gpt2/checkpoint.h, TrainState).
+// A batch is consecutive tokens of one shard, the targets the inputs shifted by one; a pass takes
+// the shards and their whole batches in order, or shuffled from the seed. A batch is one optimizer
+// step's tokens: micro-step m of rank r of P reads its part m x P + r (as llm.c), so a split run
+// reads the data in the undivided run's order (doc/parallel.md, "What a step computes").
 
 #ifndef GPT2_DATALOADER_H
 #define GPT2_DATALOADER_H
@@ -44,8 +32,7 @@ typedef struct {
     int num_shards;
     size_t num_tokens;      // in all shards
     size_t num_batches;     // whole batches per pass, over all shards
-    // the position: batch `batch_index` (of the shard's order) of the shard at `shard_pos` in the
-    // order of pass `epoch`
+    // the position: batch `batch_index` of the shard at `shard_pos` of pass `epoch`
     uint64_t epoch;         // passes completed
     size_t shard_pos;
     size_t batch_index;     // == the shard's num_batches: the shard is done
@@ -197,9 +184,8 @@ static void dataloader_unload(DataLoader* dl) {
     dl->loaded = -1;
 }
 
-// Makes shard s the one in memory: mapped read-only, or, from a stream that has no file
-// descriptor to map (the fuzz targets' in-memory files), read. The shard must still be the size
-// it was when checked: a file that shrank under a mapping would kill the run on its next read.
+// Makes shard s the one in memory: mapped, or read from a stream that cannot be (the fuzz
+// targets'). Its size is checked again: a file shrunk under a mapping kills the run on a read.
 static void dataloader_load(DataLoader* dl, size_t s) {
     if (dl->loaded == (long)s) return;
     dataloader_unload(dl);
@@ -228,9 +214,8 @@ static void dataloader_load(DataLoader* dl, size_t s) {
 
 // ---------- the loader ----------
 
-// Opens the token files that spec names (a path, a glob, or a comma-separated list of either) for
-// parts of B x T, this process being `rank` of `ranks`, each taking `micro_steps` parts of every
-// batch; vocab_size is the model's V.
+// Opens the token files spec names (paths and globs, comma-separated) for parts of B x T, this
+// process `rank` of `ranks`, `micro_steps` parts each per batch; vocab_size is the model's V.
 static inline void dataloader_init(DataLoader* dl, const char* spec, int B, int T, int rank, int ranks,
                                    int micro_steps, int vocab_size, int shuffle, uint64_t seed) {
     memset(dl, 0, sizeof(*dl));
@@ -269,9 +254,7 @@ static inline void dataloader_init(DataLoader* dl, const char* spec, int B, int 
     dl->targets = (int*)malloc_check((size_t)B * T * sizeof(int));
 }
 
-// Sets the position: batch `batch_index` of the shard at `shard_pos` of pass `epoch` (used when
-// resuming). batch_index == that shard's batches means the shard is complete: the next batch comes
-// from the shard after it.
+// Sets the position (resuming); batch_index == the shard's batches: the next shard is next.
 static inline void dataloader_seek(DataLoader* dl, uint64_t epoch, size_t shard_pos, size_t batch_index) {
     dl->epoch = epoch;
     dl->micro = 0;

@@ -1,29 +1,16 @@
-// gpt2/engine.h: generation for many requests at once, the same on every device (infer.c on the
-// CPU, infer_gpu.cu on the GPU): the scheduler that batches sequences, continuous batching, the
-// page tables of the paged key-value cache, sampling, and the results in the order asked.
-//
-// Why batch. A decode step of one sequence multiplies one vector by every weight matrix: each
-// weight read from memory serves one multiply-add, and memory bandwidth sets the pace. The same
-// step for n sequences multiplies an (n, C) block by each matrix: each weight read serves n
-// multiply-adds, so up to the point where the arithmetic units are the limit, n sequences cost
-// about what one does. (doc/infer.md measures it.)
-//
-// Continuous batching (Yu et al. 2022, "Orca"). Sequences end at different times. A static batch
-// would run until its longest sequence ends, its finished slots idle. Here every step first
-// admits waiting requests into free slots (their prompts are prefilled then), then runs one
-// decode step for every active sequence; a sequence that ends frees its slot and its pages for
-// the next step.
-//
-// A step, as the device sees it (EnginePass): prefill runs one request's whole prompt, T = P
-// tokens of B = 1 sequence from position 0, its products matrix-matrix; decode runs the last
-// token of each of the B active sequences, T = 1, each at its own position, against its own
-// pages, as one batched product per weight matrix. The device returns each sequence's last
-// logits; the engine samples from them on the host, each sequence with its own sampler and seed.
-//
-// Batch invariance: a request's tokens never depend on what else runs. Its prompt is prefilled
-// alone, the same way whatever the batch; in a decode step every row of every product, and its
-// attention, is computed in an order that depends only on that row (the CPU promises this bit
-// for bit, gpt2/cpu_math.h); and its sampler is its own.
+// gpt2/engine.h: generation for many requests at once, the same on every device (infer.c,
+// infer_gpu.cu): continuous batching (Yu et al. 2022, "Orca"), the page tables of the paged
+// key-value cache, sampling, and the results in the order asked. doc/infer.md, "How it works".
+
+// Why batch: a decode step of one sequence reads every weight for one multiply-add; n sequences
+// share each read, so up to the arithmetic's limit they cost about what one does. Every step
+// admits waiting requests into free slots (their prompts prefilled alone, B = 1), then decodes
+// the last token of each active sequence (T = 1) in one batched product per weight; the engine
+// samples each from its own sampler and seed.
+
+// Batch invariance: a request's tokens never depend on what else runs: its prefill is alone, each
+// row of a decode step is computed in an order of its own (the CPU promises it bit for bit,
+// gpt2/cpu_math.h), and its sampler is its own.
 
 #ifndef GPT2_ENGINE_H
 #define GPT2_ENGINE_H

@@ -1,13 +1,9 @@
 // gpt2/io.h: errors, checked I/O and allocation, and the file formats (doc/formats.md).
 //
-// Every program here stops on bad input or a failed call the same way: one line on stderr that
-// starts with "error: " and says what was wrong, then exit status 1 (fail below). The checked
-// wrappers (fopen_check, fread_check, malloc_check, ...) call it for the calls that can fail, so
-// their callers never see a failed result. Files are written to PATH.tmp and renamed over PATH
-// only once complete (AtomicFile), so an interrupted write never destroys a good file.
-//
-// All C in this project is C99 that also compiles as C++ (nvcc compiles train_gpu.cu, which
-// includes these headers, as C++): every malloc result is cast, no designated initialisers.
+// Every program stops on bad input or a failed call the same way: one line "error: ..." on stderr,
+// exit status 1 (fail). The checked wrappers call it, so their callers never see a failure. Files
+// are written to PATH.tmp and renamed when complete (AtomicFile): a cut write destroys nothing.
+// C99 that also compiles as C++ (nvcc): malloc results cast, no designated initialisers.
 
 #ifndef GPT2_IO_H
 #define GPT2_IO_H
@@ -48,15 +44,13 @@
 #define GPT2_PRINTF_NORETURN
 #endif
 
-// A run of several processes (gpt2/parallel.h) sets these two: fail_who names the process in the
-// line ("rank 1 of 2: "), and fail_stop ends the other processes too, so that none of them waits
-// forever for a partner that has gone.
+// Set by a run of several processes (gpt2/parallel.h): fail_who names the process ("rank 1 of
+// 2: "), fail_stop ends the others, so none waits forever for a partner that has gone.
 static char fail_who[64] = "";
 static void (*fail_stop)(void) = NULL;
 
-// Prints "error: MESSAGE" as one line on stderr and exits with status 1. The line goes out in one
-// write: under mpirun, each process's output reaches the terminal through mpirun in the pieces it
-// was written in, and mpirun's own notice of an abort can fall between two pieces of a line.
+// Prints "error: MESSAGE" on stderr and exits with status 1; one write, so that under mpirun no
+// other output falls inside the line.
 static void fail(const char* fmt, ...) GPT2_PRINTF_NORETURN;
 static void fail(const char* fmt, ...) {
     char line[8192];
@@ -149,14 +143,10 @@ static inline void* aligned_alloc_check_(size_t alignment, size_t size, const ch
 }
 #define aligned_alloc_check(alignment, size) aligned_alloc_check_(alignment, size, __FILE__, __LINE__)
 
-// Asks the kernel to back the whole 2 MB pages inside [p, p + bytes) with 2 MB pages (Linux's
-// transparent huge pages, which many systems give only to memory that asks for them: the
-// "madvise" setting of /sys/kernel/mm/transparent_hugepage/enabled). Training streams its large
-// buffers (parameters, gradients, AdamW's moments, activations) through the cores every step; in
-// 4 KB pages that is a page, and a walk of the page tables when the TLB misses, every 1024 floats
-// of each stream (doc/cpu_speed.md has what 2 MB pages saved). Call it before the memory is first
-// written: a calloc or malloc this large gets fresh pages from the kernel, which are given their
-// size when first touched. Only a hint: where the system has no such pages it does nothing.
+// Asks Linux for transparent huge pages over the whole 2 MB pages in [p, p + bytes) (many systems
+// give them only when asked: "madvise"): training streams its buffers every step, and in 4 KB
+// pages a TLB miss comes every 1024 floats (doc/cpu_speed.md). Call it before the memory is first
+// touched, when its pages get their size. Only a hint.
 static inline void hint_huge_pages(void* p, size_t bytes) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
     const uintptr_t huge = (uintptr_t)2 << 20;
@@ -167,8 +157,7 @@ static inline void hint_huge_pages(void* p, size_t bytes) {
 #endif
 }
 
-// calloc_check for a large buffer that is streamed through every step: its whole 2 MB pages
-// hinted as above before anything touches them.
+// calloc_check for a large buffer streamed every step, hinted as above.
 static inline void* calloc_huge_pages_(size_t n, size_t size, const char* file, int line) {
     void* p = calloc_check_(n, size, file, line);
     hint_huge_pages(p, n * size);

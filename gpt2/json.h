@@ -1,27 +1,16 @@
-// gpt2/json.h: a reader of JSON (RFC 8259) over text in memory, for the files this project reads
-// that are JSON: GPT-2's encoder.json (tokenizer.c), the header of a safetensors file
-// (gpt2/safetensors.h) and requests for text (gpt2/requests.h); and a writer of JSON strings, for
-// the project's answers in JSON (at the end). Nothing is built: the caller knows what it expects
-// next and asks for it (json_expect a '{', json_string, json_int, ...), and what it does not want
-// is skipped (json_skip_value). Every piece of JSON's grammar is checked here, once; what a file
-// format allows on top of it (how long a token may be, which names a tensor may have) is its
-// reader's.
-//
-// Bad input stops the program with one line naming the file, what was wrong and where: the byte
-// and line when the text is a whole file, else the byte within the JSON text. A caller for whom
-// bad input is not the end, such as a reader of requests (gpt2/requests.h) that answers a bad one
-// with an error and goes on to the next, catches the error instead (json_catch): then the message
-// goes into the caller's buffer and json_fail jumps back to the caller's setjmp.
-//
+// gpt2/json.h: a reader of JSON (RFC 8259) over text in memory (encoder.json, safetensors
+// headers, requests) and a writer of JSON strings. Nothing is built: the caller asks for what it
+// expects next and skips the rest; JSON's grammar is checked here, a format's own rules by its
+// reader. Bad input stops the program with one line naming the file and the byte, or, caught
+// (json_catch), returns to the caller's setjmp.
+
 //   JsonReader r = json_reader(text, n, path, NULL);
 //   json_expect(&r, '{');
 //   for (size_t i = 0; json_next(&r, '}', i); i++) {   // each member, "key": value
 //       char key[32];
 //       json_string(&r, key, sizeof(key));
 //       json_expect(&r, ':');
-//       if (strcmp(key, "top_k") == 0) top_k = (int)json_int(&r, 50257, "top_k");
-//       else if (strcmp(key, "top_p") == 0) top_p = json_number(&r);
-//       else json_skip_value(&r);
+//       if (strcmp(key, "top_p") == 0) top_p = json_number(&r); else json_skip_value(&r);
 //   }
 //   json_end(&r);
 
@@ -39,8 +28,7 @@ typedef struct {
     const unsigned char* s;  // the JSON text (not 0-terminated)
     size_t n, pos;           // its length in bytes; the next byte to read
     const char* path;        // the file it comes from, first in every error
-    const char* part;        // NULL when the text is the whole file; else what part of the file it
-                             // is ("safetensors header"), and errors count bytes from its start
+    const char* part;        // NULL: the whole file; else which part ("safetensors header")
     jmp_buf* on_error;       // NULL: an error stops the program; else where it jumps (json_catch)
     char* error;             // then gets the message, error_cap bytes with the 0
     size_t error_cap;
@@ -59,26 +47,18 @@ static inline JsonReader json_reader(const void* text, size_t n, const char* pat
     return r;
 }
 
-// From now on an error in r does not stop the program: json_fail writes "MSG at byte N" into
-// error (cap bytes, cut to fit) and jumps to on_error, where the caller's setjmp returns 1:
-//
-//   jmp_buf on_error;
-//   json_catch(&r, &on_error, message, sizeof(message));
-//   if (setjmp(on_error) != 0) { ...free what was allocated since, report message...; return 0; }
-//
-// The reader allocates nothing that outlives a call, so a jump leaks nothing of its own; what the
-// caller allocated between its setjmp and the error is the caller's to free. The caller's local
-// variables that change after setjmp are undefined after the jump (C11 7.13.2.1) unless volatile:
-// keep what the error path needs (the buffers, the pointers to free) outside them.
+// From now on an error in r writes "MSG at byte N" into error (cap bytes) and jumps to on_error,
+// where the caller's setjmp returns 1. The reader leaks nothing; what the caller allocated since
+// its setjmp is its own to free. Locals changed after setjmp are undefined after the jump unless
+// volatile (C11 7.13.2.1): keep what the error path needs outside them.
 static inline void json_catch(JsonReader* r, jmp_buf* on_error, char* error, size_t cap) {
     r->on_error = on_error;
     r->error = error;
     r->error_cap = cap;
 }
 
-// Stops with "PATH: MSG at byte N (line L)", or for a part of a file "PATH: malformed PART: MSG at
-// byte N of the JSON"; or, caught (json_catch), jumps back with "MSG at byte N". A caller with a
-// complaint of its own about a value sets r->pos to the value's start first.
+// Stops with "PATH: MSG at byte N (line L)" (a part: "PATH: malformed PART: MSG at byte N of the
+// JSON"), or caught, jumps back. A caller's own complaint sets r->pos to the value's start first.
 static inline void json_fail(const JsonReader* r, const char* msg) GPT2_NORETURN;
 static inline void json_fail(const JsonReader* r, const char* msg) {
     if (r->on_error != NULL) {
@@ -107,9 +87,8 @@ static inline int json_peek(JsonReader* r) {
     return json_byte(r);
 }
 
-// What kind of value begins with byte c (json_peek's answer), for a complaint that a value is
-// not of the kind it should be: "a string", "an object", ..., "a number" for any other byte (the
-// value is then a number or not JSON, which reading it finds out).
+// What kind of value begins with byte c, for a complaint: "a string", ..., "a number" for any
+// other byte (reading it finds out).
 static inline const char* json_kind_name(int c) {
     switch (c) {
         case '"': return "a string";
@@ -137,9 +116,8 @@ static inline void json_expect(JsonReader* r, char c) {
     }
 }
 
-// Between the items of an object or array whose '{' or '[' is read: returns 1 when item number
-// `index` (from 0) follows, the ',' before it consumed, and 0 when the close ('}' or ']') does,
-// consumed too. So `for (size_t i = 0; json_next(r, '}', i); i++)` visits every item.
+// Between the items of an open object or array: 1 when item `index` follows (its ',' consumed),
+// 0 at the close (consumed).
 static inline int json_next(JsonReader* r, char close, size_t index) {
     if (json_accept(r, close)) return 0;
     if (index > 0 && !json_accept(r, ',')) {
@@ -171,8 +149,8 @@ static inline uint32_t json_hex4(JsonReader* r) {
     return v;
 }
 
-// The code point of the escape after a backslash (r->pos just past the backslash). A character
-// beyond U+FFFF is written as a UTF-16 surrogate pair, \uD83D\uDE00; half of one is no character.
+// The code point of the escape after a backslash; beyond U+FFFF a UTF-16 surrogate pair, whose
+// half alone is no character.
 static inline uint32_t json_escape(JsonReader* r) {
     int c = json_byte(r);
     if (c == -1) json_fail(r, "unterminated string");
@@ -203,8 +181,7 @@ static inline uint32_t json_escape(JsonReader* r) {
     return cp;
 }
 
-// Opens a string: its '"', after whitespace. json_string_char then reads it character by
-// character, for a caller that checks or stores each one itself.
+// Opens a string, for json_string_char to read a character at a time.
 static inline void json_string_begin(JsonReader* r) {
     if (json_peek(r) != '"') json_fail(r, "expected a string");
     r->pos++;
@@ -238,9 +215,8 @@ static inline void json_skip_string(JsonReader* r) {
     while (json_string_char(r, &cp)) {}
 }
 
-// A string as UTF-8 into out, 0-terminated: at most cap - 1 bytes, or an error. Returns its
-// length; a string holding \u0000 is longer than strlen says. No string decodes to more bytes
-// than it takes in the text, so cap = the bytes left in the text + 1 always fits.
+// A string as UTF-8 into out, 0-terminated, at most cap - 1 bytes; returns its length (\u0000
+// may be inside). No string decodes longer than its text, so the bytes left + 1 always fit.
 static inline size_t json_string(JsonReader* r, char* out, size_t cap) {
     json_string_begin(r);
     size_t len = 0;
@@ -269,9 +245,8 @@ static inline size_t json_digits(JsonReader* r) {
     return r->pos - start;
 }
 
-// Moves past a number (after whitespace) as JSON writes them, and returns where it starts:
-//   -? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?
-// so not +1, 01, .5, 1., NaN or Infinity, which other languages' readers take.
+// Moves past a number, -? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?, not +1, 01, .5, 1.,
+// NaN or Infinity; returns where it starts.
 static inline size_t json_number_text(JsonReader* r) {
     json_skip_space(r);
     size_t start = r->pos;
@@ -294,8 +269,7 @@ static inline size_t json_number_text(JsonReader* r) {
     return start;
 }
 
-// A number, as the nearest double. One beyond the range of doubles (1e400) is an error; one
-// too small for them (1e-400) is 0, as in Python and JavaScript.
+// A number, the nearest double; 1e400 is an error, 1e-400 is 0 (as Python and JavaScript).
 static inline double json_number(JsonReader* r) {
     size_t start = json_number_text(r), len = r->pos - start;
     char small[64];  // strtod wants a 0-terminated copy; numbers are short, but need not be
@@ -311,8 +285,7 @@ static inline double json_number(JsonReader* r) {
     return v;
 }
 
-// A non-negative integer of at most max, written as digits alone: a number with a '-', a
-// fraction or an exponent is not one here, whatever its value. what names it in errors.
+// A non-negative integer of at most max, digits alone (no '-', fraction or exponent).
 static inline long long json_int(JsonReader* r, long long max, const char* what) {
     char msg[160];
     int c = json_peek(r);
@@ -359,9 +332,8 @@ static inline int json_accept_null(JsonReader* r) {
 
 // ---------- any value ----------
 
-// Reads and drops one value, read as the functions above read it (a number out of range is as
-// wrong here as anywhere). Arrays and objects recurse, JSON_MAX_DEPTH deep at most, so that
-// bad input cannot exhaust the stack.
+// Reads and drops one value, checked as above; at most JSON_MAX_DEPTH deep, so that bad input
+// cannot exhaust the stack.
 static inline void json_skip_nested(JsonReader* r, int depth) {
     int c = json_peek(r);
     if (c == '{' || c == '[') {
@@ -395,11 +367,9 @@ static inline void json_skip_value(JsonReader* r) {
 
 // ---------- writing ----------
 
-// Writes the n bytes of s to f as a JSON string, quotes included, whatever the bytes are: '"' and
-// '\\' escaped, control characters as \n, \t, ... or \u00XX, valid UTF-8 as it is, and each
-// invalid sequence as U+FFFD, the replacement character, once per maximal invalid subpart
-// (utf8_invalid_length). A JSON text must be UTF-8 (RFC 8259, section 8.1), and generated text
-// can stop in the middle of a character. The caller checks f for errors (ferror) when done.
+// Writes any n bytes of s to f as a JSON string: escapes as needed, and each invalid UTF-8
+// sequence (generated text can end mid-character) as U+FFFD, since JSON is UTF-8 (RFC 8259, 8.1).
+// The caller checks ferror(f).
 static inline void json_write_string(FILE* f, const unsigned char* s, size_t n) {
     fputc('"', f);
     for (size_t i = 0; i < n;) {

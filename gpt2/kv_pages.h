@@ -1,21 +1,9 @@
-// gpt2/kv_pages.h: the paged key-value cache of generation (infer.c, infer_gpu.cu): the pool of
-// pages and its bookkeeping, and attention against the pages on the CPU (the reference the GPU's
-// kernels are checked against).
-//
-// The idea is vLLM's PagedAttention (Kwon et al. 2023), written here. A cache laid out as
-// sequences x maxT positions reserves the whole context for every sequence, though most hold a
-// few hundred tokens. Instead the keys and values live in pages of KV_PAGE positions (gpt2/model.h),
-// all taken from one pool: a sequence takes a page when its position crosses into a new one and
-// gives all of them back when it ends. Each sequence has a page table, the list of its pages in
-// order of position, so its cache need not be contiguous: position t is row t % KV_PAGE of page
-// table[t / KV_PAGE]. Memory then follows the tokens held, to within one page per sequence.
-//
-// Admission without deadlock. Pages are taken as sequences grow, so two growing sequences could
-// each wait for a page the other holds. To rule that out, a sequence is admitted only when the
-// pool can promise it the pages of its whole length (prompt + max_tokens): page_pool_reserve.
-// The promise is a count, not pages: the pages are taken one by one as the sequence reaches
-// them, and the promise of pages never reached (the sequence stopped early) is given back with
-// its pages when it ends. A request that waits for pages waits; none is dropped.
+// gpt2/kv_pages.h: the paged key-value cache of generation (vLLM's PagedAttention, Kwon et al.
+// 2023): the pool of pages, its bookkeeping, and attention against the pages on the CPU (the GPU
+// kernels' reference). Keys and values live in pages of KV_PAGE positions from one pool, so memory
+// follows the tokens held; position t of a sequence is row t % KV_PAGE of page table[t / KV_PAGE].
+// A sequence is admitted only when the pool can promise the pages of its whole length, so growing
+// sequences never deadlock waiting for each other's pages. doc/infer.md, "The paged cache".
 
 #ifndef GPT2_KV_PAGES_H
 #define GPT2_KV_PAGES_H
@@ -24,15 +12,14 @@
 #include <string.h>
 #include "io.h"
 #include "model.h"
-#include "arithmetic.h"  // attention_scale; HOST_DEVICE: kv_row serves the GPU kernels too
+#include "arithmetic.h"  // HOST_DEVICE: kv_row serves the GPU too
 
 // Pages a sequence of n positions needs.
 static inline int kv_pages_for(int n) {
     return (n + KV_PAGE - 1) / KV_PAGE;
 }
 
-// Offset of head h's row for position t in a layer's pool, for a sequence whose page table is
-// table: (page, head, row in the page, channel), a head's KV_PAGE rows contiguous.
+// Offset of head h's row for position t in a layer's pool: (page, head, row, channel).
 static inline HOST_DEVICE size_t kv_row(const int* table, int t, int h, int NH, int hs) {
     return (((size_t)table[t / KV_PAGE] * NH + h) * KV_PAGE + t % KV_PAGE) * hs;
 }
@@ -40,18 +27,18 @@ static inline HOST_DEVICE size_t kv_row(const int* table, int t, int h, int NH, 
 // ---------- the pool's bookkeeping (the host's, for both devices) ----------
 
 typedef struct {
-    int num_pages;   // in the pool
-    int* free_list;  // (num_pages) a stack of the free pages' ids: num_free of them
+    int num_pages;
+    int* free_list;  // (num_pages) a stack of the free pages' ids
     int num_free;
-    int promised;    // pages promised to admitted sequences and not yet taken
-    int in_use;      // pages taken and not yet given back
+    int promised;    // promised and not yet taken
+    int in_use;      // taken and not given back
     int peak;        // the most ever in use at once
 } PagePool;
 
 static inline void page_pool_build(PagePool* p, int num_pages) {
     p->num_pages = num_pages;
     p->free_list = (int*)malloc_check((size_t)num_pages * sizeof(int));
-    // the stack pops page 0 first, so a small load touches the start of the pool only
+    // page 0 popped first: a small load touches only the start of the pool
     for (int i = 0; i < num_pages; i++) p->free_list[i] = num_pages - 1 - i;
     p->num_free = num_pages;
     p->promised = 0;
@@ -64,8 +51,7 @@ static inline void page_pool_free(PagePool* p) {
     memset(p, 0, sizeof(*p));
 }
 
-// Promises n pages if the pool can keep that promise with every other one it made: returns 1,
-// else 0 (the caller waits for pages to come back).
+// Promises n pages if the pool can keep every promise: 1, else 0 (the caller waits).
 static inline int page_pool_reserve(PagePool* p, int n) {
     if (n > p->num_free - p->promised) return 0;
     p->promised += n;
@@ -82,7 +68,7 @@ static inline int page_pool_take(PagePool* p) {
     return page;
 }
 
-// Gives back a sequence's n pages and the promise of `unused` pages it never took.
+// Gives back n pages and the promise of `unused` pages never taken.
 static inline void page_pool_release(PagePool* p, const int* pages, int n, int unused) {
     for (int i = 0; i < n; i++) p->free_list[p->num_free++] = pages[i];
     p->in_use -= n;
@@ -92,14 +78,10 @@ static inline void page_pool_release(PagePool* p, const int* pages, int n, int u
 // ---------- attention against the pages (CPU) ----------
 
 // Causal self-attention of T new tokens of each of B sequences, qkv (B, T, 3C), against their
-// paged caches, into out (B, T, C). First the new keys and values join the pages (position
-// pos[b] + t of sequence b), then each (sequence, token, head) attends to positions 0..its own
-// with the mask and scale of gpt2/cpu_layers.h's attention_forward. The softmax is the one-pass
-// "online" form (Milakov & Gimelshein 2018, the idea behind FlashAttention): a running maximum m
-// and sum s, the output accumulated as we go and rescaled by exp(m_old - m_new) whenever the
-// maximum grows, so no buffer of scores is needed and each cached row is read once.
-// Each output is computed by one thread in a fixed order that depends only on its own sequence:
-// what else is in the batch cannot change a bit of it.
+// pages, into out (B, T, C): the new keys and values join the pages at pos[b] + t, then each
+// (sequence, token, head) attends to positions 0..its own. The online softmax (Milakov &
+// Gimelshein 2018): a running max and sum, the output rescaled when the max grows, each cached
+// row read once. One thread per output, in an order of its own sequence's: batch invariant.
 static inline void attention_forward_paged(float* out, const LayerCache* cache, const float* qkv, int B, int T, int C,
                                     int NH) {
     int C3 = 3 * C, hs = C / NH;
@@ -133,7 +115,7 @@ static inline void attention_forward_paged(float* out, const LayerCache* cache, 
                     float s = 0.0f;
                     for (int i = 0; i < hs; i++) s += q[i] * k2[i];
                     s *= scale;
-                    if (s > maxval) {  // rescale what we have to the new maximum (exp(-inf) = 0)
+                    if (s > maxval) {  // rescale to the new maximum (exp(-inf) = 0)
                         float r = expf(maxval - s);
                         sum *= r;
                         for (int i = 0; i < hs; i++) o[i] *= r;

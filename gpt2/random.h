@@ -1,5 +1,4 @@
-// gpt2/random.h: random numbers that are the same on every machine, so that a seed names one run
-// (the initial weights, the shuffled batch order, the sampled text).
+// gpt2/random.h: random numbers that are the same on every machine: a seed names one run.
 
 #ifndef GPT2_RANDOM_H
 #define GPT2_RANDOM_H
@@ -14,13 +13,12 @@ static inline uint32_t random_u32(uint64_t* state) {
     return (uint32_t)((*state * 0x2545F4914F6CDD1Dull) >> 32);
 }
 
-// Uniform in [0, 1), from 24 random bits (as many as a float's mantissa holds).
+// Uniform in [0, 1), from 24 random bits (a float's mantissa).
 static inline float random_f32(uint64_t* state) {
     return (float)(random_u32(state) >> 8) / 16777216.0f;
 }
 
-// A well-mixed nonzero seed from three integers (splitmix64's finaliser), for independent
-// streams: (seed, tensor, chunk) for the initial weights, (seed, pass) for the batch order.
+// A nonzero seed mixed from three integers (splitmix64's finaliser), for independent streams.
 static inline uint64_t seed_mix(uint64_t a, uint64_t b, uint64_t c) {
     uint64_t z = a * 0x9E3779B97F4A7C15ull + b * 0xBF58476D1CE4E5B9ull + c * 0x94D049BB133111EBull + 1;
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;

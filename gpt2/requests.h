@@ -1,17 +1,11 @@
 // gpt2/requests.h: requests for text as JSON lines, and the JSON lines that answer them
-// (doc/formats.md, section 9). A file of requests holds one JSON object per line:
-//
+// (doc/formats.md, section 9), one object a line:
 //   {"prompt": "Once upon a time", "max_tokens": 64, "temperature": 0.8, "top_k": 40,
 //    "top_p": 0.95, "seed": 7, "stop": ["\n\n", "THE END"]}
-//
-// Only "prompt" is required; a field left out, or null, takes the caller's default (the command
-// line's flags). Other fields are ignored, as OpenAI's completions API ignores what it does not
-// know, but a field of ours given twice is an error: JSON does not say which one counts. Every
-// request gets one answer line: a result, or an error record that names the request's line and
-// what is wrong with it, and a bad request never stops the requests after it. Only an input that
-// cannot be read at all stops the program (fail).
-//
-//   GenParams defaults = ...;            // from the command line
+// Only "prompt" is required; a field left out or null takes the command line's default; unknown
+// fields are ignored (as OpenAI's API does), one of ours given twice is an error. Every request
+// gets one answer line, a result or an error, and a bad one never stops those after it.
+
 //   RequestReader rr = request_reader_open(path);   // "-": standard input
 //   Request q;
 //   while (request_read(&rr, &q, &defaults)) {
@@ -20,9 +14,7 @@
 //       request_free(&q);
 //   }
 //   request_reader_close(&rr);
-//
-// request_parse reads one request from text in memory, for a caller whose requests do not come
-// in lines (a server reads a body). Like every header here this is C that also compiles as C++.
+// request_parse reads one request from memory (a server's body).
 
 #ifndef GPT2_REQUESTS_H
 #define GPT2_REQUESTS_H
@@ -31,18 +23,16 @@
 #include "json.h"
 
 #define REQUEST_MAX_LINE (4u << 20)   // bytes in one request's line; a longer one is an error
-#define REQUEST_MAX_TOKENS (1 << 20)  // max_tokens and top_k at most: bounds against absurd
-#define REQUEST_MAX_TOP_K (1 << 20)   // values, far above GPT-2's context and vocabulary
+#define REQUEST_MAX_TOKENS (1 << 20)  // bounds against absurd values, far above GPT-2's
+#define REQUEST_MAX_TOP_K (1 << 20)   // context and vocabulary
 #define REQUEST_MAX_TEMPERATURE 100.0
 #define REQUEST_MAX_STOP 4             // stop strings in one request, as OpenAI's API allows
 #define REQUEST_MAX_STOP_BYTES 256     // bytes of one stop string (as UTF-8)
-#define REQUEST_SEED_LIMIT 9007199254740992.0  // 2^53: every integer below it is exact in a
-                                               // double, so in JSON readers that read doubles
+#define REQUEST_SEED_LIMIT 9007199254740992.0  // 2^53: exact in a double, so in any JSON reader
 
 // How to generate: the defaults from the command line, and a request's choices over them.
 typedef struct {
-    int max_tokens;     // new tokens at most; -1 (as a default only): until end-of-text or the
-                        // context is full
+    int max_tokens;     // -1 (a default only): until end-of-text or a full context
     float temperature;  // 0: greedy
     int top_k;          // 0: no top-k filter
     float top_p;        // 1: no top-p filter
@@ -52,11 +42,11 @@ typedef struct {
 typedef struct {
     int id;             // the requests counted from 0 in input order, bad ones too
     int line;           // where it is in the input, from 1
-    char* prompt;       // UTF-8, 0-terminated, malloc'd; NULL when the request is not valid. A
-    size_t prompt_len;  //   \u0000 in the JSON is a 0 byte here, so prompt_len, not strlen, counts
+    char* prompt;       // UTF-8, 0-terminated, malloc'd; NULL when the request is not valid
+    size_t prompt_len;  // not strlen: \u0000 is a 0 byte here
     GenParams params;
-    char* stop[REQUEST_MAX_STOP];  // strings that end the completion where one first appears (it
-    size_t stop_len[REQUEST_MAX_STOP];  // is cut before it), each malloc'd and 0-terminated
+    char* stop[REQUEST_MAX_STOP];  // the completion ends before the first of these, malloc'd
+    size_t stop_len[REQUEST_MAX_STOP];
     int num_stop;
     void* user;         // the caller's, carried along (a server: whom the answer goes to)
     char error[256];    // "" when the request is valid; else what is wrong with it
@@ -73,9 +63,8 @@ enum {
 static const char* const request_field_names[REQUEST_NUM_FIELDS] = {
     "prompt", "max_tokens", "temperature", "top_k", "top_p", "seed", "stop"};
 
-// Records what is wrong with q, and the field it is about (NULL: none), unless something already
-// is: the first complaint is the one reported. (A JSON error found later replaces it, in
-// request_parse.)
+// Records what is wrong with q and its field (NULL: none), unless a complaint is there already:
+// the first is reported (a later JSON error replaces it, in request_parse).
 static inline void request_vcomplain(Request* q, const char* field, const char* fmt, va_list args) {
     if (q->error[0] != '\0') return;
     vsnprintf(q->error, sizeof(q->error), fmt, args);
@@ -101,9 +90,8 @@ static inline void request_complain_about(Request* q, const char* field, const c
     va_end(args);
 }
 
-// Reads a key into key (0-terminated) when it is ASCII and shorter than cap; else key is "" (no
-// field's name is either). The key is compared as decoded, so "\u0074op_k" is top_k, and
-// "top_k\u0000" is not.
+// Reads a key into key when it is ASCII and shorter than cap, else "". Compared as decoded:
+// "\u0074op_k" is top_k, "top_k\u0000" is not.
 static inline void request_key(JsonReader* r, char* key, size_t cap) {
     size_t len = 0;
     int fits = 1;
@@ -146,8 +134,8 @@ static inline void request_stop_string(JsonReader* r, Request* q) {
     }
     size_t cap = r->n - r->pos;  // as for the prompt: room for any string the text holds
     int k = q->num_stop++;
-    q->stop[k] = (char*)malloc_check(cap);  // q's from here (request_free), should the string
-    q->stop_len[k] = 0;                     // turn out not to be JSON and the reader jump out
+    q->stop[k] = (char*)malloc_check(cap);  // q's from here, should the reader jump out
+    q->stop_len[k] = 0;
     size_t len = json_string(r, q->stop[k], cap);
     if (len == 0 || len > REQUEST_MAX_STOP_BYTES) {
         request_complain_about(q, "stop", "a stop string must have 1 to %d bytes, got %zu", REQUEST_MAX_STOP_BYTES,
@@ -170,9 +158,8 @@ static inline void request_stop_value(JsonReader* r, Request* q) {
     for (size_t i = 0; json_next(r, ']', i); i++) request_stop_string(r, q);
 }
 
-// A number (r at it): its value, its text as written into got (cut to fit, for a complaint), and
-// whether it is written as an integer: digits alone after an optional '-', as JSON writers write
-// integers (64, not 64.0 or 6.4e1).
+// A number: its value, its text into got (for a complaint), and whether it is written as an
+// integer (64, not 64.0 or 6.4e1).
 static inline double request_number(JsonReader* r, char* got, size_t cap, int* is_integer) {
     json_skip_space(r);
     size_t start = r->pos;
@@ -186,9 +173,7 @@ static inline double request_number(JsonReader* r, char* got, size_t cap, int* i
     return v;
 }
 
-// Any value (r at it), read as a number where it is one: returns it, with *is_number and
-// *is_integer (request_number); got is the number as written, or else the value's kind ("a
-// string"), for a complaint.
+// Any value, a number where it is one (request_number); else got is its kind ("a string").
 static inline double request_scalar(JsonReader* r, char* got, size_t cap, int* is_number, int* is_integer) {
     int c = json_peek(r);
     *is_number = c == '-' || (c >= '0' && c <= '9');
@@ -199,8 +184,8 @@ static inline double request_scalar(JsonReader* r, char* got, size_t cap, int* i
     return 0.0;
 }
 
-// The value of a field (r just past its ':') into q, or a complaint. A value of the wrong kind or
-// out of range is still read through, so that a JSON error after it wins.
+// The value of a field into q, or a complaint; a wrong value is still read through, so that a
+// JSON error after it wins.
 static inline void request_field_value(JsonReader* r, Request* q, int field) {
     int c = json_peek(r);
     if (field == REQUEST_FIELD_PROMPT) {
@@ -212,7 +197,7 @@ static inline void request_field_value(JsonReader* r, Request* q, int field) {
         size_t cap = r->n - r->pos;  // the string's text, quotes included: room for it and its 0
         q->prompt = (char*)malloc_check(cap);
         q->prompt_len = json_string(r, q->prompt, cap);
-        q->prompt = (char*)realloc_check(q->prompt, q->prompt_len + 1);  // not the whole line's room
+        q->prompt = (char*)realloc_check(q->prompt, q->prompt_len + 1);
         return;
     }
     if (json_accept_null(r)) return;  // the default stays
@@ -223,8 +208,7 @@ static inline void request_field_value(JsonReader* r, Request* q, int field) {
     char got[32];  // the value as written, or its kind
     int is_number, is_integer;
     double v = request_scalar(r, got, sizeof(got), &is_number, &is_integer);
-    // v is checked against the range as a double, before it becomes an int or a float: a
-    // conversion out of range is undefined behaviour in C
+    // checked as a double: converting out of range is undefined behaviour
     const char* name = request_field_names[field];
     switch (field) {
         case REQUEST_FIELD_MAX_TOKENS:
@@ -283,12 +267,9 @@ static inline void request_object(JsonReader* r, Request* q) {
     if (!(seen & (1u << REQUEST_FIELD_PROMPT))) request_complain_about(q, "prompt", "\"prompt\" is missing");
 }
 
-// Reads one request from the n bytes of text (one JSON object; whitespace around it is allowed,
-// and so are newlines inside it). Fills q's prompt, prompt_len, params (defaults, and what the
-// request sets) and error; id and line are the caller's. Returns 1 when the request is valid; else
-// 0, with q->error saying what is wrong, q->prompt NULL and q->params the defaults. Text that is
-// not JSON is reported as such, before anything the JSON says: "not valid JSON: WHAT at byte N"
-// (N from 0); else the first thing wrong in the order of the text, "\"prompt\" is missing" last.
+// Reads one request (one JSON object) from n bytes of text into q's prompt, params and error (id
+// and line are the caller's). Returns 1 when valid; else 0 with q->error: "not valid JSON: WHAT at
+// byte N" before anything else, then the first fault in text order, a missing prompt last.
 static inline void request_free(Request* q);
 
 static inline int request_parse(Request* q, const char* text, size_t n, const GenParams* defaults) {
@@ -299,9 +280,7 @@ static inline int request_parse(Request* q, const char* text, size_t n, const Ge
     q->user = NULL;
     q->error[0] = '\0';
     q->error_field = NULL;
-    // A JSON error writes "WHAT at byte N" into q->error after the prefix and jumps back here:
-    // nothing the error path needs lives in a local variable that changes after setjmp (json_catch
-    // says why).
+    // A JSON error jumps back here; no local the error path needs changes after setjmp (json_catch)
     static const char bad_json[] = "not valid JSON: ";
     const size_t prefix = sizeof(bad_json) - 1;
     JsonReader r = json_reader(text, n, "request", NULL);
@@ -359,10 +338,8 @@ static inline void request_reader_close(RequestReader* rr) {
     rr->line = NULL;
 }
 
-// Reads the next line into rr->line, without its '\n', and returns 1; or 0 at the end of the
-// input. A last line without '\n' is a line; the nothing after a last '\n' is not. *len is the
-// line's length, or max_line + 1 for a longer line, which is read to its end but not kept (a
-// line of gigabytes costs no memory). *blank says whether it is only spaces, tabs and '\r'.
+// The next line into rr->line, without '\n': 1, or 0 at the end. *len: its length, or max_line + 1
+// for a longer line, read through but not kept; *blank: only spaces, tabs and '\r'.
 static inline int request_next_line(RequestReader* rr, size_t* len, int* blank) {
     size_t n = 0;
     int c;
@@ -388,9 +365,8 @@ static inline int request_next_line(RequestReader* rr, size_t* len, int* blank) 
     return 1;
 }
 
-// Reads the next request into q (blank lines are skipped) and returns 1, or 0 at the end of the
-// input. The request is valid when q->error is "", else q->error says what is wrong: whatever the
-// line holds, it gets an id and an answer. q->prompt is the caller's to free (request_free).
+// The next request into q (blank lines skipped): 1, or 0 at the end. Valid when q->error is "";
+// every line gets an id and an answer. The caller frees q (request_free).
 static inline int request_read(RequestReader* rr, Request* q, const GenParams* defaults) {
     size_t len;
     int blank;
@@ -416,8 +392,7 @@ static inline int request_read(RequestReader* rr, Request* q, const GenParams* d
 
 // ---------- answers: one JSON line each ----------
 
-// Ends a record: its newline, and out at once, so that whoever reads the answers sees each as it
-// is done.
+// Ends a record: a newline, flushed so that each answer is seen when done.
 static inline void request_record_end(FILE* f) {
     fputc('\n', f);
     if (fflush(f) != 0 || ferror(f)) fail("write error on the answers: %s", strerror(errno));
@@ -431,18 +406,15 @@ static inline void request_write_error(FILE* f, const Request* q) {
     request_record_end(f);
 }
 
-// A time in milliseconds; JSON has no NaN or infinity, so a time that is not finite (none to
-// give: NAN) is null.
+// A time in milliseconds; not finite (none to give: NAN) is null, JSON having no NaN.
 static inline void request_write_ms(FILE* f, double ms) {
     if (isfinite(ms)) fprintf(f, "%.3f", ms);
     else fputs("null", f);
 }
 
 // {"id": 0, "text": "...", "prompt_tokens": 5, "completion_tokens": 64, "finish_reason": "length",
-//  "ttft_ms": 12.5, "total_ms": 300.25}: the n bytes of text generated (any bytes: the record stays
-// UTF-8, json_write_string), the prompt's tokens and those generated, why generation stopped
-// ("stop": end-of-text; "length": max_tokens or the context), the time to the first token and in
-// all.
+//  "ttft_ms": 12.5, "total_ms": 300.25}: "stop" at end-of-text, "length" at max_tokens or the
+// context; text any bytes (json_write_string keeps the record UTF-8).
 static inline void request_write_result(FILE* f, int id, const unsigned char* text, size_t n,
                                         int prompt_tokens, int completion_tokens,
                                         const char* finish_reason, double ttft_ms,

@@ -1,6 +1,6 @@
-// gpt2/sampler.h: the next token from a position's logits, as generation draws it (gpt2/engine.h,
-// for infer.c and infer_gpu.cu): greedy, temperature, top-k and top-p (nucleus), from a random
-// state of its own, so that a request's tokens depend only on its logits and its seed.
+// gpt2/sampler.h: the next token from a position's logits (gpt2/engine.h): greedy, temperature,
+// top-k and top-p, from a random state of its own: a request's tokens depend on its logits and
+// seed alone.
 
 #ifndef GPT2_SAMPLER_H
 #define GPT2_SAMPLER_H
@@ -69,10 +69,8 @@ static inline int filter_top_k_top_p(float* probs, Candidate* cand, int n, int t
             }
         }
     } else {
-        // Sorting all n (50,257) tokens for every sampled token would be slow. A token with
-        // probability below (1 - p) / (n - 1) cannot be in the nucleus (the trick of llama2.c):
-        // if any token is at least that likely, the ones below number at most n - 1 and hold
-        // less than 1 - p together, so the others hold more than p and the nucleus is among them.
+        // A token below (1 - p) / (n - 1) cannot be in the nucleus (llama2.c's trick): those
+        // hold less than 1 - p together, so only the others need sorting.
         float cutoff = top_p < 1.0f && n > 1 ? (1.0f - top_p) / (float)(n - 1) : 0.0f;
         for (int pass = 0; pass < 2 && m == 0; pass++) {
             for (int i = 0; i < n; i++) {

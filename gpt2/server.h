@@ -1,26 +1,16 @@
 // gpt2/server.h: the engine (gpt2/engine.h) behind OpenAI's completions API over HTTP, for infer
 // and infer_gpu's --serve (doc/serve.md): POST /v1/completions, streamed or not, GET /v1/models,
 // GET /health.
-//
-// Threads. HTTP is libmicrohttpd's (Debian's libmicrohttpd-dev), a thread per connection; that
-// thread reads the body, checks it (gpt2/completions.h), tokenizes its prompts, queues one choice
-// per prompt and "n", and then waits for its choices' text, answering at the end or streaming it
-// as it comes. The engine's thread owns the engine: every step it drops the sequences whose client
-// has gone, admits waiting choices into free slots (continuous batching: a request that arrives
-// joins the batch at the next step), and runs one decode step of every active sequence. A lock
-// (Server.lock) guards what the two kinds of thread share: the queue, each choice's state and
-// text, and the figures /health reports; the engine runs without it. The engine's thread is the
-// program's first, the one that built the model, so that its OpenMP threads are the ones it
-// built with: a second thread running OpenMP regions would start a second pool of OpenMP threads,
-// and libgomp, counting more of its threads than cores, would then spin only briefly at every
-// barrier before it sleeps, and wake up late from each (make bench-serve measures the cost). A
-// thread of its own waits for SIGINT or SIGTERM and stops the server.
-//
-// Bounds. The body (SERVER_MAX_BODY), the prompt (the model's context), the choices of a request
-// and the choices waiting for a slot (-q; beyond it HTTP 429), connections (-c; libmicrohttpd
-// closes those beyond), idle connections (SERVER_IDLE_SECONDS), and each request's time (-t).
-// A waiting connection checks its client's socket every SERVER_POLL_MS: a client that has gone
-// frees its slot and its pages at the next step.
+
+// Threads: libmicrohttpd's, one per connection, reads and checks a body, queues its choices and
+// waits for their text. The program's first thread owns the engine (its OpenMP threads built the
+// model: a second pool would make libgomp spin and wake late, doc/serve.md); every step it drops
+// abandoned sequences, admits waiting choices into free slots and runs one decode step. One lock
+// (Server.lock) guards what they share; the engine runs without it.
+
+// Bounds: the body (SERVER_MAX_BODY), the prompt, the choices, the queue (-q; beyond it HTTP 429),
+// connections (-c), idle time (SERVER_IDLE_SECONDS), each request's time (-t). A waiting
+// connection checks its socket every SERVER_POLL_MS: a client gone frees its slot at the next step.
 
 #ifndef GPT2_SERVER_H
 #define GPT2_SERVER_H

@@ -1,20 +1,9 @@
-// gpt2/tokenizer.h: GPT-2's tokenizer, byte-level BPE, identical to tiktoken's "gpt2" encoding:
-// read the tokenizer file, encode text to token ids, decode ids to bytes. tokenizer.c is the
-// program around it (making the tokenizer file from OpenAI's encoder.json and vocab.bpe, token
-// files from text); infer.c encodes prompts with it, and the trainers decode their samples.
-//
-// GPT-2's tokenizer in three steps (doc/tokenizer.md has the full story):
-//   1. pre-tokenize: split the text into pieces with GPT-2's regex
-//        's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-//      written out by hand as a small state machine over UTF-8 characters (gpt2/utf8.h) and
-//      their class (letter, number, whitespace, other) from the generated table gpt2/unicode.h;
-//   2. a piece that is itself a token becomes that token, as in tiktoken (for GPT-2 a shortcut:
-//      merging a token's bytes always gives back that token);
-//   3. otherwise byte-pair merging: start from one token per byte and repeatedly merge the
-//      adjacent pair whose concatenation is the token of lowest rank (leftmost on ties). In GPT-2
-//      a token's id is its rank, so the tokenizer file alone is enough to encode.
-// Bytes that are not valid UTF-8 are each one character of class "other", so every byte string
-// encodes, and decoding (concatenating the tokens' bytes) gives it back exactly.
+// gpt2/tokenizer.h: GPT-2's byte-level BPE, identical to tiktoken's "gpt2" encoding: read the
+// tokenizer file, encode text, decode ids to bytes (tokenizer.c is the program around it).
+// Three steps (doc/tokenizer.md): 1. pre-tokenize with GPT-2's regex, written out as a state
+// machine over UTF-8 characters and their class (gpt2/unicode.h); 2. a piece that is a token is
+// that token; 3. else merge adjacent pairs, lowest rank first (a token's id is its rank).
+// Invalid UTF-8 bytes are characters of class "other": every byte string encodes losslessly.
 
 #ifndef GPT2_TOKENIZER_H
 #define GPT2_TOKENIZER_H
@@ -120,9 +109,8 @@ static void tokenizer_build_tables(Tokenizer* t, const char* what) {
             fail("%s has no token for the byte 0x%02x: it cannot encode every text", what, b);
         }
     }
-    // Every way to cut a token in two whose halves are both tokens is a merge that makes it.
-    // tiktoken merges exactly these (it looks up the concatenated bytes), not only the one pair
-    // vocab.bpe lists, so we do the same.
+    // Every cut of a token into two tokens is a merge that makes it, as in tiktoken (which looks
+    // up the concatenated bytes), not only the pair vocab.bpe lists.
     size_t n_pairs = 0;
     for (int pass = 0; pass < 2; pass++) {  // pass 0 counts, pass 1 inserts
         if (pass == 1) {
@@ -168,9 +156,8 @@ void tokenizer_init(Tokenizer* t, const char* path) {
     if (n < 256 || n > TOKENIZER_MAX_VOCAB || eot < 0 || eot >= n) {
         fail("%s: bad header (%d tokens, end-of-text id %d)", path, n, eot);
     }
-    // The rest of the file is n records of (uint8 length, bytes): read it in one go and walk it.
-    // A record takes at least 2 bytes, so a header that claims more than the body can hold is
-    // refused before anything is allocated for it.
+    // n records of (uint8 length, bytes), read in one go; a record takes at least 2 bytes, so a
+    // header claiming more than the body holds is refused before any allocation.
     size_t body = (size_t)(file_size - (long long)sizeof(header));
     if ((size_t)n > body / 2) {
         fail("%s is truncated: its header says %d tokens, its %zu bytes after the header hold at most %zu",
@@ -202,8 +189,7 @@ void tokenizer_init(Tokenizer* t, const char* path) {
     if (pos != body) {
         fail("%s has %zu unexpected bytes after its last token", path, body - pos);
     }
-    // the special token must be <|endoftext|>: encoding that text as the special token and
-    // decoding it must give the text back
+    // the special token must be <|endoftext|>, so decoding it gives the text back
     size_t eot_len = t->offset[eot + 1] - t->offset[eot];
     if (eot_len != strlen(EOT_TEXT) || memcmp(t->bytes + t->offset[eot], EOT_TEXT, eot_len) != 0) {
         fail("%s: token %d, the end-of-text id of its header, is not " EOT_TEXT, path, eot);
@@ -227,9 +213,8 @@ const unsigned char* tokenizer_decode(const Tokenizer* t, uint32_t id, size_t* l
 
 // ---------- pre-tokenizer ----------
 
-// Length and class (UCLASS_*) of the character at s[0]. A byte that does not start a
-// well-formed UTF-8 sequence is a character of its own, of class "other": so any byte string
-// splits into pieces, and encoding stays lossless.
+// Length and class (UCLASS_*) of the character at s[0]; a byte of invalid UTF-8 is one of class
+// "other".
 static inline int utf8_char(const unsigned char* s, size_t n, int* cls) {
     if (s[0] < 0x80) {  // ASCII: the first block of the table
         *cls = unicode_blocks[unicode_block_index[0]][s[0]];
@@ -271,10 +256,8 @@ static size_t pretoken_length(const unsigned char* s, size_t n) {
         if (next != UCLASS_SPACE) return run_end(s, n, 1, next);
     }
     if (cls != UCLASS_SPACE) return run_end(s, n, (size_t)len, cls);
-    // \s+(?!\S) | \s+ : a run of whitespace. At the end of the text, all of it. Before a
-    // non-space character, the lookahead makes the regex give back the run's last character
-    // (which then starts the next piece, so " word" keeps its space), unless the run is one
-    // character long, which \s+ then takes alone.
+    // \s+(?!\S) | \s+ : a run of whitespace; before a non-space the lookahead gives back its
+    // last character (so " word" keeps its space), unless the run is one character long
     size_t i = 0, last = 0;
     while (i < n) {
         int c;
@@ -319,8 +302,7 @@ static void scratch_reserve(MergeScratch* m, size_t n) {
     m->token = (int*)realloc_check(m->token, m->cap * sizeof(int));
     m->next = (uint32_t*)realloc_check(m->next, m->cap * sizeof(uint32_t));
     m->prev = (uint32_t*)realloc_check(m->prev, m->cap * sizeof(uint32_t));
-    // A piece of n bytes pushes n-1 candidates, then at most 2 per merge, and makes at most n-1
-    // merges: fewer than 3n entries, stale ones included, are ever in the heap.
+    // n-1 candidates, then at most 2 per merge, n-1 merges: under 3n entries, stale ones included
     m->heap = (uint64_t*)realloc_check(m->heap, 3 * m->cap * sizeof(uint64_t));
 }
 
@@ -364,11 +346,9 @@ static void push_candidate(const Tokenizer* t, MergeScratch* m, uint32_t left, s
     if (merged >= 0) heap_push(m, (uint64_t)merged << 32 | left);
 }
 
-// Appends the tokens of one piece s[0..n) to out. Merging always takes the candidate of lowest
-// rank, leftmost first, exactly as tiktoken's byte_pair_merge; the heap makes that O(n log n)
-// where a scan for the minimum after every merge would be O(n^2) on a long piece. Heap entries
-// go stale when a neighbour merges first: an entry is used only if its pair still merges to the
-// same rank, else dropped (a still-valid pair always has an up-to-date entry in the heap).
+// Appends the tokens of one piece s[0..n) to out, merging the lowest rank first, leftmost on ties,
+// as tiktoken's byte_pair_merge; a heap makes it O(n log n), not O(n^2). An entry goes stale when
+// a neighbour merges first: used only if its pair still merges to the same rank, else dropped.
 static void bpe_piece(const Tokenizer* t, MergeScratch* m, const unsigned char* s, size_t n, IdList* out) {
     if (n == 1) { idlist_push(out, t->byte_token[s[0]]); return; }
     int whole = tokenizer_lookup(t, s, n);
@@ -409,11 +389,9 @@ static void encode_ordinary(const Tokenizer* t, MergeScratch* m, const unsigned 
     }
 }
 
-// Appends the token ids of text[0..len) to out. With eot_is_special, each "<|endoftext|>" in the
-// text is the token eot_token and the text between is encoded on its own (as tiktoken's encode
-// with allowed_special); otherwise it is ordinary text, as tiktoken's encode_ordinary. m is
-// working memory kept from call to call (zeroed before the first, scratch_free after the last):
-// the Tokenizer is only read, so threads may share it, each with its own m and out.
+// Appends the token ids of text[0..len) to out. eot_is_special: "<|endoftext|>" is eot_token (as
+// tiktoken's allowed_special), else ordinary text. m: working memory from call to call (zeroed
+// first, scratch_free last); the Tokenizer is only read, so threads may share it.
 static void tokenizer_encode_append(const Tokenizer* t, MergeScratch* m, const unsigned char* text, size_t len,
                                     int eot_is_special, IdList* out) {
     size_t eot_len = strlen(EOT_TEXT);
@@ -450,8 +428,8 @@ int* tokenizer_encode(const Tokenizer* t, const unsigned char* text, size_t len,
 
 // ---------- printing ----------
 
-// Prints a token's bytes, leaving out control bytes other than newline and tab so that sampled
-// text cannot garble the terminal. Without a tokenizer (tok NULL) it prints the id.
+// Prints a token's bytes without control bytes but newline and tab (sampled text must not garble
+// the terminal); with tok NULL, the id.
 static inline void print_token(const Tokenizer* tok, int id) {
     if (tok == NULL) {
         printf("%d ", id);

@@ -1,7 +1,5 @@
-// gpt2/utf8.h: UTF-8 (RFC 3629), one character at a time: decoding the character at a byte, the
-// length of an invalid sequence, and encoding a code point. The tokenizer's pre-tokenizer
-// (gpt2/tokenizer.h) classifies text by the characters it decodes here; the JSON reader
-// (gpt2/json.h) checks and decodes its strings, and its writer replaces invalid sequences.
+// gpt2/utf8.h: UTF-8 (RFC 3629), a character at a time, for the pre-tokenizer (gpt2/tokenizer.h)
+// and the JSON reader and writer (gpt2/json.h).
 
 #ifndef GPT2_UTF8_H
 #define GPT2_UTF8_H
@@ -9,9 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-// Decodes the UTF-8 character at s[0] (n >= 1 bytes available) into *cp and returns its length
-// 1..4, or 0 if s[0] does not start a well-formed sequence (RFC 3629: no overlong forms, no
-// surrogates, nothing past U+10FFFF, no missing continuation byte).
+// Decodes the character at s[0] (n >= 1 bytes) into *cp and returns its length 1..4, or 0 where
+// it is not well-formed (overlong, a surrogate, past U+10FFFF, a continuation missing).
 static inline int utf8_decode(const unsigned char* s, size_t n, uint32_t* cp) {
     unsigned c = s[0];
     if (c < 0x80) { *cp = c; return 1; }
@@ -31,15 +28,12 @@ static inline int utf8_decode(const unsigned char* s, size_t n, uint32_t* cp) {
     return len;
 }
 
-// The length 1..3 of the invalid sequence at s[0] (n >= 1 bytes, where utf8_decode gives 0): the
-// byte itself and the continuation bytes after it that still fit a character it could have begun,
-// so that a character cut short is one error, not one per byte. (Unicode's "maximal subpart",
-// chapter 3 of the standard: one U+FFFD each, as browsers and Python's errors="replace" do.)
+// The length 1..3 of the invalid sequence at s[0]: Unicode's "maximal subpart" (chapter 3), so a
+// character cut short is one U+FFFD, as browsers and Python's errors="replace" give.
 static inline int utf8_invalid_length(const unsigned char* s, size_t n) {
     unsigned c = s[0];
     int len = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 1;
-    // the second byte's range: E0 and F0 would be overlong below it, ED a surrogate and F4 past
-    // U+10FFFF above it; every other continuation byte is 80..BF
+    // the second byte's range: E0, F0 overlong below it, ED a surrogate and F4 past U+10FFFF above
     unsigned low = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80;
     unsigned high = c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF;
     int i = 1;
@@ -51,9 +45,7 @@ static inline int utf8_invalid_length(const unsigned char* s, size_t n) {
     return i;
 }
 
-// Writes code point cp (at most U+10FFFF and not a surrogate: what utf8_decode gives) as UTF-8
-// into out and returns its length 1..4: the lead byte says the length, each continuation byte
-// (10xxxxxx) carries 6 more bits.
+// Writes cp (a scalar value, as utf8_decode gives) as UTF-8 into out; returns its length 1..4.
 static inline int utf8_encode(uint32_t cp, unsigned char out[4]) {
     static const unsigned char lead[5] = {0, 0x00, 0xC0, 0xE0, 0xF0};
     int len = cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
