@@ -120,7 +120,7 @@ int main(void) {
 
     gpt2_zero_grad(&m);
     gpt2_forward(&m, in, tg, B, T);
-    gpt2_backward(&m);
+    gpt2_backward(&m, 1);  // the first pass after gpt2_zero_grad
     size_t n = m.num_parameters;
     float* g = (float*)malloc_check(n * sizeof(float));
     memcpy(g, m.grads_memory, n * sizeof(float));
