@@ -23,8 +23,8 @@
 # Knobs: CC, OMP=1 (0 turns OpenMP off), NATIVE=1 (-march=native -mprefer-vector-width=512 after
 #        a test compile), MPI=1 (0 turns off data parallelism: train_cpu and train_gpu under
 #        mpirun need Open MPI's mpicc, and train_gpu NCCL from the CUDA toolkit, found when present),
-#        MATMUL=fast (naive: every matrix product of train_cpu and infer on the plain loops that
-#        define it, gpt2/cpu_layers.h), NVCC (CUDA 11.8 or newer for the default GPU_ARCH, 11.0
+#        LAYERS=fast (naive: every layer of train_cpu and infer on the plain loops that define
+#        it, gpt2/cpu_layers.h), NVCC (CUDA 11.8 or newer for the default GPU_ARCH, 11.0
 #        for GPU_ARCH=80: doc/gpu.md), GPU_ARCH (compute capabilities to build for, e.g.
 #        GPU_ARCH=90 or GPU_ARCH="80 90"; default: this machine's GPU, or without one 80 86 89 90),
 #        USE_CUBLAS=0, DATA_DIR (local folder holding the source files).
@@ -44,7 +44,7 @@ NVCC     ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2
 USE_CUBLAS ?= 0
 DATA_DIR ?=
 PYTHON   ?= /usr/bin/python3
-MATMUL   ?= fast
+LAYERS   ?= fast
 
 CFLAGS   ?= -O3 -fno-math-errno -Wall -Wextra -Wno-unused-parameter
 LDLIBS   := -lm
@@ -105,10 +105,10 @@ else
   SERVE_STATUS := server off (no libmicrohttpd found: apt-get install libmicrohttpd-dev)
 endif
 
-ifeq ($(MATMUL),naive)
-  MATMUL_FLAGS := -DMATMUL_NAIVE
-else ifneq ($(MATMUL),fast)
-  $(error MATMUL=$(MATMUL): use MATMUL=fast (the default) or MATMUL=naive)
+ifeq ($(LAYERS),naive)
+  LAYERS_FLAGS := -DLAYERS_NAIVE
+else ifneq ($(LAYERS),fast)
+  $(error LAYERS=$(LAYERS): use LAYERS=fast (the default) or LAYERS=naive)
 endif
 
 export CC CFLAGS LDLIBS PYTHON DATA_DIR
@@ -117,9 +117,9 @@ export CC CFLAGS LDLIBS PYTHON DATA_DIR
 HEADERS := $(wildcard gpt2/*.h)
 GPU_HEADERS := $(HEADERS) $(wildcard gpt2/gpu/*.cuh)
 
-# train_cpu and infer are rebuilt when the compiler or its flags change (MATMUL=naive, another
+# train_cpu and infer are rebuilt when the compiler or its flags change (LAYERS=naive, another
 # CC), not only when a source does: build/flags holds the last ones, rewritten when they differ.
-BUILD_FLAGS := $(CC) $(CFLAGS) $(MATMUL_FLAGS) $(MPI_FLAGS) $(SERVE_FLAGS)
+BUILD_FLAGS := $(CC) $(CFLAGS) $(LAYERS_FLAGS) $(MPI_FLAGS) $(SERVE_FLAGS)
 $(shell mkdir -p build && echo '$(BUILD_FLAGS)' | cmp -s - build/flags || echo '$(BUILD_FLAGS)' > build/flags)
 
 CPU_PROGRAMS := tokenizer train_cpu infer
@@ -218,10 +218,10 @@ tokenizer: tokenizer.c $(HEADERS)
 
 # The training programs depend on the data, so `make train_cpu && ./train_cpu` works on a fresh machine.
 train_cpu: train_cpu.c $(HEADERS) build/flags | data
-	$(CC) $(CFLAGS) $(MATMUL_FLAGS) $(MPI_FLAGS) -o $@ train_cpu.c $(LDLIBS) $(MPI_LIBS)
+	$(CC) $(CFLAGS) $(LAYERS_FLAGS) $(MPI_FLAGS) -o $@ train_cpu.c $(LDLIBS) $(MPI_LIBS)
 
 infer: infer.c $(HEADERS) build/flags | data
-	$(CC) $(CFLAGS) $(MATMUL_FLAGS) $(SERVE_FLAGS) -o $@ infer.c $(LDLIBS) $(SERVE_LIBS)
+	$(CC) $(CFLAGS) $(LAYERS_FLAGS) $(SERVE_FLAGS) -o $@ infer.c $(LDLIBS) $(SERVE_LIBS)
 
 train_gpu: train_gpu.cu $(GPU_HEADERS) $(NVCC_STAMP) | data
 ifeq ($(NVCC),)

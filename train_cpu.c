@@ -3,7 +3,7 @@
 //
 //   make train_cpu && ./train_cpu        a small GPT-2 from scratch on Tiny Shakespeare
 //   ./train_cpu -h                       every option
-//   make MATMUL=naive                    every layer on the plain loops that define it
+//   make LAYERS=naive                    every layer on the plain loops that define it
 //
 // The layers are gpt2/cpu_layers.h, the tensors gpt2/model.h, the run (options, data,
 // checkpoints) gpt2/run.h. Here: the model's memory, its forward and backward pass, AdamW, and
@@ -33,15 +33,20 @@ static void run_matmul_forward(float* out, const float* inp, const float* weight
     product_timer_stop(0, B * T, C, OC, t0);
 }
 
-// dinp and dbias added to; dweight added to, or written where write_dweight (the first backward
+// dinp and dbias added to; dweight added to, or with set_dweight written (the first backward
 // pass after gpt2_zero_grad, which leaves the matrices' gradients unzeroed)
 static void run_matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                                const float* weight, int B, int T, int C, int OC, int write_dweight) {
+                                const float* weight, int B, int T, int C, int OC, int set_dweight) {
     double t0 = product_timer_start();
-    if (bf16_products && write_dweight) matmul_backward_bf16_first(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
-    else if (bf16_products) matmul_backward_bf16(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
-    else if (write_dweight) matmul_backward_first(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
-    else matmul_backward(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
+    if (bf16_products && set_dweight) {
+        matmul_backward_bf16_set_dweight(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
+    } else if (bf16_products) {
+        matmul_backward_bf16(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
+    } else if (set_dweight) {
+        matmul_backward_set_dweight(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
+    } else {
+        matmul_backward(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
+    }
     product_timer_stop(1, B * T, C, OC, t0);
 }
 

@@ -47,7 +47,7 @@ void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* in
 // ---------- layernorm ----------
 // The definition; the model calls layernorm_forward and layernorm_backward (after attention,
 // below), which run layernorm_*_fast, the same arithmetic with its sums over a row in 16 lanes,
-// unless the build says MATMUL_NAIVE.
+// unless the build says LAYERS_NAIVE.
 
 // A row's output from its mean m and rstd s: (x - m) * s * weight + bias.
 static inline void layernorm_row_out(float* o, const float* x, float m, float s,
@@ -127,7 +127,7 @@ void layernorm_backward_naive(float* dinp, float* dweight, float* dbias, const f
 // ---------- matmul: the linear layers ----------
 // The naive loops are the definition. The fast ones do the same arithmetic through
 // gemm_accumulate (gpt2/cpu_math.h), arranged for caches and vector registers, and are tested
-// against them (test/matmul_check.c). `make MATMUL=naive` runs the whole model on the naive
+// against them (test/matmul_check.c). `make LAYERS=naive` runs the whole model on the naive
 // loops: slow, but every product can be followed in a debugger.
 
 void matmul_forward_naive(float* out, const float* inp, const float* weight, const float* bias,
@@ -215,16 +215,16 @@ void matmul_backward_fast(float* dinp, float* dweight, float* dbias, const float
 }
 
 // matmul_backward_fast for the first backward pass after the gradients are zeroed: dW =
-// dout^T . inp written, not added to what dweight holds (matmul_backward_first, below).
-void matmul_backward_fast_first(float* dinp, float* dweight, float* dbias, const float* dout,
-                                const float* inp, const float* weight, int B, int T, int C, int OC) {
+// dout^T . inp written, not added to what dweight holds (matmul_backward_set_dweight, below).
+void matmul_backward_fast_set_dweight(float* dinp, float* dweight, float* dbias, const float* dout,
+                                      const float* inp, const float* weight, int B, int T, int C, int OC) {
     int BT = B * T;
     matmul_dinp(dinp, dout, weight, BT, C, OC);                        // dinp += dout . weight
     gemm_bias(dweight, C, dout, 1, OC, inp, C, 1, OC, C, BT, NULL);    // dW = dout^T . inp
     if (dbias != NULL) matmul_dbias_rows(dbias, dout, BT, OC);
 }
 
-// The naive loops under MATMUL_NAIVE (`make MATMUL=naive`), the fast ones otherwise: one choice
+// The naive loops under LAYERS_NAIVE (`make LAYERS=naive`), the fast ones otherwise: one choice
 // for the linear layer's every pass, float32 and bf16 alike.
 typedef void matmul_forward_fn(float* out, const float* inp, const float* weight, const float* bias,
                                int B, int T, int C, int OC);
@@ -234,7 +234,7 @@ typedef void matmul_backward_fn(float* dinp, float* dweight, float* dbias, const
 static void matmul_forward_pick(matmul_forward_fn* naive, matmul_forward_fn* fast, float* out,
                                 const float* inp, const float* weight, const float* bias,
                                 int B, int T, int C, int OC) {
-#ifdef MATMUL_NAIVE
+#ifdef LAYERS_NAIVE
     (void)fast;
     naive(out, inp, weight, bias, B, T, C, OC);
 #else
@@ -248,7 +248,7 @@ static void matmul_forward_pick(matmul_forward_fn* naive, matmul_forward_fn* fas
 static void matmul_backward_pick(matmul_backward_fn* naive, matmul_backward_fn* fast, int first,
                                  float* dinp, float* dweight, float* dbias, const float* dout,
                                  const float* inp, const float* weight, int B, int T, int C, int OC) {
-#ifdef MATMUL_NAIVE
+#ifdef LAYERS_NAIVE
     (void)fast;
     if (first) memset(dweight, 0, (size_t)OC * C * sizeof(float));
     naive(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
@@ -275,9 +275,9 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
 // matmul_backward for the first backward pass after the gradients are zeroed (train_cpu.c:
 // gpt2_zero_grad): dweight = dout^T . inp written, the bits of adding it to zeros, so the
 // gradients need not be zeroed first nor read back. dinp and dbias are added to.
-void matmul_backward_first(float* dinp, float* dweight, float* dbias, const float* dout,
-                           const float* inp, const float* weight, int B, int T, int C, int OC) {
-    matmul_backward_pick(matmul_backward_naive, matmul_backward_fast_first, 1,
+void matmul_backward_set_dweight(float* dinp, float* dweight, float* dbias, const float* dout,
+                                 const float* inp, const float* weight, int B, int T, int C, int OC) {
+    matmul_backward_pick(matmul_backward_naive, matmul_backward_fast_set_dweight, 1,
                          dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
 }
 
@@ -286,13 +286,13 @@ void matmul_backward_first(float* dinp, float* dweight, float* dbias, const floa
 // costs as much as the product: pack_weight packs it once, at load, for matmul_forward_packed.
 // Batch invariance: each element is computed exactly as matmul_forward computes it, whatever B*T
 // is, wherever the row sits and whatever the thread count: a sequence's tokens do not depend on
-// which others share its decode steps (test_matmul). Under MATMUL_NAIVE the "packing" is a copy
+// which others share its decode steps (test_matmul). Under LAYERS_NAIVE the "packing" is a copy
 // and the product the naive loops, row-invariant too.
 
-// Values that a weight (OC, C) packs into: the fast form's `fast`, or under MATMUL_NAIVE the
+// Values that a weight (OC, C) packs into: the fast form's `fast`, or under LAYERS_NAIVE the
 // weight's own layout, OC x C.
 static size_t packed_size_pick(size_t fast, int C, int OC) {
-#ifdef MATMUL_NAIVE
+#ifdef LAYERS_NAIVE
     (void)fast;
     return (size_t)OC * C;
 #else
@@ -308,7 +308,7 @@ size_t packed_weight_size(int C, int OC) {
 
 // packed (packed_weight_size(C, OC) floats, 64-byte aligned) = weight (OC, C), packed.
 void pack_weight(float* packed, const float* weight, int C, int OC) {
-#ifdef MATMUL_NAIVE
+#ifdef LAYERS_NAIVE
     memcpy(packed, weight, (size_t)OC * C * sizeof(float));
 #else
     gemm_pack_b(packed, weight, 1, C, C, OC);   // weight^T(k, o) = weight[o*C + k]
@@ -319,7 +319,7 @@ void pack_weight(float* packed, const float* weight, int C, int OC) {
 // bias may be NULL. The same bits as matmul_forward.
 void matmul_forward_packed(float* out, const float* inp, const float* packed_weight,
                            const float* bias, int B, int T, int C, int OC) {
-#ifdef MATMUL_NAIVE
+#ifdef LAYERS_NAIVE
     matmul_forward_naive(out, inp, packed_weight, bias, B, T, C, OC);
 #else
     gemm_bias_packed(out, OC, inp, C, 1, packed_weight, B * T, OC, C, bias);
@@ -381,9 +381,9 @@ void matmul_backward_bf16_fast(float* dinp, float* dweight, float* dbias, const 
 }
 
 // matmul_backward_bf16_fast for the first backward pass after the gradients are zeroed: dW
-// written, not added to (matmul_backward_first, in float32).
-void matmul_backward_bf16_fast_first(float* dinp, float* dweight, float* dbias, const float* dout,
-                                     const float* inp, const float* weight, int B, int T, int C, int OC) {
+// written, not added to (matmul_backward_set_dweight, in float32).
+void matmul_backward_bf16_fast_set_dweight(float* dinp, float* dweight, float* dbias, const float* dout,
+                                           const float* inp, const float* weight, int B, int T, int C, int OC) {
     int BT = B * T;
     gemm_accumulate_bf16(dinp, C, dout, OC, 1, weight, C, 1, BT, C, OC);   // dinp += dout . weight
     gemm_bias_bf16(dweight, C, dout, 1, OC, inp, C, 1, OC, C, BT, NULL);   // dW = dout^T . inp
@@ -405,14 +405,14 @@ void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, const float
                          dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
 }
 
-// matmul_backward_bf16 for the first backward pass: dweight written (matmul_backward_first).
-void matmul_backward_bf16_first(float* dinp, float* dweight, float* dbias, const float* dout,
-                                const float* inp, const float* weight, int B, int T, int C, int OC) {
-    matmul_backward_pick(matmul_backward_bf16_naive, matmul_backward_bf16_fast_first, 1,
+// matmul_backward_bf16 for the first backward pass: dweight written (matmul_backward_set_dweight).
+void matmul_backward_bf16_set_dweight(float* dinp, float* dweight, float* dbias, const float* dout,
+                                      const float* inp, const float* weight, int B, int T, int C, int OC) {
+    matmul_backward_pick(matmul_backward_bf16_naive, matmul_backward_bf16_fast_set_dweight, 1,
                          dinp, dweight, dbias, dout, inp, weight, B, T, C, OC);
 }
 
-// The weight packed once, as pack_weight and matmul_forward_packed in float32. Under MATMUL_NAIVE
+// The weight packed once, as pack_weight and matmul_forward_packed in float32. Under LAYERS_NAIVE
 // the "packing" is the weight rounded to bf16 in its own layout, and the product the naive loops.
 
 // bf16 values that pack_weight_bf16 writes for a weight (OC, C).
@@ -423,7 +423,7 @@ size_t packed_weight_size_bf16(int C, int OC) {
 // packed (packed_weight_size_bf16(C, OC) values, 64-byte aligned) = weight (OC, C) rounded to
 // bf16, packed.
 void pack_weight_bf16(bf16_t* packed, const float* weight, int C, int OC) {
-#ifdef MATMUL_NAIVE
+#ifdef LAYERS_NAIVE
     for (size_t i = 0; i < (size_t)OC * C; i++) packed[i] = bf16_from_float(weight[i]);
 #else
     gemm_pack_b_bf16(packed, weight, 1, C, C, OC);   // weight^T(k, o) = weight[o*C + k]
@@ -434,7 +434,7 @@ void pack_weight_bf16(bf16_t* packed, const float* weight, int C, int OC) {
 // NULL. The same bits as matmul_forward_bf16 on the weight it was packed from.
 void matmul_forward_packed_bf16(float* out, const float* inp, const bf16_t* packed_weight,
                                 const float* bias, int B, int T, int C, int OC) {
-#ifdef MATMUL_NAIVE
+#ifdef LAYERS_NAIVE
     #pragma omp parallel for
     for (int bt = 0; bt < B * T; bt++) {
         const float* x = inp + (size_t)bt * C;
@@ -659,7 +659,7 @@ void attention_backward_fast(float* dinp, float* dpreatt, float* datt, const flo
 
 void attention_forward(float* out, float* preatt, float* att, const float* inp,
                        int B, int T, int C, int NH) {
-#ifdef MATMUL_NAIVE
+#ifdef LAYERS_NAIVE
     attention_forward_naive(out, preatt, att, inp, B, T, C, NH);
 #else
     attention_forward_fast(out, preatt, att, inp, B, T, C, NH);
@@ -668,7 +668,7 @@ void attention_forward(float* out, float* preatt, float* att, const float* inp,
 
 void attention_backward(float* dinp, float* dpreatt, float* datt, const float* dout,
                         const float* inp, const float* att, int B, int T, int C, int NH) {
-#ifdef MATMUL_NAIVE
+#ifdef LAYERS_NAIVE
     attention_backward_naive(dinp, dpreatt, datt, dout, inp, att, B, T, C, NH);
 #else
     attention_backward_fast(dinp, dpreatt, datt, dout, inp, att, B, T, C, NH);
@@ -762,7 +762,7 @@ void layernorm_backward_fast(float* dinp, float* dweight, float* dbias, const fl
 
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                        const float* weight, const float* bias, int B, int T, int C) {
-#ifdef MATMUL_NAIVE
+#ifdef LAYERS_NAIVE
     layernorm_forward_naive(out, mean, rstd, inp, weight, bias, B, T, C);
 #else
     layernorm_forward_fast(out, mean, rstd, inp, weight, bias, B, T, C);
@@ -772,7 +772,7 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, const float* mean,
                         const float* rstd, int B, int T, int C) {
-#ifdef MATMUL_NAIVE
+#ifdef LAYERS_NAIVE
     layernorm_backward_naive(dinp, dweight, dbias, dout, inp, weight, mean, rstd, B, T, C);
 #else
     layernorm_backward_fast(dinp, dweight, dbias, dout, inp, weight, mean, rstd, B, T, C);

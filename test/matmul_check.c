@@ -853,11 +853,11 @@ int main(int argc, char** argv) {
     fails += check_packed_rows(0, 29, 768, 301, 1);
     fails += check_packed_rows(0, 64, 300, MM_NC + 37, 0);
     fails += check_packed_rows(0, 100, 300, 37, 1);             // slices of rows at M = 100
-    fails += check_backward_first("matmul_backward_fast_first", matmul_backward_fast,
-                                  matmul_backward_fast_first, 257, 769, 301);
-    fails += check_backward_first("matmul_backward_fast_first", matmul_backward_fast,
-                                  matmul_backward_fast_first, 2 * MM_KC + 9, 40, 33);   // k blocks
-    fails += check_backward_first("matmul_backward_first", matmul_backward, matmul_backward_first,
+    fails += check_backward_first("matmul_backward_fast_set_dweight", matmul_backward_fast,
+                                  matmul_backward_fast_set_dweight, 257, 769, 301);
+    fails += check_backward_first("matmul_backward_fast_set_dweight", matmul_backward_fast,
+                                  matmul_backward_fast_set_dweight, 2 * MM_KC + 9, 40, 33);   // k blocks
+    fails += check_backward_first("matmul_backward_set_dweight", matmul_backward, matmul_backward_set_dweight,
                                   65, 100, 37);
     fails += check_dot_lanes();
     fails += check_layernorm(256, 768);          // d12's rows
@@ -892,12 +892,12 @@ int main(int argc, char** argv) {
     fails += check_bf16_shape(601, 70, 33, 1, 1);              // odd K in dweight's last block
     fails += check_determinism("matmul_forward/backward_bf16", matmul_forward_bf16,
                                matmul_backward_bf16, 257, 769, 301);
-    fails += check_backward_first("matmul_backward_bf16_fast_first", matmul_backward_bf16_fast,
-                                  matmul_backward_bf16_fast_first, 257, 769, 301);
-    fails += check_backward_first("matmul_backward_bf16_fast_first", matmul_backward_bf16_fast,
-                                  matmul_backward_bf16_fast_first, 2 * BF_KC + 9, 40, 33);
-    fails += check_backward_first("matmul_backward_bf16_first", matmul_backward_bf16,
-                                  matmul_backward_bf16_first, 65, 100, 37);
+    fails += check_backward_first("matmul_backward_bf16_fast_set_dweight", matmul_backward_bf16_fast,
+                                  matmul_backward_bf16_fast_set_dweight, 257, 769, 301);
+    fails += check_backward_first("matmul_backward_bf16_fast_set_dweight", matmul_backward_bf16_fast,
+                                  matmul_backward_bf16_fast_set_dweight, 2 * BF_KC + 9, 40, 33);
+    fails += check_backward_first("matmul_backward_bf16_set_dweight", matmul_backward_bf16,
+                                  matmul_backward_bf16_set_dweight, 65, 100, 37);
     fails += check_packed_gemm(1, packed_rows, n_packed, 37, 300, 1);
     fails += check_packed_gemm(1, packed_rows, n_packed, 301, 2 * BF_KC + 7, 1);
     fails += check_packed_gemm(1, packed_rows, n_packed, 301, 301, 0);

@@ -6,7 +6,7 @@
 # the same without AVX512_BF16 (-mno-avx512bf16, where -march=native gives it: the bf16 products
 # on float32 FMAs with AVX-512 vectors), the portable x86-64 baseline (16-byte vectors), the
 # plain-C fallback (-DMATMUL_PLAIN_C, scalar register tile, what compilers without GCC vector
-# extensions get), and the naive build (-DMATMUL_NAIVE, make MATMUL=naive: matmul_forward_packed
+# extensions get), and the naive build (-DLAYERS_NAIVE, make LAYERS=naive: matmul_forward_packed
 # on the naive loops). Every build sums the bf16 products in the same order, so their bf16
 # fingerprints (a hash of one layer's products) must agree; where the machine has AMX the native
 # build runs once more with its bf16 products on AMX's tiles (their own bits: every check but the
@@ -25,7 +25,7 @@ no_bf16=""
   && $CC -march=native -dM -E -x c /dev/null | grep -q __AVX512BF16__ && no_bf16="$native -mno-avx512bf16"
 variants=("native:$base_flags $native")
 [ -n "$no_bf16" ] && variants+=("native-no-bf16:$base_flags $no_bf16")
-variants+=("baseline:$base_flags" "plain-c:$base_flags -DMATMUL_PLAIN_C" "naive:$base_flags $native -DMATMUL_NAIVE")
+variants+=("baseline:$base_flags" "plain-c:$base_flags -DMATMUL_PLAIN_C" "naive:$base_flags $native -DLAYERS_NAIVE")
 status=0
 fingerprints=""
 for variant in "${variants[@]}"; do

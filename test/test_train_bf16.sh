@@ -28,7 +28,7 @@
 #      agree to float32 rounding in most elements (compare_moments.py --precision bf16 says why
 #      not in all). This is what 1 cannot tell: a product left in float32, or rounding what
 #      train_cpu keeps in float32, moves every element of a weight's gradient by about 2^-8 of
-#      its terms. For ./train_cpu and the MATMUL=naive build; and -p fp32, whose products skip
+#      its terms. For ./train_cpu and the LAYERS=naive build; and -p fp32, whose products skip
 #      the rounding, must fail it. Skipped, saying so, without PyTorch.
 set -u
 . "$(dirname "$0")/lib.sh"
@@ -125,7 +125,7 @@ else
   # the first step reads the first 128 tokens of small_train.bin (-R 0), as gpt2_ref.py reference does
   $PY dev/reference/gpt2_ref.py reference --model "$dir/small.bin" --tokens "$dir/small_train.bin" --B 8 --T 16 \
     --steps 0 --precision bf16 --out "$dir/small_ref.dump" >/dev/null || exit 1
-  $CC $CFLAGS -DMATMUL_NAIVE -o "$dir/train_cpu_naive" train_cpu.c -lm || { echo "FAIL: the MATMUL=naive build does not build"; exit 1; }
+  $CC $CFLAGS -DLAYERS_NAIVE -o "$dir/train_cpu_naive" train_cpu.c -lm || { echo "FAIL: the LAYERS=naive build does not build"; exit 1; }
   for run in "./train_cpu bf16" "$dir/train_cpu_naive bf16" "./train_cpu fp32"; do
     read -r bin p <<<"$run"
     out=$dir/small_$(basename "$bin")_$p

@@ -12,7 +12,7 @@
 #    same run in PyTorch from the same options; test/compare_run.py checks every printed step's
 #    loss, gradient norm and learning rate, every validation loss, the number of those lines and
 #    the final parameters. This catches what part 1 cannot: main's loop, the schedule, the loader
-#    moving through the file, AdamW's step count. Then again with a -DMATMUL_NAIVE build.
+#    moving through the file, AdamW's step count. Then again with a -DLAYERS_NAIVE build.
 #   R1: L=2 NH=4 C=16 V=97, B=7 T=9 (63, not a multiple of 8; maxT 32), 12 steps over a training
 #       file of 5 batches (the loader wraps twice), warmup 3 then cosine decay to 0.1, weight
 #       decay 0.1, validation every 4 steps on 2 of the 3 validation batches
@@ -48,7 +48,7 @@ if [ ! -x "$TRAIN_CPU" ]; then
   echo "FAIL: $TRAIN_CPU not found (run make first)"; exit 1
 fi
 naive=$dir/train_cpu_naive
-$CC $CFLAGS -DMATMUL_NAIVE -o "$naive" train_cpu.c -lm || { echo "FAIL: $naive does not build"; exit 1; }
+$CC $CFLAGS -DLAYERS_NAIVE -o "$naive" train_cpu.c -lm || { echo "FAIL: $naive does not build"; exit 1; }
 
 real_run() {  # name, V, make-model args, validation tokens, steps, the other train_cpu options
   local name=$1 V=$2 model_args=$3 nval=$4 steps=$5 opts=$6
