@@ -59,6 +59,7 @@ typedef struct {
     int num_pages;
     int rows;         // tokens in one pass, at most
     int slots;        // sequences in one pass, at most
+    float* all_logits; // (B*T, Vp) NULL, or where a pass also writes every token's logits (the tests)
 } Generator;
 
 // Bytes of a weight (OC, C) packed in the products' precision, rounded up to whole 64-byte
@@ -102,6 +103,7 @@ static void generator_pack(Generator* g, const GPT2* model) {
 // memory used follows the pages taken (the pool hands out low page ids first).
 void generator_build(Generator* g, const GPT2* model, int slots, int num_pages, int bf16) {
     GPT2Config c = model->config;
+    memset(g, 0, sizeof(*g));
     g->bf16 = bf16;
     generator_pack(g, model);
     size_t L = c.num_layers, C = c.channels;
@@ -149,9 +151,11 @@ static void generator_matmul(float* out, const float* inp, PackedMatrix w, int l
 
 // Runs a pass (gpt2/engine.h: T tokens of each of B sequences, sequence b from position pos[b]),
 // adding their keys and values to their pages; writes each sequence's last logits to logits
-// (B, Vp), and with all_logits non-NULL every token's, (B*T, Vp), for the tests. The engine has
-// checked the tokens and taken the pages.
-void generator_forward(Generator* g, const EnginePass* pass, float* logits, float* all_logits) {
+// (B, Vp), and where g->all_logits is set every token's. ctx: the Generator, as the engine's
+// device calls it. The engine has checked the tokens and taken the pages.
+void generator_forward(void* ctx, const EnginePass* pass, float* logits) {
+    Generator* g = (Generator*)ctx;
+    float* all_logits = g->all_logits;
     GPT2Config cfg = g->model->config;
     int B = pass->B, T = pass->T, C = cfg.channels, NH = cfg.num_heads, Vp = cfg.padded_vocab_size;
     if ((size_t)B * T > (size_t)g->rows || B > g->slots) fail("generator_forward: a pass larger than built for");
@@ -195,56 +199,33 @@ void generator_forward(Generator* g, const EnginePass* pass, float* logits, floa
     generator_matmul(logits, t.last_ln, g->wte, 0, NULL, B, 1, C, Vp);
 }
 
-// ---------- the device ----------
-
-static void cpu_forward(void* ctx, const EnginePass* pass, float* logits) {
-    generator_forward((Generator*)ctx, pass, logits, NULL);
-}
-
-// precision: fp32 or bf16 (infer_run.h has checked it): the products'; the cache is float32 in both.
-static void cpu_build(const GPT2* model, int slots, int pages, const char* precision, EngineDevice* device) {
-    Generator* g = (Generator*)malloc_check(sizeof(Generator));
-    generator_build(g, model, slots, pages, strcmp(precision, "bf16") == 0);
-    device->ctx = g;
-    device->forward = cpu_forward;
-}
-
-static void cpu_free(EngineDevice* device) {
-    generator_free((Generator*)device->ctx);
-    free(device->ctx);
-}
-
-// The cache holds float32 keys and values in either precision.
-static size_t cpu_value_bytes(const char* precision) {
-    (void)precision;
-    return sizeof(float);
-}
-
-// float32 by default; bf16 for a model whose weights are bf16 values (.bf16_weights_in_bf16).
-static const char* cpu_init(char* name, size_t cap) {
-    snprintf(name, cap, "cpu, %d threads", num_threads());
-    return "fp32";
-}
-
-// What the bf16 products run on in this build (gpt2/cpu_bf16.h), for the header line.
-static const char* cpu_arith(const char* precision) {
-    return strcmp(precision, "bf16") == 0 ? cpu_bf16_arith() : NULL;
-}
-
-static const InferDevice INFER_CPU = {
-    .init = cpu_init,
-    .build = cpu_build,
-    .free = cpu_free,
-    .value_bytes = cpu_value_bytes,
-    .bf16_weights_in_bf16 = 1,
-    .arith = cpu_arith,
-};
-
 // ---------- main ----------
 #ifndef INFER_NO_MAIN  // test/infer_check.c defines it to call the functions above
 
 int main(int argc, char** argv) {
-    return infer_main(argc, argv, &INFER_CPU);
+    InferConfig cfg = infer_parse_args(argc, argv);
+    if (cfg.export_dir != NULL) return infer_export(&cfg);
+    infer_prepare(&cfg);
+    GPT2 model;
+    Tokenizer tok;
+    infer_load(&cfg, &model, &tok);
+    // float32 by default, bf16 for a model whose weights are bf16 values (a bf16 checkpoint)
+    if (cfg.precision == NULL) cfg.precision = weights_are_bf16(&model) ? "bf16" : "fp32";
+    int bf16 = strcmp(cfg.precision, "bf16") == 0, slots = infer_slots(&cfg);
+    int pages = infer_pool_pages(&cfg, model.config, slots, sizeof(float));  // the cache is float32
+    Generator g;
+    generator_build(&g, &model, slots, pages, bf16);
+    EngineDevice device = {&g, generator_forward};  // the engine runs its passes through it
+    char name[256];
+    snprintf(name, sizeof(name), "cpu, %d threads, %s%s%s%s", num_threads(), cfg.precision, bf16 ? " (" : "",
+             bf16 ? cpu_bf16_arith() : "", bf16 ? ")" : "");
+    int status = cfg.serve != NULL      ? infer_serve(&cfg, &model, &tok, device, pages, name)
+                 : cfg.requests != NULL ? infer_requests(&cfg, &model, &tok, device, pages, sizeof(float), name)
+                                        : infer_one_prompt(&cfg, &model, &tok, device, pages, name);
+    generator_free(&g);
+    tokenizer_free(&tok);
+    gpt2_free(&model);
+    return status;
 }
 
 #endif // INFER_NO_MAIN

@@ -15,69 +15,61 @@
 #include "gpt2/gpu/generate.cuh"
 #include "gpt2/infer_run.h"
 
-// ---------- the device ----------
+// ---------- the model on the GPU ----------
 
-// The model on the GPU, one per process: its float32 parameters, and in bf16 their bf16 copy.
-static struct {
-    float* params;                  // (num_parameters) on the GPU
-    bf16* params16;                 // (num_parameters) the bf16 copy; NULL in fp32
-    int is_bf16;
-} weights_gpu;
-
-static size_t gpu_value_bytes(const char* precision) {
-    return strcmp(precision, "bf16") == 0 ? sizeof(bf16) : sizeof(float);
-}
-
-static void gpu_build(const GPT2* model, int slots, int pages, const char* precision, EngineDevice* device) {
+// The generator over a host model's weights copied to the GPU (params, and in bf16 params16,
+// their bf16 copy, which the caller frees with them).
+static EngineDevice gpu_build(const GPT2* model, int bf16, int slots, int pages, float** params, bf16** params16) {
     GPT2Config c = model->config;
-    weights_gpu.is_bf16 = strcmp(precision, "bf16") == 0;
-    if (weights_gpu.is_bf16 && cuda_device.prop.major < 8) {
+    if (bf16 && cuda_device.prop.major < 8) {
         fail("-w bf16 needs a GPU of compute capability 8.0 or newer (this one: %s, %d.%d): use -w fp32",
              cuda_device.prop.name, cuda_device.prop.major, cuda_device.prop.minor);
     }
-    if (weights_gpu.is_bf16 && !flash_attention_supports(c.channels / c.num_heads)) {
+    if (bf16 && !flash_attention_supports(c.channels / c.num_heads)) {
         fail("-w bf16: flash attention is built for head sizes 16, 32, 64 and 128, and this model's is %d "
              "(C=%d, NH=%d): use -w fp32", c.channels / c.num_heads, c.channels, c.num_heads);
     }
     size_t n = model->num_parameters;
-    cuda_check(cudaMalloc((void**)&weights_gpu.params, n * sizeof(float)));
-    cuda_check(cudaMemcpy(weights_gpu.params, model->params_memory, n * sizeof(float), cudaMemcpyHostToDevice));
+    cuda_check(cudaMalloc((void**)params, n * sizeof(float)));
+    cuda_check(cudaMemcpy(*params, model->params_memory, n * sizeof(float), cudaMemcpyHostToDevice));
     ParameterTensors p;
-    point_tensors((float**)&p, weights_gpu.params, model->param_sizes, NUM_PARAMETER_TENSORS);
-    if (weights_gpu.is_bf16) {
-        cuda_check(cudaMalloc((void**)&weights_gpu.params16, n * sizeof(bf16)));
-        float_to_bf16_gpu(weights_gpu.params16, weights_gpu.params, n);
-        *device = generator_gpu_device(c, p, weights_over_copy(p, weights_gpu.params16, model->param_sizes), slots,
-                                       pages);
-    } else {
-        *device = generator_gpu_device(c, p, p, slots, pages);
-    }
+    point_tensors((float**)&p, *params, model->param_sizes, NUM_PARAMETER_TENSORS);
+    *params16 = NULL;
+    if (!bf16) return generator_gpu_device(c, p, p, slots, pages);
+    cuda_check(cudaMalloc((void**)params16, n * sizeof(bf16)));
+    float_to_bf16_gpu(*params16, *params, n);
+    return generator_gpu_device(c, p, weights_over_copy(p, *params16, model->param_sizes), slots, pages);
 }
-
-static void gpu_free(EngineDevice* device) {
-    if (weights_gpu.is_bf16) {
-        generator_gpu_device_free<bf16>(device);
-        cuda_check(cudaFree(weights_gpu.params16));
-    } else {
-        generator_gpu_device_free<float>(device);
-    }
-    cuda_check(cudaFree(weights_gpu.params));
-    memset(&weights_gpu, 0, sizeof(weights_gpu));
-}
-
-// The GPU this process sees (no device: one line, exit 1); bf16 where it has bf16 tensor cores.
-static const char* gpu_init(char* name, size_t cap) {
-    cuda_device_init();
-    snprintf(name, cap, "%s", cuda_device.prop.name);
-    return cuda_device.prop.major >= 8 ? "bf16" : "fp32";
-}
-
-static const InferDevice INFER_GPU = {gpu_init, gpu_build, gpu_free, gpu_value_bytes};
 
 // ---------- main ----------
 
 int main(int argc, char** argv) {
     cuda_make_target = "infer_gpu";  // named by the errors that say to rebuild
     cuda_cpu_instead = "./infer";     // and by "no CUDA device found"
-    return infer_main(argc, argv, &INFER_GPU);
+    InferConfig cfg = infer_parse_args(argc, argv);
+    if (cfg.export_dir != NULL) return infer_export(&cfg);
+    infer_prepare(&cfg);
+    cuda_device_init();  // no device: one line, exit 1
+    GPT2 model;
+    Tokenizer tok;
+    infer_load(&cfg, &model, &tok);
+    if (cfg.precision == NULL) cfg.precision = cuda_device.prop.major >= 8 ? "bf16" : "fp32";
+    int bf16 = strcmp(cfg.precision, "bf16") == 0, slots = infer_slots(&cfg);
+    size_t value_bytes = bf16 ? sizeof(bf16) : sizeof(float);  // of a key or value in the pages
+    int pages = infer_pool_pages(&cfg, model.config, slots, value_bytes);
+    float* params;
+    bf16* params16;
+    EngineDevice device = gpu_build(&model, bf16, slots, pages, &params, &params16);
+    char name[256];
+    snprintf(name, sizeof(name), "%s, %s", cuda_device.prop.name, cfg.precision);
+    int status = cfg.serve != NULL      ? infer_serve(&cfg, &model, &tok, device, pages, name)
+                 : cfg.requests != NULL ? infer_requests(&cfg, &model, &tok, device, pages, value_bytes, name)
+                                        : infer_one_prompt(&cfg, &model, &tok, device, pages, name);
+    if (bf16) generator_gpu_device_free<bf16>(&device);
+    else generator_gpu_device_free<float>(&device);
+    cuda_check(cudaFree(params16));
+    cuda_check(cudaFree(params));
+    tokenizer_free(&tok);
+    gpt2_free(&model);
+    return status;
 }

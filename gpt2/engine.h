@@ -383,9 +383,10 @@ static inline int engine_fits_context(const Engine* e, Request* req, size_t n) {
 }
 
 // Starts req, whose prompt is ids (P tokens, within the context), in a free slot if the pool can
-// promise the pages of its whole length: prefills the prompt and samples the first token.
-// Returns 1 with req and ids taken over; 0 when the pool cannot promise them yet (req waits).
-static inline int engine_admit(Engine* e, Request* req, int* ids, int P) {
+// promise the pages of its whole length, and sets *pass to the prompt's prefill, which the caller
+// runs on the device and hands back to engine_admitted. Returns 1 with req taken over; 0 when the
+// pool cannot promise the pages yet (req waits).
+static inline int engine_admit(Engine* e, Request* req, const int* ids, int P, EnginePass* pass) {
     GPT2Config c = *e->config;
     int max_new = req->params.max_tokens > 0 ? req->params.max_tokens : c.max_seq_len - P;
     // positions used: the prompt and every generated token but the last, which is never run
@@ -408,26 +409,29 @@ static inline int engine_admit(Engine* e, Request* req, int* ids, int P) {
     e->active++;
     e->requests++;
     e->prompt_tokens += P;
-
     // prefill: the whole prompt in one pass, alone
     sequence_grow(e, s, P);
     e->pass_pos[0] = 0;
-    EnginePass pass = engine_pass(1, P, ids, e->pass_pos, s->pages, e->max_pages);
-    double t0 = now_seconds();
-    e->device.forward(e->device.ctx, &pass, e->logits);
-    e->prefill_seconds += now_seconds() - t0;
-    e->prefills++;
-    s->len = P;
-    free(ids);
-    engine_take_token(e, i, sampler_sample(&s->sampler, e->logits));
+    e->pass_slot[0] = i;
+    *pass = engine_pass(1, P, ids, e->pass_pos, s->pages, e->max_pages);
     return 1;
+}
+
+// After the device ran an admission's prefill (in `seconds`), its logits in e->logits: the
+// sequence samples its first token.
+static inline void engine_admitted(Engine* e, double seconds) {
+    int i = e->pass_slot[0];
+    Sequence* s = &e->seq[i];
+    e->prefill_seconds += seconds;
+    e->prefills++;
+    s->len = s->P;
+    engine_take_token(e, i, sampler_sample(&s->sampler, e->logits));
 }
 
 // ---------- decode ----------
 
-// One decode step of every active sequence: their last tokens through the model as one batch,
-// then one new token each.
-static inline void engine_decode(Engine* e) {
+// One decode step of every active sequence: their last tokens as one batch (B = 0: none).
+static inline EnginePass engine_decode_pass(Engine* e) {
     int B = 0;
     for (int i = 0; i < e->slots; i++) {
         Sequence* s = &e->seq[i];
@@ -439,16 +443,17 @@ static inline void engine_decode(Engine* e) {
         memcpy(e->pass_pages + (size_t)B * e->max_pages, s->pages, (size_t)kv_pages_for(s->len + 1) * sizeof(int));
         B++;
     }
-    if (B == 0) return;
     if (B > e->peak_batch) e->peak_batch = B;
-    EnginePass pass = engine_pass(B, 1, e->pass_tokens, e->pass_pos, e->pass_pages, e->max_pages);
-    double t0 = now_seconds();
-    e->device.forward(e->device.ctx, &pass, e->logits);
-    e->decode_seconds += now_seconds() - t0;
+    return engine_pass(B, 1, e->pass_tokens, e->pass_pos, e->pass_pages, e->max_pages);
+}
+
+// After the device ran a decode step of B sequences (in `seconds`): one new token each, every
+// sequence sampling with its own sampler (in parallel: the same as one by one).
+static inline void engine_decoded(Engine* e, int B, double seconds) {
+    e->decode_seconds += seconds;
     e->decode_steps++;
     int Vp = e->config->padded_vocab_size;
     int* next = e->pass_tokens;  // reused: the tokens sampled, one per sequence
-    // each sequence samples with its own sampler: in parallel, and the same as one by one
     #pragma omp parallel for schedule(dynamic, 1)
     for (int b = 0; b < B; b++) {
         Sequence* s = &e->seq[e->pass_slot[b]];
@@ -485,9 +490,14 @@ static inline void engine_run(Engine* e, EngineSource source, void* src) {
                     ids = NULL;
                 }
             }
+            EnginePass pass;
             if (next.error[0] != '\0') {
                 engine_reject(e, &next);
-            } else if (engine_admit(e, &next, ids, (int)n)) {
+            } else if (engine_admit(e, &next, ids, (int)n, &pass)) {
+                double t0 = now_seconds();
+                e->device.forward(e->device.ctx, &pass, e->logits);  // the prompt's prefill
+                engine_admitted(e, now_seconds() - t0);
+                free(ids);
                 ids = NULL;
             } else {
                 if (e->active == 0) fail("engine: a request that fits the model does not fit an empty pool (a bug)");
@@ -495,7 +505,11 @@ static inline void engine_run(Engine* e, EngineSource source, void* src) {
             }
             have = source(src, &next);
         }
-        engine_decode(e);
+        EnginePass pass = engine_decode_pass(e);
+        if (pass.B == 0) continue;
+        double t0 = now_seconds();
+        e->device.forward(e->device.ctx, &pass, e->logits);  // one token of every active sequence
+        engine_decoded(e, pass.B, now_seconds() - t0);
     }
     engine_flush(e);
 }

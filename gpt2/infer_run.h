@@ -2,7 +2,7 @@
 // (GPU): the flags, the two ways of running (one prompt printed as it is generated; a file of
 // requests answered as JSON lines), and the report; and --export, which writes the model in
 // Hugging Face's layout instead, on the host, before any device is started. Each program brings
-// its device (EngineDevice: the forward pass over its paged cache) and calls infer_main.
+// its device (EngineDevice: the forward pass over its paged cache) and runs one of the modes below.
 
 #ifndef GPT2_INFER_RUN_H
 #define GPT2_INFER_RUN_H
@@ -21,7 +21,7 @@ typedef struct {
     const char* requests;    // -f: a file of JSON lines ("-": stdin); NULL: one prompt
     int slots;               // -b: sequences decoded together
     int pages;               // -m: pages in the key-value pool; 0: the default
-    const char* precision;   // -w: fp32 or bf16; NULL: the device's default (infer_default_precision)
+    const char* precision;   // -w: fp32 or bf16; NULL: the device's default
     GenParams gen;           // -n -T -K -P -S: each request's defaults
     int max_new_given;       // -n was given
     int stop_at_eot;         // -E
@@ -325,7 +325,10 @@ static int infer_serve(const InferConfig* cfg, const GPT2* model, const Tokenize
     opt.queue = cfg->queue;
     opt.time_limit = cfg->time_limit;
     opt.connections = cfg->connections;
-    int status = server_run(&e, &opt);
+    Server server;
+    server_start(&server, &e, &opt);  // the HTTP threads, and one for the signals
+    server_engine_loop(&server);      // the engine in this thread, until SIGINT or SIGTERM
+    int status = server_stop(&server);
     engine_free(&e);
     return status;
 #else
@@ -335,37 +338,15 @@ static int infer_serve(const InferConfig* cfg, const GPT2* model, const Tokenize
 #endif
 }
 
-// A device, as infer_main drives it:
-typedef struct {
-    // starts the device (after the flags are read: -h needs none); writes its name, returns the
-    // precision it generates in by default
-    const char* (*init)(char* name, size_t cap);
-    // the model on the device, for `slots` sequences at once and a pool of `pages` pages
-    void (*build)(const GPT2* model, int slots, int pages, const char* precision, EngineDevice* device);
-    void (*free)(EngineDevice* device);
-    size_t (*value_bytes)(const char* precision);  // of a key or value in the pages
-    // Optional (0, NULL: none; the GPU has neither, its default being bf16 wherever it can).
-    // 1: a model whose weights are all bf16 values generates in bf16 by default
-    int bf16_weights_in_bf16;
-    // what the products run on in this precision, said in the header line (NULL: nothing to say)
-    const char* (*arith)(const char* precision);
-} InferDevice;
-
 // Whether every parameter of the model is a bf16 value (its low 16 bits zero), as those of a bf16
 // checkpoint are: rounding them to bf16 changes nothing. Stops at the first that is not.
-static int weights_are_bf16(const GPT2* model) {
+static inline int weights_are_bf16(const GPT2* model) {
     for (size_t i = 0; i < model->num_parameters; i++) {
         uint32_t bits;
         memcpy(&bits, &model->params_memory[i], sizeof(bits));
         if ((bits & 0xffffu) != 0) return 0;
     }
     return 1;
-}
-
-// The precision without -w: the device's, or bf16 for a model of bf16 weights on a device that
-// says so (.bf16_weights_in_bf16).
-static const char* infer_default_precision(const InferDevice* dev, const GPT2* model, const char* device_default) {
-    return dev->bf16_weights_in_bf16 && weights_are_bf16(model) ? "bf16" : device_default;
 }
 
 // --export: the model (any -e) in Hugging Face's layout, on the host; no tokenizer, no device.
@@ -384,46 +365,32 @@ static int infer_export(const InferConfig* cfg) {
     return 0;
 }
 
-// The program: reads the flags, the model and the tokenizer, builds the device and runs one
-// prompt or the requests; returns the exit status. (inline: test/infer_check.c includes infer.c
-// without its main, which would otherwise leave this unused and warned of.)
-static inline int infer_main(int argc, char** argv, const InferDevice* dev) {
-    InferConfig cfg = infer_parse_args(argc, argv);
-    if (cfg.export_dir != NULL) return infer_export(&cfg);
+// --serve: the address checked before the model is read, and the signals blocked before any
+// thread starts (OpenMP's, CUDA's).
+static void infer_prepare(InferConfig* cfg) {
 #ifdef GPT2_SERVE
-    if (cfg.serve != NULL) {
-        server_address(cfg.serve, &cfg.serve_addr);  // a bad address is told before the model is read
-        server_block_signals();  // before any thread starts (OpenMP's too)
+    if (cfg->serve != NULL) {
+        server_address(cfg->serve, &cfg->serve_addr);
+        server_block_signals();
     }
+#else
+    (void)cfg;
 #endif
-    char name[256];
-    const char* precision = dev->init(name, sizeof(name));
-    GPT2 model;
-    gpt2_build(&model, cfg.model, cfg.gen.seed);
-    if (cfg.precision == NULL) cfg.precision = infer_default_precision(dev, &model, precision);
-    Tokenizer tok;
-    tokenizer_init(&tok, cfg.tokenizer);
-    if (tok.vocab_size > model.config.vocab_size) {
-        fail("the tokenizer %s has %d tokens, more than the model's vocabulary (V=%d)", cfg.tokenizer, tok.vocab_size,
-             model.config.vocab_size);
+}
+
+// What a program reads before it builds its device: the model (-e) and the tokenizer (-k).
+static void infer_load(const InferConfig* cfg, GPT2* model, Tokenizer* tok) {
+    gpt2_build(model, cfg->model, cfg->gen.seed);
+    tokenizer_init(tok, cfg->tokenizer);
+    if (tok->vocab_size > model->config.vocab_size) {
+        fail("the tokenizer %s has %d tokens, more than the model's vocabulary (V=%d)", cfg->tokenizer, tok->vocab_size,
+             model->config.vocab_size);
     }
-    int slots = cfg.requests != NULL || cfg.serve != NULL ? cfg.slots : 1;
-    size_t value_bytes = dev->value_bytes(cfg.precision);
-    int pages = infer_pool_pages(&cfg, model.config, slots, value_bytes);
-    EngineDevice device;
-    dev->build(&model, slots, pages, cfg.precision, &device);
-    size_t len = strlen(name);
-    snprintf(name + len, sizeof(name) - len, ", %s", cfg.precision);
-    const char* arith = dev->arith != NULL ? dev->arith(cfg.precision) : NULL;
-    len = strlen(name);
-    if (arith != NULL) snprintf(name + len, sizeof(name) - len, " (%s)", arith);
-    int status = cfg.serve != NULL      ? infer_serve(&cfg, &model, &tok, device, pages, name)
-                 : cfg.requests != NULL ? infer_requests(&cfg, &model, &tok, device, pages, value_bytes, name)
-                                        : infer_one_prompt(&cfg, &model, &tok, device, pages, name);
-    dev->free(&device);
-    tokenizer_free(&tok);
-    gpt2_free(&model);
-    return status;
+}
+
+// The sequences generated at once: -b for a file of requests or a server, one for a prompt.
+static int infer_slots(const InferConfig* cfg) {
+    return cfg->requests != NULL || cfg->serve != NULL ? cfg->slots : 1;
 }
 
 #endif // GPT2_INFER_RUN_H

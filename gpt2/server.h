@@ -251,8 +251,9 @@ static void server_choice_drop(ServerChoice* ch) {
     ch->finish_reason = NULL;
 }
 
-static void* server_engine_main(void* arg) {
-    Server* s = (Server*)arg;
+// The engine's loop, in the thread that built the model: cancels, admissions in the queue's
+// order (each prompt's prefill run here), then one decode step; until the signal thread says quit.
+static void server_engine_loop(Server* s) {
     Engine* e = s->engine;
     pthread_mutex_lock(&s->lock);
     for (;;) {
@@ -277,7 +278,14 @@ static void* server_engine_main(void* arg) {
             int* ids = ch->ids;
             ch->ids = NULL;
             pthread_mutex_unlock(&s->lock);
-            int admitted = engine_admit(e, &ch->req, ids, ch->P);  // prefill; may finish it
+            EnginePass pass;
+            int admitted = engine_admit(e, &ch->req, ids, ch->P, &pass);
+            if (admitted) {  // the prefill, and the first token: it may finish the choice
+                double t0 = now_seconds();
+                e->device.forward(e->device.ctx, &pass, e->logits);
+                engine_admitted(e, now_seconds() - t0);
+                free(ids);
+            }
             pthread_mutex_lock(&s->lock);
             if (admitted) continue;
             ch->ids = ids;
@@ -296,14 +304,18 @@ static void* server_engine_main(void* arg) {
             break;
         }
         pthread_mutex_unlock(&s->lock);
-        engine_decode(e);
+        EnginePass pass = engine_decode_pass(e);
+        if (pass.B > 0) {  // one token of every active sequence
+            double t0 = now_seconds();
+            e->device.forward(e->device.ctx, &pass, e->logits);
+            engine_decoded(e, pass.B, now_seconds() - t0);
+        }
         pthread_mutex_lock(&s->lock);
         s->pages_in_use = e->pool.in_use;
         s->pages_peak = e->pool.peak;
         s->active = e->active;
     }
     pthread_mutex_unlock(&s->lock);
-    return NULL;
 }
 
 // ---------- a request's thread: waiting for its choices ----------
@@ -928,39 +940,38 @@ static void* server_signal_main(void* arg) {
     return NULL;
 }
 
-// Serves until SIGINT or SIGTERM, which the caller has blocked in every thread (server_block_signals,
-// before any thread starts): then no new request is taken, the ones in flight have
-// SERVER_DRAIN_SECONDS to finish (a second signal: none) and SERVER_FAREWELL_SECONDS more to send
-// what they were cut short with, and it returns 0. The caller's thread runs the engine; call it
-// from the thread that built the model (see the header comment).
-static int server_run(Engine* e, const ServerOptions* opt) {
-    Server s;
-    memset(&s, 0, sizeof(s));
-    s.engine = e;
-    s.opt = *opt;
-    s.created = (long)time(NULL);
-    s.cancels = (int*)malloc_check((size_t)e->slots * sizeof(int));
-    pthread_mutex_init(&s.lock, NULL);
-    pthread_cond_init(&s.work, NULL);
+// Starts serving: then server_engine_loop runs the engine in the caller's thread (the one that
+// built the model) until SIGINT or SIGTERM, which the caller has blocked in every thread
+// (server_block_signals): no new request is taken, the ones in flight have SERVER_DRAIN_SECONDS
+// to finish (a second signal: none) and SERVER_FAREWELL_SECONDS more to send what they were cut
+// short with; server_stop ends it and returns 0.
+static void server_start(Server* s, Engine* e, const ServerOptions* opt) {
+    memset(s, 0, sizeof(*s));
+    s->engine = e;
+    s->opt = *opt;
+    s->created = (long)time(NULL);
+    s->cancels = (int*)malloc_check((size_t)e->slots * sizeof(int));
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_cond_init(&s->work, NULL);
     e->in_order = 0;
     e->on_token = server_on_token;
     e->on_result = server_on_result;
-    e->user = &s;
+    e->user = s;
 
     struct sockaddr_storage addr = opt->addr;
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ITC;
     if (addr.ss_family == AF_INET6) flags |= MHD_USE_IPv6;
-    s.daemon = MHD_start_daemon(flags, 0, NULL, NULL, server_route, &s,
+    s->daemon = MHD_start_daemon(flags, 0, NULL, NULL, server_route, s,
                                 MHD_OPTION_SOCK_ADDR, (struct sockaddr*)&addr,
                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)opt->connections,
                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)SERVER_IDLE_SECONDS,
-                                MHD_OPTION_NOTIFY_COMPLETED, server_request_done, &s,
+                                MHD_OPTION_NOTIFY_COMPLETED, server_request_done, s,
                                 MHD_OPTION_THREAD_STACK_SIZE, (size_t)(1 << 20),
                                 MHD_OPTION_END);
-    if (s.daemon == NULL) fail("--serve %s: cannot listen there (in use, or not an address of this machine?)",
+    if (s->daemon == NULL) fail("--serve %s: cannot listen there (in use, or not an address of this machine?)",
                                opt->address);
     // where it listens, the port too when 0 asked for any
-    const union MHD_DaemonInfo* info = MHD_get_daemon_info(s.daemon, MHD_DAEMON_INFO_LISTEN_FD);
+    const union MHD_DaemonInfo* info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_LISTEN_FD);
     struct sockaddr_storage bound;
     socklen_t bound_len = sizeof(bound);
     char host[INET6_ADDRSTRLEN] = "?";
@@ -980,19 +991,23 @@ static int server_run(Engine* e, const ServerOptions* opt) {
             "%d sequences at once (-b), %d choices waiting (-q), %d connections (-c), %g s a request (-t)\n",
             opt->model, bound.ss_family == AF_INET6 ? "[" : "", host, bound.ss_family == AF_INET6 ? "]" : "", port,
             e->slots, opt->queue, opt->connections, opt->time_limit);
-    if (pthread_create(&s.signal_thread, NULL, server_signal_main, &s) != 0) fail("server: cannot start a thread");
-    server_engine_main(&s);  // until the signal thread says quit
-    pthread_join(s.signal_thread, NULL);
+    if (pthread_create(&s->signal_thread, NULL, server_signal_main, s) != 0) fail("server: cannot start a thread");
+}
+
+// After server_engine_loop (the signal thread has said quit): the threads joined, the report.
+static int server_stop(Server* s) {
+    Engine* e = s->engine;
+    pthread_join(s->signal_thread, NULL);
     fprintf(stderr, "server: stopped after %ld requests (%ld failed); kv pages: peak %d of %d, %d in use\n",
-            s.requests, s.failed, e->pool.peak, e->pool.num_pages, e->pool.in_use);
-    free(s.cancels);
-    pthread_cond_destroy(&s.work);
-    pthread_mutex_destroy(&s.lock);
+            s->requests, s->failed, e->pool.peak, e->pool.num_pages, e->pool.in_use);
+    free(s->cancels);
+    pthread_cond_destroy(&s->work);
+    pthread_mutex_destroy(&s->lock);
     return 0;
 }
 
 // Blocks SIGINT and SIGTERM in this thread and in every thread it starts from now on, so that
-// server_run's signal thread receives them; and ignores SIGPIPE (a client gone mid-answer is an
+// server_start's signal thread receives them; and ignores SIGPIPE (a client gone mid-answer is an
 // error on its connection, not the end of the server).
 static void server_block_signals(void) {
     sigset_t signals;

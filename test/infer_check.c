@@ -93,7 +93,8 @@ static void kvcache_free(KVCache* cache) {
 // all_logits (T, Vp) when not NULL.
 static const float* kvcache_forward(KVCache* cache, const int* tokens, int T, float* all_logits) {
     EnginePass pass = engine_pass(1, T, tokens, &cache->pos, cache->pages, 64);
-    generator_forward(&cache->g, &pass, cache->logits, all_logits);
+    cache->g.all_logits = all_logits;
+    generator_forward(&cache->g, &pass, cache->logits);
     cache->pos += T;
     return cache->logits;
 }
