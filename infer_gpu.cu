@@ -19,13 +19,14 @@
 
 // The generator over a host model's weights copied to the GPU (params, and in bf16 params16,
 // their bf16 copy, which the caller frees with them).
-static EngineDevice gpu_build(const GPT2* model, int bf16, int slots, int pages, float** params, bf16** params16) {
+static EngineDevice gpu_build(const GPT2* model, int use_bf16, int slots, int pages, float** params,
+                              bf16** params16) {
     GPT2Config c = model->config;
-    if (bf16 && cuda_device.prop.major < 8) {
+    if (use_bf16 && cuda_device.prop.major < 8) {
         fail("-w bf16 needs a GPU of compute capability 8.0 or newer (this one: %s, %d.%d): use -w fp32",
              cuda_device.prop.name, cuda_device.prop.major, cuda_device.prop.minor);
     }
-    if (bf16 && !flash_attention_supports(c.channels / c.num_heads)) {
+    if (use_bf16 && !flash_attention_supports(c.channels / c.num_heads)) {
         fail("-w bf16: flash attention is built for head sizes 16, 32, 64 and 128, and this model's is %d "
              "(C=%d, NH=%d): use -w fp32", c.channels / c.num_heads, c.channels, c.num_heads);
     }
@@ -35,7 +36,7 @@ static EngineDevice gpu_build(const GPT2* model, int bf16, int slots, int pages,
     ParameterTensors p;
     point_tensors((float**)&p, *params, model->param_sizes, NUM_PARAMETER_TENSORS);
     *params16 = NULL;
-    if (!bf16) return generator_gpu_device(c, p, p, slots, pages);
+    if (!use_bf16) return generator_gpu_device(c, p, p, slots, pages);
     cuda_check(cudaMalloc((void**)params16, n * sizeof(bf16)));
     float_to_bf16_gpu(*params16, *params, n);
     return generator_gpu_device(c, p, weights_over_copy(p, *params16, model->param_sizes), slots, pages);
@@ -54,18 +55,18 @@ int main(int argc, char** argv) {
     Tokenizer tok;
     infer_load(&cfg, &model, &tok);
     if (cfg.precision == NULL) cfg.precision = cuda_device.prop.major >= 8 ? "bf16" : "fp32";
-    int bf16 = strcmp(cfg.precision, "bf16") == 0, slots = infer_slots(&cfg);
-    size_t value_bytes = bf16 ? sizeof(bf16) : sizeof(float);  // of a key or value in the pages
+    int use_bf16 = strcmp(cfg.precision, "bf16") == 0, slots = infer_slots(&cfg);
+    size_t value_bytes = use_bf16 ? sizeof(bf16) : sizeof(float);  // of a key or value in the pages
     int pages = infer_pool_pages(&cfg, model.config, slots, value_bytes);
     float* params;
     bf16* params16;
-    EngineDevice device = gpu_build(&model, bf16, slots, pages, &params, &params16);
+    EngineDevice device = gpu_build(&model, use_bf16, slots, pages, &params, &params16);
     char name[256];
     snprintf(name, sizeof(name), "%s, %s", cuda_device.prop.name, cfg.precision);
     int status = cfg.serve != NULL      ? infer_serve(&cfg, &model, &tok, device, pages, name)
                  : cfg.requests != NULL ? infer_requests(&cfg, &model, &tok, device, pages, value_bytes, name)
                                         : infer_one_prompt(&cfg, &model, &tok, device, pages, name);
-    if (bf16) generator_gpu_device_free<bf16>(&device);
+    if (use_bf16) generator_gpu_device_free<bf16>(&device);
     else generator_gpu_device_free<float>(&device);
     cuda_check(cudaFree(params16));
     cuda_check(cudaFree(params));

@@ -11,6 +11,7 @@
 // arguments on device pointers; the bf16 pass fuses bias, GELU and residual into its tensor-core
 // products and runs flash attention (doc/gpu.md). Reductions run in a fixed order: same bits.
 
+#include <type_traits>
 #include "gpt2/model.h"
 #include "gpt2/run.h"
 #include "gpt2/train_parallel.h"
@@ -60,40 +61,53 @@ static void gpt2_loss_gpu(GPT2* model, floatX* dlogits, float* losses, const flo
     model->mean_loss = (float)(sum / (double)BT);
 }
 
-// ---------- the forward pass in float32 ----------
+// ---------- the forward pass, in both precisions ----------
 
-// As train_cpu.c's gpt2_forward, on the GPU: inputs and targets are host arrays (B, T), targets
-// may be NULL; with them the logits become their gradient. On a pipeline stage its part; under
-// -tp the two projections' partial sums are added over the group.
-void gpt2_forward_gpu(GPT2* model, const int* inputs, const int* targets, int B, int T) {
-    gpt2_layout_slot_gpu(model, B, T);  // laid out for this B and T, inside the allocation
+static GPT2* gpt2_of(GPT2* model) { return model; }
+static GPT2* gpt2_of(GPT2BF16* m) { return &m->base; }
+
+// The weights a pass reads, and layer l's activations of the current slot: float32's, or bf16's
+// (the matrices and activations in bf16, gpt2/gpu/model_gpu.cuh).
+static ParameterTensors weights_gpu(GPT2* model) { return model->params; }
+static ParameterTensorsOf<bf16> weights_gpu(GPT2BF16* m) { return weights_bf16(m); }
+static ActivationTensors activations_gpu(GPT2* model, int l) {
+    return shard_activations_of_layer(model->acts, model->config, model->shard, model->last_B, model->last_T, l);
+}
+static ActivationTensorsOf<bf16> activations_gpu(GPT2BF16* m, int l) { return activations_bf16(m, l); }
+
+// As train_cpu.c's gpt2_forward, on the GPU, in float32 (a GPT2) or bf16 (a GPT2BF16): inputs and
+// targets are host arrays (B, T), targets may be NULL; with them the logits become their
+// gradient. In bf16 the products fuse the bias, GELU and the residual add and attention is flash
+// attention; in float32 the same names run the plain kernels. On a pipeline stage its part; under
+// -tp the projections' partial sums are added over the group.
+template <typename Model>
+void gpt2_forward_gpu(Model* m, const int* inputs, const int* targets, int B, int T) {
+    GPT2* model = gpt2_of(m);
+    constexpr bool bf16_path = !std::is_same<Model, GPT2>::value;
+    if constexpr (!bf16_path) gpt2_layout_slot_gpu(model, B, T);  // bf16 lays out each layer's on the fly
     gpt2_inputs_to_gpu(model, inputs, B, T);
     GPT2Config c = model->config;
     Shard s = model->shard;
     int C = c.channels, NH = c.num_heads / s.tp, H = C / s.tp, BTC = B * T * C, tp_first = s.tp_rank == 0;
-    ParameterTensors p = model->params;
-    ActivationTensors a = model->acts;
+    ParameterTensors p = model->params;  // float32: embeddings, layernorms, biases
+    auto wall = weights_gpu(m);          // and the matrices, in the path's precision
+    auto a = activations_gpu(m, 0);
     if (s.embed) encoder_forward_gpu(a.encoded, gpt2_slot_inputs(model), p.wte, p.wpe, B, T, C);
-    const float* x = a.encoded;  // the residual stream entering layer l
+    auto x = a.encoded;  // the residual stream entering layer l
     for (int l = 0; l < s.num_layers; l++) {
-        ParameterTensors w = shard_parameters_of_layer(p, c, s, l);
-        ActivationTensors al = shard_activations_of_layer(a, c, s, B, T, l);
+        auto w = shard_parameters_of_layer(wall, c, s, l);
+        auto al = activations_gpu(m, l);
         layernorm_forward_gpu(al.ln1, al.ln1_mean, al.ln1_rstd, x, w.ln1w, w.ln1b, B, T, C);
         matmul_forward_gpu(al.qkv, al.ln1, w.qkvw, w.qkvb, B, T, C, 3 * H);
-        attention_forward_gpu(al.atty, al.preatt, al.att, al.qkv, B, T, H, NH);
-        if (tp_first) {
-            matmul_forward_gpu(al.attproj, al.atty, w.attprojw, w.attprojb, B, T, H, C);
-            residual_forward_gpu(al.residual2, x, al.attproj, BTC);
-        } else {
-            matmul_forward_gpu(al.residual2, al.atty, w.attprojw, NULL, B, T, H, C);
-        }
+        if constexpr (bf16_path) flash_attention_forward_gpu(al.atty, al.att_lse, al.qkv, B, T, H, NH);
+        else attention_forward_gpu(al.atty, al.preatt, al.att, al.qkv, B, T, H, NH);
+        if (tp_first) matmul_residual_forward_gpu(al.residual2, al.atty, w.attprojw, w.attprojb, x, B, T, H, C);
+        else matmul_forward_gpu(al.residual2, al.atty, w.attprojw, NULL, B, T, H, C);
         tp_sum_gpu(al.residual2, BTC);
         layernorm_forward_gpu(al.ln2, al.ln2_mean, al.ln2_rstd, al.residual2, w.ln2w, w.ln2b, B, T, C);
-        matmul_forward_gpu(al.fch, al.ln2, w.fcw, w.fcb, B, T, C, 4 * H);
-        gelu_forward_gpu(al.fch_gelu, al.fch, B * T * 4 * H);
+        matmul_gelu_forward_gpu(al.fch_gelu, al.fch, al.ln2, w.fcw, w.fcb, B, T, C, 4 * H);
         if (tp_first) {
-            matmul_forward_gpu(al.fcproj, al.fch_gelu, w.fcprojw, w.fcprojb, B, T, 4 * H, C);
-            residual_forward_gpu(al.residual3, al.residual2, al.fcproj, BTC);
+            matmul_residual_forward_gpu(al.residual3, al.fch_gelu, w.fcprojw, w.fcprojb, al.residual2, B, T, 4 * H, C);
         } else {
             matmul_forward_gpu(al.residual3, al.fch_gelu, w.fcprojw, NULL, B, T, 4 * H, C);
         }
@@ -103,7 +117,7 @@ void gpt2_forward_gpu(GPT2* model, const int* inputs, const int* targets, int B,
     model->mean_loss = -1.0f;
     if (!s.head) return;
     layernorm_forward_gpu(a.lnf, a.lnf_mean, a.lnf_rstd, x, p.lnfw, p.lnfb, B, T, C);
-    matmul_forward_gpu(a.logits, a.lnf, p.wte, NULL, B, T, C, c.padded_vocab_size);  // tied to wte
+    matmul_forward_gpu(a.logits, a.lnf, wall.wte, NULL, B, T, C, c.padded_vocab_size);  // tied to wte
     gpt2_loss_gpu(model, a.logits, a.losses, a.logits, targets);
 }
 
@@ -167,49 +181,6 @@ void gpt2_backward_gpu(GPT2* model) {
     if (s.embed) encoder_backward_gpu(g.wte, g.wpe, da.encoded, gpt2_slot_inputs(model), B, T, C);
 }
 
-// ---------- the forward pass in bf16 ----------
-// The weight matrices and activations in bf16, the master weights, gradients and AdamW state
-// float32 (doc/gpu.md, "Mixed precision"); the products fuse the bias, the residual add and GELU.
-
-// As the float32 pass, on the current slot: the float32 embeddings (the first stage), the blocks,
-// the logits from the bf16 copy of wte (the last stage).
-void gpt2_forward_gpu(GPT2BF16* m, const int* inputs, const int* targets, int B, int T) {
-    GPT2* model = &m->base;
-    gpt2_inputs_to_gpu(model, inputs, B, T);
-    GPT2Config c = model->config;
-    Shard s = model->shard;
-    int C = c.channels, NH = c.num_heads / s.tp, H = C / s.tp, BTC = B * T * C, tp_first = s.tp_rank == 0;
-    ParameterTensors p = model->params;  // the float32 ones
-    ParameterTensorsOf<bf16> wb = weights_bf16(m);
-    ActivationTensorsOf<bf16> a = activations_bf16(m, 0);
-    if (s.embed) encoder_forward_gpu(a.encoded, gpt2_slot_inputs(model), p.wte, p.wpe, B, T, C);
-    const bf16* x = a.encoded;
-    for (int l = 0; l < s.num_layers; l++) {
-        ParameterTensorsOf<bf16> w = shard_parameters_of_layer(wb, c, s, l);
-        ActivationTensorsOf<bf16> al = activations_bf16(m, l);
-        layernorm_forward_gpu(al.ln1, al.ln1_mean, al.ln1_rstd, x, w.ln1w, w.ln1b, B, T, C);
-        matmul_forward_gpu(al.qkv, al.ln1, w.qkvw, w.qkvb, B, T, C, 3 * H);
-        flash_attention_forward_gpu(al.atty, al.att_lse, al.qkv, B, T, H, NH);
-        if (tp_first) matmul_residual_forward_gpu(al.residual2, al.atty, w.attprojw, w.attprojb, x, B, T, H, C);
-        else matmul_forward_gpu(al.residual2, al.atty, w.attprojw, NULL, B, T, H, C);
-        tp_sum_gpu(al.residual2, BTC);
-        layernorm_forward_gpu(al.ln2, al.ln2_mean, al.ln2_rstd, al.residual2, w.ln2w, w.ln2b, B, T, C);
-        matmul_gelu_forward_gpu(al.fch_gelu, al.fch, al.ln2, w.fcw, w.fcb, B, T, C, 4 * H);
-        if (tp_first) {
-            matmul_residual_forward_gpu(al.residual3, al.fch_gelu, w.fcprojw, w.fcprojb, al.residual2, B, T, 4 * H, C);
-        } else {
-            matmul_forward_gpu(al.residual3, al.fch_gelu, w.fcprojw, NULL, B, T, 4 * H, C);
-        }
-        tp_sum_gpu(al.residual3, BTC);
-        x = al.residual3;
-    }
-    model->mean_loss = -1.0f;
-    if (!s.head) return;
-    layernorm_forward_gpu(a.lnf, a.lnf_mean, a.lnf_rstd, x, p.lnfw, p.lnfb, B, T, C);
-    matmul_forward_gpu(a.logits, a.lnf, wb.wte, NULL, B, T, C, c.padded_vocab_size);
-    gpt2_loss_gpu(model, a.logits, a.losses, a.logits, targets);
-}
-
 // ---------- the backward pass in bf16 ----------
 
 // One block at a time: the products and flash attention write the gradients of their inputs
@@ -253,9 +224,6 @@ void gpt2_backward_gpu(GPT2BF16* m) {
 }
 
 // ---------- AdamW, the gradient norm, the way back to the host ----------
-
-static GPT2* gpt2_of(GPT2* model) { return model; }
-static GPT2* gpt2_of(GPT2BF16* m) { return &m->base; }
 
 // AdamW on the parameters this GPU updates ([opt_offset, opt_offset + opt_count): all but under
 // ZeRO-1); in bf16 on the float32 master copy, rewriting the bf16 copy too.

@@ -9,13 +9,7 @@
 
 #include "../model.h"
 #include "../engine.h"
-#include "cuda_utils.cuh"
-#include "encoder.cuh"
-#include "layernorm.cuh"
-#include "matmul_fp32.cuh"
-#include "matmul_bf16.cuh"
-#include "attention_paged.cuh"
-#include "elementwise.cuh"
+#include "layers.cuh"  // every layer's launchers, both precisions
 
 template <typename floatX>
 struct GeneratorGPU {
@@ -32,7 +26,6 @@ struct GeneratorGPU {
     float* ln_rstd;               // (rows)
     floatX* qkv;                  // (rows, 3*C)
     floatX* atty;                 // (rows, C)
-    floatX* proj;                 // (rows, C) the float32 path's products before the residual add
     floatX* fch;                  // (rows, 4*C)
     floatX* fch_gelu;             // (rows, 4*C)
     floatX* logits;               // (slots, Vp)
@@ -80,7 +73,6 @@ static void generator_gpu_build(GeneratorGPU<floatX>* g, GPT2Config c, Parameter
     piece[n++] = R * sizeof(float);                   // ln_rstd
     piece[n++] = R * 3 * C * sizeof(floatX);          // qkv
     piece[n++] = R * C * sizeof(floatX);              // atty
-    piece[n++] = R * C * sizeof(floatX);              // proj
     piece[n++] = R * 4 * C * sizeof(floatX);          // fch
     piece[n++] = R * 4 * C * sizeof(floatX);          // fch_gelu
     piece[n++] = (size_t)slots * Vp * sizeof(floatX); // logits
@@ -94,7 +86,7 @@ static void generator_gpu_build(GeneratorGPU<floatX>* g, GPT2Config c, Parameter
     char* at = (char*)g->memory;
     void** field[16] = {(void**)&g->key, (void**)&g->value, (void**)&g->x, (void**)&g->x2, (void**)&g->ln,
                         (void**)&g->ln_mean, (void**)&g->ln_rstd, (void**)&g->qkv, (void**)&g->atty,
-                        (void**)&g->proj, (void**)&g->fch, (void**)&g->fch_gelu, (void**)&g->logits,
+                        (void**)&g->fch, (void**)&g->fch_gelu, (void**)&g->logits,
                         (void**)&g->scratch, (void**)&g->tokens, (void**)&g->pos};
     for (size_t i = 0; i < n; i++) {
         *field[i] = at;
@@ -109,32 +101,6 @@ static void generator_gpu_free(GeneratorGPU<floatX>* g) {
     cuda_check(cudaFree(g->memory));
     free(g->logits_host);
     memset(g, 0, sizeof(*g));
-}
-
-// ---------- the precisions' fused products ----------
-// One name for both precisions: float32 runs the plain kernels, bf16 the tensor-core products
-// with their epilogues fused (matmul_forward_gpu itself is overloaded for both).
-
-// out = gelu(pre), pre = inp weight^T + bias
-static void gen_matmul_gelu(float* out, float* pre, const float* inp, const float* weight, const float* bias,
-                            int B, int T, int C, int OC) {
-    matmul_forward_gpu(pre, inp, weight, bias, B, T, C, OC);
-    gelu_forward_gpu(out, pre, (int)((size_t)B * T * OC));
-}
-static void gen_matmul_gelu(bf16* out, bf16* pre, const bf16* inp, const bf16* weight, const float* bias,
-                            int B, int T, int C, int OC) {
-    matmul_gelu_forward_gpu(out, pre, inp, weight, bias, B, T, C, OC);
-}
-
-// out = residual + inp weight^T + bias; float32 goes through proj
-static void gen_matmul_residual(float* out, float* proj, const float* inp, const float* weight, const float* bias,
-                                const float* residual, int B, int T, int C, int OC) {
-    matmul_forward_gpu(proj, inp, weight, bias, B, T, C, OC);
-    residual_forward_gpu(out, residual, proj, (int)((size_t)B * T * OC));
-}
-static void gen_matmul_residual(bf16* out, bf16* proj, const bf16* inp, const bf16* weight, const float* bias,
-                                const bf16* residual, int B, int T, int C, int OC) {
-    matmul_residual_forward_gpu(out, inp, weight, bias, residual, B, T, C, OC);
 }
 
 // ---------- forward over the pages ----------
@@ -177,11 +143,11 @@ static void generator_gpu_forward(void* ctx, const EnginePass* pass, float* logi
         layernorm_forward_gpu<floatX>(g->ln, g->ln_mean, g->ln_rstd, g->x, w.ln1w, w.ln1b, B, T, C);
         matmul_forward_gpu(g->qkv, g->ln, w.qkvw, w.qkvb, B, T, C, 3 * C);
         attention_paged_forward_gpu<floatX>(g->atty, &lc, g->qkv, B, T, C, NH);
-        gen_matmul_residual(g->x2, g->proj, g->atty, w.attprojw, w.attprojb, g->x, B, T, C, C);
+        matmul_residual_forward_gpu(g->x2, g->atty, w.attprojw, w.attprojb, g->x, B, T, C, C);
         // MLP: x = x2 + fcproj(gelu(fc(layernorm2(x2))))
         layernorm_forward_gpu<floatX>(g->ln, g->ln_mean, g->ln_rstd, g->x2, w.ln2w, w.ln2b, B, T, C);
-        gen_matmul_gelu(g->fch_gelu, g->fch, g->ln, w.fcw, w.fcb, B, T, C, 4 * C);
-        gen_matmul_residual(g->x, g->proj, g->fch_gelu, w.fcprojw, w.fcprojb, g->x2, B, T, 4 * C, C);
+        matmul_gelu_forward_gpu(g->fch_gelu, g->fch, g->ln, w.fcw, w.fcb, B, T, C, 4 * C);
+        matmul_residual_forward_gpu(g->x, g->fch_gelu, w.fcprojw, w.fcprojb, g->x2, B, T, 4 * C, C);
     }
     // the last token of each sequence: row T-1 of the one sequence, or every row
     const floatX* last = g->x + (size_t)(T - 1) * C;

@@ -15,6 +15,24 @@
 #include "attention_paged.cuh"
 #include "elementwise.cuh"
 
+// ---------- the float32 twins of the bf16 fused products ----------
+// The same names as matmul_bf16.cuh's, so that a pass reads the same in both precisions: in
+// float32 the plain kernels, one after the other.
+
+// out = residual + inp weight^T + bias: the product into out, then the residual added in place
+static void matmul_residual_forward_gpu(float* out, const float* inp, const float* weight, const float* bias,
+                                        const float* residual, int B, int T, int C, int OC) {
+    matmul_forward_gpu(out, inp, weight, bias, B, T, C, OC);
+    residual_forward_gpu(out, residual, out, (int)((size_t)B * T * OC));
+}
+
+// out = gelu(pre), pre = inp weight^T + bias
+static void matmul_gelu_forward_gpu(float* out, float* pre, const float* inp, const float* weight, const float* bias,
+                                    int B, int T, int C, int OC) {
+    matmul_forward_gpu(pre, inp, weight, bias, B, T, C, OC);
+    gelu_forward_gpu(out, pre, (int)((size_t)B * T * OC));
+}
+
 // ---------- the weights the layers read ----------
 
 // The weights a bf16 pass reads: p's float32 tensors, and the matrices (wte and the blocks') from
