@@ -16,10 +16,9 @@
 #include "elementwise.cuh"
 
 // ---------- the float32 twins of the bf16 fused products ----------
-// The same names as matmul_bf16.cuh's, so that a pass reads the same in both precisions: in
-// float32 the plain kernels, one after the other.
+// matmul_bf16.cuh's names, so a pass reads alike in both precisions: here two plain kernels.
 
-// out = residual + inp weight^T + bias: the product into out, then the residual added in place
+// out = residual + inp weight^T + bias
 static void matmul_residual_forward_gpu(float* out, const float* inp, const float* weight, const float* bias,
                                         const float* residual, int B, int T, int C, int OC) {
     matmul_forward_gpu(out, inp, weight, bias, B, T, C, OC);
