@@ -210,6 +210,18 @@ endif
 
 # The first line of each GPU target's recipe: stops make there, in one line, when nvcc is too old.
 nvcc_new_enough = $(if $(NVCC_TOO_OLD),$(error $(NVCC_TOO_OLD_WHY)))
+# nvcc_build FLAGS,LIBS[,NOTE]: a GPU program's recipe, nvcc from its first prerequisite (the .cu
+# file) into $@, after NOTE when given; without nvcc it says "skipped" and fails.
+ifeq ($(NVCC),)
+nvcc_build = @echo "skipped: $@ (nvcc not found)"; exit 1
+else
+define nvcc_build
+$(nvcc_new_enough)
+$(if $(3),@echo "$@: $(3)")
+$(NVCC) $(1) -o $@ $< $(2)
+endef
+endif
+GPU_ARCH_NOTE = compute capability $(GPU_ARCH) ($(GPU_ARCH_WHY)) + PTX $(GPU_ARCH_PTX)
 
 # ---------- programs ----------
 
@@ -224,22 +236,10 @@ infer: infer.c $(HEADERS) build/flags | data
 	$(CC) $(CFLAGS) $(LAYERS_FLAGS) $(SERVE_FLAGS) -o $@ infer.c $(LDLIBS) $(SERVE_LIBS)
 
 train_gpu: train_gpu.cu $(GPU_HEADERS) $(NVCC_STAMP) | data
-ifeq ($(NVCC),)
-	@echo "skipped: train_gpu (nvcc not found)"; exit 1
-else
-	$(nvcc_new_enough)
-	@echo "train_gpu: compute capability $(GPU_ARCH) ($(GPU_ARCH_WHY)) + PTX $(GPU_ARCH_PTX); $(GPU_MPI_STATUS)"
-	$(NVCC) $(NVCC_FLAGS) $(GPU_MPI_FLAGS) -o $@ train_gpu.cu $(NVCC_LIBS) $(GPU_MPI_LIBS)
-endif
+	$(call nvcc_build,$(NVCC_FLAGS) $(GPU_MPI_FLAGS),$(NVCC_LIBS) $(GPU_MPI_LIBS),$(GPU_ARCH_NOTE); $(GPU_MPI_STATUS))
 
 infer_gpu: infer_gpu.cu $(GPU_HEADERS) $(NVCC_STAMP) | data
-ifeq ($(NVCC),)
-	@echo "skipped: infer_gpu (nvcc not found)"; exit 1
-else
-	$(nvcc_new_enough)
-	@echo "infer_gpu: compute capability $(GPU_ARCH) ($(GPU_ARCH_WHY)) + PTX $(GPU_ARCH_PTX)"
-	$(NVCC) $(NVCC_FLAGS) $(SERVE_FLAGS) -o $@ infer_gpu.cu $(NVCC_LIBS) $(SERVE_LIBS)
-endif
+	$(call nvcc_build,$(NVCC_FLAGS) $(SERVE_FLAGS),$(NVCC_LIBS) $(SERVE_LIBS),$(GPU_ARCH_NOTE))
 
 # GPU checks (dev/gpu/gpu_check.cu): every kernel and the whole model against the CPU, then timings;
 # build/gpu_check_cublas times cuBLAS on the same matrix products, for comparison.
@@ -249,28 +249,13 @@ endif
 gpu-checks: build/gpu_check build/instruction_check
 
 build/instruction_check: dev/gpu/instruction_check.cu $(GPU_HEADERS) $(NVCC_STAMP)
-ifeq ($(NVCC),)
-	@echo "skipped: build/instruction_check (nvcc not found)"; exit 1
-else
-	$(nvcc_new_enough)
-	$(NVCC) $(NVCC_FLAGS) -o $@ dev/gpu/instruction_check.cu
-endif
+	$(call nvcc_build,$(NVCC_FLAGS))
 
 build/gpu_check: dev/gpu/gpu_check.cu dev/gpu/check.cuh dev/gpu/roofline.h train_gpu.cu train_cpu.c $(GPU_HEADERS) $(NVCC_STAMP)
-ifeq ($(NVCC),)
-	@echo "skipped: build/gpu_check (nvcc not found)"; exit 1
-else
-	$(nvcc_new_enough)
-	$(NVCC) $(NVCC_FLAGS) -o $@ dev/gpu/gpu_check.cu $(NVCC_LIBS)
-endif
+	$(call nvcc_build,$(NVCC_FLAGS),$(NVCC_LIBS))
 
 build/gpu_check_cublas: dev/gpu/gpu_check.cu dev/gpu/check.cuh dev/gpu/roofline.h train_gpu.cu train_cpu.c $(GPU_HEADERS) $(NVCC_STAMP)
-ifeq ($(NVCC),)
-	@echo "skipped: build/gpu_check_cublas (nvcc not found)"; exit 1
-else
-	$(nvcc_new_enough)
-	$(NVCC) $(filter-out -DUSE_CUBLAS,$(NVCC_FLAGS)) -DUSE_CUBLAS -o $@ dev/gpu/gpu_check.cu -lcublas
-endif
+	$(call nvcc_build,$(filter-out -DUSE_CUBLAS,$(NVCC_FLAGS)) -DUSE_CUBLAS,-lcublas)
 
 # The roofline of a training step (dev/gpu/roofline.h): every kernel's FLOPs, bytes and floor on
 # an H100, computed from its spec sheet, in plain C (no GPU or nvcc needed). build/roofline prints

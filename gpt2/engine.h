@@ -37,15 +37,8 @@ typedef struct {
 // (B, max_pages); how far it reaches and whether it is a prefill follow from pos.
 static inline EnginePass engine_pass(int B, int T, const int* tokens, const int* pos, const int* pages,
                                      int max_pages) {
-    EnginePass p;
-    p.B = B;
-    p.T = T;
-    p.tokens = tokens;
-    p.pos = pos;
-    p.pages = pages;
-    p.max_pages = max_pages;
-    p.max_len = 0;
-    p.prefill = 1;
+    EnginePass p = {.B = B, .T = T, .tokens = tokens, .pos = pos, .pages = pages, .max_pages = max_pages,
+                    .max_len = 0, .prefill = 1};
     for (int b = 0; b < B; b++) {
         if (pos[b] + T > p.max_len) p.max_len = pos[b] + T;
         if (pos[b] != 0) p.prefill = 0;

@@ -31,13 +31,8 @@ typedef struct {
 
 // A shape from its six numbers, in the order llm.c's checkpoint header holds them (but Vp last).
 static inline GPT2Config gpt2_config(int maxT, int V, int L, int NH, int C, int Vp) {
-    GPT2Config c;
-    c.max_seq_len = maxT;
-    c.vocab_size = V;
-    c.num_layers = L;
-    c.num_heads = NH;
-    c.channels = C;
-    c.padded_vocab_size = Vp;
+    GPT2Config c = {.max_seq_len = maxT, .vocab_size = V, .padded_vocab_size = Vp, .num_layers = L,
+                    .num_heads = NH, .channels = C};
     return c;
 }
 

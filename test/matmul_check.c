@@ -46,6 +46,18 @@ static float* random_array(size_t n) {
     return x;
 }
 
+// count arrays of n floats into a[]: random (outputs, so that what is left unwritten shows) or
+// zeros (gradients, which add into them)
+static void random_arrays(float** a, int count, size_t n) {
+    for (int k = 0; k < count; k++) a[k] = random_array(n);
+}
+static void zero_arrays(float** a, int count, size_t n) {
+    for (int k = 0; k < count; k++) a[k] = (float*)calloc_check(n, sizeof(float));
+}
+static void free_arrays(float** a, int count) {
+    for (int k = 0; k < count; k++) free(a[k]);
+}
+
 // The operands of a product of BT rows from C to OC channels, random, drawn in this order: inp,
 // weight, bias (NULL unless with_bias) and dout; ni, nw and no are the sizes of inp, weight and out.
 typedef struct { size_t ni, nw, no; float *inp, *weight, *bias, *dout; } Operands;
@@ -697,14 +709,8 @@ static int check_attention(int B, int T, int C, int NH) {
     float* inp = random_array(nq);
     float* dout = random_array(no);
     float *out[2], *pre[2], *att[2], *dinp[2], *dpre[2], *datt[2];
-    for (int k = 0; k < 2; k++) {
-        out[k] = random_array(no);
-        pre[k] = random_array(na);
-        att[k] = random_array(na);
-        dinp[k] = (float*)calloc_check(nq, sizeof(float));   // gradients add into zeros
-        dpre[k] = (float*)calloc_check(na, sizeof(float));
-        datt[k] = (float*)calloc_check(na, sizeof(float));
-    }
+    random_arrays(out, 2, no); random_arrays(pre, 2, na); random_arrays(att, 2, na);
+    zero_arrays(dinp, 2, nq); zero_arrays(dpre, 2, na); zero_arrays(datt, 2, na);
     attention_forward_naive(out[0], pre[0], att[0], inp, B, T, C, NH);
     attention_forward_fast(out[1], pre[1], att[1], inp, B, T, C, NH);
     attention_backward_naive(dinp[0], dpre[0], datt[0], dout, inp, att[0], B, T, C, NH);
@@ -721,9 +727,8 @@ static int check_attention(int B, int T, int C, int NH) {
     printf("%s attention fast vs naive B=%d T=%d C=%d NH=%d: out %.1e, preatt %.1e, att %.1e, dqkv %.1e, "
            "dpreatt %.1e of the largest\n", fails ? "FAIL" : "ok  ", B, T, C, NH, e[0], e[1], e[2], e[3], e[4]);
     free(inp); free(dout);
-    for (int k = 0; k < 2; k++) {
-        free(out[k]); free(pre[k]); free(att[k]); free(dinp[k]); free(dpre[k]); free(datt[k]);
-    }
+    free_arrays(out, 2); free_arrays(pre, 2); free_arrays(att, 2);
+    free_arrays(dinp, 2); free_arrays(dpre, 2); free_arrays(datt, 2);
     return fails;
 }
 
@@ -737,14 +742,10 @@ static int check_layernorm(int BT, int C) {
     float* w = random_array(C);
     float* b = random_array(C);
     float *out[3], *mean[3], *rstd[3], *dinp[3], *dw[3], *db[3];
+    random_arrays(out, 3, n); random_arrays(mean, 3, BT); random_arrays(rstd, 3, BT);
+    zero_arrays(dinp, 3, n); zero_arrays(dw, 3, C); zero_arrays(db, 3, C);
     int fails = 0, threads = num_threads();
     for (int k = 0; k < 3; k++) {   // naive, fast on 1 thread, fast on 2
-        out[k] = random_array(n);
-        mean[k] = random_array(BT);
-        rstd[k] = random_array(BT);
-        dinp[k] = (float*)calloc_check(n, sizeof(float));   // gradients add into zeros
-        dw[k] = (float*)calloc_check(C, sizeof(float));
-        db[k] = (float*)calloc_check(C, sizeof(float));
         set_threads(k == 2 ? 2 : 1);
         if (k == 0) {
             layernorm_forward_naive(out[k], mean[k], rstd[k], inp, w, b, 1, BT, C);
@@ -765,9 +766,8 @@ static int check_layernorm(int BT, int C) {
            "dbias %.1e of the largest; 1 and 2 threads bit-identical\n", fails ? "FAIL" : "ok  ", BT, C,
            e[0], e[1], e[2], e[3], e[4], e[5]);
     free(inp); free(dout); free(w); free(b);
-    for (int k = 0; k < 3; k++) {
-        free(out[k]); free(mean[k]); free(rstd[k]); free(dinp[k]); free(dw[k]); free(db[k]);
-    }
+    free_arrays(out, 3); free_arrays(mean, 3); free_arrays(rstd, 3);
+    free_arrays(dinp, 3); free_arrays(dw, 3); free_arrays(db, 3);
     return fails;
 }
 

@@ -285,6 +285,22 @@ static void body_refused(const char* json, const char* field, const char* want) 
     completion_free(&c);
 }
 
+// A valid body and the n, stream and include_usage it must give; what: the check's line.
+typedef struct {
+    const char* json;
+    int n, stream, include_usage;
+    const char* what;
+} Gives;
+
+static void bodies_give(const Gives* cases, int count) {
+    for (int i = 0; i < count; i++) {
+        Completion c = body(cases[i].json);
+        check(c.n == cases[i].n && c.stream == cases[i].stream && c.include_usage == cases[i].include_usage,
+              cases[i].what, NULL);
+        completion_free(&c);
+    }
+}
+
 static void check_completions(void) {
     printf("--- bodies of the completions API\n");
     Completion c = body("{\"prompt\": \"Once\"}");
@@ -327,38 +343,31 @@ static void check_completions(void) {
     body_refused("{\"prompt\": \"a\", \"prompt\": [\"b\"]}", "prompt", "\"prompt\" is given twice");
 
     // n
-    const char* n_ok[] = {"{\"prompt\": \"a\", \"n\": 1}", "{\"prompt\": \"a\", \"n\": 16}",
-                          "{\"prompt\": \"a\", \"n\": null}"};
-    const int n_want[] = {1, 16, 1};
-    for (int i = 0; i < 3; i++) {
-        c = body(n_ok[i]);
-        check(c.n == n_want[i], n_want[i] == 16 ? "n 16: the most" : "n 1, and null: 1", NULL);
-        completion_free(&c);
-    }
+    static const Gives n_ok[] = {{"{\"prompt\": \"a\", \"n\": 1}", 1, 0, 0, "n 1, and null: 1"},
+                                 {"{\"prompt\": \"a\", \"n\": 16}", 16, 0, 0, "n 16: the most"},
+                                 {"{\"prompt\": \"a\", \"n\": null}", 1, 0, 0, "n 1, and null: 1"}};
+    bodies_give(n_ok, 3);
     static const char* const bad_n[] = {"0", "0", "17", "17", "1.5", "1.5", "\"2\"", "a string", NULL};
     refused_values(body_refused, "n", "must be an integer from 1 to 16", bad_n);
     body_refused("{\"prompt\": \"a\", \"n\": 1, \"n\": 2}", "n", "\"n\" is given twice");
 
     // stream and stream_options
-    const char* streams[] = {"{\"prompt\": \"a\", \"stream\": true}", "{\"prompt\": \"a\", \"stream\": false}",
-                             "{\"prompt\": \"a\", \"stream\": null}"};
-    for (int i = 0; i < 3; i++) {
-        c = body(streams[i]);
-        check(c.stream == (i == 0), i == 0 ? "stream true" : "stream false, and null: not streamed", NULL);
-        completion_free(&c);
-    }
+    static const Gives streams[] = {
+        {"{\"prompt\": \"a\", \"stream\": true}", 1, 1, 0, "stream true"},
+        {"{\"prompt\": \"a\", \"stream\": false}", 1, 0, 0, "stream false, and null: not streamed"},
+        {"{\"prompt\": \"a\", \"stream\": null}", 1, 0, 0, "stream false, and null: not streamed"}};
+    bodies_give(streams, 3);
     body_refused("{\"prompt\": \"a\", \"stream\": \"yes\"}", "stream",
                  "\"stream\" must be true or false, got a string");
     body_refused("{\"prompt\": \"a\", \"stream\": 1}", "stream", "\"stream\" must be true or false, got a number");
-    const char* options[] = {"{\"prompt\": \"a\", \"stream\": true, \"stream_options\": {\"include_usage\": true}}",
-                             "{\"prompt\": \"a\", \"stream\": true, \"stream_options\": {}}",
-                             "{\"prompt\": \"a\", \"stream_options\": null}",
-                             "{\"prompt\": \"a\", \"stream_options\": {\"other\": [1], \"include_usage\": false}}"};
-    for (int i = 0; i < 4; i++) {
-        c = body(options[i]);
-        check(c.include_usage == (i == 0), i == 0 ? "include_usage true" : "{}, null, false: no usage", NULL);
-        completion_free(&c);
-    }
+    static const Gives options[] = {
+        {"{\"prompt\": \"a\", \"stream\": true, \"stream_options\": {\"include_usage\": true}}", 1, 1, 1,
+         "include_usage true"},
+        {"{\"prompt\": \"a\", \"stream\": true, \"stream_options\": {}}", 1, 1, 0, "{}, null, false: no usage"},
+        {"{\"prompt\": \"a\", \"stream_options\": null}", 1, 0, 0, "{}, null, false: no usage"},
+        {"{\"prompt\": \"a\", \"stream_options\": {\"other\": [1], \"include_usage\": false}}", 1, 0, 0,
+         "{}, null, false: no usage"}};
+    bodies_give(options, 4);
     body_refused("{\"prompt\": \"a\", \"stream_options\": []}", "stream_options",
                  "\"stream_options\" must be an object, got an array");
     body_refused("{\"prompt\": \"a\", \"stream_options\": {\"include_usage\": \"x\"}}", "stream_options",
@@ -551,22 +560,14 @@ static void check_files(void) {
 
 // ---------- answers ----------
 
-// Reads the record's string field `key` back with gpt2/json.h (errors caught): its bytes into
-// out, their number into *n; returns 0 with the reader's complaint in out if it is not JSON.
-static int field_of(const char* record, const char* key, char* out, size_t cap, size_t* n) {
-    JsonReader r = json_reader(record, strlen(record), "record", NULL);
+// Reads the JSON string in text back with gpt2/json.h (errors caught): its bytes into out, their
+// number into *n; returns 0 with the reader's complaint in out if it is not one JSON string.
+static int string_of(const char* text, char* out, size_t cap, size_t* n) {
+    JsonReader r = json_reader(text, strlen(text), "string", NULL);
     jmp_buf on_error;
     json_catch(&r, &on_error, out, cap);
     if (setjmp(on_error) != 0) return 0;
-    *n = 0;
-    json_expect(&r, '{');
-    for (size_t i = 0; json_next(&r, '}', i); i++) {
-        char name[32];
-        json_string(&r, name, sizeof(name));
-        json_expect(&r, ':');
-        if (strcmp(name, key) == 0) *n = json_string(&r, out, cap);
-        else json_skip_value(&r);
-    }
+    *n = json_string(&r, out, cap);
     json_end(&r);
     return 1;
 }
@@ -579,17 +580,14 @@ static void writes(const char* what, const char* s, size_t n, const char* want, 
     size_t len = 0;
     FILE* f = open_memstream(&buf, &len);
     if (f == NULL) fail("open_memstream: %s", strerror(errno));
-    fputs("{\"text\": ", f);
     json_write_string(f, (const unsigned char*)s, n);
-    fputs("}", f);
     fclose_check(f, "memory stream");  // buf now holds what was written
-    char expect[1024], got[1024], detail[2200];
-    snprintf(expect, sizeof(expect), "{\"text\": %s}", want);
+    char got[1024], detail[2200];
     size_t got_n = 0;
-    int parsed = field_of(buf, "text", got, sizeof(got), &got_n);
+    int parsed = string_of(buf, got, sizeof(got), &got_n);
     snprintf(detail, sizeof(detail), "wrote %s%s%s", buf, parsed ? "" : ", which reads back as ",
              parsed ? "" : got);
-    check(strcmp(buf, expect) == 0 && parsed && got_n == back_n && memcmp(got, back, back_n) == 0,
+    check(strcmp(buf, want) == 0 && parsed && got_n == back_n && memcmp(got, back, back_n) == 0,
           what, detail);
     free(buf);
 }

@@ -757,21 +757,15 @@ __attribute__((always_inline)) EMU_INTERNAL static inline bool emu_race_read_cha
 
 // GCC's -fsanitize=thread calls these before every load and store of the instrumented code (the
 // whole program: kernels and host). Only the arena's bytes matter; the rest returns at once.
-#define EMU_TSAN_HOOKS(n)                                                                                          \
-    extern "C" EMU_HOOK void __tsan_read##n(void* p) {                                                         \
-        if (emu_in_arena(p) && !emu_race_read_changes_nothing(p, n))                                              \
-            emu_race_access(p, n, false, __builtin_return_address(0), 0);                                         \
+#define EMU_TSAN_HOOKS_OF(kind, n)                                                                                 \
+    extern "C" EMU_HOOK void __tsan_##kind##read##n(void* p) {                                                     \
+        if (emu_in_arena(p) && !emu_race_read_changes_nothing(p, n))                                               \
+            emu_race_access(p, n, false, __builtin_return_address(0), 0);                                          \
     }                                                                                                              \
-    extern "C" EMU_HOOK void __tsan_write##n(void* p) {                                                        \
-        if (emu_in_arena(p)) emu_race_access(p, n, true, __builtin_return_address(0), 0);                         \
-    }                                                                                                              \
-    extern "C" EMU_HOOK void __tsan_unaligned_read##n(void* p) {                                               \
-        if (emu_in_arena(p) && !emu_race_read_changes_nothing(p, n))                                              \
-            emu_race_access(p, n, false, __builtin_return_address(0), 0);                                         \
-    }                                                                                                              \
-    extern "C" EMU_HOOK void __tsan_unaligned_write##n(void* p) {                                              \
-        if (emu_in_arena(p)) emu_race_access(p, n, true, __builtin_return_address(0), 0);                         \
+    extern "C" EMU_HOOK void __tsan_##kind##write##n(void* p) {                                                    \
+        if (emu_in_arena(p)) emu_race_access(p, n, true, __builtin_return_address(0), 0);                          \
     }
+#define EMU_TSAN_HOOKS(n) EMU_TSAN_HOOKS_OF(, n) EMU_TSAN_HOOKS_OF(unaligned_, n)
 EMU_TSAN_HOOKS(1)
 EMU_TSAN_HOOKS(2)
 EMU_TSAN_HOOKS(4)

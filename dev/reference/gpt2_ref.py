@@ -499,6 +499,12 @@ def train(args):
     print(f"wrote {args.out}")
 
 
+def int_options(parser, **defaults):
+    """An option --NAME of type int for each NAME=DEFAULT, in that order (shared with hf_ref.py)."""
+    for name, default in defaults.items():
+        parser.add_argument(f"--{name}", type=int, default=default)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -507,11 +513,7 @@ def main():
     m.add_argument("--tokens", required=True, help="token file to write (.bin)")
     m.add_argument("--V", type=int, default=97)
     m.add_argument("--Vp", type=int, default=0, help="padded vocab (default: V up to 128k)")
-    m.add_argument("--maxT", type=int, default=32)
-    m.add_argument("--L", type=int, default=2)
-    m.add_argument("--NH", type=int, default=4)
-    m.add_argument("--C", type=int, default=32)
-    m.add_argument("--ntokens", type=int, default=1000)
+    int_options(m, maxT=32, L=2, NH=4, C=32, ntokens=1000)
     m.add_argument("--scale", type=float, default=0.1, help="std of the weight matrices")
     m.add_argument("--seed", type=int, default=1)
     t = sub.add_parser("make-tokens", help="token file of random ids < V")
