@@ -429,7 +429,7 @@ int main(int argc, char** argv) {
         double loss_sum = 0.0;
         for (int i = 0; i < num_ops; i++) {  // the micro-steps of B x T, their gradients added up
             PipeOp op = ops[i];
-            model->slot = op.micro % model->num_slots;
+            if (op.action != PIPE_EXCHANGE) model->slot = op.slot;
             if (op.action == PIPE_EXCHANGE) {
                 pipe_exchange(model, op, B, T);
             } else if (op.action == PIPE_FORWARD) {

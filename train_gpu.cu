@@ -447,7 +447,7 @@ static void train(Run* run, Model* m, double peak) {
         double loss_sum = 0.0;
         for (int i = 0; i < num_ops; i++) {
             PipeOp op = ops[i];
-            model->slot = op.micro % model->num_slots;
+            if (op.action != PIPE_EXCHANGE) model->slot = op.slot;
             if (op.action == PIPE_EXCHANGE) {
                 pipe_exchange_gpu(m, op, B, T);
             } else if (op.action == PIPE_FORWARD) {

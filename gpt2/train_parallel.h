@@ -130,10 +130,10 @@ enum { PIPE_FORWARD, PIPE_BACKWARD, PIPE_EXCHANGE };
 
 typedef struct {
     int action;     // PIPE_...
-    int micro;      // forward, backward: the micro-step; its activations are slot micro % num_slots
+    int micro;      // forward, backward: the micro-step
     int peer;       // exchange: -1 or +1
     int send, recv; // exchange: 1 where it sends, receives
-    int slot;       // exchange: the slot of the input received (-1) or the output sent (+1)
+    int slot;       // a pass's activations (micro % num_slots); an exchange's input or output
 } PipeOp;
 
 static inline int pipe_add(PipeOp* ops, int n, int action, int micro, int peer, int send, int recv, int slot) {
@@ -159,20 +159,20 @@ static inline int pipe_schedule(PipeOp* ops, const GPT2* model, int M) {
     int warmup = split.gpipe || ahead > M ? M : ahead, rest = M - warmup;
     for (int i = 0; i < warmup; i++) {
         n = pipe_with_prev(ops, n, model, 0, i % S);
-        n = pipe_add(ops, n, PIPE_FORWARD, i, 0, 0, 0, 0);
+        n = pipe_add(ops, n, PIPE_FORWARD, i, 0, 0, 0, i % S);
         n = pipe_with_next(ops, n, model, i % S, 0);
     }
     if (rest > 0) n = pipe_with_prev(ops, n, model, 0, warmup % S);
     for (int i = 0; i < rest; i++) {  // one forward, one backward
         int f = warmup + i;
-        n = pipe_add(ops, n, PIPE_FORWARD, f, 0, 0, 0, 0);
+        n = pipe_add(ops, n, PIPE_FORWARD, f, 0, 0, 0, f % S);
         n = pipe_with_next(ops, n, model, f % S, 1);
-        n = pipe_add(ops, n, PIPE_BACKWARD, i, 0, 0, 0, 0);
+        n = pipe_add(ops, n, PIPE_BACKWARD, i, 0, 0, 0, i % S);
         n = pipe_with_prev(ops, n, model, 1, i == rest - 1 ? -1 : (f + 1) % S);
     }
     for (int i = rest; i < M; i++) {  // the backward passes left
         n = pipe_with_next(ops, n, model, -1, 1);
-        n = pipe_add(ops, n, PIPE_BACKWARD, i, 0, 0, 0, 0);
+        n = pipe_add(ops, n, PIPE_BACKWARD, i, 0, 0, 0, i % S);
         n = pipe_with_prev(ops, n, model, 1, -1);
     }
     return n;
