@@ -108,22 +108,15 @@ static void synchronize_comm_gpu(void) {
 // ---------- the collectives ----------
 
 // x[0..n) = the sum over the group of every member's x, on every member (all-reduce).
-static void nccl_sum(int group, float* x, size_t n) {
+static void nccl_sum_of(int group, void* x, size_t n, ncclDataType_t type, size_t size) {
     int k = nccl_sizes[group];
     if (k <= 1 || n == 0) return;
     comm_begin();
-    nccl_check(ncclAllReduce(x, x, n, ncclFloat, ncclSum, nccl_comms[group], 0));
-    comm_end(group, 2.0 * (k - 1) / k * n * sizeof(float));
+    nccl_check(ncclAllReduce(x, x, n, type, ncclSum, nccl_comms[group], 0));
+    comm_end(group, 2.0 * (k - 1) / k * n * size);
 }
-
-// The same in bf16 (the bf16 path's tensor-parallel sums of activations and their gradients).
-static void nccl_sum_bf16(int group, bf16* x, size_t n) {
-    int k = nccl_sizes[group];
-    if (k <= 1 || n == 0) return;
-    comm_begin();
-    nccl_check(ncclAllReduce(x, x, n, ncclBfloat16, ncclSum, nccl_comms[group], 0));
-    comm_end(group, 2.0 * (k - 1) / k * n * sizeof(bf16));
-}
+static void nccl_sum(int group, float* x, size_t n) { nccl_sum_of(group, x, n, ncclFloat, sizeof(float)); }
+static void nccl_sum_bf16(int group, bf16* x, size_t n) { nccl_sum_of(group, x, n, ncclBfloat16, sizeof(bf16)); }
 
 // x holds n = k x part floats over a group of k: part r (r: this member's rank in the group)
 // becomes the sum of every member's part r, in place; the other parts are left as they were.
