@@ -209,7 +209,7 @@ void gpt2_backward_gpu(GPT2BF16* m) {
         ActivationTensorsOf<bf16> al = activations_bf16(m, l);
         const bf16* x = l == 0 ? a.encoded : activations_bf16(m, l - 1).residual3;  // the block's input
         gelu_matmul_backward_set_dinp_gpu(da.fch, dw.fcprojw, dw.fcprojb, da.fcproj, al.fch_gelu, w.fcprojw, al.fch,
-                                  B, T, 4 * H, C);
+                                          B, T, 4 * H, C);
         matmul_backward_set_dinp_gpu(da.ln2, dw.fcw, dw.fcb, da.fch, al.ln2, w.fcw, B, T, C, 4 * H);
         tp_sum_gpu(da.ln2, BTC);
         layernorm_backward_gpu(da.residual2, dw.ln2w, dw.ln2b, da.ln2, al.residual2, w.ln2w, al.ln2_mean,

@@ -1577,7 +1577,7 @@ static void roofline_bf16(GPT2Config c, int B, int T, const int* inputs, const i
             break;
         case OP_FCPROJ_BWD:
             gelu_matmul_backward_set_dinp_gpu(da.fch, g0.fcprojw, g0.fcprojb, da.fcproj, a.fch_gelu, w0.fcprojw, a.fch, B, T,
-                                      4 * C, C);
+                                              4 * C, C);
             break;
         case OP_FC_BWD: matmul_backward_set_dinp_gpu(da.ln2, g0.fcw, g0.fcb, da.fch, a.ln2, w0.fcw, B, T, C, 4 * C); break;
         case OP_LN2_BWD:

@@ -495,7 +495,7 @@ static void flash_attention_forward_gpu(bf16* out, float* lse, const bf16* qkv, 
 // dqkv (B,T,3C) bf16 is written (not accumulated) with the gradients of Q, K and V; dout (B,T,C)
 // bf16; out and lse from the forward.
 static void flash_attention_backward_set_dinp_gpu(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
-                                          const float* lse, int B, int T, int C, int NH) {
+                                                  const float* lse, int B, int T, int C, int NH) {
     flash_attention_backward_with(FLASH_AUTO, dqkv, dout, qkv, out, lse, B, T, C, NH);
 }
 

@@ -435,7 +435,7 @@ static void gemm_bf16(GemmBf16Args g, bool ta, bool tb, bool out_f32) {
 
 // out (B,T,OC) = inp (B,T,C) weight (OC,C)^T + bias, bf16 in and out.
 static void matmul_forward_gpu(bf16* out, const bf16* inp, const bf16* weight, const float* bias, int B, int T,
-                                int C, int OC) {
+                               int C, int OC) {
     GemmBf16Args g = gemm_bf16_args(inp, C, weight, C, out, OC, B * T, OC, C);
     g.bias = bias;
     gemm_bf16(g, false, true, false);
@@ -443,7 +443,7 @@ static void matmul_forward_gpu(bf16* out, const bf16* inp, const bf16* weight, c
 
 // out = residual + inp weight^T + bias: the product that ends each half of a block.
 static void matmul_residual_forward_gpu(bf16* out, const bf16* inp, const bf16* weight, const float* bias,
-                                         const bf16* residual, int B, int T, int C, int OC) {
+                                        const bf16* residual, int B, int T, int C, int OC) {
     GemmBf16Args g = gemm_bf16_args(inp, C, weight, C, out, OC, B * T, OC, C);
     g.bias = bias;
     g.residual = residual;
@@ -452,7 +452,7 @@ static void matmul_residual_forward_gpu(bf16* out, const bf16* inp, const bf16* 
 
 // out = gelu(pre), pre (B,T,OC) = inp weight^T + bias, both kept (the backward needs pre).
 static void matmul_gelu_forward_gpu(bf16* out, bf16* pre, const bf16* inp, const bf16* weight, const float* bias,
-                                     int B, int T, int C, int OC) {
+                                    int B, int T, int C, int OC) {
     GemmBf16Args g = gemm_bf16_args(inp, C, weight, C, out, OC, B * T, OC, C);
     g.bias = bias;
     g.aux = pre;
@@ -464,7 +464,7 @@ static void matmul_gelu_forward_gpu(bf16* out, bf16* pre, const bf16* inp, const
 // when gelu_pre is given (the product's input was gelu(gelu_pre)); dweight (OC, C) += dout^T inp
 // and dbias (OC) += the column sums of dout, in float32.
 static void matmul_backward_set_dinp_of(bf16* dinp, float* dweight, float* dbias, const bf16* dout, const bf16* inp,
-                                  const bf16* weight, const bf16* gelu_pre, int N, int C, int OC) {
+                                        const bf16* weight, const bf16* gelu_pre, int N, int C, int OC) {
     GemmBf16Args g = gemm_bf16_args(dout, OC, weight, C, dinp, C, N, C, OC);  // B(k=o, n=c) = weight[o*C + c]
     if (gelu_pre != NULL) {
         g.aux = (bf16*)gelu_pre;
@@ -478,13 +478,13 @@ static void matmul_backward_set_dinp_of(bf16* dinp, float* dweight, float* dbias
 }
 
 static void matmul_backward_set_dinp_gpu(bf16* dinp, float* dweight, float* dbias, const bf16* dout, const bf16* inp,
-                                 const bf16* weight, int B, int T, int C, int OC) {
+                                         const bf16* weight, int B, int T, int C, int OC) {
     matmul_backward_set_dinp_of(dinp, dweight, dbias, dout, inp, weight, NULL, B * T, C, OC);
 }
 
 // The backward of a product whose input was gelu(pre): dpre, written (GELU's derivative fused).
 static void gelu_matmul_backward_set_dinp_gpu(bf16* dpre, float* dweight, float* dbias, const bf16* dout, const bf16* inp,
-                                      const bf16* weight, const bf16* pre, int B, int T, int C, int OC) {
+                                              const bf16* weight, const bf16* pre, int B, int T, int C, int OC) {
     matmul_backward_set_dinp_of(dpre, dweight, dbias, dout, inp, weight, pre, B * T, C, OC);
 }
 
