@@ -394,7 +394,7 @@ static void sample(Run* run, Model* m, int step) {
     int Vp = model->config.padded_vocab_size, cached = !split_is_model_parallel();
     int* tokens = (int*)malloc_check((size_t)run->cfg.T * sizeof(int));
     float* logits = (float*)malloc_check((size_t)Vp * sizeof(float));
-    int n = run->cfg.gen_tokens < run->cfg.T - 1 ? run->cfg.gen_tokens : run->cfg.T - 1;
+    int n = run_sample_length(run);  // the generator is built for them first
     int pages = kv_pages_for(n + 1);
     int* table = (int*)malloc_check((size_t)pages * sizeof(int));
     for (int i = 0; i < pages; i++) table[i] = i;  // one sequence: the pool's pages in order

@@ -543,12 +543,17 @@ static inline void run_val_report(Run* run, int step, double loss_sum, int passe
 }
 
 // A sample is -g tokens (at most T-1) that the model writes after an end-of-text token.
+static inline int run_sample_length(const Run* run) {
+    return run->cfg.gen_tokens < run->cfg.T - 1 ? run->cfg.gen_tokens : run->cfg.T - 1;
+}
+
+// The first token (end-of-text) and the header line; returns the tokens to write.
 static inline int run_sample_begin(const Run* run, int* first, int step) {
     int V = run->model.config.vocab_size;
     int eot = run->tok != NULL ? run->tok->eot_token : GPT2_EOT;
     *first = eot < V ? eot : V - 1;
     if (procs.rank == 0) printf("--- sample at step %d ---\n", step);
-    return run->cfg.gen_tokens < run->cfg.T - 1 ? run->cfg.gen_tokens : run->cfg.T - 1;
+    return run_sample_length(run);
 }
 
 // The next token of a sample, drawn from the softmax of the last position's logits (Vp floats,
