@@ -666,8 +666,8 @@ static uint64_t bf16_fingerprint(void) {
 // (which leaves dweight as it was): `first` writes dweight over whatever it held (garbage here),
 // with the bits of `backward` adding into zeros, and adds to dinp and dbias as `backward` does.
 // Returns 1 on a failure.
-static int check_backward_first(const char* name, backward_fn backward, backward_fn first,
-                                int BT, int C, int OC) {
+static int check_backward_set_dweight(const char* name, backward_fn backward, backward_fn first,
+                                      int BT, int C, int OC) {
     Operands m = random_operands(BT, C, OC, 0);
     size_t ni = m.ni, nw = m.nw;
     float *inp = m.inp, *weight = m.weight, *dout = m.dout;
@@ -853,11 +853,11 @@ int main(int argc, char** argv) {
     fails += check_packed_rows(0, 29, 768, 301, 1);
     fails += check_packed_rows(0, 64, 300, MM_NC + 37, 0);
     fails += check_packed_rows(0, 100, 300, 37, 1);             // slices of rows at M = 100
-    fails += check_backward_first("matmul_backward_fast_set_dweight", matmul_backward_fast,
+    fails += check_backward_set_dweight("matmul_backward_fast_set_dweight", matmul_backward_fast,
                                   matmul_backward_fast_set_dweight, 257, 769, 301);
-    fails += check_backward_first("matmul_backward_fast_set_dweight", matmul_backward_fast,
+    fails += check_backward_set_dweight("matmul_backward_fast_set_dweight", matmul_backward_fast,
                                   matmul_backward_fast_set_dweight, 2 * MM_KC + 9, 40, 33);   // k blocks
-    fails += check_backward_first("matmul_backward_set_dweight", matmul_backward, matmul_backward_set_dweight,
+    fails += check_backward_set_dweight("matmul_backward_set_dweight", matmul_backward, matmul_backward_set_dweight,
                                   65, 100, 37);
     fails += check_dot_lanes();
     fails += check_layernorm(256, 768);          // d12's rows
@@ -892,11 +892,11 @@ int main(int argc, char** argv) {
     fails += check_bf16_shape(601, 70, 33, 1, 1);              // odd K in dweight's last block
     fails += check_determinism("matmul_forward/backward_bf16", matmul_forward_bf16,
                                matmul_backward_bf16, 257, 769, 301);
-    fails += check_backward_first("matmul_backward_bf16_fast_set_dweight", matmul_backward_bf16_fast,
+    fails += check_backward_set_dweight("matmul_backward_bf16_fast_set_dweight", matmul_backward_bf16_fast,
                                   matmul_backward_bf16_fast_set_dweight, 257, 769, 301);
-    fails += check_backward_first("matmul_backward_bf16_fast_set_dweight", matmul_backward_bf16_fast,
+    fails += check_backward_set_dweight("matmul_backward_bf16_fast_set_dweight", matmul_backward_bf16_fast,
                                   matmul_backward_bf16_fast_set_dweight, 2 * BF_KC + 9, 40, 33);
-    fails += check_backward_first("matmul_backward_bf16_set_dweight", matmul_backward_bf16,
+    fails += check_backward_set_dweight("matmul_backward_bf16_set_dweight", matmul_backward_bf16,
                                   matmul_backward_bf16_set_dweight, 65, 100, 37);
     fails += check_packed_gemm(1, packed_rows, n_packed, 37, 300, 1);
     fails += check_packed_gemm(1, packed_rows, n_packed, 301, 2 * BF_KC + 7, 1);

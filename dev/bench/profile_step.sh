@@ -11,8 +11,8 @@
 # The groups, by symbol (OpenMP outlines a parallel loop as NAME._omp_fn.N, counted as NAME):
 #   matmul kernel     mm_kernel, bf_kernel (gpt2/cpu_math.h, gpt2/cpu_bf16.h)
 #   matmul packing    mm_pack_*, bf_pack_*, gemm_block, gemm_threads, mm_transpose (blocking, packing)
-#   AdamW             gpt2_update
-#   grad norm, clip   sum_of_squares, gpt2_scale_grads
+#   AdamW             gpt2_update (which applies the clip's factor as it reads each gradient)
+#   grad norm         sum_of_squares, gpt2_grad_norm
 #   attention         attention_forward, attention_backward, axpy_sum
 #   layernorm, GELU, softmax, cross-entropy, residual, encoder, bias: their functions
 #   memset            memset (gradients zeroed each step)
@@ -57,7 +57,7 @@ perf report -i "$dir/perf.data" --no-children --sort dso,symbol --stdio 2>/dev/n
     else if (sym ~ /^(mm|bf)_kernel/) g = "matmul kernel"
     else if (sym ~ /^(mm|bf)_(pack|transpose)|^gemm_(block|threads)|^bf_gemm/) g = "matmul packing and blocking"
     else if (sym ~ /^gpt2_update/) g = "AdamW"
-    else if (sym ~ /^sum_of_squares|^gpt2_scale_grads|clip/) g = "gradient norm and clip"
+    else if (sym ~ /^sum_of_squares|^gpt2_grad_norm/) g = "gradient norm"
     else if (sym ~ /^attention_|^axpy_sum/) g = "attention"
     else if (sym ~ /^layernorm_/) g = "layernorm"
     else if (sym ~ /^gelu_/) g = "GELU"
