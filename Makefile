@@ -105,6 +105,9 @@ else
   SERVE_STATUS := server off (no libmicrohttpd found: apt-get install libmicrohttpd-dev)
 endif
 
+ifneq ($(MATMUL),)
+  $(error MATMUL=$(MATMUL): the knob is LAYERS (LAYERS=naive runs every layer on its plain loops))
+endif
 ifeq ($(LAYERS),naive)
   LAYERS_FLAGS := -DLAYERS_NAIVE
 else ifneq ($(LAYERS),fast)
