@@ -348,9 +348,9 @@ static void pipe_exchange(GPT2* model, PipeOp op, int B, int T) {
 
 // ---------- validation and samples ----------
 
-// The mean loss over the validation batches (gpt2/run.h: run_val_passes), printed.
+// The mean loss over the validation batches (gpt2/run.h: run_val_begin), printed.
 static void validate(Run* run, GPT2* model, int step) {
-    int passes = run_val_passes(run);
+    int passes = run_val_begin(run);
     double sum = 0.0;
     for (int i = 0; i < passes; i++) {
         dataloader_next_batch(&run->val);

@@ -349,7 +349,7 @@ static void pipe_exchange_gpu(GPT2BF16* m, PipeOp op, int B, int T) {
 template <typename Model>
 static void validate(Run* run, Model* m, int step) {
     GPT2* model = gpt2_of(m);
-    int passes = run_val_passes(run);
+    int passes = run_val_begin(run);
     double sum = 0.0;
     for (int i = 0; i < passes; i++) {
         dataloader_next_batch(&run->val);

@@ -526,9 +526,9 @@ static inline int run_due(const Run* run, int step) {
 
 // ---------- validation and samples ----------
 
-// The validation batches: up to -m batches of the validation file from its start, each as big as
-// a training step's and split the same way; returns the forward passes each process runs.
-static inline int run_val_passes(Run* run) {
+// Validation starts: the validation file rewound, up to -m batches of it, each as big as a
+// training step's and split the same way; returns the forward passes each process runs.
+static inline int run_val_begin(Run* run) {
     dataloader_reset(&run->val);
     int n = run->cfg.val_batches < (int)run->val.num_batches ? run->cfg.val_batches : (int)run->val.num_batches;
     return n * run->micro_steps;
