@@ -15,7 +15,9 @@
 #      without a race (it must pass in every mode) and one per kind of race (each must be reported
 #      with the kernel and the two lines marked in the source), an index past a __shared__
 #      array's end (reported by both builds) and a read of shared memory the block never wrote;
-#      then every kernel check under it.
+#      then Hopper's asynchronous copies and products: two kernels without a fault, one per fault
+#      of TMA, mbarrier and wgmma (each reported with its two lines), and a descriptor whose
+#      swizzle is not the tensor map's (a wrong result); then every kernel check under it.
 #   4. the emulator's own checks (dev/emu/emu_check.cu): a kernel per rule of CUDA that it breaks
 #      (lanes of a warp at different warp instructions, a warp instruction in a partial warp or
 #      that some lanes never reach, a __syncthreads that some threads never reach, threads at
@@ -77,16 +79,25 @@ cat build/emu/schedules.out
 echo "--- 3. the race detector on kernels with planted races ---"
 for mode in "" "CUDA_EMU_SCHEDULE=reverse" "CUDA_EMU_SCHEDULE=ahead CUDA_EMU_ASYNC=issue" \
             "CUDA_EMU_SCHEDULE=random:5 CUDA_EMU_ASYNC=random:6"; do
-  env $mode build/emu/race_check clean >build/emu/race.log 2>&1 ||
-    { cat build/emu/race.log; echo "FAIL: the race-free kernel fails under ${mode:-the default schedule}"; status=1; }
+  for clean in clean clean_tma clean_stores; do
+    env $mode build/emu/race_check $clean >build/emu/race.log 2>&1 ||
+      { cat build/emu/race.log; echo "FAIL: the race-free kernel $clean fails under ${mode:-the default schedule}"; status=1; }
+  done
 done
-echo "ok   clean: no race reported, right result, in 4 modes"
-for race in missing_barrier reuse_before_barrier refill_before_barrier read_before_wait; do
-  lines=$(grep -n "// race: $race\$" dev/emu/race_check.cu | cut -d: -f1)
+echo "ok   clean, clean_tma, clean_stores: no race reported, right result, in 4 modes"
+# (a line may be marked for several races: "// race: NAME NAME ...")
+for race in missing_barrier reuse_before_barrier refill_before_barrier read_before_wait \
+            tma_read_before_wait wrong_parity wgmma_write_before_wait shallow_wait missing_proxy_fence; do
+  lines=$(grep -nE "// race: (.* )?$race( .*)?\$" dev/emu/race_check.cu | cut -d: -f1)
+  case $race in
+    missing_proxy_fence) kernel=stores_kernel ;;
+    tma_*|wrong_parity|wgmma_*|shallow_wait) kernel=tma_kernel ;;
+    *) kernel=${race}_kernel ;;
+  esac
   ( build/emu/race_check $race ) >build/emu/race.log 2>&1  # (in a subshell: its abort message goes to the log)
   rc=$?
   ok=1
-  [ $rc -ne 0 ] && grep -q "race on shared memory in kernel ${race}_kernel" build/emu/race.log || ok=0
+  [ $rc -ne 0 ] && grep -q "race on shared memory in kernel $kernel" build/emu/race.log || ok=0
   for l in $lines; do grep -q "dev/emu/race_check.cu:$l " build/emu/race.log || ok=0; done
   if [ $ok = 1 ] && [ "$(echo $lines | wc -w)" = 2 ]; then
     echo "ok   $race: reported at lines $(echo $lines)"
@@ -104,6 +115,12 @@ expect_report() {
     echo "FAIL $2: expected $4, got:"; head -5 build/emu/race.log; status=1
   fi
 }
+( build/emu/race_check swizzle_mismatch ) >build/emu/race.log 2>&1
+if [ $? -eq 1 ] && grep -q "race_check swizzle_mismatch: wrong result" build/emu/race.log; then
+  echo "ok   swizzle_mismatch: a 64B-swizzle descriptor on 128B-swizzled tiles gives a wrong product"
+else
+  echo "FAIL swizzle_mismatch: expected a wrong result (exit 1), got:"; head -5 build/emu/race.log; status=1
+fi
 line=$(grep -n "// past_the_end" dev/emu/race_check.cu | head -1 | cut -d: -f1)
 expect_report build/emu/race_check past_the_end \
   "shared-memory write out of bounds in kernel past_the_end_kernel.*past the end of buf.*race_check.cu:$line " \
