@@ -368,6 +368,9 @@ struct EmuState {
     char* arena;                    // its copy of shared memory (below)
     struct EmuShadow* shadow;       // the race detector's shadow of it
     struct EmuShadowSites* sites;   // and where each access it holds was
+    uint8_t* async_reads;           // the wgmma reads in flight of each byte
+    const void** async_read_sites;  // and where the last was issued, by which thread
+    uint16_t* async_read_threads;
 };
 // The state of the worker this thread is (see "workers" below): the main thread's is emu_main,
 // and so is that of any other thread that is not a worker.
@@ -504,16 +507,39 @@ static void emu_describe_shared(const void* p, char* out, size_t n) {
 // block (emu_block_epoch) reads what an earlier block left, or the arena's fill: shared memory the
 // block never wrote, which is undefined on a GPU.
 static thread_local uint64_t emu_epoch = 1, emu_block_epoch = 1;  // the running worker's
-enum { EMU_PENDING = 1, EMU_ASYNC = 2, EMU_LDMATRIX = 4 };
+enum { EMU_MAX_MBARRIERS = 64 };  // per block, for the race detector's phases seen
+// mbarrier phases, numbered as they complete on this worker, and each thread's last seen of each
+// barrier (numbers below emu_block_phase belong to earlier blocks: never seen, never current)
+static thread_local uint64_t emu_phase = 1, emu_block_phase = 1;
+static thread_local uint64_t emu_phase_seen[1024][EMU_MAX_MBARRIERS];
+static thread_local int emu_barriers_used;       // the block's mbarriers, for the merge at __syncthreads
+static thread_local uint32_t emu_fences[1024];   // each thread's fence.proxy.async count
+// The async proxy (Hopper's TMA copies and wgmma products) has rules of its own, since its accesses
+// are ordered by mbarrier phases and wgmma_wait rather than by __syncthreads:
+//   a TMA copy writes its bytes from its issue until the mbarrier phase that counts them
+//     completes (EMU_TMA | EMU_PENDING: any access then is a race); after, a thread may read them
+//     only once it has seen that phase complete (its mbarrier_try_wait said so, or a
+//     __syncthreads after another thread's did): the bytes hold the barrier and the phase's
+//     number (EMU_TMA_DONE), and each thread the last phase of each barrier it has seen;
+//   a wgmma reads its operands from its issue until the wgmma_wait that retires it: a write to
+//     them before, by any thread or copy, is a race (async_reads counts the reads in flight);
+//   bytes written by ordinary stores are seen by the async proxy only after the writer's
+//     fence.proxy.async: each write keeps the writer's count of fences (3 bits), and a wgmma
+//     that reads it when the count has not moved since is a race.
+// Not checked: ordinary accesses ordered by mbarriers alone (only __syncthreads orders them here),
+// nor a TMA copy against ordinary reads of its bytes in the same interval.
+enum { EMU_PENDING = 1, EMU_ASYNC = 2, EMU_LDMATRIX = 4, EMU_TMA = 8, EMU_TMA_DONE = 16, EMU_WGMMA = 32 };
 struct EmuAccess {                  // one access, unpacked for a report
-    uint16_t thread;                // the thread's linear index in its block
-    uint8_t kind;                   // EMU_ASYNC (a cp.async copy; EMU_PENDING until its wait), EMU_LDMATRIX
+    uint16_t thread;                // the thread's linear index in its block (EMU_TMA_DONE: the mbarrier)
+    uint8_t kind;                   // EMU_ASYNC (a cp.async copy; EMU_PENDING until its wait), EMU_LDMATRIX,
+                                    // EMU_TMA (| EMU_PENDING), EMU_TMA_DONE, EMU_WGMMA
     const void* pc;                 // the kernel's instruction
 };
 // A byte's shadow is two words, read at every access: 16 bytes a byte, so that the shadow of the
 // arrays a kernel uses stays in the cache (as three records of thread, kind, epoch and site it
 // was 80, and the detector's runs waited on loading it):
-//   w   its last write:           epoch << 24 | kind << 16 | EMU_OWNED | thread
+//   w   its last write:           epoch << 24 | kind << 16 | fences << 13 | EMU_OWNED | thread
+//                                 (EMU_TMA_DONE: phase << 24 | kind << 16 | EMU_OWNED | mbarrier)
 //   r   its readers in interval epoch, one or two:
 //                                 epoch << 24 | EMU_R2 | r2's EMU_R_LDMATRIX, thread << 11 | r's, thread
 // with a thread's linear index in bits 0-9 (a block has at most 1024), EMU_OWNED set where the
@@ -524,7 +550,7 @@ struct EmuShadow { uint64_t w, r; };
 struct EmuShadowSites { const void* w; const void* r; const void* r2; };
 enum : uint64_t {
     EMU_THREAD_BITS = 0x3ff, EMU_OWNED = 1u << 12, EMU_R_LDMATRIX = 1u << 10, EMU_R2 = 1u << 22,
-    EMU_EPOCH_SHIFT = 24,
+    EMU_EPOCH_SHIFT = 24, EMU_FENCE_SHIFT = 13,
 };
 
 #ifndef CUDA_EMU_RACE
@@ -534,6 +560,14 @@ static inline void emu_race_block_start(void) {}
 static inline void emu_race_interval_end(void) {}
 static inline void emu_race_access(const void* p, size_t n, bool write, const void* pc, int kind) {}
 static inline void emu_race_retire(const void* p, size_t n) {}
+static inline void emu_race_tma_issue(const void* p, size_t n, const void* pc) {}
+static inline void emu_race_tma_complete(const void* p, size_t n, int barrier, uint64_t phase) {}
+static inline void emu_race_phase_seen(int barrier, uint64_t phase) {}
+static inline void emu_race_wgmma_read(const void* p, size_t n, const void* pc) {}
+static inline void emu_race_wgmma_retire(const void* p, size_t n) {}
+static inline void emu_race_fence_proxy_async(void) {}
+static inline void emu_race_barrier_merge(void) {}
+static inline uint64_t emu_race_next_phase(void) { return 0; }
 #else
 // Worker w's shadow of its arena, made with its first piece: [offset, offset + size) owned.
 static void emu_shadow_own(EmuState* w, size_t offset, size_t size) {
@@ -542,9 +576,14 @@ static void emu_shadow_own(EmuState* w, size_t offset, size_t size) {
                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
         void* sites = mmap(NULL, EMU_ARENA_BYTES * sizeof(EmuShadowSites), PROT_READ | PROT_WRITE,
                            MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        if (s == MAP_FAILED || sites == MAP_FAILED) { fprintf(stderr, "cuda_emu: out of memory for the race detector's shadow\n"); exit(1); }
+        void* reads = mmap(NULL, EMU_ARENA_BYTES * (1 + 2 + sizeof(void*)), PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (s == MAP_FAILED || sites == MAP_FAILED || reads == MAP_FAILED) { fprintf(stderr, "cuda_emu: out of memory for the race detector's shadow\n"); exit(1); }
         w->shadow = (EmuShadow*)s;
         w->sites = (EmuShadowSites*)sites;
+        w->async_read_sites = (const void**)reads;
+        w->async_read_threads = (uint16_t*)((char*)reads + EMU_ARENA_BYTES * sizeof(void*));
+        w->async_reads = (uint8_t*)reads + EMU_ARENA_BYTES * (2 + sizeof(void*));
     }
     for (size_t i = 0; i < size; i++) w->shadow[offset + i].w |= EMU_OWNED;
 }
@@ -558,6 +597,9 @@ EMU_INTERNAL static void emu_race_next_interval(void) {
 EMU_INTERNAL static void emu_race_block_start(void) {
     emu_race_next_interval();
     emu_block_epoch = emu_epoch;
+    emu_block_phase = emu_phase;
+    emu_barriers_used = 0;
+    memset(emu_fences, 0, sizeof emu_fences);
 }
 
 // "file:line (function)" of a kernel instruction, with the calls it was inlined into after "<-",
@@ -588,9 +630,19 @@ EMU_INTERNAL static void emu_print_site(const void* pc) {
 }
 
 EMU_INTERNAL static void emu_print_access(const char* label, const EmuAccess* a, bool write) {
+    if (a->kind & EMU_TMA_DONE) {
+        fprintf(stderr, "  %s TMA copy, complete with mbarrier %d's phase, issued at ", label, a->thread);
+        emu_print_site(a->pc);
+        fprintf(stderr, "\n");
+        return;
+    }
     fprintf(stderr, "  %s %s by thread %d (warp %d) at ", label,
             a->kind & EMU_ASYNC ? (a->kind & EMU_PENDING ? "cp.async copy, in flight (its thread has not waited for it)"
                                                          : "cp.async copy")
+            : a->kind & EMU_TMA ? (a->kind & EMU_PENDING ? "TMA copy, in flight (its mbarrier phase has not completed)"
+                                                         : "TMA copy")
+            : a->kind & EMU_WGMMA ? (a->kind & EMU_PENDING ? "wgmma read, in flight (no wgmma_wait has retired it)"
+                                                           : "wgmma read")
             : a->kind & EMU_LDMATRIX ? "ldmatrix read" : write ? "write" : "read",
             a->thread, a->thread / 32);
     emu_print_site(a->pc);
@@ -598,7 +650,7 @@ EMU_INTERNAL static void emu_print_access(const char* label, const EmuAccess* a,
 }
 
 EMU_INTERNAL static void emu_race(const void* p, const EmuAccess* first, bool first_write, const EmuAccess* second,
-                                  bool second_write) {
+                                  bool second_write, const char* why = NULL) {
     emu_report_begin();
     char where[256];
     emu_describe_shared(p, where, sizeof where);
@@ -606,7 +658,13 @@ EMU_INTERNAL static void emu_race(const void* p, const EmuAccess* first, bool fi
             emu->block_idx.x, emu->block_idx.y, emu->block_idx.z, where);
     emu_print_access("earlier:", first, first_write);
     emu_print_access("now:    ", second, second_write);
-    if (first->kind & EMU_PENDING)
+    if (why != NULL)
+        fprintf(stderr, "  %s\n", why);
+    else if (first->kind & EMU_PENDING && first->kind & EMU_TMA)
+        fprintf(stderr, "  before the mbarrier phase that counts the copy's bytes completed, and was seen to\n");
+    else if (first->kind & EMU_PENDING && first->kind & EMU_WGMMA)
+        fprintf(stderr, "  before the wgmma_wait that retires the wgmma (and an mbarrier or __syncthreads after it)\n");
+    else if (first->kind & EMU_PENDING)
         fprintf(stderr, "  before the copy's cp_async_wait (and, for another thread, a __syncthreads after it)\n");
     else
         fprintf(stderr, "  with no __syncthreads between them\n");
@@ -652,8 +710,26 @@ EMU_INTERNAL static inline int emu_race_byte(EmuShadow* s, const EmuShadowSites*
     uint64_t w = s->w, r = s->r;
     const EmuAccess* now = &a->access;
     EmuAccess last;
+    size_t off = (size_t)(byte - emu->arena);
     if (!(w & EMU_OWNED)) emu_race_out_of_bounds(byte, a->write, now->pc);
     if (w & (EMU_PENDING << 16)) { last = emu_write_of(w, site->w); emu_race(byte, &last, true, now, a->write); }
+    if (w & (EMU_TMA_DONE << 16)) {  // a complete TMA copy: the thread must have seen its phase
+        uint64_t phase = w >> EMU_EPOCH_SHIFT;
+        int barrier = (int)(w & EMU_THREAD_BITS);
+        if (phase < emu_block_phase) {  // an earlier block's
+            if (!a->write && emu_unwritten.at == NULL) { emu_unwritten.at = byte; emu_unwritten.read = *now; }
+        } else if (emu_phase_seen[a->thread][barrier] < phase) {
+            last = emu_write_of(w, site->w);
+            emu_race(byte, &last, true, now, a->write,
+                     "by a thread that has not seen the copy's mbarrier phase complete (mbarrier_try_wait, or a "
+                     "__syncthreads after another thread's)");
+        }
+        w = a->block_epoch | EMU_OWNED | a->thread;  // as written before this interval
+    }
+    if (a->write && emu->async_reads[off] != 0) {
+        last = {emu->async_read_threads[off], EMU_WGMMA | EMU_PENDING, emu->async_read_sites[off]};
+        emu_race(byte, &last, false, now, true);
+    }
     if (!a->write && (w & EMU_EPOCH_BITS) < a->block_epoch && emu_unwritten.at == NULL) {
         emu_unwritten.at = byte;  // reported at the interval's end, unless a race is first
         emu_unwritten.read = *now;
@@ -671,7 +747,8 @@ EMU_INTERNAL static inline int emu_race_byte(EmuShadow* s, const EmuShadowSites*
                 emu_race(byte, &last, false, now, true);
             }
         }
-        s->w = a->epoch | (uint64_t)now->kind << 16 | EMU_OWNED | a->thread;
+        s->w = a->epoch | (uint64_t)now->kind << 16 | (uint64_t)(emu_fences[a->thread] & 7) << EMU_FENCE_SHIFT |
+               EMU_OWNED | a->thread;
         return EMU_CHANGED_W;
     }
     if ((r & EMU_EPOCH_BITS) != a->epoch) {
@@ -734,8 +811,107 @@ EMU_INTERNAL static void emu_race_interval_end(void) {
 // in this interval, which the other warps may read after the next __syncthreads.
 EMU_INTERNAL static void emu_race_retire(const void* p, size_t n) {
     EmuShadow* s = emu->shadow + ((const char*)p - emu->arena);
-    uint64_t keep = ~EMU_EPOCH_BITS & ~((uint64_t)EMU_PENDING << 16);
-    for (size_t i = 0; i < n; i++) s[i].w = (s[i].w & keep) | emu_epoch << EMU_EPOCH_SHIFT;
+    uint64_t keep = ~EMU_EPOCH_BITS & ~((uint64_t)EMU_PENDING << 16) & ~((uint64_t)7 << EMU_FENCE_SHIFT);
+    uint64_t fences = (uint64_t)(emu_fences[emu->cur->linear] & 7) << EMU_FENCE_SHIFT;
+    for (size_t i = 0; i < n; i++) s[i].w = (s[i].w & keep) | fences | emu_epoch << EMU_EPOCH_SHIFT;
+}
+
+// ---------- the async proxy (see EMU_TMA above) ----------
+
+// A TMA copy issued into [p, p + n): written from now until its phase completes.
+EMU_INTERNAL static void emu_race_tma_issue(const void* p, size_t n, const void* pc) {
+    EmuThread* t = emu->cur;
+    size_t off = (size_t)((const char*)p - emu->arena);
+    EmuAccess now = {(uint16_t)t->linear, EMU_TMA | EMU_PENDING, pc};
+    for (size_t i = 0; i < n; i++) {
+        EmuShadow* s = emu->shadow + off + i;
+        const char* byte = (const char*)p + i;
+        if (!(s->w & EMU_OWNED)) emu_race_out_of_bounds(byte, true, pc);
+        if (emu->async_reads[off + i] != 0) {
+            EmuAccess last = {emu->async_read_threads[off + i], EMU_WGMMA | EMU_PENDING, emu->async_read_sites[off + i]};
+            emu_race(byte, &last, false, &now, true);
+        }
+        if (s->w & (EMU_PENDING << 16)) {
+            EmuAccess last = emu_write_of(s->w, emu->sites[off + i].w);
+            emu_race(byte, &last, true, &now, true);
+        }
+        s->w = emu_epoch << EMU_EPOCH_SHIFT | (uint64_t)(EMU_TMA | EMU_PENDING) << 16 | EMU_OWNED | t->linear;
+        emu->sites[off + i].w = pc;
+    }
+}
+
+// The phase that counted the copy's bytes completed: they hold the barrier and the phase.
+EMU_INTERNAL static void emu_race_tma_complete(const void* p, size_t n, int barrier, uint64_t phase) {
+    EmuShadow* s = emu->shadow + ((const char*)p - emu->arena);
+    for (size_t i = 0; i < n; i++)
+        s[i].w = phase << EMU_EPOCH_SHIFT | (uint64_t)EMU_TMA_DONE << 16 | EMU_OWNED | (uint64_t)barrier;
+}
+// A number for a phase that completes now, above every earlier one on this worker.
+EMU_INTERNAL static uint64_t emu_race_next_phase(void) { return ++emu_phase; }
+
+// The running thread has seen `phase` of mbarrier `barrier` complete (0: none yet).
+EMU_INTERNAL static void emu_race_phase_seen(int barrier, uint64_t phase) {
+    if (barrier >= EMU_MAX_MBARRIERS) emu_fatal("more mbarriers in a block than the race detector follows (EMU_MAX_MBARRIERS)");
+    uint64_t* seen = &emu_phase_seen[emu->cur->linear][barrier];
+    if (*seen < phase) *seen = phase;
+    if (emu_barriers_used <= barrier) emu_barriers_used = barrier + 1;
+}
+// At __syncthreads: what one thread has seen, every thread has.
+EMU_INTERNAL static void emu_race_barrier_merge(void) {
+    for (int b = 0; b < emu_barriers_used; b++) {
+        uint64_t most = 0;
+        for (int t = 0; t < emu->nthreads; t++) most = max(most, emu_phase_seen[t][b]);
+        for (int t = 0; t < emu->nthreads; t++) emu_phase_seen[t][b] = most;
+    }
+}
+
+// fence.proxy.async: the running thread's stores so far are visible to the async proxy.
+EMU_INTERNAL static void emu_race_fence_proxy_async(void) { emu_fences[emu->cur->linear]++; }
+
+// A wgmma reads [p, p + n) from now until a wgmma_wait retires it: what it reads must be written
+// and ordered before (a complete copy whose phase this thread has seen, or ordinary stores of a
+// past interval or of its warp, followed by their writer's fence.proxy.async).
+EMU_INTERNAL static void emu_race_wgmma_read(const void* p, size_t n, const void* pc) {
+    EmuThread* t = emu->cur;
+    size_t off = (size_t)((const char*)p - emu->arena);
+    EmuAccess now = {(uint16_t)t->linear, EMU_WGMMA | EMU_PENDING, pc};
+    uint64_t epoch = emu_epoch << EMU_EPOCH_SHIFT;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t w = emu->shadow[off + i].w;
+        const char* byte = (const char*)p + i;
+        const void* site = emu->sites[off + i].w;
+        int kind = (int)(w >> 16 & 0xff), writer = (int)(w & EMU_THREAD_BITS);
+        if (!(w & EMU_OWNED)) emu_race_out_of_bounds(byte, false, pc);
+        EmuAccess last = emu_write_of(w, site);
+        if (kind & EMU_PENDING) {
+            emu_race(byte, &last, true, &now, false);
+        } else if (kind & EMU_TMA_DONE) {
+            uint64_t phase = w >> EMU_EPOCH_SHIFT;
+            if (phase < emu_block_phase) {
+                if (emu_unwritten.at == NULL) { emu_unwritten.at = byte; emu_unwritten.read = now; }
+            } else if (emu_phase_seen[t->linear][writer] < phase) {
+                emu_race(byte, &last, true, &now, false,
+                         "by a wgmma of a thread that has not seen the copy's mbarrier phase complete");
+            }
+        } else if ((w & EMU_EPOCH_BITS) < emu_block_epoch << EMU_EPOCH_SHIFT) {
+            if (emu_unwritten.at == NULL) { emu_unwritten.at = byte; emu_unwritten.read = now; }
+        } else if ((w & EMU_EPOCH_BITS) == epoch && writer / 32 != t->linear / 32) {
+            emu_race(byte, &last, true, &now, false);
+        } else if ((w >> EMU_FENCE_SHIFT & 7) == (emu_fences[writer] & 7)) {
+            emu_race(byte, &last, true, &now, false,
+                     "with no fence.proxy.async by the writer between its store and the wgmma (which reads "
+                     "through the async proxy)");
+        }
+        if (emu->async_reads[off + i] == 255) emu_fatal("more than 255 wgmma reads of one byte in flight");
+        emu->async_reads[off + i]++;
+        emu->async_read_sites[off + i] = pc;
+        emu->async_read_threads[off + i] = (uint16_t)t->linear;
+    }
+}
+// A wgmma_wait retired a wgmma's read of [p, p + n).
+EMU_INTERNAL static void emu_race_wgmma_retire(const void* p, size_t n) {
+    uint8_t* reads = emu->async_reads + ((const char*)p - emu->arena);
+    for (size_t i = 0; i < n; i++) reads[i]--;
 }
 
 // Most reads of a kernel change nothing: the bytes were written in an earlier interval of this
@@ -749,7 +925,7 @@ __attribute__((always_inline)) EMU_INTERNAL static inline bool emu_race_read_cha
     uint64_t w = s->w, r = s->r, epoch = emu_epoch << EMU_EPOCH_SHIFT, warp = (uint64_t)t->linear / 32;
     for (size_t i = 1; i < n; i++)
         if (s[i].w != w || s[i].r != r) return false;
-    return (w & (EMU_OWNED | (uint64_t)EMU_PENDING << 16)) == EMU_OWNED &&
+    return (w & (EMU_OWNED | (uint64_t)(EMU_PENDING | EMU_TMA_DONE) << 16)) == EMU_OWNED &&
            (w & EMU_EPOCH_BITS) >= emu_block_epoch << EMU_EPOCH_SHIFT &&
            ((w & EMU_EPOCH_BITS) != epoch || (w & EMU_THREAD_BITS) / 32 == warp) &&
            (r & EMU_EPOCH_BITS) == epoch && ((r & EMU_THREAD_BITS) / 32 == warp || (r & EMU_R2));
@@ -1202,6 +1378,7 @@ EMU_BOOKKEEPING static void emu_run_block(void) {
             }
             emu->block_gen++;
             emu->block_acc[emu->block_gen & 1] = 0;
+            emu_race_barrier_merge();
             emu_race_next_interval();
             continue;
         }
