@@ -367,6 +367,7 @@ struct EmuState {
     unsigned long long progress, progress_seen;  // mbarrier changes so far; when the pollers last retried
     size_t poll_bar;                // the last poller's barrier (offset) and parity, for a deadlock's report
     int poll_parity;
+    unsigned long long stuck;       // where the block stood (barrier generations and counts) when its pollers last retried with nothing changed
     char* dynamic;                  // the launch's dynamic shared memory in this arena, and its size
     size_t dynamic_size;
     int nbarriers, ntma;            // the block's mbarriers and TMA copies in flight (hopper section)
@@ -1177,6 +1178,7 @@ static void emu_hopper_block_start(void) {
     emu->nbarriers = emu->ntma = 0;
     for (int w = 0; w < 32; w++) emu->nwgmma[w] = emu->wgmma_groups[w] = 0, emu->polling[w] = 0;
     emu->progress = emu->progress_seen = 0;
+    emu->stuck = 0;
 }
 
 // The barrier at bar; create: a new one (mbarrier_init), else it must have been initialised.
@@ -1527,7 +1529,10 @@ EMU_BOOKKEEPING static void emu_run_block(void) {
     emu_race_block_start();  // a new epoch: nothing an earlier block did races with it
     for (;;) {
         bool ran = false;
-        if (emu->progress != emu->progress_seen) emu_wake_pollers(nwarps);  // a barrier changed: they retry
+        if (emu->progress != emu->progress_seen) {  // a barrier changed: the pollers retry
+            emu_wake_pollers(nwarps);
+            emu->stuck = 0;
+        }
         if (emu_cfg.schedule == EMU_AHEAD) {
             // the first warp that can run, counting from one that moves on at every __syncthreads
             for (int k = 0; k < nwarps && !ran; k++) {
@@ -1547,6 +1552,7 @@ EMU_BOOKKEEPING static void emu_run_block(void) {
         }
         if (ran) continue;
         int block_wait = 0, done = 0, polling = 0;
+        unsigned long long now = (unsigned long long)emu->block_gen + 1;  // where the block stands (never 0)
         for (int w = 0; w < nwarps; w++) {
             const int* count = emu->count[w];
             if (count[EMU_WARP_WAIT] > 0 && count[EMU_WARP_WAIT] + count[EMU_DONE] == emu_warp_size(w)) {
@@ -1556,6 +1562,7 @@ EMU_BOOKKEEPING static void emu_run_block(void) {
             block_wait += count[EMU_BLOCK_WAIT];
             done += count[EMU_DONE];
             polling += count[EMU_POLL];
+            now = now * 1000003 + emu->warp_gen[w] * 1025 + count[EMU_WARP_WAIT];
         }
         if (done == n) {
             if (emu->ntma > 0) emu_fatal("TMA copies in flight at the block's end (no thread waited on their mbarrier)");
@@ -1573,9 +1580,16 @@ EMU_BOOKKEEPING static void emu_run_block(void) {
             emu_race_next_interval();
             continue;
         }
-        if (polling > 0) {  // the threads not at a barrier poll an mbarrier: only a copy can move them
+        // The threads not at a barrier poll an mbarrier that did not change: a copy landing may
+        // complete it; else they retry once (a try_wait need not be a loop's), and if they all come
+        // back to poll with nothing changed, no one ever will.
+        if (polling > 0) {
             if (emu_tma_land_all((size_t)-1)) continue;
-            emu_mbarrier_deadlock();
+            now = (now * 1025 + block_wait) * 1025 + done;
+            if (emu->stuck == now) emu_mbarrier_deadlock();
+            emu->stuck = now;
+            emu_wake_pollers(nwarps);
+            continue;
         }
         emu_fatal(block_wait + done == n
                       ? "__syncthreads that some threads of the block never reach (they exited)"
