@@ -15,7 +15,7 @@
 // __syncthreads, so a correct kernel gives the same result under every schedule, and one that
 // depends on the order (a missing or misplaced barrier) fails under some of them.
 // Checked: launch limits (1024 threads, grid y/z <= 65535, 48 KiB static shared memory is up to
-// the compiler), __syncthreads or warp instructions that not every thread of the block/warp
+// the compiler; dynamic shared memory over 48 KiB needs cudaFuncSetAttribute, over 227 KiB fails), __syncthreads or warp instructions that not every thread of the block/warp
 // reaches, or that the lanes of a warp reach at different instructions (undefined behaviour on a
 // GPU: reported and aborted), ldmatrix and cp.async addresses that are not 16-byte aligned (a
 // fault on a GPU), cp.async copies a thread never waits for, and, built with -fsanitize=address,
@@ -53,6 +53,25 @@
 //                             group, and earlier if CUDA_EMU_ASYNC says so: a kernel that reads a
 //                             tile before the wait (and the __syncthreads after it) reads stale
 //                             data, as it may on a GPU, where the copy lands at some unknown time.
+// And Hopper's, which gpt2/gpu/hopper.cuh wraps:
+//   mbarrier_init, _arrive, _arrive_expect_tx, _try_wait
+//                             the barrier's state lives beside shared memory, keyed by its address;
+//                             a phase completes when its arrivals and announced bytes are in; a
+//                             try_wait that says no yields, and its thread retries once a barrier
+//                             has changed; if every live thread polls and nothing can change, the
+//                             run stops ("deadlock: mbarrier waits that ...");
+//   tma_load_2d               the box (zeros outside the tensor) into shared memory, swizzled by
+//                             the address bits as the map says; it lands and counts its bytes off
+//                             the barrier at the latest when a waiter needs it (CUDA_EMU_ASYNC);
+//   wgmma_bf16, _fence, _commit, _wait<N>
+//                             warp barriers; each warp of the warpgroup queues its 16 rows of D,
+//                             computed from the descriptors' swizzled layouts (d, then k = 0..15,
+//                             in float32) at the wait that retires its group (CUDA_EMU_ASYNC);
+//   fence_proxy_async, setmaxnreg, wgmma_hold   nothing (setmaxnreg checks its value);
+//   cudaGetDriverEntryPoint(ByVersion)          gives the emulator's cuTensorMapEncodeTiled, which
+//                             checks what the driver checks and keeps the map's fields in CUtensorMap.
+// `extern __shared__ T a[];` is the launch's dynamic shared memory (kernel<<<grid, block, bytes>>>),
+// a 1024-byte aligned piece of the arena per kernel and size.
 // Environment:
 //   CUDA_EMU_SCHEDULE=roundrobin     (the default) every warp in turn runs one step, to its next
 //                                    barrier or warp instruction; warps and lanes in order
@@ -61,7 +80,8 @@
 //                                    its end) before the next starts; after every __syncthreads a
 //                                    different warp goes first
 //   CUDA_EMU_SCHEDULE=random[:SEED]  a random warp runs one step at a time, its lanes in random order
-//   CUDA_EMU_ASYNC=wait              (the default) a cp.async copy lands at the wait that retires it
+//   CUDA_EMU_ASYNC=wait              (the default) a cp.async copy lands at the wait that retires it,
+//                                    a TMA copy at a wait on its barrier, a wgmma at its wgmma_wait
 //   CUDA_EMU_ASYNC=issue             when it is issued
 //   CUDA_EMU_ASYNC=random[:SEED]     at a random point between the two
 //   CUDA_EMU_WORKERS=N               the OS threads that run the blocks of a launch (default: as many

@@ -1,16 +1,22 @@
 // dev/gpu/instruction_check.cu: the instructions that the bf16 matrix products are built from
-// (gpt2/gpu/matmul_bf16.cuh, section "tensor-core instructions"), each against a scalar definition
-// written here from the PTX ISA:
-//   bf16       float -> bf16 -> float: round to nearest, ties to even, overflow to infinity
-//   mma        mma.sync m16n8k16, bf16 inputs, float32 accumulation: every lane's fragments
-//   ldmatrix   ldmatrix x4 and x4.trans: every lane's four registers
-//   cp.async   16-byte copies in commit groups, zero fill, wait_group 1 and 0
+// (gpt2/gpu/matmul_bf16.cuh, section "tensor-core instructions", and gpt2/gpu/hopper.cuh), each
+// against a scalar definition written here from the PTX ISA:
+//   bf16        float -> bf16 -> float: round to nearest, ties to even, overflow to infinity
+//   mma         mma.sync m16n8k16, bf16 inputs, float32 accumulation: every lane's fragments
+//   ldmatrix    ldmatrix x4 and x4.trans: every lane's four registers
+//   cp.async    16-byte copies in commit groups, zero fill, wait_group 1 and 0
+//   descriptor  wgmma_descriptor's bits, against values worked out by hand
+//   tma         2D boxes with the 128-byte swizzle: every byte, edges and negative coordinates zero
+//   mbarrier    count and expect_tx over four phases: try_wait of both parities at each step
+//   wgmma       m64nNk16 for N = 64, 128, 256, all four transposes, scale_d 0 and 1, operands by TMA
+// The last three need compute capability 9.0 (wgmma an sm_90a build): elsewhere they print
+// "skipped".
 // On a GPU this checks the wrappers and our reading of the ISA; on the CPU emulator
 // (dev/emu/cuda_emu.h) it checks the emulator's versions of the same functions, which every emulated
 // kernel that uses them relies on. The elements of each input matrix are distinct (random, or
 // distinct integers), so that one taken from the wrong lane, register or half shows.
 //
-//   nvcc -O3 -arch=sm_90 -std=c++17 -o build/instruction_check dev/gpu/instruction_check.cu
+//   nvcc -O3 -gencode arch=compute_90a,code=sm_90a -std=c++17 -o build/instruction_check dev/gpu/instruction_check.cu
 //   python3 dev/emu/cuda_emu.py dev/gpu/instruction_check.cu build/emu/instruction_check.cpp   then g++ as
 //   for build/emu/gpu_check (Makefile), and run build/emu/instruction_check
 //
