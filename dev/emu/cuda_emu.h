@@ -465,7 +465,7 @@ __attribute__((noipa)) static void emu_fatal(const char* what) {
 // arena, given out once, when a thread first reaches the declaration: cuda_emu.py makes each a
 // static offset (emu_shared_alloc) and a reference into the running worker's copy of the arena
 // (emu_shared), since each worker (below) runs blocks of its own. Pieces are 128-byte aligned,
-// which covers any __align__, and each is followed by a gap that no array owns: AddressSanitizer
+// or as __align__ asks where more, and each is followed by a gap that no array owns: AddressSanitizer
 // is told the gaps are poisoned, and the race detector stops at an access to them, so an index
 // past an array's end is caught as it is on a static array. A new piece holds 0xff bytes (NaN
 // floats), not zeros: a GPU's shared memory starts with whatever was there. A launch's dynamic
@@ -518,8 +518,8 @@ EMU_INTERNAL static size_t emu_shared_alloc_aligned(size_t size, const char* nam
     pthread_mutex_unlock(&emu_arena_mutex);
     return offset;
 }
-EMU_INTERNAL static size_t emu_shared_alloc(size_t size, const char* name) {
-    return emu_shared_alloc_aligned(size, name, 128, emu->kernel ? emu->kernel : "?");
+EMU_INTERNAL static size_t emu_shared_alloc(size_t size, const char* name, size_t align = 128) {
+    return emu_shared_alloc_aligned(size, name, align > 128 ? align : 128, emu->kernel ? emu->kernel : "?");
 }
 static inline void* emu_shared(size_t offset) { return emu->arena + offset; }
 // `extern __shared__ T a[];` (cuda_emu.py): the running launch's dynamic piece. Without one, an
@@ -1008,6 +1008,9 @@ extern "C" EMU_HOOK unsigned char __tsan_atomic8_load(const volatile void* p, in
 extern "C" EMU_HOOK int __tsan_atomic32_load(const volatile void* p, int order) {
     return __atomic_load_n((const volatile int*)p, __ATOMIC_ACQUIRE);
 }
+extern "C" EMU_HOOK long long __tsan_atomic64_load(const volatile void* p, int order) {  // emu_dynamic_shared's
+    return __atomic_load_n((const volatile long long*)p, __ATOMIC_ACQUIRE);
+}
 extern "C" EMU_HOOK void __tsan_init(void) {}
 extern "C" EMU_HOOK void __tsan_func_entry(void* pc) {}
 extern "C" EMU_HOOK void __tsan_func_exit(void* pc) {}
@@ -1342,11 +1345,15 @@ struct alignas(64) CUtensorMap {
 static_assert(sizeof(CUtensorMap) == 128, "CUtensorMap is 128 bytes");
 
 // An mbarrier's state, kept beside shared memory (keyed by its arena offset), not in its 8 bytes.
+enum { EMU_PHASE_COPIES = 32 };
 struct EmuBarrier {
     size_t offset;
     int count, pending;             // arrivals per phase; still to come in this one
     long long tx;                   // bytes announced (expect_tx) and not yet landed
     long long phase;                // phases completed
+    uint64_t seen;                  // the race detector's number for the last (emu_race_next_phase)
+    int ncopies;                    // the copies landed in this phase, whose bytes it completes
+    struct { const char* dst; size_t bytes; } copies[EMU_PHASE_COPIES];
 };
 // A TMA copy in flight: lands at the latest at a wait on its barrier (CUDA_EMU_ASYNC: sooner).
 struct EmuTma {
@@ -1360,6 +1367,8 @@ struct EmuWgmma {
     uint64_t desc_a, desc_b;
     int n, trans_a, trans_b, scale_d, group;
     float* d[32];                   // each lane's accumulators
+    const void* pc;                 // where the kernel issued it, for the race detector
+    int computed;                   // d written (CUDA_EMU_ASYNC: before the wait that retires it)
 };
 enum { EMU_MAX_BARRIERS = 64, EMU_MAX_TMA = 256, EMU_MAX_WGMMA = 8 };
 
@@ -1402,6 +1411,10 @@ EMU_INTERNAL static void emu_barrier_check(EmuBarrier* b) {
     if (b->pending == 0 && b->tx == 0) {
         b->phase++;
         b->pending = b->count;
+        b->seen = emu_race_next_phase();
+        for (int i = 0; i < b->ncopies; i++)
+            emu_race_tma_complete(b->copies[i].dst, b->copies[i].bytes, (int)(b - emu->barriers), b->seen);
+        b->ncopies = 0;
     }
 }
 EMU_INTERNAL static void mbarrier_init(uint64_t* bar, uint32_t count) {
@@ -1410,6 +1423,8 @@ EMU_INTERNAL static void mbarrier_init(uint64_t* bar, uint32_t count) {
     b->count = b->pending = (int)count;
     b->tx = 0;
     b->phase = 0;
+    b->seen = 0;
+    b->ncopies = 0;
     emu->progress++;
 }
 static inline void mbarrier_init_fence(void) {}
@@ -1435,8 +1450,7 @@ EMU_INTERNAL static inline uintptr_t emu_swizzle(uintptr_t a, int span) {
 
 // fence.proxy.async: orders the thread's plain shared-memory accesses with the async proxy's
 // (TMA, wgmma). Nothing to do for values; the hook where the race detector will note it.
-static inline void emu_fence_proxy_async(void) {}
-static inline void fence_proxy_async(void) { emu_fence_proxy_async(); }
+static inline void fence_proxy_async(void) { emu_race_fence_proxy_async(); }
 
 // TMA copy i lands: the box's elements (zeros outside the tensor) into shared memory, rows packed
 // and swizzled; its bytes count off its barrier's phase.
@@ -1454,6 +1468,9 @@ EMU_INTERNAL static void emu_tma_land(int i) {
                 memset(to, 0, m->elem);
         }
     EmuBarrier* b = emu_barrier(emu->arena + c.bar, false, "a TMA copy's landing");
+    if (b->ncopies == EMU_PHASE_COPIES) emu_fatal("more TMA copies in one mbarrier phase than the emulator holds (EMU_PHASE_COPIES)");
+    b->copies[b->ncopies].dst = c.dst;
+    b->copies[b->ncopies++].bytes = (size_t)m->box[0] * m->box[1] * m->elem;
     b->tx -= (long long)m->box[0] * m->box[1] * m->elem;
     if (b->tx < 0) emu_fatal("mbarrier: a TMA copy landed more bytes than its phase expects (mbarrier_arrive_expect_tx)");
     emu_barrier_check(b);
@@ -1466,7 +1483,7 @@ EMU_INTERNAL static bool emu_tma_land_all(size_t bar) {
     return any;
 }
 // cp.async.bulk.tensor.2d: the box at column x, row y of the map to dst, onto bar's phase.
-EMU_INTERNAL static void tma_load_2d(void* dst, const CUtensorMap* map, int x, int y, uint64_t* bar) {
+EMU_INSTRUCTION static void tma_load_2d(void* dst, const CUtensorMap* map, int x, int y, uint64_t* bar) {
     if (map->magic != EMU_TENSOR_MAP_MAGIC) emu_fatal("tma_load_2d: the tensor map was never encoded (cuTensorMapEncodeTiled)");
     if (!emu_in_arena(dst) || (uintptr_t)dst % 128 != 0)
         emu_fatal("tma_load_2d: destination not a 128-byte aligned address in shared memory");
@@ -1475,6 +1492,7 @@ EMU_INTERNAL static void tma_load_2d(void* dst, const CUtensorMap* map, int x, i
     EmuBarrier* b = emu_barrier(bar, false, "tma_load_2d");
     if (emu->ntma == EMU_MAX_TMA) emu_fatal("more TMA copies in flight than the emulator holds (EMU_MAX_TMA)");
     EmuTma c = {*map, (char*)dst, x, y, b->offset};
+    emu_race_tma_issue(dst, bytes, __builtin_return_address(0));
     emu->tma[emu->ntma++] = c;
     if (emu_cfg.async == EMU_AT_ISSUE || (emu_cfg.async == EMU_AT_RANDOM && emu_random(&emu->async_rng, 4) == 0))
         emu_tma_land(emu->ntma - 1);
@@ -1486,7 +1504,10 @@ EMU_INTERNAL static void tma_load_2d(void* dst, const CUtensorMap* map, int x, i
 EMU_INTERNAL static bool mbarrier_try_wait(uint64_t* bar, uint32_t parity) {
     EmuBarrier* b = emu_barrier(bar, false, "mbarrier_try_wait");
     if ((b->phase & 1) == (parity & 1) && b->pending == 0 && b->tx > 0) emu_tma_land_all(b->offset);
-    if ((b->phase & 1) != (parity & 1)) return true;
+    if ((b->phase & 1) != (parity & 1)) {
+        emu_race_phase_seen((int)(b - emu->barriers), b->seen);
+        return true;
+    }
     EmuThread* me = emu->cur;
     emu->polling[me->warp] |= 1u << me->lane;
     emu->poll_bar = b->offset;
@@ -1542,16 +1563,38 @@ EMU_INTERNAL static size_t emu_wgmma_start(uint64_t desc) {
 //   K-major (trans 0):  start + (2k / S) LBO + (i % 8) S + (i / 8) SBO + 2k % S
 //   MN-major (trans 1): start + (i % (S/2)) 2 + (i / (S/2)) LBO + (k % 8) S + (k / 8) SBO
 // then swizzled as TMA writes.
-EMU_INTERNAL static float emu_wgmma_element(uint64_t desc, size_t start, int trans, int i, int k) {
+EMU_INTERNAL static const char* emu_wgmma_address(uint64_t desc, size_t start, int trans, int i, int k) {
     size_t lbo = (size_t)(desc >> 16 & 0x3fff) << 4, sbo = (size_t)(desc >> 32 & 0x3fff) << 4;
     int span = 256 >> (int)(desc >> 62);  // layout 1: 128B, 2: 64B, 3: 32B
     size_t a = trans == 0 ? start + (2 * k / span) * lbo + (i % 8) * span + (i / 8) * sbo + 2 * k % span
                           : start + (i % (span / 2)) * 2 + (i / (span / 2)) * lbo + (k % 8) * span + (k / 8) * sbo;
     const char* p = (const char*)emu_swizzle((uintptr_t)(emu->arena + a), span);
     if (!emu_in_arena(p + 1)) emu_fatal("wgmma: an operand's element lies outside shared memory");
+    return p;
+}
+EMU_INTERNAL static float emu_wgmma_element(uint64_t desc, size_t start, int trans, int i, int k) {
     __nv_bfloat16 h;
-    memcpy(&h, p, 2);
+    memcpy(&h, emu_wgmma_address(desc, start, trans, i, k), 2);
     return __bfloat162float(h);
+}
+// For the race detector: the bytes warp w's part of wgmma q reads (its 16 rows of A, all of B),
+// read from its issue (retire 0), or no longer (retire 1).
+EMU_INTERNAL static void emu_wgmma_race(int w, const EmuWgmma* q, int retire) {
+#ifdef CUDA_EMU_RACE
+    size_t sa = emu_wgmma_start(q->desc_a), sb = emu_wgmma_start(q->desc_b);
+    for (int k = 0; k < 16; k++) {
+        for (int i = 0; i < 16; i++) {
+            const char* p = emu_wgmma_address(q->desc_a, sa, q->trans_a, 16 * (w % 4) + i, k);
+            if (retire) emu_race_wgmma_retire(p, 2);
+            else emu_race_wgmma_read(p, 2, q->pc);
+        }
+        for (int n = 0; n < q->n; n++) {
+            const char* p = emu_wgmma_address(q->desc_b, sb, q->trans_b, n, k);
+            if (retire) emu_race_wgmma_retire(p, 2);
+            else emu_race_wgmma_read(p, 2, q->pc);
+        }
+    }
+#endif
 }
 EMU_INTERNAL static void emu_wgmma_check_desc(uint64_t desc) {
     if ((desc >> 49 & 7) != 0) emu_fatal("wgmma: a descriptor's base offset (bits 49-51) other than 0 is not emulated");
@@ -1578,16 +1621,26 @@ EMU_INTERNAL static void emu_wgmma_compute(int w, const EmuWgmma* q) {
         for (int j = 0; j < q->n / 8; j++)
             for (int e = 0; e < 4; e++) q->d[lane][4 * j + e] = D[lane / 4 + 8 * (e / 2)][8 * j + 2 * (lane % 4) + e % 2];
 }
-// Computes warp w's first n wgmmas in flight, in issue order, and drops them from its queue.
+// Computes warp w's first n wgmmas in flight, in issue order, those not computed yet.
+EMU_INTERNAL static void emu_wgmma_compute_first(int w, int n) {
+    for (int i = 0; i < n; i++)
+        if (!emu->wgmma[w][i].computed) {
+            emu_wgmma_compute(w, &emu->wgmma[w][i]);
+            emu->wgmma[w][i].computed = 1;
+        }
+}
+// A wait retires warp w's first n wgmmas: computed, if they were not yet, their reads of shared
+// memory over (whenever their values were read), dropped from the queue.
 EMU_INTERNAL static void emu_wgmma_retire(int w, int n) {
-    for (int i = 0; i < n; i++) emu_wgmma_compute(w, &emu->wgmma[w][i]);
+    emu_wgmma_compute_first(w, n);
+    for (int i = 0; i < n; i++) emu_wgmma_race(w, &emu->wgmma[w][i], 1);
     for (int i = n; i < emu->nwgmma[w]; i++) emu->wgmma[w][i - n] = emu->wgmma[w][i];
     emu->nwgmma[w] -= n;
 }
 // At each wgmma warp instruction, CUDA_EMU_ASYNC=random computes some of the oldest in flight.
 EMU_INTERNAL static void emu_wgmma_maybe(int w) {
     if (emu_cfg.async == EMU_AT_RANDOM && emu->nwgmma[w] > 0)
-        emu_wgmma_retire(w, (int)emu_random(&emu->async_rng, (unsigned)emu->nwgmma[w] + 1));
+        emu_wgmma_compute_first(w, (int)emu_random(&emu->async_rng, (unsigned)emu->nwgmma[w] + 1));
 }
 // The warpgroup's instructions are warp barriers, as mma_bf16_16816 is: the last lane of the warp
 // to arrive does the warp's part.
@@ -1626,7 +1679,7 @@ static inline void wgmma_hold(float* d) {}  // a fence for nvcc's register alloc
 // wgmma.mma_async m64nNk16 bf16 -> f32: each lane leaves its d and the operands in the slots; the
 // last lane of the warp queues the warp's part, computed when a wait retires it (or sooner).
 template <int N, int TRANS_A, int TRANS_B>
-EMU_INTERNAL static void wgmma_bf16(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+EMU_INSTRUCTION static void wgmma_bf16(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
     static_assert(N == 64 || N == 128 || N == 256, "wgmma_bf16: N is 64, 128 or 256");
     int w = emu_warp(), lane = emu_lane(), parity = emu_warp_enter("wgmma_bf16");
     if (emu->nthreads % 128 != 0) emu_fatal("wgmma in a block whose threads are not whole warpgroups (a multiple of 128)");
@@ -1638,7 +1691,8 @@ EMU_INTERNAL static void wgmma_bf16(float* d, uint64_t desc_a, uint64_t desc_b, 
         if (emu->nwgmma[w] == EMU_MAX_WGMMA) emu_fatal("more wgmmas in flight in a warp than the emulator holds (EMU_MAX_WGMMA)");
         EmuWgmma* q = &emu->wgmma[w][emu->nwgmma[w]++];
         q->desc_a = desc_a, q->desc_b = desc_b, q->n = N, q->trans_a = TRANS_A, q->trans_b = TRANS_B;
-        q->scale_d = scale_d != 0, q->group = emu->wgmma_groups[w];
+        q->scale_d = scale_d != 0, q->group = emu->wgmma_groups[w], q->pc = __builtin_return_address(0);
+        q->computed = 0;
         for (int l = 0; l < 32; l++) {
             if (memcmp(emu->mma_slot[w][parity][l], mine, sizeof(uint32_t[6])) != 0)
                 emu_fatal("wgmma: the lanes of a warp give different descriptors or scale_d");
@@ -1648,7 +1702,8 @@ EMU_INTERNAL static void wgmma_bf16(float* d, uint64_t desc_a, uint64_t desc_b, 
         }
         emu_wgmma_check_desc(desc_a);
         emu_wgmma_check_desc(desc_b);
-        if (emu_cfg.async == EMU_AT_ISSUE) emu_wgmma_retire(w, emu->nwgmma[w]);
+        emu_wgmma_race(w, q, 0);
+        if (emu_cfg.async == EMU_AT_ISSUE) emu_wgmma_compute_first(w, emu->nwgmma[w]);
         else emu_wgmma_maybe(w);
     }
     emu_yield(EMU_WARP_WAIT);

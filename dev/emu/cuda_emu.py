@@ -131,13 +131,14 @@ def rewrite_dynamic_shared(line, where):
 
 def rewrite_shared(line, where):
     """`__shared__ [__align__(n)] T a[dims], b[dims];` on one line -> for each array, a typedef
-    of its type, its static offset in the emulator's arena and a reference to it in the running
-    worker's copy (the arena aligns every array to 128 bytes, which covers any __align__)."""
-    m = re.match(r"(\s*)__shared__\s+(?:__align__\(\s*\d+\s*\)\s+)?([^;]*);\s*(//.*)?$", line)
+    of its type, its static offset in the emulator's arena (aligned to 128 bytes, or to n where
+    larger: the swizzles read an address's bits 4-9) and a reference to it in the running
+    worker's copy."""
+    m = re.match(r"(\s*)__shared__\s+(?:__align__\(\s*(\d+)\s*\)\s+)?([^;]*);\s*(//.*)?$", line)
     if m is None:
         raise SystemExit("cuda_emu.py: %s: a __shared__ declaration it cannot read (write it as "
                          "`__shared__ [__align__(N)] TYPE name[dims], ...;` on one line): %s" % (where, line.strip()))
-    indent, decl = m.group(1), m.group(2)
+    indent, align, decl = m.group(1), m.group(2) or "128", m.group(3)
     first = re.match(r"(.*?)\b(\w+)\s*((?:\[[^\]]*\]\s*)*)$", split_top(decl, ",")[0].strip())
     if first is None or not first.group(1).strip():
         raise SystemExit("cuda_emu.py: %s: cannot find the type of: %s" % (where, line.strip()))
@@ -152,8 +153,8 @@ def rewrite_shared(line, where):
     for name, dims in declarators:
         t = "emu_shared_%s_t" % name
         at = "emu_shared_%s_at" % name
-        out.append('typedef %s %s%s; static const size_t %s = emu_shared_alloc(sizeof(%s), "%s"); '
-                   '%s& %s = *(%s*)emu_shared(%s);' % (base, t, dims.strip(), at, t, name, t, name, t, at))
+        out.append('typedef %s %s%s; static const size_t %s = emu_shared_alloc(sizeof(%s), "%s", %s); '
+                   '%s& %s = *(%s*)emu_shared(%s);' % (base, t, dims.strip(), at, t, name, align, t, name, t, at))
     return indent + " ".join(out)
 
 

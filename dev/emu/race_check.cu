@@ -143,7 +143,8 @@ __device__ void store_d(float* out, const float* d, int tid) {
 
 // The pipeline: thread 128 copies k tile kt into stage kt % 2 once the consumers released the
 // tile before it there; the consumers wait for its phase, multiply, and release a stage when the
-// wgmmas that read it have retired (wgmma_wait<1>: all but the newest group).
+// wgmmas that read it have retired (wgmma_wait<1>: all but the newest group). (The planted read
+// before the wait is of tile 1: issued with tile 0, so in flight in every schedule.)
 template <int FAULT>
 __global__ void __launch_bounds__(HTHREADS) tma_kernel(const __grid_constant__ CUtensorMap map_a,
                                                        const __grid_constant__ CUtensorMap map_b, float* out) {
@@ -171,7 +172,7 @@ __global__ void __launch_bounds__(HTHREADS) tma_kernel(const __grid_constant__ C
     float d[32];
     for (int kt = 0; kt < HK / 64; kt++) {
         unsigned char* stage = stages + kt % 2 * HSTAGE;
-        if (FAULT == TMA_READ_BEFORE_WAIT && kt == 0) d[0] = stage[8 * tid];  // race: tma_read_before_wait
+        if (FAULT == TMA_READ_BEFORE_WAIT && kt == 1) d[0] = stage[8 * tid];  // race: tma_read_before_wait
         mbarrier_wait(&full[kt % 2], (kt / 2) % 2 ^ (FAULT == WRONG_PARITY));
         int swizzle = FAULT == SWIZZLE_MISMATCH ? WGMMA_SWIZZLE_64B : WGMMA_SWIZZLE_128B;
         wgmma_fence();
