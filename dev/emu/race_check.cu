@@ -143,7 +143,8 @@ __device__ void store_d(float* out, const float* d, int tid) {
 
 // The pipeline: thread 128 copies k tile kt into stage kt % 2 once the consumers released the
 // tile before it there; the consumers wait for its phase, multiply, and release a stage when the
-// wgmmas that read it have retired (wgmma_wait<1>: all but the newest group). (The planted read
+// wgmmas that read it have retired (wgmma_wait<1>: all but the newest group), a lane of each warp,
+// since a warp's wait retires its own wgmmas, not the other warps'. (The planted read
 // before the wait is of tile 1: issued with tile 0, so in flight in every schedule.)
 template <int FAULT>
 __global__ void __launch_bounds__(HTHREADS) tma_kernel(const __grid_constant__ CUtensorMap map_a,
@@ -154,7 +155,7 @@ __global__ void __launch_bounds__(HTHREADS) tma_kernel(const __grid_constant__ C
     if (tid == 0) {
         for (int s = 0; s < 2; s++) {
             mbarrier_init(&full[s], 1);
-            mbarrier_init(&empty[s], 1);
+            mbarrier_init(&empty[s], 4);  // one arrival per consumer warp
         }
         mbarrier_init_fence();
     }
@@ -183,7 +184,7 @@ __global__ void __launch_bounds__(HTHREADS) tma_kernel(const __grid_constant__ C
         if (FAULT == WGMMA_WRITE_BEFORE_WAIT && kt == 1) stage[8 * tid] = 0;  // race: wgmma_write_before_wait
         if (FAULT == SHALLOW_WAIT) wgmma_wait<2>();
         else wgmma_wait<1>();
-        if (kt > 0 && tid == 0) mbarrier_arrive(&empty[(kt - 1) % 2]);
+        if (kt > 0 && tid % 32 == 0) mbarrier_arrive(&empty[(kt - 1) % 2]);
     }
     wgmma_wait<0>();
     store_d(out, d, tid);
