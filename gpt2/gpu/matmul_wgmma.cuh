@@ -8,8 +8,8 @@
 //     next k tile of A (128 x 64) and B (BN x 64); the stage's `full` barrier completes when the
 //     bytes have landed;
 //   warpgroups 1 and 2, the consumers: each multiplies its 64 rows of the tile (wgmma, 64 x BN x 16
-//     a time, float32 accumulators in registers), frees each stage on its `empty` barrier once its
-//     wgmmas have read it, and at the tile's end runs the epilogue from its registers.
+//     a time, float32 accumulators in registers); each of its warps frees a stage on the stage's
+//     `empty` barrier once its wgmmas have read it; at the tile's end the epilogue runs from registers.
 
 #ifndef GPT2_GPU_MATMUL_WGMMA_CUH
 #define GPT2_GPU_MATMUL_WGMMA_CUH
@@ -75,7 +75,7 @@ gemm_bf16_wgmma_kernel(GemmBf16Args g, const __grid_constant__ CUtensorMap map_a
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; s++) {
             mbarrier_init(&full[s], 1);   // the producer's arrive; its copies' bytes
-            mbarrier_init(&empty[s], 2);  // one arrive per consumer warpgroup
+            mbarrier_init(&empty[s], 8);  // one arrive per consumer warp
         }
         mbarrier_init_fence();
     }
@@ -120,7 +120,8 @@ gemm_bf16_wgmma_kernel(GemmBf16Args g, const __grid_constant__ CUtensorMap map_a
     setmaxnreg_inc<232>();
     int c = warpgroup - 1;  // this consumer's rows of the tile: 64c .. 64c+63
     int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
-    bool releaser = t == 0;  // arrives on `empty` for the warpgroup
+    // wgmma.wait_group speaks for the warp's own wgmmas: a lane of each warp frees the stages
+    bool releaser = lane == 0;
     float acc[BN / 2];
     for (int u = blockIdx.x; u < units; u += gridDim.x) {
         WgmmaUnit w = wgmma_unit<BN>(g, u);
