@@ -15,7 +15,7 @@
 // __syncthreads, so a correct kernel gives the same result under every schedule, and one that
 // depends on the order (a missing or misplaced barrier) fails under some of them.
 // Checked: launch limits (1024 threads, grid y/z <= 65535, 48 KiB static shared memory is up to
-// the compiler), __syncthreads or warp instructions that not every thread of the block/warp
+// the compiler; dynamic shared memory over 48 KiB needs cudaFuncSetAttribute, over 227 KiB fails), __syncthreads or warp instructions that not every thread of the block/warp
 // reaches, or that the lanes of a warp reach at different instructions (undefined behaviour on a
 // GPU: reported and aborted), ldmatrix and cp.async addresses that are not 16-byte aligned (a
 // fault on a GPU), cp.async copies a thread never waits for, and, built with -fsanitize=address,
@@ -53,6 +53,25 @@
 //                             group, and earlier if CUDA_EMU_ASYNC says so: a kernel that reads a
 //                             tile before the wait (and the __syncthreads after it) reads stale
 //                             data, as it may on a GPU, where the copy lands at some unknown time.
+// And Hopper's, which gpt2/gpu/hopper.cuh wraps:
+//   mbarrier_init, _arrive, _arrive_expect_tx, _try_wait
+//                             the barrier's state lives beside shared memory, keyed by its address;
+//                             a phase completes when its arrivals and announced bytes are in; a
+//                             try_wait that says no yields, and its thread retries once a barrier
+//                             has changed; if every live thread polls and nothing can change, the
+//                             run stops ("deadlock: mbarrier waits that ...");
+//   tma_load_2d               the box (zeros outside the tensor) into shared memory, swizzled by
+//                             the address bits as the map says; it lands and counts its bytes off
+//                             the barrier at the latest when a waiter needs it (CUDA_EMU_ASYNC);
+//   wgmma_bf16, _fence, _commit, _wait<N>
+//                             warp barriers; each warp of the warpgroup queues its 16 rows of D,
+//                             computed from the descriptors' swizzled layouts (d, then k = 0..15,
+//                             in float32) at the wait that retires its group (CUDA_EMU_ASYNC);
+//   fence_proxy_async, setmaxnreg, wgmma_hold   nothing (setmaxnreg checks its value);
+//   cudaGetDriverEntryPoint(ByVersion)          gives the emulator's cuTensorMapEncodeTiled, which
+//                             checks what the driver checks and keeps the map's fields in CUtensorMap.
+// `extern __shared__ T a[];` is the launch's dynamic shared memory (kernel<<<grid, block, bytes>>>),
+// a 1024-byte aligned piece of the arena per kernel and size.
 // Environment:
 //   CUDA_EMU_SCHEDULE=roundrobin     (the default) every warp in turn runs one step, to its next
 //                                    barrier or warp instruction; warps and lanes in order
@@ -61,7 +80,8 @@
 //                                    its end) before the next starts; after every __syncthreads a
 //                                    different warp goes first
 //   CUDA_EMU_SCHEDULE=random[:SEED]  a random warp runs one step at a time, its lanes in random order
-//   CUDA_EMU_ASYNC=wait              (the default) a cp.async copy lands at the wait that retires it
+//   CUDA_EMU_ASYNC=wait              (the default) a cp.async copy lands at the wait that retires it,
+//                                    a TMA copy at a wait on its barrier, a wgmma at its wgmma_wait
 //   CUDA_EMU_ASYNC=issue             when it is issued
 //   CUDA_EMU_ASYNC=random[:SEED]     at a random point between the two
 //   CUDA_EMU_WORKERS=N               the OS threads that run the blocks of a launch (default: as many
@@ -367,6 +387,7 @@ struct EmuState {
     unsigned long long progress, progress_seen;  // mbarrier changes so far; when the pollers last retried
     size_t poll_bar;                // the last poller's barrier (offset) and parity, for a deadlock's report
     int poll_parity;
+    unsigned long long stuck;       // where the block stood (barrier generations and counts) when its pollers last retried with nothing changed
     char* dynamic;                  // the launch's dynamic shared memory in this arena, and its size
     size_t dynamic_size;
     int nbarriers, ntma;            // the block's mbarriers and TMA copies in flight (hopper section)
@@ -1177,6 +1198,7 @@ static void emu_hopper_block_start(void) {
     emu->nbarriers = emu->ntma = 0;
     for (int w = 0; w < 32; w++) emu->nwgmma[w] = emu->wgmma_groups[w] = 0, emu->polling[w] = 0;
     emu->progress = emu->progress_seen = 0;
+    emu->stuck = 0;
 }
 
 // The barrier at bar; create: a new one (mbarrier_init), else it must have been initialised.
@@ -1527,7 +1549,10 @@ EMU_BOOKKEEPING static void emu_run_block(void) {
     emu_race_block_start();  // a new epoch: nothing an earlier block did races with it
     for (;;) {
         bool ran = false;
-        if (emu->progress != emu->progress_seen) emu_wake_pollers(nwarps);  // a barrier changed: they retry
+        if (emu->progress != emu->progress_seen) {  // a barrier changed: the pollers retry
+            emu_wake_pollers(nwarps);
+            emu->stuck = 0;
+        }
         if (emu_cfg.schedule == EMU_AHEAD) {
             // the first warp that can run, counting from one that moves on at every __syncthreads
             for (int k = 0; k < nwarps && !ran; k++) {
@@ -1547,6 +1572,7 @@ EMU_BOOKKEEPING static void emu_run_block(void) {
         }
         if (ran) continue;
         int block_wait = 0, done = 0, polling = 0;
+        unsigned long long now = (unsigned long long)emu->block_gen + 1;  // where the block stands (never 0)
         for (int w = 0; w < nwarps; w++) {
             const int* count = emu->count[w];
             if (count[EMU_WARP_WAIT] > 0 && count[EMU_WARP_WAIT] + count[EMU_DONE] == emu_warp_size(w)) {
@@ -1556,6 +1582,7 @@ EMU_BOOKKEEPING static void emu_run_block(void) {
             block_wait += count[EMU_BLOCK_WAIT];
             done += count[EMU_DONE];
             polling += count[EMU_POLL];
+            now = now * 1000003 + emu->warp_gen[w] * 1025 + count[EMU_WARP_WAIT];
         }
         if (done == n) {
             if (emu->ntma > 0) emu_fatal("TMA copies in flight at the block's end (no thread waited on their mbarrier)");
@@ -1573,9 +1600,16 @@ EMU_BOOKKEEPING static void emu_run_block(void) {
             emu_race_next_interval();
             continue;
         }
-        if (polling > 0) {  // the threads not at a barrier poll an mbarrier: only a copy can move them
+        // The threads not at a barrier poll an mbarrier that did not change: a copy landing may
+        // complete it; else they retry once (a try_wait need not be a loop's), and if they all come
+        // back to poll with nothing changed, no one ever will.
+        if (polling > 0) {
             if (emu_tma_land_all((size_t)-1)) continue;
-            emu_mbarrier_deadlock();
+            now = (now * 1025 + block_wait) * 1025 + done;
+            if (emu->stuck == now) emu_mbarrier_deadlock();
+            emu->stuck = now;
+            emu_wake_pollers(nwarps);
+            continue;
         }
         emu_fatal(block_wait + done == n
                       ? "__syncthreads that some threads of the block never reach (they exited)"

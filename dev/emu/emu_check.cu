@@ -3,7 +3,8 @@
 // instructions, a warp instruction in a partial warp or one that some lanes never reach, a
 // __syncthreads that some threads never reach, threads waiting at different barriers, cp.async
 // and ldmatrix addresses that are not 16-byte aligned or not in shared memory, copies never
-// waited for, launches over the limits; and, in the AddressSanitizer and UBSan build, a misaligned
+// waited for, launches over the limits (dynamic shared memory too), mbarrier waits that nothing
+// will complete; and, in the AddressSanitizer and UBSan build, a misaligned
 // float4 and a write past the end of device memory. A real GPU hangs, faults or gives garbage on
 // most of these. And one that must run right: `workers`, thousands of launches of a few blocks
 // each, every launch reading what the one before wrote and each block staging its part in shared
@@ -14,6 +15,7 @@
 //   build/emu/emu_check NAME     (no NAME: the list)
 
 #include "../../gpt2/gpu/matmul_bf16.cuh"  // cp_async16, cp_async_commit, cp_async_wait, ldmatrix_x4; cuda_check
+#include "../../gpt2/gpu/hopper.cuh"       // mbarrier
 
 // Lanes 0-15 shuffle while lanes 16-31 load a matrix: the warp has diverged.
 __global__ void divergent_warp_kernel(float* out) {
@@ -104,6 +106,16 @@ __global__ void ldmatrix_misaligned_kernel(float* out) {
 // A kernel launched with more threads a block, or more blocks along y, than CUDA allows.
 __global__ void over_limits_kernel(float* out) { out[0] = 1.0f; }
 
+// An mbarrier of count 2 that only one thread arrives at: its waiters spin forever.
+__global__ void mbarrier_deadlock_kernel(float* out) {
+    __shared__ __align__(8) uint64_t bar;
+    if (threadIdx.x == 0) mbarrier_init(&bar, 2);
+    __syncthreads();
+    if (threadIdx.x == 0) mbarrier_arrive(&bar);
+    mbarrier_wait(&bar, 0);
+    out[threadIdx.x] = 1.0f;
+}
+
 // A float4 load from an address 4 bytes past a 16-byte boundary (UBSan; a fault on a GPU).
 __global__ void float4_misaligned_kernel(float* out, const float* in) {
     int lane = threadIdx.x;
@@ -153,7 +165,8 @@ static int check_workers(void) {
 static const char* const names[] = {"divergent_warp", "partial_warp", "exited_lanes", "exited_threads",
                                     "divergent_barriers", "cp_async_misaligned", "cp_async_not_shared",
                                     "cp_async_unwaited", "ldmatrix_misaligned", "big_block", "big_grid",
-                                    "float4_misaligned", "past_device_end", "workers"};
+                                    "float4_misaligned", "past_device_end", "workers", "mbarrier_deadlock",
+                                    "big_shared"};
 
 int main(int argc, char** argv) {
     int n = (int)(sizeof(names) / sizeof(names[0])), which = -1;
@@ -185,6 +198,8 @@ int main(int argc, char** argv) {
     case 10: over_limits_kernel<<<dim3(1, 65536), 32>>>(out); launch_check(over_limits_kernel); break;
     case 11: float4_misaligned_kernel<<<1, 32>>>(out, in); launch_check(float4_misaligned_kernel); break;
     case 12: past_device_end_kernel<<<1, 128>>>(out, 64); launch_check(past_device_end_kernel); break;
+    case 14: mbarrier_deadlock_kernel<<<1, 64>>>(out); launch_check(mbarrier_deadlock_kernel); break;
+    case 15: over_limits_kernel<<<1, 32, 64 << 10>>>(out); launch_check(over_limits_kernel); break;  // misuse: big_shared
     }
     cuda_check(cudaDeviceSynchronize());
     printf("emu_check %s: ran to the end, nothing reported\n", names[which]);

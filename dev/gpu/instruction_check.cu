@@ -1,16 +1,22 @@
 // dev/gpu/instruction_check.cu: the instructions that the bf16 matrix products are built from
-// (gpt2/gpu/matmul_bf16.cuh, section "tensor-core instructions"), each against a scalar definition
-// written here from the PTX ISA:
-//   bf16       float -> bf16 -> float: round to nearest, ties to even, overflow to infinity
-//   mma        mma.sync m16n8k16, bf16 inputs, float32 accumulation: every lane's fragments
-//   ldmatrix   ldmatrix x4 and x4.trans: every lane's four registers
-//   cp.async   16-byte copies in commit groups, zero fill, wait_group 1 and 0
+// (gpt2/gpu/matmul_bf16.cuh, section "tensor-core instructions", and gpt2/gpu/hopper.cuh), each
+// against a scalar definition written here from the PTX ISA:
+//   bf16        float -> bf16 -> float: round to nearest, ties to even, overflow to infinity
+//   mma         mma.sync m16n8k16, bf16 inputs, float32 accumulation: every lane's fragments
+//   ldmatrix    ldmatrix x4 and x4.trans: every lane's four registers
+//   cp.async    16-byte copies in commit groups, zero fill, wait_group 1 and 0
+//   descriptor  wgmma_descriptor's bits, against values worked out by hand
+//   tma         2D boxes with the 128-byte swizzle: every byte, edges and negative coordinates zero
+//   mbarrier    count and expect_tx over four phases: try_wait of both parities at each step
+//   wgmma       m64nNk16 for N = 64, 128, 256, all four transposes, scale_d 0 and 1, operands by TMA
+// The last three need compute capability 9.0 (wgmma an sm_90a build): elsewhere they print
+// "skipped".
 // On a GPU this checks the wrappers and our reading of the ISA; on the CPU emulator
 // (dev/emu/cuda_emu.h) it checks the emulator's versions of the same functions, which every emulated
 // kernel that uses them relies on. The elements of each input matrix are distinct (random, or
 // distinct integers), so that one taken from the wrong lane, register or half shows.
 //
-//   nvcc -O3 -arch=sm_90 -std=c++17 -o build/instruction_check dev/gpu/instruction_check.cu
+//   nvcc -O3 -gencode arch=compute_90a,code=sm_90a -std=c++17 -o build/instruction_check dev/gpu/instruction_check.cu
 //   python3 dev/emu/cuda_emu.py dev/gpu/instruction_check.cu build/emu/instruction_check.cpp   then g++ as
 //   for build/emu/gpu_check (Makefile), and run build/emu/instruction_check
 //
@@ -18,6 +24,7 @@
 
 #include "../../gpt2/random.h"
 #include "../../gpt2/gpu/matmul_bf16.cuh"  // the wrappers; with cuda_utils.cuh: bf16, cuda_device_init, cuda_check
+#include "../../gpt2/gpu/hopper.cuh"       // wgmma, TMA, mbarrier
 #include <float.h>
 
 // ---------- helpers ----------
@@ -394,6 +401,300 @@ static int check_cp_async(void) {
     );
 }
 
+// ---------- Hopper: wgmma descriptors, TMA, mbarrier, wgmma ----------
+
+// Whether this device runs the Hopper instructions (sm_90; wgmma needs the sm_90a build).
+static bool hopper_device(void) { return cuda_device.prop.major == 9 && cuda_device.prop.minor == 0; }
+static int hopper_skipped(const char* name) {
+    printf("instructions: %s skipped (compute capability %d.%d)\n", name, cuda_device.prop.major, cuda_device.prop.minor);
+    return 0;
+}
+// The first 1024-byte aligned byte of shared memory at or after p (the 128-byte swizzle's unit).
+__device__ unsigned char* align1024(unsigned char* p) {
+    return p + (1024 - smem_address(p) % 1024) % 1024;
+}
+
+__global__ void descriptor_kernel(uint64_t* out) {
+    out[0] = wgmma_descriptor(0x1000, 16, 1024, WGMMA_SWIZZLE_128B);
+    out[1] = wgmma_descriptor(0x3fff0, 8192, 64, WGMMA_SWIZZLE_64B);
+    out[2] = wgmma_descriptor(0x41230, 64, 256, WGMMA_SWIZZLE_32B);  // bit 18 of the address dropped
+}
+
+// The PTX ISA's matrix descriptor: address >> 4 in bits 0-13, LBO >> 4 in 16-29, SBO >> 4 in 32-45,
+// the layout in 62-63 (1: 128B, 2: 64B, 3: 32B swizzle), worked out by hand.
+static int check_descriptor(void) {
+    const uint64_t want[3] = {0x4000004000010100ull, 0x8000000402003fffull, 0xc000001000040123ull};
+    uint64_t* d_out = (uint64_t*)device_alloc(sizeof(want));
+    descriptor_kernel<<<1, 1>>>(d_out);
+    launch_check(descriptor_kernel);
+    uint64_t got[3];
+    to_host(got, d_out, sizeof(got));
+    int bad = 0;
+    for (int i = 0; i < 3; i++)
+        if (got[i] != want[i] && bad++ < MAX_SHOWN)
+            printf("instructions: descriptor mismatch: case %d = 0x%016llx, want 0x%016llx\n", i,
+                   (unsigned long long)got[i], (unsigned long long)want[i]);
+    cuda_check(cudaFree(d_out));
+    return report("descriptor", bad, "wgmma_descriptor's bits: address, LBO, SBO, each swizzle, an address past 18 bits");
+}
+
+// TMA: block i loads the box at coords[2i] (column), coords[2i+1] (row) of the map into shared
+// memory, waits on the mbarrier, and writes the box's raw bytes out.
+__global__ void tma_kernel(unsigned char* out, const __grid_constant__ CUtensorMap map, const int* coords, int box_bytes) {
+    extern __shared__ __align__(1024) unsigned char tma_smem[];
+    __shared__ __align__(8) uint64_t bar;
+    unsigned char* tile = align1024(tma_smem);
+    if (threadIdx.x == 0) {
+        mbarrier_init(&bar, 1);
+        mbarrier_init_fence();
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        mbarrier_arrive_expect_tx(&bar, box_bytes);
+        tma_load_2d(tile, &map, coords[2 * blockIdx.x], coords[2 * blockIdx.x + 1], &bar);
+    }
+    mbarrier_wait(&bar, 0);
+    for (int i = threadIdx.x; i < box_bytes; i += blockDim.x) out[(size_t)blockIdx.x * box_bytes + i] = tile[i];
+}
+
+// Where the 128-byte swizzle puts byte b of a box (rows packed, from a 1024-byte aligned start):
+// its 16-byte chunk (bits 4-6) XOR its 128-byte row's index within 1024 bytes (bits 7-9). For a
+// 64-column box: element (r, c) at r * 128 + ((2c / 16) ^ (r % 8)) * 16 + 2c % 16.
+static size_t swizzle128(size_t b) { return b ^ ((b >> 7) & 7) << 4; }
+
+#define TMA_ROWS 100  // not a multiple of the boxes
+#define TMA_COLS 136
+#define TMA_LD 144    // elements from row to row (288 bytes: a multiple of 16)
+
+static int tma_case(const unsigned short* m, const bf16* d_m, int box_rows, int box_cols, const int* coords, int n) {
+    CUtensorMap map;
+    if (!tensor_map_bf16(&map, d_m, TMA_ROWS, TMA_COLS, TMA_LD, box_rows, box_cols)) {
+        printf("instructions: tma: tensor_map_bf16 refused a %dx%d box\n", box_rows, box_cols);
+        return 1;
+    }
+    int box_bytes = box_rows * box_cols * 2;
+    int* d_coords = (int*)to_device(coords, 2 * n * sizeof(int));
+    unsigned char* d_out = (unsigned char*)device_alloc((size_t)n * box_bytes);
+    tma_kernel<<<n, 64, box_bytes + 1024>>>(d_out, map, d_coords, box_bytes);
+    launch_check(tma_kernel);
+    unsigned char* out = (unsigned char*)malloc_check((size_t)n * box_bytes);
+    to_host(out, d_out, (size_t)n * box_bytes);
+    int bad = 0;
+    for (int i = 0; i < n; i++)
+        for (int r = 0; r < box_rows; r++)
+            for (int c = 0; c < box_cols; c++) {
+                int x = coords[2 * i] + c, y = coords[2 * i + 1] + r;
+                unsigned short want = x >= 0 && x < TMA_COLS && y >= 0 && y < TMA_ROWS ? m[y * TMA_LD + x] : 0;
+                size_t at = (size_t)i * box_bytes + swizzle128((size_t)(r * box_cols + c) * 2);
+                unsigned short got = (unsigned short)(out[at] | out[at + 1] << 8);
+                if (got != want && bad++ < MAX_SHOWN)
+                    printf("instructions: tma mismatch: %dx%d box at (%d, %d), element (%d, %d) = 0x%04x, want 0x%04x\n",
+                           box_rows, box_cols, coords[2 * i], coords[2 * i + 1], r, c, got, want);
+            }
+    cuda_check(cudaFree(d_coords));
+    cuda_check(cudaFree(d_out));
+    free(out);
+    return bad;
+}
+
+static int check_tma(void) {
+    if (!hopper_device()) return hopper_skipped("tma");
+    // distinct nonzero 16-bit patterns (raw bits: TMA copies bytes), so a zero fill shows
+    unsigned short* m = (unsigned short*)malloc_check(TMA_ROWS * TMA_LD * sizeof(unsigned short));
+    for (int i = 0; i < TMA_ROWS * TMA_LD; i++) m[i] = (unsigned short)(40503u * (unsigned)i + 12345u) | 1;
+    bf16* d_m = (bf16*)to_device(m, TMA_ROWS * TMA_LD * sizeof(unsigned short));
+    // inside; over the right edge, the bottom, both; at negative coordinates; wholly outside
+    const int big[] = {0, 0, 64, 0, 72, 0, 0, 64, 100, 70, -8, -3, -64, 40, 40, -60, 136, 100, -64, -64};
+    const int small[] = {8, 5, 120, 97, -24, 90, 131, -7};
+    int bad = tma_case(m, d_m, 64, 64, big, 10) + tma_case(m, d_m, 8, 32, small, 4);
+    cuda_check(cudaFree(d_m));
+    free(m);
+    return report("tma", bad, "100x136 bf16, 64x64 and 8x32 boxes, 128B swizzle, over every edge, negative and outside");
+}
+
+// mbarrier: count 3 (threads 0, 32, 33 arrive), thread 0 announces two 64-byte copies with
+// expect_tx and issues one, then the other; thread 64 records both parities' try_wait after each
+// step, for four phases (parities 0, 1, 0, 1). out[(5p + s) * 2 + parity].
+#define MB_STEPS 5
+#define MB_PHASES 4
+__global__ void mbarrier_kernel(int* out, const __grid_constant__ CUtensorMap map) {
+    extern __shared__ __align__(1024) unsigned char mb_smem[];
+    __shared__ __align__(8) uint64_t bar;
+    unsigned char* tile = align1024(mb_smem);
+    int t = threadIdx.x;
+    if (t == 0) {
+        mbarrier_init(&bar, 3);
+        mbarrier_init_fence();
+    }
+    __syncthreads();
+    for (int p = 0; p < MB_PHASES; p++)
+        for (int s = 0; s < MB_STEPS; s++) {
+            if (s == 1 && t == 0) {
+                mbarrier_arrive_expect_tx(&bar, 2 * 64);
+                tma_load_2d(tile, &map, 0, 0, &bar);
+            }
+            if (s == 2 && t == 32) mbarrier_arrive(&bar);
+            if (s == 3 && t == 33) mbarrier_arrive(&bar);
+            if (s == 4 && t == 0) tma_load_2d(tile + 1024, &map, 8, 4, &bar);
+            if (t == 64) {
+                if (s == 4) mbarrier_wait(&bar, p & 1);  // its copy may land at any time: wait for it
+                out[(p * MB_STEPS + s) * 2] = mbarrier_try_wait(&bar, 0);
+                out[(p * MB_STEPS + s) * 2 + 1] = mbarrier_try_wait(&bar, 1);
+            }
+            __syncthreads();
+        }
+}
+
+static int check_mbarrier(void) {
+    if (!hopper_device()) return hopper_skipped("mbarrier");
+    unsigned short m[TMA_ROWS * TMA_LD] = {0};
+    bf16* d_m = (bf16*)to_device(m, sizeof(m));
+    CUtensorMap map;
+    if (!tensor_map_bf16(&map, d_m, TMA_ROWS, TMA_COLS, TMA_LD, 4, 8)) {  // 4 x 8 bf16: 64 bytes
+        printf("instructions: mbarrier: tensor_map_bf16 refused a 4x8 box\n");
+        return report("mbarrier", 1, "tensor map");
+    }
+    int out[MB_PHASES * MB_STEPS * 2];
+    int* d_out = (int*)device_alloc(sizeof(out));
+    mbarrier_kernel<<<1, 96, 3 * 1024>>>(d_out, map);
+    launch_check(mbarrier_kernel);
+    to_host(out, d_out, sizeof(out));
+    int bad = 0;
+    for (int p = 0; p < MB_PHASES; p++)
+        for (int s = 0; s < MB_STEPS; s++) {
+            int completed = s == 4 ? p + 1 : p;  // phases completed by then
+            for (int parity = 0; parity < 2; parity++) {
+                int want = (completed & 1) != parity, got = out[(p * MB_STEPS + s) * 2 + parity];
+                if (got != want && bad++ < MAX_SHOWN)
+                    printf("instructions: mbarrier mismatch: phase %d step %d: try_wait(parity %d) = %d, want %d\n", p, s,
+                           parity, got, want);
+            }
+        }
+    cuda_check(cudaFree(d_m));
+    cuda_check(cudaFree(d_out));
+    return report("mbarrier", bad, "count 3 and expect_tx of two copies, four phases: try_wait of both parities at each step");
+}
+
+// wgmma: one warpgroup computes D (64 x N) = A (64 x WG_K) B (WG_K x N) + (scale_d ? C : 0) as
+// WG_K / 16 wgmmas in two commit groups, A and B brought by TMA in 64-deep k tiles, 128B swizzle:
+//   K-major (TRANS 0): a tile is R rows (m or n) of 64 k, 128 bytes each; 8-row groups SBO = 1024
+//     apart; the k16 step s starts 32 s bytes in
+//   MN-major (TRANS 1): a tile is 64 k rows of R, in strips of 64 (8 KiB each, LBO = 8192); 8 k
+//     rows SBO = 1024 apart; the k16 step s starts 2048 s bytes in
+// Global memory: A as 64 x WG_K (K-major) or WG_K x 64; B as N x WG_K (B^T, K-major) or WG_K x N.
+#define WG_K 128
+__device__ uint64_t wg_descriptor(const bf16* tile, int trans, int rows, int s) {
+    uint32_t start = smem_address(tile) + s / 4 * rows * 128;
+    return trans == 0 ? wgmma_descriptor(start + s % 4 * 32, 16, 1024, WGMMA_SWIZZLE_128B)
+                      : wgmma_descriptor(start + s % 4 * 2048, 8192, 1024, WGMMA_SWIZZLE_128B);
+}
+template <int N, int TA, int TB>
+__global__ void wgmma_kernel(float* dout, const float* c, const __grid_constant__ CUtensorMap map_a,
+                             const __grid_constant__ CUtensorMap map_b, int scale_d) {
+    extern __shared__ __align__(1024) unsigned char wg_smem[];
+    __shared__ __align__(8) uint64_t bar;
+    bf16* a = (bf16*)align1024(wg_smem);
+    bf16* b = a + 64 * WG_K;
+    int t = threadIdx.x, w = t / 32, g = t % 32 / 4, q = t % 4;
+    if (t == 0) {
+        mbarrier_init(&bar, 1);
+        mbarrier_init_fence();
+    }
+    __syncthreads();
+    if (t == 0) {
+        mbarrier_arrive_expect_tx(&bar, (64 + N) * WG_K * 2);
+        for (int kt = 0; kt < WG_K / 64; kt++) {
+            tma_load_2d(a + kt * 64 * 64, &map_a, TA ? 0 : 64 * kt, TA ? 64 * kt : 0, &bar);
+            if (TB == 0) tma_load_2d(b + kt * N * 64, &map_b, 64 * kt, 0, &bar);
+            else
+                for (int j = 0; j < N / 64; j++) tma_load_2d(b + kt * N * 64 + j * 64 * 64, &map_b, 64 * j, 64 * kt, &bar);
+        }
+    }
+    // lane 4g + q: d[4j + e] is D's row 16w + g + 8 (e / 2), column 8j + 2q + e % 2
+    float d[N / 2];
+    for (int j = 0; j < N / 8; j++)
+        for (int e = 0; e < 4; e++) d[4 * j + e] = c[(16 * w + g + 8 * (e / 2)) * N + 8 * j + 2 * q + e % 2];
+    mbarrier_wait(&bar, 0);
+    wgmma_fence();
+    wgmma_hold<N / 2>(d);
+    for (int s = 0; s < WG_K / 16; s++) {
+        wgmma_bf16<N, TA, TB>(d, wg_descriptor(a, TA, 64, s), wg_descriptor(b, TB, N, s), s == 0 ? scale_d : 1);
+        if (s == WG_K / 32 - 1) wgmma_commit();  // two groups: the first half of k, the second
+    }
+    wgmma_commit();
+    wgmma_wait<1>();
+    wgmma_wait<0>();
+    wgmma_hold<N / 2>(d);
+    for (int j = 0; j < N / 8; j++)
+        for (int e = 0; e < 4; e++) dout[(16 * w + g + 8 * (e / 2)) * N + 8 * j + 2 * q + e % 2] = d[4 * j + e];
+}
+
+// Integers, so that every product and sum is exact in float32 (below 2^24) in any order:
+// A[m][k] = (37m + 11k) % 256 - 128, B[k][n] = (13k + 29n + 7) % 251 - 125, C[m][n] = m - 3n.
+template <int N, int TA, int TB>
+static int wgmma_case(int scale_d) {
+    size_t na = 64 * WG_K, nb = (size_t)WG_K * N, nd = 64 * (size_t)N;
+    bf16* a = (bf16*)malloc_check(na * sizeof(bf16));
+    bf16* b = (bf16*)malloc_check(nb * sizeof(bf16));
+    float* c = (float*)malloc_check(nd * sizeof(float));
+    float* d = (float*)malloc_check(nd * sizeof(float));
+    for (int m = 0; m < 64; m++)
+        for (int k = 0; k < WG_K; k++) a[TA ? k * 64 + m : m * WG_K + k] = __float2bfloat16((float)((37 * m + 11 * k) % 256 - 128));
+    for (int k = 0; k < WG_K; k++)
+        for (int n = 0; n < N; n++) b[TB ? k * N + n : n * WG_K + k] = __float2bfloat16((float)((13 * k + 29 * n + 7) % 251 - 125));
+    for (size_t i = 0; i < nd; i++) c[i] = (float)((int)(i / N) - 3 * (int)(i % N));
+    bf16* d_a = (bf16*)to_device(a, na * sizeof(bf16));
+    bf16* d_b = (bf16*)to_device(b, nb * sizeof(bf16));
+    float* d_c = (float*)to_device(c, nd * sizeof(float));
+    float* d_d = (float*)device_alloc(nd * sizeof(float));
+    cuda_check(cudaMemset(d_d, 0xff, nd * sizeof(float)));  // NaN: an output never written fails
+    CUtensorMap map_a, map_b;
+    bool ok = (TA ? tensor_map_bf16(&map_a, d_a, WG_K, 64, 64, 64, 64) : tensor_map_bf16(&map_a, d_a, 64, WG_K, WG_K, 64, 64)) &&
+              (TB ? tensor_map_bf16(&map_b, d_b, WG_K, N, N, 64, 64) : tensor_map_bf16(&map_b, d_b, N, WG_K, WG_K, N, 64));
+    int bad = 0;
+    if (!ok) {
+        printf("instructions: wgmma: tensor_map_bf16 refused a map (N %d)\n", N);
+        bad = 1;
+    } else {
+        int bytes = (64 + N) * WG_K * 2 + 1024;  // over 48 KiB from N = 128 on
+        cuda_check(cudaFuncSetAttribute(wgmma_kernel<N, TA, TB>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+        wgmma_kernel<N, TA, TB><<<1, 128, bytes>>>(d_d, d_c, map_a, map_b, scale_d);
+        launch_check(wgmma_kernel);
+        to_host(d, d_d, nd * sizeof(float));
+        for (int m = 0; m < 64; m++)
+            for (int n = 0; n < N; n++) {
+                double want = scale_d ? c[m * N + n] : 0.0;
+                for (int k = 0; k < WG_K; k++)
+                    want += (double)__bfloat162float(a[TA ? k * 64 + m : m * WG_K + k]) *
+                            (double)__bfloat162float(b[TB ? k * N + n : n * WG_K + k]);
+                if (d[m * N + n] != want && bad++ < MAX_SHOWN)
+                    printf("instructions: wgmma mismatch: N %d, trans (%d, %d), scale_d %d: D[%d][%d] = %.9g, want %.9g\n", N,
+                           TA, TB, scale_d, m, n, d[m * N + n], want);
+            }
+    }
+    cuda_check(cudaFree(d_a));
+    cuda_check(cudaFree(d_b));
+    cuda_check(cudaFree(d_c));
+    cuda_check(cudaFree(d_d));
+    free(a);
+    free(b);
+    free(c);
+    free(d);
+    return bad;
+}
+template <int N>
+static int wgmma_cases(void) {
+    return wgmma_case<N, 0, 0>(0) + wgmma_case<N, 0, 0>(1) + wgmma_case<N, 0, 1>(1) + wgmma_case<N, 1, 0>(1) +
+           wgmma_case<N, 1, 1>(0) + wgmma_case<N, 1, 1>(1);
+}
+
+static int check_wgmma(void) {
+    if (!hopper_device()) return hopper_skipped("wgmma");
+    int bad = wgmma_cases<64>() + wgmma_cases<128>() + wgmma_cases<256>();
+    return report("wgmma", bad, "m64nNk16 for N 64, 128, 256, every (TRANS_A, TRANS_B), scale_d 0 and 1, 128 deep in "
+                  "two commit groups, operands by TMA, 128B swizzle, exact integers");
+}
+
 // ---------- main ----------
 
 int main(void) {
@@ -401,6 +702,7 @@ int main(void) {
     cuda_device_init();  // no device: one line, exit 1
     printf("instructions: on %s\n", cuda_device.prop.name);
     int failed = (check_bf16_conversion() > 0) + (check_mma() > 0) + (check_ldmatrix() > 0) + (check_cp_async() > 0);
+    failed += (check_descriptor() > 0) + (check_tma() > 0) + (check_mbarrier() > 0) + (check_wgmma() > 0);
     printf("instructions: %d failed\n", failed);
     return failed > 0 ? 1 : 0;
 }
