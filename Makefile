@@ -251,12 +251,12 @@ infer_gpu: infer_gpu.cu $(GPU_HEADERS) $(NVCC_STAMP) | data
 # build/gpu_check_cublas times cuBLAS on the same matrix products, for comparison.
 # build/instruction_check (dev/gpu/instruction_check.cu): the tensor-core instructions the bf16
 # kernels use against their definitions; on a GPU it checks our reading of the PTX ISA, on the
-# emulator (build/emu/instruction_check) the emulator's. wgmma exists only in an sm_90a build:
-# where the build is for 9.0, its sm_90 code is built as sm_90a.
+# emulator (build/emu/instruction_check) the emulator's. wgmma exists only in an sm_90a build,
+# which GENCODE gives 9.0.
 gpu-checks: build/gpu_check build/instruction_check
 
 build/instruction_check: dev/gpu/instruction_check.cu $(GPU_HEADERS) $(NVCC_STAMP)
-	$(call nvcc_build,$(subst arch=compute_90$(comma)code=sm_90,arch=compute_90a$(comma)code=sm_90a,$(NVCC_FLAGS)))
+	$(call nvcc_build,$(NVCC_FLAGS))
 
 build/gpu_check: dev/gpu/gpu_check.cu dev/gpu/check.cuh dev/gpu/roofline.h train_gpu.cu train_cpu.c $(GPU_HEADERS) $(NVCC_STAMP)
 	$(call nvcc_build,$(NVCC_FLAGS),$(NVCC_LIBS))
