@@ -15,11 +15,16 @@
 #   train      train_gpu.txt  ./train_gpu as a user runs it: d12, T=1024, B=8, 100 steps (bf16 on
 #                             8.0+); then 10 steps of -p bf16 and of -p fp32 at the largest B that
 #                             train_gpu computes fits, or that the training data fills if fewer
+#   sass       sass.txt       the Hopper GEMM's machine code: ptxas -v's registers and spills for
+#                             gemm_bf16_wgmma_kernel (sm_90a), and the HGMMA instructions that
+#                             cuobjdump --dump-sass finds in it (wgmma; HMMA would be mma.sync)
 #   roofline   roofline.txt   build/gpu_check roofline: every kernel of a training step of GPT-2 124M
 #                             (B=8, T=1024, bf16 and fp32) timed against its floor on an H100 SXM and
 #                             on this GPU (dev/gpu/roofline.h), and the whole step
 #   cublas     cublas.txt     build/gpu_check_cublas copy matmul matmul_bf16: cuBLAS (float32 and
-#                             bf16) on the same matmul shapes as ours, timed in the same call
+#                             bf16) on the same matmul shapes as ours, timed in the same call; the
+#                             bf16 products of GPT-2 124M at B=8 and B=64 (forward, dinp, dweight)
+#                             on wgmma, mma.sync and cuBLAS, and their table (ours / cuBLAS)
 #   kernels    kernels.txt    make kernels: every step of the kernel ladder (dev/kernels/) checked
 #                             and timed, its table; and kernels.png, the table's bar chart
 #   bench      bench_gpu.txt  make bench-gpu: train_cpu against train_gpu, d2..d12, this CPU named
@@ -39,10 +44,10 @@
 # python3 or /usr/bin/python3, the first with numpy) with numpy and, for the PyTorch tests, torch.
 set -u
 cd "$(dirname "$0")/.."
-usage="usage: dev/gpu_all.sh OUTDIR [env build gpu train roofline cublas kernels bench test]"
+usage="usage: dev/gpu_all.sh OUTDIR [env build sass gpu train roofline cublas kernels bench test]"
 [ $# -ge 1 ] || { echo "$usage" >&2; exit 2; }
 out=$1; shift
-ALL_STAGES="env build gpu train roofline cublas kernels bench test"
+ALL_STAGES="env build sass gpu train roofline cublas kernels bench test"
 stages=${*:-$ALL_STAGES}
 for s in $stages; do
   [[ " $ALL_STAGES " == *" $s "* ]] || { echo "gpu_all: unknown stage '$s'; $usage" >&2; exit 2; }
@@ -115,12 +120,26 @@ train_report() {
   done
 }
 export -f train_report
+sass_report() {
+  echo "--- ptxas -v (sm_90a): gemm_bf16_wgmma_kernel's registers and spills"
+  "$NVCC" -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -Xptxas -v -Xcompiler -fopenmp -I. \
+    -c dev/gpu/gpu_check.cu -o /dev/null 2>&1 | grep -A 3 "entry function '_Z[0-9]*gemm_bf16_wgmma_kernel" | grep -v "^--"
+  local dump=${CUOBJDUMP:-$(dirname "$NVCC")/cuobjdump}
+  echo; echo "--- $dump --dump-sass build/gpu_check: instructions of gemm_bf16_wgmma_kernel, by kind"
+  "$dump" --dump-sass build/gpu_check |
+    awk '/Function : /{f = /gemm_bf16_wgmma_kernel/} f && /HGMMA|HMMA|UTMALDG|SYNCS/ {
+           match($0, /(HGMMA|HMMA|UTMALDG|SYNCS)[.A-Z0-9_]*/); n[substr($0, RSTART, RLENGTH)]++ }
+         END { for (k in n) { print n[k], k; if (k ~ /^HGMMA/) hgmma = 1 }
+               if (!hgmma) print "(no HGMMA in it: not on wgmma)" }' | sort -k2
+}
+export -f sass_report
 stage env env.txt 20 env_report
 stage build build.txt 180 'make -j"$(nproc)" train_cpu train_gpu build/gpu_check build/instruction_check build/gpu_check_cublas'
 stage gpu gpu_test.txt 240 'bash test/test_gpu.sh'
 stage train train_gpu.txt 150 train_report
+stage sass sass.txt 90 sass_report
 stage roofline roofline.txt 60 'build/gpu_check roofline'
-stage cublas cublas.txt 60 'build/gpu_check_cublas copy matmul matmul_bf16'
+stage cublas cublas.txt 120 'build/gpu_check_cublas copy matmul matmul_bf16'
 stage kernels kernels.txt 150 'make -j"$(nproc)" kernels && { [ ! -f build/kernels/ladder.png ] || cp build/kernels/ladder.png "'"$out"'/kernels.png"; }'
 stage bench bench_gpu.txt 150 'TEST_OFFLINE=1 make bench-gpu && cat doc/results/gpu_speedup.md'
 stage test test.txt 300 'TEST_OFFLINE=1 make test'

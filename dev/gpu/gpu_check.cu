@@ -13,8 +13,11 @@
 //                                               memory (d12's bytes and largest batch, per precision)
 //   build/gpu_check roofline                    every kernel of a training step timed against its floor
 //                                               (dev/gpu/roofline.h), bf16 and float32; only when named
-//   build/gpu_check_cublas matmul               the matmuls timed with cuBLAS (USE_CUBLAS), to
-//                                               compare with ours on the same shapes
+//   build/gpu_check_cublas matmul matmul_bf16   the matmuls timed with cuBLAS too (USE_CUBLAS), to
+//                                               compare with ours on the same shapes: matmul_bf16
+//                                               times each bf16 product of GPT-2 124M (forward, dinp,
+//                                               dweight) at B=8 and B=64, T=1024, on wgmma (Hopper),
+//                                               mma.sync and cuBLAS, and ends with their table
 //   build/gpu_check --device                    print the device and exit (1: there is none)
 //   make gpu-emu && build/emu/gpu_check --quick the same checks on the CPU emulator (dev/emu/cuda_emu.h)
 //
@@ -833,50 +836,111 @@ static void report_bf16(const char* what, double ms, double flops) {
            100.0 * flops / (ms * 1e-3) / peak_flops_bf16());
 }
 
-// The bf16 linear layers of GPT-2 124M, timed as the model calls them (forward, then backward's
-// two products), with cuBLAS's bf16 GEMM on the same shapes in the USE_CUBLAS build.
-static void time_matmul_bf16(const char* name, int N, int C, int OC) {
+// Random bf16 in [-1, 1) from a hash of the index: matrices of gigabytes, filled on the GPU.
+__global__ void random_bf16_kernel(bf16* x, size_t n, uint32_t seed) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    uint32_t h = (uint32_t)i * 2654435761u ^ (uint32_t)(i >> 32) ^ seed;
+    h ^= h >> 15; h *= 0x2c1b3c6du; h ^= h >> 12; h *= 0x297a2d39u; h ^= h >> 15;
+    x[i] = __float2bfloat16((float)(h >> 8) * 0x1p-23f - 1.0f);
+}
+static bf16* device_random_bf16(size_t n, uint32_t seed) {
+    bf16* d;
+    cuda_check(cudaMalloc(&d, n * sizeof(bf16)));
+    random_bf16_kernel<<<ceil_div(n, 256), 256>>>(d, n, seed);
+    launch_check(random_bf16_kernel);
+    return d;
+}
+
+// The three products of a bf16 linear layer: the forward, and the backward's two.
+enum { PRODUCT_FORWARD, PRODUCT_DINP, PRODUCT_DWEIGHT, PRODUCTS };
+static const char* const product_names[PRODUCTS] = {"forward", "dinp", "dweight"};
+// One row of the table time_matmul_bf16 ends with: milliseconds per kernel (0: not run).
+enum { KERNEL_WGMMA, KERNEL_MMA, KERNEL_CUBLAS, KERNELS_TIMED };
+struct MatmulTiming {
+    char what[48];
+    double flops, ms[KERNELS_TIMED];
+};
+static MatmulTiming matmul_timings[64];
+static int n_matmul_timings;
+
+// The bf16 linear layer (N x C) -> (N x OC) of GPT-2 124M, each product timed alone as the model
+// calls it (forward: out = inp w^T, bf16 out; dinp = dout w, bf16; dweight += dout^T inp, float32)
+// on each kernel gemm_bf16 has here (wgmma on Hopper, mma.sync), and on cuBLAS's bf16 GEMM with
+// the same layouts and output types in the USE_CUBLAS build.
+static void time_matmul_bf16(const char* name, int B, int N, int C, int OC) {
     size_t NC = (size_t)N * C, NOC = (size_t)N * OC, OCC = (size_t)OC * C;
-    float *inp = host_random(NC, -1, 1), *w = host_random(OCC, -1, 1), *dout = host_random(NOC, -1, 1);
-    bf16 *d_inp = to_device_bf16(inp, NC), *d_w = to_device_bf16(w, OCC), *d_dout = to_device_bf16(dout, NOC);
+    bf16 *d_inp = device_random_bf16(NC, 1), *d_w = device_random_bf16(OCC, 2), *d_dout = device_random_bf16(NOC, 3);
     bf16 *d_out = device_poisoned_bf16(NOC), *d_dinp = device_poisoned_bf16(NC);
-    float* d_dw = to_device(w, OCC);
-    double flops = 2.0 * N * C * OC;
-    char what[96];
-    // on Hopper both kernels: wgmma (what gemm_bf16 runs there), then mma.sync
-    for (int mma_sync = wgmma_available() ? 0 : 1; mma_sync <= 1; mma_sync++) {
-        gemm_bf16_mma_sync_only = mma_sync;
-        const char* kernel = mma_sync ? "mma" : "wgmma";
-        snprintf(what, sizeof(what), "%s %s forward", kernel, name);
-        report_bf16(what, median_ms_gpu([&] { matmul_forward_gpu(d_out, d_inp, d_w, NULL, 1, N, C, OC); }), flops);
-        snprintf(what, sizeof(what), "%s %s backward", kernel, name);
-        report_bf16(what, median_ms_gpu([&] {
-            matmul_backward_set_dinp_gpu(d_dinp, d_dw, NULL, d_dout, d_inp, d_w, 1, N, C, OC);
-        }), 2 * flops);
-    }
-    gemm_bf16_mma_sync_only = 0;
+    float* d_dw;
+    cuda_check(cudaMalloc(&d_dw, OCC * sizeof(float)));
+    cuda_check(cudaMemset(d_dw, 0, OCC * sizeof(float)));
+    for (int product = 0; product < PRODUCTS; product++) {
+        MatmulTiming* t = &matmul_timings[n_matmul_timings++];
+        snprintf(t->what, sizeof(t->what), "B=%d %s %s", B, name, product_names[product]);
+        t->flops = 2.0 * N * C * OC;
+        for (int k = 0; k < KERNELS_TIMED; k++) t->ms[k] = 0.0;
+        GemmBf16Args g;  // as matmul_forward_gpu and matmul_backward_set_dinp_of set them up
+        bool ta = false, tb = false, out_f32 = false;
+        if (product == PRODUCT_FORWARD) {
+            g = gemm_bf16_args(d_inp, C, d_w, C, d_out, OC, N, OC, C);
+            tb = true;
+        } else if (product == PRODUCT_DINP) {
+            g = gemm_bf16_args(d_dout, OC, d_w, C, d_dinp, C, N, C, OC);
+        } else {
+            g = gemm_bf16_args(d_dout, OC, d_inp, C, d_dw, C, OC, C, N);
+            g.accumulate = 1;
+            ta = out_f32 = true;
+        }
+        for (int k = wgmma_available() ? KERNEL_WGMMA : KERNEL_MMA; k <= KERNEL_MMA; k++) {
+            gemm_bf16_mma_sync_only = k == KERNEL_MMA;
+            t->ms[k] = median_ms_gpu([&] { gemm_bf16(g, ta, tb, out_f32); });
+            char what[96];
+            snprintf(what, sizeof(what), "%s %s", k == KERNEL_MMA ? "mma" : "wgmma", t->what);
+            report_bf16(what, t->ms[k], t->flops);
+        }
+        gemm_bf16_mma_sync_only = 0;
 #ifdef USE_CUBLAS
-    // row-major C = A B^T is column-major C^T = B A^T: cuBLAS's (OC x C)^T-free form, as gemm_fp32 does
-    float one = 1.0f, zero = 0.0f;
-    snprintf(what, sizeof(what), "cublas bf16 %s forward", name);
-    report_bf16(what, median_ms_gpu([&] {
-        cublas_check(cublasGemmEx(cublas_handle, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, &one, d_w, CUDA_R_16BF, C,
-                                  d_inp, CUDA_R_16BF, C, &zero, d_out, CUDA_R_16BF, OC, CUBLAS_COMPUTE_32F,
-                                  CUBLAS_GEMM_DEFAULT));
-    }), flops);
-    snprintf(what, sizeof(what), "cublas bf16 %s backward", name);
-    report_bf16(what, median_ms_gpu([&] {
-        cublas_check(cublasGemmEx(cublas_handle, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, &one, d_w, CUDA_R_16BF, C,
-                                  d_dout, CUDA_R_16BF, OC, &zero, d_dinp, CUDA_R_16BF, C, CUBLAS_COMPUTE_32F,
-                                  CUBLAS_GEMM_DEFAULT));
-        cublas_check(cublasGemmEx(cublas_handle, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, &one, d_inp, CUDA_R_16BF, C,
-                                  d_dout, CUDA_R_16BF, OC, &one, d_dw, CUDA_R_32F, C, CUBLAS_COMPUTE_32F,
-                                  CUBLAS_GEMM_DEFAULT));
-    }), 2 * flops);
+        // row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T
+        float one = 1.0f, zero = 0.0f;
+        t->ms[KERNEL_CUBLAS] = median_ms_gpu([&] {
+            if (product == PRODUCT_FORWARD)
+                cublas_check(cublasGemmEx(cublas_handle, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, &one, d_w, CUDA_R_16BF, C,
+                                          d_inp, CUDA_R_16BF, C, &zero, d_out, CUDA_R_16BF, OC, CUBLAS_COMPUTE_32F,
+                                          CUBLAS_GEMM_DEFAULT));
+            else if (product == PRODUCT_DINP)
+                cublas_check(cublasGemmEx(cublas_handle, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, &one, d_w, CUDA_R_16BF, C,
+                                          d_dout, CUDA_R_16BF, OC, &zero, d_dinp, CUDA_R_16BF, C, CUBLAS_COMPUTE_32F,
+                                          CUBLAS_GEMM_DEFAULT));
+            else
+                cublas_check(cublasGemmEx(cublas_handle, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, &one, d_inp, CUDA_R_16BF, C,
+                                          d_dout, CUDA_R_16BF, OC, &one, d_dw, CUDA_R_32F, C, CUBLAS_COMPUTE_32F,
+                                          CUBLAS_GEMM_DEFAULT));
+        });
+        char what[96];
+        snprintf(what, sizeof(what), "cublas %s", t->what);
+        report_bf16(what, t->ms[KERNEL_CUBLAS], t->flops);
 #endif
-    free(inp); free(w); free(dout);
+    }
     cuda_check(cudaFree(d_inp)); cuda_check(cudaFree(d_w)); cuda_check(cudaFree(d_dout));
     cuda_check(cudaFree(d_out)); cuda_check(cudaFree(d_dinp)); cuda_check(cudaFree(d_dw));
+}
+
+// The table of time_matmul_bf16's rows: each kernel's TFLOP/s, and ours (gemm_bf16's choice
+// here) as a multiple of cuBLAS's speed (its time over ours).
+static void report_matmul_table(void) {
+    printf("\n| product (T=1024) | wgmma TFLOP/s | mma.sync TFLOP/s | cuBLAS TFLOP/s | ours / cuBLAS |\n");
+    printf("|---|---:|---:|---:|---:|\n");
+    for (int i = 0; i < n_matmul_timings; i++) {
+        const MatmulTiming* t = &matmul_timings[i];
+        printf("| %s |", t->what);
+        for (int k = 0; k < KERNELS_TIMED; k++)
+            if (t->ms[k] > 0) printf(" %.1f |", t->flops / t->ms[k] / 1e9);
+            else printf(" - |");
+        double ours = t->ms[KERNEL_WGMMA] > 0 ? t->ms[KERNEL_WGMMA] : t->ms[KERNEL_MMA];
+        if (t->ms[KERNEL_CUBLAS] > 0) printf(" %.2fx |\n", t->ms[KERNEL_CUBLAS] / ours);
+        else printf(" - |\n");
+    }
 }
 
 // Flash attention against the CPU's attention (gpt2/cpu_layers.h, float32, which stores the
@@ -1789,12 +1853,15 @@ static void check_bf16_path(int argc, char** argv, int bench) {
         check_gemm_bf16_small();
         check_gemm_bf16_wgmma();
         if (!quick) {
-            const int N = B * T;
-            time_matmul_bf16("qkv", N, C, 3 * C);
-            time_matmul_bf16("attproj", N, C, C);
-            time_matmul_bf16("fc", N, C, 4 * C);
-            time_matmul_bf16("fcproj", N, 4 * C, C);
-            time_matmul_bf16("classifier", N, C, Vp);
+            for (int b : {8, 64}) {  // GPT-2 124M's products at B = 8 and 64 (T = 1024)
+                const int N = b * T;
+                time_matmul_bf16("qkv", b, N, C, 3 * C);
+                time_matmul_bf16("attproj", b, N, C, C);
+                time_matmul_bf16("fc", b, N, C, 4 * C);
+                time_matmul_bf16("fcproj", b, N, 4 * C, C);
+                time_matmul_bf16("classifier", b, N, C, Vp);
+            }
+            report_matmul_table();
         }
     }
     if (wanted(argc, argv, "attention_bf16")) {
