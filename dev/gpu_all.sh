@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # dev/gpu_all.sh OUTDIR [STAGE...]: everything a machine with an NVIDIA GPU should check and
-# measure, in one command, every raw output written into OUTDIR (eight files at most):
+# measure, in one command, every raw output written into OUTDIR:
 #
 #   env        env.txt        nvidia-smi -L and -q summary, driver, nvcc, the CPU, the commit
 #   build      build.txt      train_cpu, train_gpu, build/gpu_check, build/instruction_check and
@@ -33,7 +33,7 @@
 #
 # and summary.txt: one line per stage, its exit status and seconds. With GPU_ALL_PACK=1, the files
 # end up packed in OUTDIR/gpu_all.tar.gz beside summary.txt (for a machine that returns only a
-# few files: every stage together writes ten). Stages run in this order
+# few files: every stage together writes twelve). Stages run in this order
 # (or the ones named), each under a time limit, and the whole under GPU_ALL_SECONDS (default 560,
 # for a 10-minute call); a stage cut short says so in the summary, and can be run again on its
 # own in a second call: `dev/gpu_all.sh OUT2 test`. Where there is no GPU it stops at once, with
