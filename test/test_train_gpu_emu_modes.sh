@@ -114,7 +114,7 @@ grep -q "GPU_DEBUG=1" "$dir/fault.err" || { echo "FAIL fault: the line should sa
 grep -q "layernorm_forward_kernel" "$dir/fault.err" && { echo "FAIL fault: without GPU_DEBUG the fault cannot be placed yet, but the line names a kernel"; status=1; }
 expect fault-debug "kernel layernorm_forward_kernel (gpt2/gpu/layernorm.cuh:" CUDA_EMU_FAULT=layernorm_forward_kernel GPU_DEBUG=1
 expect fault-debug-adamw "kernel adamw_kernel (gpt2/gpu/optimizer.cuh:" CUDA_EMU_FAULT=adamw_kernel GPU_DEBUG=1
-expect fault-debug-mma "kernel gemm_bf16_kernel (gpt2/gpu/matmul_bf16.cuh:" CUDA_EMU_FAULT=gemm_bf16_kernel GPU_DEBUG=1
+expect fault-debug-wgmma "kernel gemm_bf16_wgmma_kernel (gpt2/gpu/matmul_wgmma.cuh:" CUDA_EMU_FAULT=gemm_bf16_wgmma_kernel GPU_DEBUG=1
 expect fault-debug-flash "kernel flash_attention_backward_dq_mma_kernel (gpt2/gpu/flash_attention_mma.cuh:" CUDA_EMU_FAULT=flash_attention_backward_dq_mma_kernel GPU_DEBUG=1
 
 echo "--- precision"

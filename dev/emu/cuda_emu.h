@@ -1008,8 +1008,9 @@ extern "C" EMU_HOOK unsigned char __tsan_atomic8_load(const volatile void* p, in
 extern "C" EMU_HOOK int __tsan_atomic32_load(const volatile void* p, int order) {
     return __atomic_load_n((const volatile int*)p, __ATOMIC_ACQUIRE);
 }
-extern "C" EMU_HOOK long long __tsan_atomic64_load(const volatile void* p, int order) {  // emu_dynamic_shared's
-    return __atomic_load_n((const volatile long long*)p, __ATOMIC_ACQUIRE);
+// and the arena's end, which `extern __shared__` reads when a launch has no dynamic piece
+extern "C" EMU_HOOK unsigned long long __tsan_atomic64_load(const volatile void* p, int order) {
+    return __atomic_load_n((const volatile unsigned long long*)p, __ATOMIC_ACQUIRE);
 }
 extern "C" EMU_HOOK void __tsan_init(void) {}
 extern "C" EMU_HOOK void __tsan_func_entry(void* pc) {}

@@ -54,6 +54,7 @@ __device__ __forceinline__ WgmmaUnit wgmma_unit(const GemmBf16Args& g, int u) {
     return w;
 }
 
+// The units of a product: its tiles, times its slices of k.
 template <int BN>
 __host__ __device__ __forceinline__ int wgmma_units(const GemmBf16Args& g, int slices) {
     return (g.M + WGMMA_BM - 1) / WGMMA_BM * ((g.N + BN - 1) / BN) * slices;
@@ -101,10 +102,12 @@ gemm_bf16_wgmma_kernel(GemmBf16Args g, const __grid_constant__ CUtensorMap map_a
                 unsigned char* As = ring + stage * S::STAGE_BYTES;
                 unsigned char* Bs = As + S::A_BYTES;
                 int k0 = (w.kt0 + kt) * WGMMA_BK;
+                // K-major: one box (x = k); M/N-major: a box per 64-wide strip (x = m or n)
                 if (!TA) {
                     tma_load_2d(As, &map_a, k0, w.m0, &full[stage]);
                 } else {
-                    for (int j = 0; j < WGMMA_BM / 64; j++) tma_load_2d(As + j * 8192, &map_a, w.m0 + 64 * j, k0, &full[stage]);
+                    for (int j = 0; j < WGMMA_BM / 64; j++)
+                        tma_load_2d(As + j * 8192, &map_a, w.m0 + 64 * j, k0, &full[stage]);
                 }
                 if (TB) {
                     tma_load_2d(Bs, &map_b, k0, w.n0, &full[stage]);
@@ -133,7 +136,8 @@ gemm_bf16_wgmma_kernel(GemmBf16Args g, const __grid_constant__ CUtensorMap map_a
             wgmma_hold<BN / 2>(acc);
 #pragma unroll
             for (int kk = 0; kk < WGMMA_BK / 16; kk++) {
-                // A: K-major steps 32 bytes along its swizzled rows, M-major 16 rows of 128 bytes
+                // 16 of k: a K-major operand 32 bytes along its swizzled rows, an M/N-major one
+                // 16 rows of 128 bytes (its 64-wide strips 8 KiB apart); rows 64c.. of A at c x 8 KiB
                 uint64_t da = TA ? wgmma_descriptor(a + c * 8192 + kk * 2048, 8192, 1024, WGMMA_SWIZZLE_128B)
                                  : wgmma_descriptor(a + c * 8192 + kk * 32, 16, 1024, WGMMA_SWIZZLE_128B);
                 uint64_t db = TB ? wgmma_descriptor(b + kk * 32, 16, 1024, WGMMA_SWIZZLE_128B)
