@@ -1,8 +1,9 @@
-// dev/kernels/matmul.cuh: the frame of the matmul steps of the ladder (01 to 09). Every step
+// dev/kernels/matmul.cuh: the frame of the matmul steps of the ladder (01 to 12). Every step
 // computes the linear layer's forward, as matmul_forward in gpt2/cpu_layers.h does:
 //     out (B*T, OC) = inp (B*T, C) . weight (OC, C)^T + bias (OC)
-// and its main is one call: matmul_step_main (float32 steps) or matmul_step_main_bf16 (the tensor
-// cores' steps: bf16 inputs and output, float32 bias and accumulation). Both check the step's
+// and its main is one call: matmul_step_main (float32 steps), matmul_step_main_bf16 (the tensor
+// cores' steps: bf16 inputs and output, float32 bias and accumulation) or matmul_step_main_sm90a
+// (the bf16 steps on Hopper's wgmma and TMA: skipped on other GPUs). All check the step's
 // launcher against the CPU on shapes that leave partial tiles at every edge and on a shape of
 // whole tiles, then, on a GPU, at GPT-2 124M's MLP product (B=4, T=1024, C=768, OC=3072), which
 // they also time: 2 B T C OC FLOPs.
@@ -52,6 +53,7 @@ static void matmul_check(MatmulForward forward, int B, int T, int C, int OC, Lad
 template <typename Forward, typename Check>
 static int matmul_steps(LadderStep s, Forward forward, Check check) {
     ladder_begin(&s);
+    if (!ladder_can_run(&s)) return ladder_skip(&s, "(wgmma and TMA need an sm_90 GPU: H100, H200)");
     for (const auto& shape : MATMUL_SHAPES) check(forward, shape[0], shape[1], shape[2], shape[3], &s, false);
     if (ladder_shape_big()) check(forward, 4, 1024, 768, 3072, &s, true);
     return ladder_end(&s);
@@ -62,7 +64,7 @@ static int matmul_step_main(LadderStep s, MatmulForward forward) {
     return matmul_steps(s, forward, matmul_check);
 }
 
-// ---------- the bf16 steps (08, 09) ----------
+// ---------- the bf16 steps (08 to 12) ----------
 //
 // The tensor cores' steps take bf16 inp and weight, a float32 bias, accumulate in float32 and
 // write bf16 out, as the project's bf16 path does. The inputs are drawn as floats and rounded to
@@ -97,6 +99,12 @@ static void matmul_check_bf16(MatmulForwardBf16 forward, int B, int T, int C, in
 static int matmul_step_main_bf16(LadderStep s, MatmulForwardBf16 forward) {
     s.limit = LIMIT_BF16;
     return matmul_steps(s, forward, matmul_check_bf16);
+}
+
+// A bf16 step built for sm_90a (10 to 12): the same checks, on compute capability 9.0 only.
+static int matmul_step_main_sm90a(LadderStep s, MatmulForwardBf16 forward) {
+    s.sm90a = true;
+    return matmul_step_main_bf16(s, forward);
 }
 
 #endif  // DEV_KERNELS_MATMUL_CUH
