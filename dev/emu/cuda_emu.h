@@ -104,6 +104,8 @@ using std::max;
 #define __launch_bounds__(...)
 #define __align__(n) __attribute__((aligned(n)))
 #define __restrict__ __restrict
+#define __grid_constant__           // a kernel parameter in constant memory (a tensor map): a plain one here
+#define CUDART_VERSION 13000
 // (__shared__ is not defined: dev/emu/cuda_emu.py turns each declaration into a piece of the arena)
 
 // EMU_UNROLL(n): what cuda_emu.py puts for nvcc's `#pragma unroll` before a loop that only computes.
@@ -308,7 +310,7 @@ EMU_BOOKKEEPING static inline unsigned emu_random(unsigned long long* state, uns
 // one switch per lane. A switch saves and restores only the registers a function call must
 // preserve, a few nanoseconds, where ucontext's swapcontext makes a system call to save the
 // signal mask: on x86-64 it is the assembly below, elsewhere ucontext.
-enum { EMU_RUNNABLE, EMU_BLOCK_WAIT, EMU_WARP_WAIT, EMU_DONE };
+enum { EMU_RUNNABLE, EMU_BLOCK_WAIT, EMU_WARP_WAIT, EMU_DONE, EMU_POLL };  // EMU_POLL: a try_wait that said no
 // A cp.async copy that its thread has issued and no wait has retired yet.
 struct EmuCopy {
     void* dst;
@@ -360,7 +362,18 @@ struct EmuState {
     EmuThread* chain[32];           // its first lane
     const char* warp_op[32];        // the warp instruction the warp's waiting lanes are at
     int warp_first[32];             // the lane that reached it first
-    int count[32][4];               // how many lanes of each warp wait in each state (EMU_BLOCK_WAIT...)
+    int count[32][5];               // how many lanes of each warp wait in each state (EMU_BLOCK_WAIT...)
+    uint32_t polling[32];           // each warp's lanes whose mbarrier_try_wait said no, to be retried
+    unsigned long long progress, progress_seen;  // mbarrier changes so far; when the pollers last retried
+    size_t poll_bar;                // the last poller's barrier (offset) and parity, for a deadlock's report
+    int poll_parity;
+    char* dynamic;                  // the launch's dynamic shared memory in this arena, and its size
+    size_t dynamic_size;
+    int nbarriers, ntma;            // the block's mbarriers and TMA copies in flight (hopper section)
+    struct EmuBarrier* barriers;
+    struct EmuTma* tma;
+    struct EmuWgmma (*wgmma)[8];    // each warp's wgmmas in flight, in issue order
+    int nwgmma[32], wgmma_groups[32];  // how many; the warp's wgmma_commit calls in this block
     int capacity;                   // fibers made so far
     const char* kernel;             // the kernel being run, for messages
     unsigned long long launch;      // the launch its fibers and sizes are set up for (emu_run_blocks)
@@ -431,8 +444,10 @@ __attribute__((noipa)) static void emu_fatal(const char* what) {
 // which covers any __align__, and each is followed by a gap that no array owns: AddressSanitizer
 // is told the gaps are poisoned, and the race detector stops at an access to them, so an index
 // past an array's end is caught as it is on a static array. A new piece holds 0xff bytes (NaN
-// floats), not zeros: a GPU's shared memory starts with whatever was there.
-enum { EMU_ARENA_BYTES = 8 << 20, EMU_ARENA_GAP = 256, EMU_MAX_WORKERS = 64 };
+// floats), not zeros: a GPU's shared memory starts with whatever was there. A launch's dynamic
+// shared memory (its third launch parameter) is a piece of its own too, one per kernel and size,
+// 1024-byte aligned as the 128-byte swizzle needs (emu_dynamic_piece).
+enum { EMU_ARENA_BYTES = 16 << 20, EMU_ARENA_GAP = 256, EMU_MAX_WORKERS = 64 };
 struct EmuSharedArray {
     size_t offset, size;
     const char* name;
@@ -466,20 +481,31 @@ static void emu_arena_make(EmuState* w) {
     emu_workers[emu_nworkers++] = w;
 }
 
-// A new array of the given size: its offset in every worker's arena.
-EMU_INTERNAL static size_t emu_shared_alloc(size_t size, const char* name) {
+// A new array of the given size and alignment: its offset in every worker's arena.
+EMU_INTERNAL static size_t emu_shared_alloc_aligned(size_t size, const char* name, size_t align, const char* kernel) {
     pthread_mutex_lock(&emu_arena_mutex);
-    size_t offset = (emu_arena_used + 127) / 128 * 128;
+    size_t offset = (emu_arena_used + align - 1) / align * align;
     if (offset + size + EMU_ARENA_GAP > EMU_ARENA_BYTES || emu_narrays == (int)(sizeof(emu_arrays) / sizeof(emu_arrays[0])))
         emu_fatal("the kernels' __shared__ arrays outgrow the arena (EMU_ARENA_BYTES)");
-    EmuSharedArray a = {offset, size, name, emu->kernel ? emu->kernel : "?"};
+    EmuSharedArray a = {offset, size, name, kernel};
     emu_arrays[emu_narrays++] = a;
     for (int i = 0; i < emu_nworkers; i++) emu_piece_open(emu_workers[i], offset, size);
     __atomic_store_n(&emu_arena_used, offset + size + EMU_ARENA_GAP, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&emu_arena_mutex);
     return offset;
 }
+EMU_INTERNAL static size_t emu_shared_alloc(size_t size, const char* name) {
+    return emu_shared_alloc_aligned(size, name, 128, emu->kernel ? emu->kernel : "?");
+}
 static inline void* emu_shared(size_t offset) { return emu->arena + offset; }
+// `extern __shared__ T a[];` (cuda_emu.py): the running launch's dynamic piece. Without one, an
+// address past every piece, where any access is out of bounds.
+static inline void* emu_dynamic_shared(void) {
+    return emu->dynamic_size > 0 ? emu->dynamic : emu->arena + __atomic_load_n(&emu_arena_used, __ATOMIC_ACQUIRE);
+}
+// The shared-memory address of p, as cvta.to.shared gives it: its offset in the arena. The arena
+// is mmap'd (page-aligned), so the offset keeps the address bits that the swizzles read.
+EMU_INTERNAL static inline size_t __cvta_generic_to_shared(const void* p) { return (size_t)((const char*)p - emu->arena); }
 
 EMU_INTERNAL static inline bool emu_in_arena(const void* p) { return (uintptr_t)p - (uintptr_t)emu->arena < emu_arena_used; }
 
@@ -847,9 +873,13 @@ EMU_INTERNAL static void emu_land(EmuCopy* c) {
 // The running thread stops in the given state (at a barrier, or done) and switches to the next
 // lane of its warp's step, or back to the scheduler after the last; returns when it is resumed.
 // With CUDA_EMU_ASYNC=random each of its copies in flight may land now, between its instructions.
+// (and the block's TMA copies in flight, as well)
+static void emu_tma_land(int i);
 __attribute__((noinline)) static void emu_land_some(EmuThread* me) {
     for (int i = 0; i < me->ncopies; i++)
         if (emu_random(&emu->async_rng, 2) == 0) emu_land(&me->copies[i]);
+    for (int i = emu->ntma - 1; i >= 0; i--)
+        if (emu_random(&emu->async_rng, 4) == 0) emu_tma_land(i);
 }
 // A lane's stack, from its saved stack pointer up: the frames it resumes into. With a block's
 // hundreds of fibers these are rarely still in the cache when the lane's turn comes, so each lane,
@@ -865,7 +895,7 @@ EMU_BOOKKEEPING static inline void emu_prefetch_stack(const EmuThread* t) {
 }
 EMU_BOOKKEEPING static void emu_yield(int state) {
     EmuThread* me = emu->cur;
-    if (emu_cfg.async == EMU_AT_RANDOM && me->ncopies > 0) emu_land_some(me);
+    if (emu_cfg.async == EMU_AT_RANDOM && (me->ncopies > 0 || emu->ntma > 0)) emu_land_some(me);
     emu->runnable[me->warp] &= ~(1u << me->lane);
     emu->count[me->warp][state]++;
     emu->cur = me->next;
@@ -880,6 +910,8 @@ __attribute__((noipa)) static void emu_thread_main(void) {
         (*emu->body)();
         // A copy no wait retired may land at any time, even in the next block's shared memory.
         if (emu->cur->ncopies > 0) emu_fatal("cp.async copies never waited for (the thread ended with copies in flight)");
+        if (emu->nwgmma[emu->cur->warp] > 0)
+            emu_fatal("wgmma never committed and waited for (the thread ended with wgmmas in flight)");
         emu_yield(EMU_DONE);
     }
 }
@@ -1096,6 +1128,334 @@ EMU_INTERNAL static void cp_async_wait(void) {
     t->ncopies = kept;
 }
 
+// ---------- Hopper's instructions: mbarrier, TMA, wgmma ----------
+// The functions gpt2/gpu/hopper.cuh defines with PTX, from the PTX ISA's definitions.
+
+// A tensor map, as the emulator's cuTensorMapEncodeTiled (below) fills it: what it was given.
+// 128 bytes and 64-byte aligned, as the driver's opaque one.
+enum { EMU_TENSOR_MAP_MAGIC = 0x746d6170 };
+struct alignas(64) CUtensorMap {
+    uint32_t magic;                 // EMU_TENSOR_MAP_MAGIC once encoded
+    int elem, swizzle;              // element bytes; swizzle span in bytes (0: none)
+    const char* base;
+    uint64_t dims[2], stride;       // columns, rows; bytes from row to row
+    uint32_t box[2];                // box columns, rows
+    char reserved[72];
+};
+static_assert(sizeof(CUtensorMap) == 128, "CUtensorMap is 128 bytes");
+
+// An mbarrier's state, kept beside shared memory (keyed by its arena offset), not in its 8 bytes.
+struct EmuBarrier {
+    size_t offset;
+    int count, pending;             // arrivals per phase; still to come in this one
+    long long tx;                   // bytes announced (expect_tx) and not yet landed
+    long long phase;                // phases completed
+};
+// A TMA copy in flight: lands at the latest at a wait on its barrier (CUDA_EMU_ASYNC: sooner).
+struct EmuTma {
+    CUtensorMap map;
+    char* dst;
+    int x, y;
+    size_t bar;                     // its mbarrier's offset
+};
+// A wgmma in flight (per warp): what its lanes gave, computed when a wait retires it.
+struct EmuWgmma {
+    uint64_t desc_a, desc_b;
+    int n, trans_a, trans_b, scale_d, group;
+    float* d[32];                   // each lane's accumulators
+};
+enum { EMU_MAX_BARRIERS = 64, EMU_MAX_TMA = 256, EMU_MAX_WGMMA = 8 };
+
+// The block's Hopper state, made with the worker's first block, emptied at every block's start.
+static void emu_hopper_block_start(void) {
+    if (emu->barriers == NULL) {
+        emu->barriers = (EmuBarrier*)calloc(EMU_MAX_BARRIERS, sizeof(EmuBarrier));
+        emu->tma = (EmuTma*)calloc(EMU_MAX_TMA, sizeof(EmuTma));
+        emu->wgmma = (EmuWgmma(*)[EMU_MAX_WGMMA])calloc(32, sizeof(EmuWgmma[EMU_MAX_WGMMA]));
+        if (emu->barriers == NULL || emu->tma == NULL || emu->wgmma == NULL) { fprintf(stderr, "cuda_emu: out of memory\n"); exit(1); }
+    }
+    emu->nbarriers = emu->ntma = 0;
+    for (int w = 0; w < 32; w++) emu->nwgmma[w] = emu->wgmma_groups[w] = 0, emu->polling[w] = 0;
+    emu->progress = emu->progress_seen = 0;
+}
+
+// The barrier at bar; create: a new one (mbarrier_init), else it must have been initialised.
+EMU_INTERNAL static EmuBarrier* emu_barrier(const void* bar, bool create, const char* op) {
+    static thread_local char what[160];
+    if (!emu_in_arena(bar) || (uintptr_t)bar % 8 != 0) {
+        snprintf(what, sizeof what, "%s: the mbarrier is not an 8-byte aligned address in shared memory", op);
+        emu_fatal(what);
+    }
+    size_t offset = (size_t)((const char*)bar - emu->arena);
+    for (int i = 0; i < emu->nbarriers; i++)
+        if (emu->barriers[i].offset == offset) return &emu->barriers[i];
+    if (!create) {
+        snprintf(what, sizeof what, "%s on an mbarrier that this block never initialised (mbarrier_init)", op);
+        emu_fatal(what);
+    }
+    if (emu->nbarriers == EMU_MAX_BARRIERS) emu_fatal("more mbarriers in a block than the emulator holds (EMU_MAX_BARRIERS)");
+    EmuBarrier* b = &emu->barriers[emu->nbarriers++];
+    b->offset = offset;
+    return b;
+}
+// The phase completes when every arrival has come and every announced byte has landed.
+EMU_INTERNAL static void emu_barrier_check(EmuBarrier* b) {
+    emu->progress++;
+    if (b->pending == 0 && b->tx == 0) {
+        b->phase++;
+        b->pending = b->count;
+    }
+}
+EMU_INTERNAL static void mbarrier_init(uint64_t* bar, uint32_t count) {
+    if (count < 1 || count >= (1u << 20)) emu_fatal("mbarrier_init: count must be 1 to 2^20 - 1");
+    EmuBarrier* b = emu_barrier(bar, true, "mbarrier_init");
+    b->count = b->pending = (int)count;
+    b->tx = 0;
+    b->phase = 0;
+    emu->progress++;
+}
+static inline void mbarrier_init_fence(void) {}
+EMU_INTERNAL static void emu_arrive(EmuBarrier* b) {
+    if (b->pending == 0)
+        emu_fatal("mbarrier: more arrivals than its count before the phase completed (it waits for copies' bytes)");
+    b->pending--;
+    emu_barrier_check(b);
+}
+EMU_INTERNAL static void mbarrier_arrive(uint64_t* bar) { emu_arrive(emu_barrier(bar, false, "mbarrier_arrive")); }
+EMU_INTERNAL static void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+    EmuBarrier* b = emu_barrier(bar, false, "mbarrier_arrive_expect_tx");
+    b->tx += bytes;
+    emu_arrive(b);
+}
+
+// The 16-byte chunk of a swizzled address: bits 4-6 (128B), 4-5 (64B) or 4 (32B) XOR the bits
+// three above them. On the address itself: the arena is page-aligned, so these are its offset's.
+EMU_INTERNAL static inline uintptr_t emu_swizzle(uintptr_t a, int span) {
+    uintptr_t mask = span == 128 ? 7 : span == 64 ? 3 : span == 32 ? 1 : 0;
+    return a ^ ((a >> 7) & mask) << 4;
+}
+
+// fence.proxy.async: orders the thread's plain shared-memory accesses with the async proxy's
+// (TMA, wgmma). Nothing to do for values; the hook where the race detector will note it.
+static inline void emu_fence_proxy_async(void) {}
+static inline void fence_proxy_async(void) { emu_fence_proxy_async(); }
+
+// TMA copy i lands: the box's elements (zeros outside the tensor) into shared memory, rows packed
+// and swizzled; its bytes count off its barrier's phase.
+EMU_INTERNAL static void emu_tma_land(int i) {
+    EmuTma c = emu->tma[i];
+    emu->tma[i] = emu->tma[--emu->ntma];
+    const CUtensorMap* m = &c.map;
+    for (uint32_t r = 0; r < m->box[1]; r++)
+        for (uint32_t k = 0; k < m->box[0]; k++) {
+            long long row = (long long)c.y + r, col = (long long)c.x + k;
+            char* to = (char*)emu_swizzle((uintptr_t)(c.dst + ((size_t)r * m->box[0] + k) * m->elem), m->swizzle);
+            if (row >= 0 && col >= 0 && (uint64_t)row < m->dims[1] && (uint64_t)col < m->dims[0])
+                memcpy(to, m->base + row * m->stride + col * m->elem, m->elem);
+            else
+                memset(to, 0, m->elem);
+        }
+    EmuBarrier* b = emu_barrier(emu->arena + c.bar, false, "a TMA copy's landing");
+    b->tx -= (long long)m->box[0] * m->box[1] * m->elem;
+    if (b->tx < 0) emu_fatal("mbarrier: a TMA copy landed more bytes than its phase expects (mbarrier_arrive_expect_tx)");
+    emu_barrier_check(b);
+}
+// Every queued copy onto the barrier at offset bar (any barrier: bar == (size_t)-1); whether any.
+EMU_INTERNAL static bool emu_tma_land_all(size_t bar) {
+    bool any = false;
+    for (int i = emu->ntma - 1; i >= 0; i--)
+        if (bar == (size_t)-1 || emu->tma[i].bar == bar) { emu_tma_land(i); any = true; }
+    return any;
+}
+// cp.async.bulk.tensor.2d: the box at column x, row y of the map to dst, onto bar's phase.
+EMU_INTERNAL static void tma_load_2d(void* dst, const CUtensorMap* map, int x, int y, uint64_t* bar) {
+    if (map->magic != EMU_TENSOR_MAP_MAGIC) emu_fatal("tma_load_2d: the tensor map was never encoded (cuTensorMapEncodeTiled)");
+    if (!emu_in_arena(dst) || (uintptr_t)dst % 128 != 0)
+        emu_fatal("tma_load_2d: destination not a 128-byte aligned address in shared memory");
+    size_t bytes = (size_t)map->box[0] * map->box[1] * map->elem;
+    if (!emu_in_arena((char*)dst + bytes - 1)) emu_fatal("tma_load_2d: the box runs past the end of shared memory");
+    EmuBarrier* b = emu_barrier(bar, false, "tma_load_2d");
+    if (emu->ntma == EMU_MAX_TMA) emu_fatal("more TMA copies in flight than the emulator holds (EMU_MAX_TMA)");
+    EmuTma c = {*map, (char*)dst, x, y, b->offset};
+    emu->tma[emu->ntma++] = c;
+    if (emu_cfg.async == EMU_AT_ISSUE || (emu_cfg.async == EMU_AT_RANDOM && emu_random(&emu->async_rng, 4) == 0))
+        emu_tma_land(emu->ntma - 1);
+}
+
+// mbarrier.try_wait.parity: whether the phase of this parity has completed, i.e. the current
+// phase has the other parity. When the phase waits only for copies' bytes, they land now. A no
+// is a spin loop's turn: the thread yields, and is retried once a barrier has changed.
+EMU_INTERNAL static bool mbarrier_try_wait(uint64_t* bar, uint32_t parity) {
+    EmuBarrier* b = emu_barrier(bar, false, "mbarrier_try_wait");
+    if ((b->phase & 1) == (parity & 1) && b->pending == 0 && b->tx > 0) emu_tma_land_all(b->offset);
+    if ((b->phase & 1) != (parity & 1)) return true;
+    EmuThread* me = emu->cur;
+    emu->polling[me->warp] |= 1u << me->lane;
+    emu->poll_bar = b->offset;
+    emu->poll_parity = (int)(parity & 1);
+    emu_yield(EMU_POLL);
+    return false;
+}
+// The pollers run again, to retry their try_wait: after a barrier changed.
+EMU_BOOKKEEPING static void emu_wake_pollers(int nwarps) {
+    for (int w = 0; w < nwarps; w++) {
+        emu->runnable[w] |= emu->polling[w];
+        emu->polling[w] = 0;
+        emu->count[w][EMU_POLL] = 0;
+    }
+    emu->progress_seen = emu->progress;
+}
+// Every live thread polls and nothing can change: which barrier, in what state.
+static void emu_mbarrier_deadlock(void) {
+    static char what[512];
+    char where[256];
+    emu_describe_shared(emu->arena + emu->poll_bar, where, sizeof where);
+    EmuBarrier* b = emu_barrier(emu->arena + emu->poll_bar, false, "mbarrier_try_wait");
+    snprintf(what, sizeof what, "deadlock: mbarrier waits that no arrival or copy will complete (a wrong parity or "
+             "count?): the mbarrier at %s, %lld phases completed, %d of %d arrivals and %lld bytes to come, waited "
+             "for with parity %d", where, b->phase, b->pending, b->count, b->tx, emu->poll_parity);
+    emu_fatal(what);
+}
+
+// setmaxnreg: the register budget is the compiler's and the hardware's; here only the value's check.
+template <int REGS>
+static inline void setmaxnreg_dec(void) { static_assert(REGS % 8 == 0 && REGS >= 24 && REGS <= 256, "setmaxnreg: REGS is a multiple of 8 from 24 to 256"); }
+template <int REGS>
+static inline void setmaxnreg_inc(void) { static_assert(REGS % 8 == 0 && REGS >= 24 && REGS <= 256, "setmaxnreg: REGS is a multiple of 8 from 24 to 256"); }
+
+// wgmma. A descriptor's start address keeps 18 bits of the offset (a GPU's shared memory is
+// smaller): the arena offset it stands for is the one with those bits in the launch's dynamic
+// piece, else in a __shared__ array of the running kernel.
+EMU_INTERNAL static size_t emu_wgmma_start(uint64_t desc) {
+    size_t low = (size_t)(desc & 0x3fff) << 4, used = emu_arena_used;
+    size_t dyn = emu->dynamic_size > 0 ? (size_t)(emu->dynamic - emu->arena) : 0;
+    for (size_t o = low; o < used; o += (size_t)1 << 18)
+        if (emu->dynamic_size > 0 && o >= dyn && o < dyn + emu->dynamic_size) return o;
+    for (size_t o = low; o < used; o += (size_t)1 << 18)
+        for (int i = 0; i < emu_narrays; i++)
+            if (o >= emu_arrays[i].offset && o < emu_arrays[i].offset + emu_arrays[i].size &&
+                strcmp(emu_arrays[i].kernel, emu->kernel) == 0)
+                return o;
+    emu_fatal("wgmma: a descriptor's start address is in none of this kernel's shared memory");
+    return 0;
+}
+// Element (i, k) of a 16-deep operand (i: m of A, n of B) that descriptor desc describes, by the
+// PTX ISA's canonical layouts, S the swizzle's span in bytes, T = 16 bytes:
+//   K-major (trans 0):  start + (2k / S) LBO + (i % 8) S + (i / 8) SBO + 2k % S
+//   MN-major (trans 1): start + (i % (S/2)) 2 + (i / (S/2)) LBO + (k % 8) S + (k / 8) SBO
+// then swizzled as TMA writes.
+EMU_INTERNAL static float emu_wgmma_element(uint64_t desc, size_t start, int trans, int i, int k) {
+    size_t lbo = (size_t)(desc >> 16 & 0x3fff) << 4, sbo = (size_t)(desc >> 32 & 0x3fff) << 4;
+    int span = 256 >> (int)(desc >> 62);  // layout 1: 128B, 2: 64B, 3: 32B
+    size_t a = trans == 0 ? start + (2 * k / span) * lbo + (i % 8) * span + (i / 8) * sbo + 2 * k % span
+                          : start + (i % (span / 2)) * 2 + (i / (span / 2)) * lbo + (k % 8) * span + (k / 8) * sbo;
+    const char* p = (const char*)emu_swizzle((uintptr_t)(emu->arena + a), span);
+    if (!emu_in_arena(p + 1)) emu_fatal("wgmma: an operand's element lies outside shared memory");
+    __nv_bfloat16 h;
+    memcpy(&h, p, 2);
+    return __bfloat162float(h);
+}
+EMU_INTERNAL static void emu_wgmma_check_desc(uint64_t desc) {
+    if ((desc >> 49 & 7) != 0) emu_fatal("wgmma: a descriptor's base offset (bits 49-51) other than 0 is not emulated");
+    if ((desc >> 62) == 0) emu_fatal("wgmma: the interleaved layout (descriptor bits 62-63 = 0) is not emulated");
+}
+// Warp w's wgmma q: its 16 rows of D (the warp's quarter of the warpgroup's 64) from A's rows and
+// all of B, D = A B (+ D), d then k = 0..15 in float32; lane 4g + q holds for columns 8j..8j+7
+// d[4j], d[4j+1] = D[g][8j+2q, +1] and d[4j+2], d[4j+3] = D[g+8][8j+2q, +1].
+EMU_INTERNAL static void emu_wgmma_compute(int w, const EmuWgmma* q) {
+    static thread_local float A[16][16], B[16][256], D[16][256];
+    size_t sa = emu_wgmma_start(q->desc_a), sb = emu_wgmma_start(q->desc_b);
+    for (int i = 0; i < 16; i++)
+        for (int k = 0; k < 16; k++) A[i][k] = emu_wgmma_element(q->desc_a, sa, q->trans_a, 16 * (w % 4) + i, k);
+    for (int k = 0; k < 16; k++)
+        for (int n = 0; n < q->n; n++) B[k][n] = emu_wgmma_element(q->desc_b, sb, q->trans_b, n, k);
+    for (int lane = 0; lane < 32; lane++)
+        for (int j = 0; j < q->n / 8; j++)
+            for (int e = 0; e < 4; e++)
+                D[lane / 4 + 8 * (e / 2)][8 * j + 2 * (lane % 4) + e % 2] = q->scale_d ? q->d[lane][4 * j + e] : 0.0f;
+    for (int r = 0; r < 16; r++)
+        for (int k = 0; k < 16; k++)
+            for (int n = 0; n < q->n; n++) D[r][n] += A[r][k] * B[k][n];
+    for (int lane = 0; lane < 32; lane++)
+        for (int j = 0; j < q->n / 8; j++)
+            for (int e = 0; e < 4; e++) q->d[lane][4 * j + e] = D[lane / 4 + 8 * (e / 2)][8 * j + 2 * (lane % 4) + e % 2];
+}
+// Computes warp w's first n wgmmas in flight, in issue order, and drops them from its queue.
+EMU_INTERNAL static void emu_wgmma_retire(int w, int n) {
+    for (int i = 0; i < n; i++) emu_wgmma_compute(w, &emu->wgmma[w][i]);
+    for (int i = n; i < emu->nwgmma[w]; i++) emu->wgmma[w][i - n] = emu->wgmma[w][i];
+    emu->nwgmma[w] -= n;
+}
+// At each wgmma warp instruction, CUDA_EMU_ASYNC=random computes some of the oldest in flight.
+EMU_INTERNAL static void emu_wgmma_maybe(int w) {
+    if (emu_cfg.async == EMU_AT_RANDOM && emu->nwgmma[w] > 0)
+        emu_wgmma_retire(w, (int)emu_random(&emu->async_rng, (unsigned)emu->nwgmma[w] + 1));
+}
+// The warpgroup's instructions are warp barriers, as mma_bf16_16816 is: the last lane of the warp
+// to arrive does the warp's part.
+EMU_INTERNAL static void emu_wgmma_barrier(const char* op) {
+    int w = emu_warp(), parity = emu_warp_enter(op);
+    (void)parity;
+    if (emu->nthreads % 128 != 0) emu_fatal("wgmma in a block whose threads are not whole warpgroups (a multiple of 128)");
+    if (emu_last_to_arrive(w)) emu_wgmma_maybe(w);
+    emu_yield(EMU_WARP_WAIT);
+}
+static inline void wgmma_fence(void) { emu_wgmma_barrier("wgmma_fence"); }
+EMU_INTERNAL static void wgmma_commit(void) {
+    int w = emu_warp(), parity = emu_warp_enter("wgmma_commit");
+    (void)parity;
+    if (emu_last_to_arrive(w)) {
+        emu->wgmma_groups[w]++;
+        emu_wgmma_maybe(w);
+    }
+    emu_yield(EMU_WARP_WAIT);
+}
+// wgmma.wait_group N: every committed group but the N newest is computed (d written).
+template <int N>
+EMU_INTERNAL static void wgmma_wait(void) {
+    static_assert(N >= 0, "wgmma.wait_group N needs N >= 0");
+    int w = emu_warp(), parity = emu_warp_enter("wgmma_wait");
+    (void)parity;
+    if (emu_last_to_arrive(w)) {
+        int n = 0;
+        while (n < emu->nwgmma[w] && emu->wgmma[w][n].group < emu->wgmma_groups[w] - N) n++;
+        emu_wgmma_retire(w, n);
+    }
+    emu_yield(EMU_WARP_WAIT);
+}
+template <int REGS>
+static inline void wgmma_hold(float* d) {}  // a fence for nvcc's register allocation: nothing here
+// wgmma.mma_async m64nNk16 bf16 -> f32: each lane leaves its d and the operands in the slots; the
+// last lane of the warp queues the warp's part, computed when a wait retires it (or sooner).
+template <int N, int TRANS_A, int TRANS_B>
+EMU_INTERNAL static void wgmma_bf16(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+    static_assert(N == 64 || N == 128 || N == 256, "wgmma_bf16: N is 64, 128 or 256");
+    int w = emu_warp(), lane = emu_lane(), parity = emu_warp_enter("wgmma_bf16");
+    if (emu->nthreads % 128 != 0) emu_fatal("wgmma in a block whose threads are not whole warpgroups (a multiple of 128)");
+    emu->warp_slot[w][parity][lane] = (uintptr_t)d;
+    uint32_t* mine = emu->mma_slot[w][parity][lane];
+    mine[0] = (uint32_t)desc_a, mine[1] = (uint32_t)(desc_a >> 32), mine[2] = (uint32_t)desc_b;
+    mine[3] = (uint32_t)(desc_b >> 32), mine[4] = scale_d != 0, mine[5] = N | TRANS_A << 9 | TRANS_B << 10;
+    if (emu_last_to_arrive(w)) {
+        if (emu->nwgmma[w] == EMU_MAX_WGMMA) emu_fatal("more wgmmas in flight in a warp than the emulator holds (EMU_MAX_WGMMA)");
+        EmuWgmma* q = &emu->wgmma[w][emu->nwgmma[w]++];
+        q->desc_a = desc_a, q->desc_b = desc_b, q->n = N, q->trans_a = TRANS_A, q->trans_b = TRANS_B;
+        q->scale_d = scale_d != 0, q->group = emu->wgmma_groups[w];
+        for (int l = 0; l < 32; l++) {
+            if (memcmp(emu->mma_slot[w][parity][l], mine, sizeof(uint32_t[6])) != 0)
+                emu_fatal("wgmma: the lanes of a warp give different descriptors or scale_d");
+            q->d[l] = (float*)(uintptr_t)emu->warp_slot[w][parity][l];
+            for (int m = 0; m < l; m++)
+                if (q->d[m] == q->d[l]) emu_fatal("wgmma: two lanes give the same accumulators d");
+        }
+        emu_wgmma_check_desc(desc_a);
+        emu_wgmma_check_desc(desc_b);
+        if (emu_cfg.async == EMU_AT_ISSUE) emu_wgmma_retire(w, emu->nwgmma[w]);
+        else emu_wgmma_maybe(w);
+    }
+    emu_yield(EMU_WARP_WAIT);
+}
+
 // Runs one step of warp w: each of its lanes that can run, in the schedule's order, until it waits
 // at a barrier or ends (the lanes are chained: each switches to the next, the last back here).
 // When they all wait at one warp instruction, it completes, and they run on from it next step.
@@ -1161,10 +1521,13 @@ EMU_BOOKKEEPING static void emu_run_block(void) {
         emu->chained[w] = 0;
         emu->runnable[w] = w < nwarps ? emu_lanes(emu_warp_size(w)) : 0;
         emu->count[w][EMU_BLOCK_WAIT] = emu->count[w][EMU_WARP_WAIT] = emu->count[w][EMU_DONE] = 0;
+        emu->count[w][EMU_POLL] = 0;
     }
+    emu_hopper_block_start();
     emu_race_block_start();  // a new epoch: nothing an earlier block did races with it
     for (;;) {
         bool ran = false;
+        if (emu->progress != emu->progress_seen) emu_wake_pollers(nwarps);  // a barrier changed: they retry
         if (emu_cfg.schedule == EMU_AHEAD) {
             // the first warp that can run, counting from one that moves on at every __syncthreads
             for (int k = 0; k < nwarps && !ran; k++) {
@@ -1183,7 +1546,7 @@ EMU_BOOKKEEPING static void emu_run_block(void) {
             }
         }
         if (ran) continue;
-        int block_wait = 0, done = 0;
+        int block_wait = 0, done = 0, polling = 0;
         for (int w = 0; w < nwarps; w++) {
             const int* count = emu->count[w];
             if (count[EMU_WARP_WAIT] > 0 && count[EMU_WARP_WAIT] + count[EMU_DONE] == emu_warp_size(w)) {
@@ -1192,8 +1555,13 @@ EMU_BOOKKEEPING static void emu_run_block(void) {
             }
             block_wait += count[EMU_BLOCK_WAIT];
             done += count[EMU_DONE];
+            polling += count[EMU_POLL];
         }
-        if (done == n) { emu_race_interval_end(); break; }
+        if (done == n) {
+            if (emu->ntma > 0) emu_fatal("TMA copies in flight at the block's end (no thread waited on their mbarrier)");
+            emu_race_interval_end();
+            break;
+        }
         if (block_wait == n) {
             emu_race_interval_end();
             for (int w = 0; w < nwarps; w++) {
@@ -1204,6 +1572,10 @@ EMU_BOOKKEEPING static void emu_run_block(void) {
             emu->block_acc[emu->block_gen & 1] = 0;
             emu_race_next_interval();
             continue;
+        }
+        if (polling > 0) {  // the threads not at a barrier poll an mbarrier: only a copy can move them
+            if (emu_tma_land_all((size_t)-1)) continue;
+            emu_mbarrier_deadlock();
         }
         emu_fatal(block_wait + done == n
                       ? "__syncthreads that some threads of the block never reach (they exited)"
@@ -1241,6 +1613,7 @@ static struct {
     const char* kernel;
     std::function<void()>* body;
     dim3 grid, block;
+    size_t dynamic_offset, dynamic_size;  // its dynamic shared memory's piece of the arena
     unsigned long long blocks, next;  // how many; the next one not yet taken
 } emu_pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER};
 
@@ -1291,6 +1664,8 @@ EMU_INTERNAL static void emu_run_blocks(void) {
             emu->nthreads = (int)(emu_pool.block.x * emu_pool.block.y * emu_pool.block.z);
             emu->body = emu_pool.body;
             emu->kernel = emu_pool.kernel;
+            emu->dynamic = emu->arena + emu_pool.dynamic_offset;
+            emu->dynamic_size = emu_pool.dynamic_size;
             emu_make_fibers(emu->nthreads);
         }
         emu->block_idx = uint3((unsigned)(b % grid.x), (unsigned)(b / grid.x % grid.y),
@@ -1324,9 +1699,58 @@ static void* emu_helper_main(void* state) {
 // (cudaErrorIllegalAddress) comes from the next call that waits for the GPU, and from every call
 // after it. This is how the tests check that a fault is reported, and that GPU_DEBUG=1 names the
 // kernel.
+// Dynamic shared memory: up to 48 KiB as it is, up to 227 KiB for a kernel that asked for it
+// (cudaFuncSetAttribute). The emulator knows kernels by name, so one call covers every template
+// instance of a kernel, where a GPU needs one per instance.
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+enum { EMU_SHARED_DEFAULT = 48 << 10, EMU_SHARED_MAX = 232448 };
+static struct { char name[128]; int max; } emu_kernel_shared[256];
+static int emu_nkernel_shared;
+static int* emu_kernel_shared_max(const char* name, bool create) {
+    for (int i = 0; i < emu_nkernel_shared; i++)
+        if (strcmp(emu_kernel_shared[i].name, name) == 0) return &emu_kernel_shared[i].max;
+    if (!create || emu_nkernel_shared == 256) return NULL;
+    snprintf(emu_kernel_shared[emu_nkernel_shared].name, 128, "%s", name);
+    return &emu_kernel_shared[emu_nkernel_shared++].max;
+}
+// cudaFuncSetAttribute(kernel, attr, value): the kernel's name from its text, as cuda_emu.py names
+// launches: without '&', qualification and template arguments.
+#define cudaFuncSetAttribute(...) emu_func_set_attribute(#__VA_ARGS__, __VA_ARGS__)
+template <typename F>
+static cudaError_t emu_func_set_attribute(const char* text, F f, cudaFuncAttribute attr, int value) {
+    char name[128];
+    size_t n = strcspn(text, "<,");
+    while (*text == '&' || *text == ' ') text++, n--;
+    snprintf(name, sizeof name, "%.*s", (int)n, text);
+    while (n > 0 && name[n - 1] == ' ') name[--n] = '\0';
+    const char* last = strrchr(name, ':');
+    if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 || value > EMU_SHARED_MAX) return cudaErrorInvalidValue;
+    int* max = emu_kernel_shared_max(last != NULL ? last + 1 : name, true);
+    if (max == NULL) return cudaErrorInvalidValue;
+    *max = value;
+    return cudaSuccess;
+}
+// The arena's piece for kernel name's dynamic shared memory of this size, made at its first launch.
+static size_t emu_dynamic_piece(const char* name, size_t size) {
+    static struct { const char* name; size_t size, offset; } pieces[256];
+    static int npieces;
+    for (int i = 0; i < npieces; i++)
+        if (pieces[i].size == size && strcmp(pieces[i].name, name) == 0) return pieces[i].offset;
+    if (npieces == 256) emu_fatal("more kernels with dynamic shared memory than the emulator holds");
+    size_t offset = emu_shared_alloc_aligned(size, "dynamic shared memory", 1024, name);
+    pieces[npieces].name = name, pieces[npieces].size = size, pieces[npieces++].offset = offset;
+    return offset;
+}
+
 static void emu_launch(const char* name, dim3 grid, dim3 block, size_t smem, std::function<void()> body) {
     if (emu_sticky_error) return;  // the context is lost: nothing runs any more
-    if (smem != 0) { emu_cuda_error = cudaErrorInvalidConfiguration; return; }
+    const int* allowed = emu_kernel_shared_max(name, false);
+    if (smem > (size_t)(allowed != NULL && *allowed > EMU_SHARED_DEFAULT ? *allowed : EMU_SHARED_DEFAULT)) {
+        fprintf(stderr, "cuda_emu: launch of %s with %zu bytes of dynamic shared memory: more than %s\n", name, smem,
+                smem > EMU_SHARED_MAX ? "a GPU has (227 KiB)" : "48 KiB without cudaFuncSetAttribute");
+        emu_cuda_error = cudaErrorInvalidValue;
+        return;
+    }
     unsigned long long nt = (unsigned long long)block.x * block.y * block.z;
     if (nt == 0 || nt > 1024 || block.z > 64 || grid.x == 0 || grid.y == 0 || grid.z == 0 ||
         grid.y > 65535 || grid.z > 65535 || grid.x > 2147483647u) {
@@ -1359,6 +1783,7 @@ static void emu_launch(const char* name, dim3 grid, dim3 block, size_t smem, std
         pthread_detach(thread);
     }
     pthread_mutex_unlock(&emu_arena_mutex);
+    size_t dynamic_offset = smem > 0 ? emu_dynamic_piece(name, smem) : 0;
     pthread_mutex_lock(&emu_pool.mutex);
     // a worker that woke for the last launch after it ended may have joined it since: it finds no
     // block left, but the launch may not change under it before it has seen that
@@ -1367,6 +1792,8 @@ static void emu_launch(const char* name, dim3 grid, dim3 block, size_t smem, std
     emu_pool.body = &body;
     emu_pool.grid = grid;
     emu_pool.block = block;
+    emu_pool.dynamic_offset = dynamic_offset;
+    emu_pool.dynamic_size = smem;
     emu_pool.blocks = blocks;
     emu_pool.next = 0;
     emu_pool.launch++;
@@ -1574,6 +2001,67 @@ static cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = 0) { *e = emu
 static cudaError_t cudaEventSynchronize(cudaEvent_t e) { return emu_sync_error(); }
 static cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) { *ms = (float)(*b - *a); return cudaSuccess; }
 static cudaError_t cudaEventDestroy(cudaEvent_t e) { free(e); return cudaSuccess; }
+
+// ---------- tensor maps: the driver's cuTensorMapEncodeTiled ----------
+// cuda.h's names and numbers for what hopper.cuh's tensor_map_bf16 passes; the emulator's encode
+// checks what the driver checks and keeps what it was given in the map (CUtensorMap, above). It
+// takes what our kernels use, bf16 matrices of rank 2, and refuses the rest as invalid.
+typedef uint32_t cuuint32_t;
+typedef uint64_t cuuint64_t;
+typedef enum { CUDA_SUCCESS = 0, CUDA_ERROR_INVALID_VALUE = 1 } CUresult;
+typedef enum { CU_TENSOR_MAP_DATA_TYPE_UINT8 = 0, CU_TENSOR_MAP_DATA_TYPE_FLOAT16 = 6, CU_TENSOR_MAP_DATA_TYPE_FLOAT32 = 7,
+               CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 = 9 } CUtensorMapDataType;
+typedef enum { CU_TENSOR_MAP_INTERLEAVE_NONE = 0, CU_TENSOR_MAP_INTERLEAVE_16B, CU_TENSOR_MAP_INTERLEAVE_32B } CUtensorMapInterleave;
+typedef enum { CU_TENSOR_MAP_SWIZZLE_NONE = 0, CU_TENSOR_MAP_SWIZZLE_32B, CU_TENSOR_MAP_SWIZZLE_64B,
+               CU_TENSOR_MAP_SWIZZLE_128B } CUtensorMapSwizzle;
+typedef enum { CU_TENSOR_MAP_L2_PROMOTION_NONE = 0, CU_TENSOR_MAP_L2_PROMOTION_L2_64B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+               CU_TENSOR_MAP_L2_PROMOTION_L2_256B } CUtensorMapL2promotion;
+typedef enum { CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE = 0, CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA } CUtensorMapFloatOOBfill;
+typedef CUresult (*PFN_cuTensorMapEncodeTiled_v12000)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                                      const cuuint64_t*, const cuuint32_t*, const cuuint32_t*,
+                                                      CUtensorMapInterleave, CUtensorMapSwizzle, CUtensorMapL2promotion,
+                                                      CUtensorMapFloatOOBfill);
+static CUresult emu_tensor_map_encode_tiled(CUtensorMap* map, CUtensorMapDataType type, cuuint32_t rank, void* base,
+                                            const cuuint64_t* dims, const cuuint64_t* strides, const cuuint32_t* box,
+                                            const cuuint32_t* element_strides, CUtensorMapInterleave interleave,
+                                            CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2,
+                                            CUtensorMapFloatOOBfill fill) {
+    const int elem = 2, span[4] = {0, 32, 64, 128};
+    if (map == NULL || type != CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 || rank != 2 || interleave != CU_TENSOR_MAP_INTERLEAVE_NONE ||
+        fill != CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE || (unsigned)swizzle > CU_TENSOR_MAP_SWIZZLE_128B ||
+        (unsigned)l2 > CU_TENSOR_MAP_L2_PROMOTION_L2_256B)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (base == NULL || (uintptr_t)base % 16 != 0) return CUDA_ERROR_INVALID_VALUE;
+    for (int i = 0; i < 2; i++) {
+        if (dims[i] == 0 || dims[i] > (1ull << 32) || box[i] == 0 || box[i] > 256 || element_strides[i] != 1)
+            return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (strides[0] % 16 != 0 || strides[0] >= (1ull << 40) || strides[0] < dims[0] * elem) return CUDA_ERROR_INVALID_VALUE;
+    if ((box[0] * elem) % 16 != 0 || (swizzle != CU_TENSOR_MAP_SWIZZLE_NONE && box[0] * elem > (cuuint32_t)span[swizzle]))
+        return CUDA_ERROR_INVALID_VALUE;
+    memset(map, 0, sizeof(*map));
+    map->magic = EMU_TENSOR_MAP_MAGIC;
+    map->elem = elem;
+    map->swizzle = span[swizzle];
+    map->base = (const char*)base;
+    map->dims[0] = dims[0], map->dims[1] = dims[1], map->stride = strides[0];
+    map->box[0] = box[0], map->box[1] = box[1];
+    return CUDA_SUCCESS;
+}
+// The runtime's way to the driver's functions: the emulator has that one.
+typedef enum { cudaDriverEntryPointSuccess = 0, cudaDriverEntryPointSymbolNotFound = 1 } cudaDriverEntryPointQueryResult;
+enum { cudaEnableDefault = 0 };
+static cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void** fn, unsigned int version,
+                                                    unsigned long long flags, cudaDriverEntryPointQueryResult* found) {
+    bool known = strcmp(symbol, "cuTensorMapEncodeTiled") == 0 && version >= 12000;
+    *fn = known ? (void*)emu_tensor_map_encode_tiled : NULL;
+    if (found != NULL) *found = known ? cudaDriverEntryPointSuccess : cudaDriverEntryPointSymbolNotFound;
+    return cudaSuccess;
+}
+static cudaError_t cudaGetDriverEntryPoint(const char* symbol, void** fn, unsigned long long flags,
+                                           cudaDriverEntryPointQueryResult* found = NULL) {
+    return cudaGetDriverEntryPointByVersion(symbol, fn, 12000, flags, found);
+}
 
 // ---------- NCCL, over MPI ----------
 // Built with USE_MPI, train_gpu sums its gradients over the processes of a data-parallel run with

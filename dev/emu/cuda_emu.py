@@ -4,8 +4,11 @@
     python3 dev/emu/cuda_emu.py dev/gpu/gpu_check.cu build/emu/gpu_check.cpp
     g++ -O1 -g -fopenmp -include dev/emu/cuda_emu.h -I. build/emu/gpu_check.cpp -o build/emu/gpu_check
 
-Six rewrites, each keeping line numbers (so errors and __LINE__ point into the original file):
+Seven rewrites, each keeping line numbers (so errors and __LINE__ point into the original file):
   kernel<<<grid, block>>>(args);   ->  emu_launch("kernel", grid, block, [=] { kernel(args); });
+  kernel<<<grid, block, bytes[, stream]>>>(args);
+                                   ->  emu_launch("kernel", grid, block, bytes, [=] { ... });
+                                       (the stream is dropped: launches run one after another)
   __shared__ T a[N], b[M];         ->  a reference to each array in the running worker's copy of the
                                        emulator's shared-memory arena, at an offset given out once
                                        (emu_shared_alloc): where the race detector can watch it and
@@ -14,7 +17,9 @@ Six rewrites, each keeping line numbers (so errors and __LINE__ point into the o
                                        header once: the GPU headers of gpt2/gpu/ have include guards)
   #include "other.h"               ->  the same file by its path from the repository root (the
                                        output lives elsewhere; compile with -I. from the root)
-  #include <cuda_runtime.h>, <cuda_bf16.h>, <nccl.h> -> nothing (the emulator header is force-included instead)
+  extern __shared__ T a[];         ->  a pointer to the launch's dynamic shared memory (emu_dynamic_shared)
+  #include <cuda_runtime.h>, <cuda_bf16.h>, <cuda.h>, <cudaTypedefs.h>, <nccl.h>
+                                   ->  nothing (the emulator header is force-included instead)
   #pragma unroll [N]               ->  EMU_UNROLL(8) (or N, if less), before a loop that only
                                        computes (rewrite_unroll); elsewhere it stays, and GCC
                                        ignores it
@@ -89,6 +94,13 @@ def rewrite_launches(s):
         if check is None or check.group(1) != name:
             raise SystemExit("cuda_emu.py: %s: the launch of %s is not followed by launch_check(%s)"
                              % (source_position(s, i), name, name))
+        parts = split_top(config, ",")
+        if len(parts) not in (2, 3, 4):
+            raise SystemExit("cuda_emu.py: %s: a launch of %s with %d parameters in <<<...>>>"
+                             % (source_position(s, i), name, len(parts)))
+        config = ", ".join(p.strip() for p in parts[:2])
+        if len(parts) > 2:
+            config += ", (size_t)(%s)" % parts[2].strip()
         out.append(s[pos:start])
         out.append('emu_launch("%s", %s, [=] { %s(%s); })' % (name, config, callee, args))
         pos = q + 1
@@ -105,6 +117,16 @@ def split_top(s, sep):
             start = i + 1
     parts.append(s[start:])
     return parts
+
+
+def rewrite_dynamic_shared(line, where):
+    """`extern __shared__ [__align__(n)] T a[];` inside a kernel -> a pointer to the launch's
+    dynamic piece of the arena (1024-byte aligned, which covers any __align__)."""
+    m = re.match(r"(\s*)extern\s+__shared__\s+(?:__align__\(\s*\d+\s*\)\s+)?(.*?)\b(\w+)\s*\[\s*\]\s*;\s*(//.*)?$", line)
+    if m is None or not m.group(1) or not m.group(2).strip():
+        raise SystemExit("cuda_emu.py: %s: an extern __shared__ declaration it cannot read (write it as "
+                         "`extern __shared__ [__align__(N)] TYPE name[];` inside the kernel): %s" % (where, line.strip()))
+    return "%s%s* const %s = (%s*)emu_dynamic_shared();" % (m.group(1), m.group(2).strip(), m.group(3), m.group(2).strip())
 
 
 def rewrite_shared(line, where):
@@ -214,11 +236,13 @@ def transform(path, inlined=None):
                 result.append(transform(inc, inlined))
             result.append('#line %d "%s"' % (n + 1, path))
             continue
-        if re.match(r"\s*#\s*include\s+<(cuda_runtime|cuda_bf16|cublas_v2|nccl)\.h>", line):
+        if re.match(r"\s*#\s*include\s+<(cuda_runtime|cuda_bf16|cublas_v2|nccl|cuda|cudaTypedefs)\.h>", line):
             result.append("")
             continue
         code = line.split("//")[0]
-        if re.search(r"\b__shared__\b", code):
+        if re.search(r"\bextern\s+__shared__\b", code):
+            line = rewrite_dynamic_shared(line, "%s:%d" % (path, n))
+        elif re.search(r"\b__shared__\b", code):
             line = rewrite_shared(line, "%s:%d" % (path, n))
         m = re.match(r'(\s*#\s*include\s+)"([^"]+)"(.*)', line)
         if m:
