@@ -148,7 +148,11 @@ endif
 GPU_ARCH_PTX := $(shell echo $(GPU_ARCH) | tr ' ' '\n' | sort -n | tail -n 1)
 # gpu_ptx_of A: the lowest architecture in GPU_ARCH of A's major version (A less its last digit)
 gpu_ptx_of = $(shell a=$(1); for b in $(GPU_ARCH); do [ "$${b%?}" = "$${a%?}" ] && echo $$b; done | sort -n | head -n 1)
-GENCODE := $(foreach a,$(GPU_ARCH),-gencode arch=compute_$(call gpu_ptx_of,$(a)),code=sm_$(a)) \
+# 9.0 as sm_90a, the code that has wgmma and setmaxnreg (matmul_wgmma.cuh); the PTX stays compute_XX,
+# which a later GPU compiles, and where the Hopper kernels trap but are never chosen.
+comma := ,
+gencode_of = $(if $(filter 90,$(1)),-gencode arch=compute_90a$(comma)code=sm_90a,-gencode arch=compute_$(call gpu_ptx_of,$(1))$(comma)code=sm_$(1))
+GENCODE := $(foreach a,$(GPU_ARCH),$(call gencode_of,$(a))) \
            -gencode arch=compute_$(GPU_ARCH_PTX),code=compute_$(GPU_ARCH_PTX)
 
 # The oldest CUDA toolkit that builds the GPU code for GPU_ARCH (doc/gpu.md). The code needs 11.0:
@@ -162,7 +166,6 @@ CUDA_FIRST_89 := 11.8
 CUDA_FIRST_90 := 11.8
 CUDA_FIRST_100 := 12.8
 CUDA_FIRST_120 := 12.8
-comma := ,
 
 ifneq ($(NVCC),)
   NVCC_FLOOR := $(lastword $(shell printf '%s\n' 11.0 $(foreach a,$(GPU_ARCH),$(CUDA_FIRST_$(a))) | sort -V))

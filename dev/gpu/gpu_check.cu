@@ -583,21 +583,36 @@ static double gelu_grad_ref(double x) {
 enum { MMA_PLAIN, MMA_BIAS_RESIDUAL, MMA_GELU, MMA_GELU_BACKWARD, MMA_F32_ACCUMULATE, MMA_VARIANTS };
 static const char* MMA_VARIANT_NAMES[MMA_VARIANTS] = {"plain", "bias+residual", "gelu", "gelu backward", "f32 +="};
 
-// The slices gemm_bf16 cuts a product of this shape into.
+// Whether gemm_bf16 runs on the wgmma kernel where TMA can read the operands (Hopper, an sm_90a
+// build, not forced onto mma.sync); the checks of each path assert which kernel ran.
+static bool wgmma_path(void) { return !gemm_bf16_mma_sync_only && wgmma_available(); }
+
+// The slices gemm_bf16 cuts a product of this shape into, on the path it takes.
 static int bf16_slices(int M, int N, int K) {
     int slice_k;
-    return gemm_bf16_slices(gemm_bf16_args(NULL, 0, NULL, 0, NULL, 0, M, N, K), &slice_k);
+    GemmBf16Args g = gemm_bf16_args(NULL, 0, NULL, 0, NULL, 0, M, N, K);
+    return wgmma_path() ? gemm_bf16_wgmma_slices<WGMMA_BN>(g, &slice_k) : gemm_bf16_slices(g, &slice_k);
+}
+
+// Fails the check when the product ran on the other kernel than `wgmma` says.
+static void expect_wgmma(const char* what, long long runs_before, bool wgmma) {
+    bool ran = gemm_bf16_wgmma_runs > runs_before;
+    if (ran == wgmma) return;
+    printf("  FAIL %-34s ran on %s, meant for %s\n", what, ran ? "wgmma" : "mma.sync", wgmma ? "wgmma" : "mma.sync");
+    failures++;
 }
 
 // One product C (M, N) = op(A) op(B) through gemm_bf16, with the given layouts and epilogue,
-// against a double-precision reference on the same bf16 inputs.
-static void check_gemm_bf16(int M, int N, int K, bool ta, bool tb, int variant) {
+// against a double-precision reference on the same bf16 inputs; on the wgmma kernel when `wgmma`
+// (asserted), else on mma.sync.
+static void check_gemm_bf16(int M, int N, int K, bool ta, bool tb, int variant, bool wgmma = false) {
     char what[96];
     int slices = bf16_slices(M, N, K);
     char split[24] = "";
     if (slices > 1) snprintf(split, sizeof(split), " split %d", slices);
-    snprintf(what, sizeof(what), "mma %dx%dx%d %s%s %s%s", M, N, K, ta ? "T" : "N", tb ? "T" : "N",
-             MMA_VARIANT_NAMES[variant], split);
+    snprintf(what, sizeof(what), "%s %dx%dx%d %s%s %s%s", wgmma ? "wgmma" : "mma", M, N, K, ta ? "T" : "N",
+             tb ? "T" : "N", MMA_VARIANT_NAMES[variant], split);
+    long long runs = gemm_bf16_wgmma_runs;
     float* a = host_random((size_t)M * K, -1, 1);
     float* b = host_random((size_t)K * N, -1, 1);
     bf16 *d_a = to_device_bf16(a, (size_t)M * K), *d_b = to_device_bf16(b, (size_t)K * N);
@@ -667,15 +682,18 @@ static void check_gemm_bf16(int M, int N, int K, bool ta, bool tb, int variant) 
         cuda_check(cudaFree(d_c));
         cuda_check(cudaFree(d_aux));
     }
+    expect_wgmma(what, runs, wgmma);
     free(a); free(b); free(ref); free(expect); free(bias); free(extra); free(got);
     cuda_check(cudaFree(d_a)); cuda_check(cudaFree(d_b)); cuda_check(cudaFree(d_bias)); cuda_check(cudaFree(d_extra16));
 }
 
 // A split-K product run twice on the same inputs must give the same bits: its slices' partial
 // sums are added in a fixed order.
-static void check_gemm_bf16_twice(int M, int N, int K, bool ta, bool tb) {
+static void check_gemm_bf16_twice(int M, int N, int K, bool ta, bool tb, bool wgmma = false) {
     char what[96];
-    snprintf(what, sizeof(what), "mma %dx%dx%d %s%s twice", M, N, K, ta ? "T" : "N", tb ? "T" : "N");
+    snprintf(what, sizeof(what), "%s %dx%dx%d %s%s twice", wgmma ? "wgmma" : "mma", M, N, K, ta ? "T" : "N",
+             tb ? "T" : "N");
+    long long runs = gemm_bf16_wgmma_runs;
     float *a = host_random((size_t)M * K, -1, 1), *b = host_random((size_t)K * N, -1, 1);
     bf16 *d_a = to_device_bf16(a, (size_t)M * K), *d_b = to_device_bf16(b, (size_t)K * N);
     size_t MN = (size_t)M * N;
@@ -689,13 +707,15 @@ static void check_gemm_bf16_twice(int M, int N, int K, bool ta, bool tb) {
     int same = memcmp(c1, c2, MN * sizeof(float)) == 0;
     printf("  %s %-34s %s\n", same ? "ok  " : "FAIL", what, same ? "the same bits" : "different bits");
     if (!same) failures++;
+    expect_wgmma(what, runs, wgmma);
     free(a); free(b); free(c1); free(c2);
     cuda_check(cudaFree(d_a)); cuda_check(cudaFree(d_b)); cuda_check(cudaFree(d_c1)); cuda_check(cudaFree(d_c2));
 }
 
 // Every layout and epilogue at sizes that exercise the edges, in both tile sizes (as for the SGEMM),
-// then split along k.
+// then split along k; on the mma.sync kernel, which Hopper too runs when TMA cannot read the operands.
 static void check_gemm_bf16_small(void) {
+    gemm_bf16_mma_sync_only = 1;
     int num_sms = cuda_num_sms;
     const int shapes[][3] = {
         {37, 67, 45},     // nothing a multiple of 8: rows not 16-byte aligned, element-wise loads
@@ -747,6 +767,64 @@ static void check_gemm_bf16_small(void) {
     check_gemm_bf16(1, 136, 768, false, true, MMA_GELU);
     check_gemm_bf16_twice(37, 67, 777, true, false);
     check_gemm_bf16_twice(64, 136, 1024, false, true);
+    gemm_bf16_mma_sync_only = 0;
+}
+
+// The wgmma kernel (Hopper): every layout and epilogue, ragged edges, split-K, the fall-back to
+// mma.sync. TMA needs rows of A and B a multiple of 8 elements, so the shapes that use TA or !TB
+// have M or N a multiple of 8; C's rows need not.
+static void check_gemm_bf16_wgmma(void) {
+    if (!wgmma_available()) {
+        printf("(wgmma: skipped, not a 9.0 GPU with sm_90a code)\n");
+        return;
+    }
+    int num_sms = cuda_num_sms;
+    printf("(wgmma, 128x%d tiles)\n", WGMMA_BN);
+    const int shapes[][3] = {
+        {200, 136, 72},   // partial tiles at every edge, the second k tile partial
+        {128, 128, 64},   // one whole tile, one k tile
+        {72, 40, 24},     // k under one tile
+        {8, 16, 8},       // tiny
+    };
+    for (int s = 0; s < 4; s++) {
+        char what[64];
+        snprintf(what, sizeof(what), "wgmma %dx%dx%d", shapes[s][0], shapes[s][1], shapes[s][2]);
+        expect_split(what, bf16_slices(shapes[s][0], shapes[s][1], shapes[s][2]), false);
+        for (int layout = 0; layout < 4; layout++)
+            check_gemm_bf16(shapes[s][0], shapes[s][1], shapes[s][2], layout & 1, layout & 2, MMA_PLAIN, true);
+    }
+    // one block walking 4 tiles of 6 k tiles: the ring wraps inside a tile and runs on across tiles
+    cuda_num_sms = 1;
+    for (int layout = 0; layout < 4; layout++) check_gemm_bf16(200, 136, 328, layout & 1, layout & 2, MMA_PLAIN, true);
+    cuda_num_sms = num_sms;
+    // the epilogues, on C rows 16-byte aligned (wide pieces) and not (67 columns, element by element)
+    for (int variant = MMA_BIAS_RESIDUAL; variant < MMA_VARIANTS; variant++) {
+        check_gemm_bf16(200, 136, 72, variant == MMA_F32_ACCUMULATE, false, variant, true);
+        check_gemm_bf16(40, 67, 64, false, true, variant, true);
+    }
+    for (int rows = 1; rows <= 3; rows += 2) {  // generation's products
+        check_gemm_bf16(rows, 136, 64, false, true, MMA_BIAS_RESIDUAL, true);
+        check_gemm_bf16(rows, 136, 64, false, true, MMA_GELU, true);
+    }
+    // split-K: one or two tiles and a long k, the last slice shorter and ending inside a k tile
+    printf("(wgmma, split-K)\n");
+    const int split_shapes[][3] = {{72, 80, 1000}, {40, 67, 776}, {64, 136, 1024}};
+    for (int s = 0; s < 3; s++) {
+        char what[64];
+        snprintf(what, sizeof(what), "wgmma %dx%dx%d", split_shapes[s][0], split_shapes[s][1], split_shapes[s][2]);
+        expect_split(what, bf16_slices(split_shapes[s][0], split_shapes[s][1], split_shapes[s][2]), true);
+    }
+    for (int layout = 0; layout < 4; layout++) check_gemm_bf16(72, 80, 1000, layout & 1, layout & 2, MMA_PLAIN, true);
+    for (int variant = MMA_BIAS_RESIDUAL; variant < MMA_VARIANTS; variant++) {
+        bool acc = variant == MMA_F32_ACCUMULATE;  // dweight's layout
+        check_gemm_bf16(64, 136, 1024, acc, !acc, variant, true);
+        if (!acc) check_gemm_bf16(40, 67, 776, false, true, variant, true);
+    }
+    check_gemm_bf16_twice(72, 80, 1000, true, false, true);
+    check_gemm_bf16_twice(64, 136, 1024, false, true, true);
+    // rows of A or B not a multiple of 8 elements: TMA cannot read them, mma.sync runs
+    printf("(wgmma's fall-back to mma.sync)\n");
+    for (int layout = 0; layout < 4; layout++) check_gemm_bf16(37, 67, 45, layout & 1, layout & 2, MMA_PLAIN, false);
 }
 
 // One timing line of the bf16 path: TFLOP/s and % of the bf16 tensor-core peak.
@@ -765,11 +843,18 @@ static void time_matmul_bf16(const char* name, int N, int C, int OC) {
     float* d_dw = to_device(w, OCC);
     double flops = 2.0 * N * C * OC;
     char what[96];
-    snprintf(what, sizeof(what), "mma %s forward", name);
-    report_bf16(what, median_ms_gpu([&] { matmul_forward_gpu(d_out, d_inp, d_w, NULL, 1, N, C, OC); }), flops);
-    snprintf(what, sizeof(what), "mma %s backward", name);
-    report_bf16(what, median_ms_gpu([&] { matmul_backward_set_dinp_gpu(d_dinp, d_dw, NULL, d_dout, d_inp, d_w, 1, N, C, OC); }),
-                2 * flops);
+    // on Hopper both kernels: wgmma (what gemm_bf16 runs there), then mma.sync
+    for (int mma_sync = wgmma_available() ? 0 : 1; mma_sync <= 1; mma_sync++) {
+        gemm_bf16_mma_sync_only = mma_sync;
+        const char* kernel = mma_sync ? "mma" : "wgmma";
+        snprintf(what, sizeof(what), "%s %s forward", kernel, name);
+        report_bf16(what, median_ms_gpu([&] { matmul_forward_gpu(d_out, d_inp, d_w, NULL, 1, N, C, OC); }), flops);
+        snprintf(what, sizeof(what), "%s %s backward", kernel, name);
+        report_bf16(what, median_ms_gpu([&] {
+            matmul_backward_set_dinp_gpu(d_dinp, d_dw, NULL, d_dout, d_inp, d_w, 1, N, C, OC);
+        }), 2 * flops);
+    }
+    gemm_bf16_mma_sync_only = 0;
 #ifdef USE_CUBLAS
     // row-major C = A B^T is column-major C^T = B A^T: cuBLAS's (OC x C)^T-free form, as gemm_fp32 does
     float one = 1.0f, zero = 0.0f;
@@ -1702,6 +1787,7 @@ static void check_bf16_path(int argc, char** argv, int bench) {
     const int B = 4, T = 1024, C = 768, NH = 12, Vp = 50304;
     if (wanted(argc, argv, "matmul_bf16")) {
         check_gemm_bf16_small();
+        check_gemm_bf16_wgmma();
         if (!quick) {
             const int N = B * T;
             time_matmul_bf16("qkv", N, C, 3 * C);

@@ -89,8 +89,8 @@ typedef struct {
     int accumulate;            // 1: C += result
     int vecA, vecB;            // 1: rows of A / B start 16-byte aligned (cp.async may copy them)
     int vecC;                  // 1: C, bias, residual and aux may be accessed 16 bytes of C at a time
-    // split-K (gemm_bf16_launch sets these): blockIdx.z is a slice of slice_ktiles k tiles; split,
-    // slice s leaves plain sums at partial + s*M*ldp (ldp: N rounded up to 8)
+    // split-K (the launchers set these): slices of slice_ktiles k tiles (the mma.sync kernel's
+    // blockIdx.z); split, slice s leaves plain sums at partial + s*M*ldp (ldp: N rounded up to 8)
     int slice_ktiles;
     float* partial;            // NULL: unsplit
     long long ldp;
@@ -401,6 +401,26 @@ static void gemm_bf16_launch(GemmBf16Args g) {
     }
 }
 
+// The Hopper kernel (wgmma and TMA), on GemmBf16Args, the epilogue and the split-K reduction above.
+#include "matmul_wgmma.cuh"
+
+#define WGMMA_BN 128  // columns of the wgmma kernel's tiles
+
+// 1: gemm_bf16 runs the mma.sync kernel even where the wgmma one could (gpu_check tests both).
+static int gemm_bf16_mma_sync_only = 0;
+static long long gemm_bf16_wgmma_runs = 0;  // products the wgmma kernel ran (gpu_check asserts the path)
+
+// The wgmma kernel on a 9.0 GPU that the build has it for, where TMA can read the operands; else
+// the mma.sync one.
+template <bool TA, bool TB, typename OutT>
+static void gemm_bf16_run(GemmBf16Args g) {
+    if (!gemm_bf16_mma_sync_only && wgmma_available() && gemm_bf16_wgmma_launch<WGMMA_BN, TA, TB, OutT>(g)) {
+        gemm_bf16_wgmma_runs++;
+        return;
+    }
+    gemm_bf16_launch<TA, TB, OutT>(g);
+}
+
 // A product's operands; the caller sets the epilogue's extras.
 static GemmBf16Args gemm_bf16_args(const bf16* A, long long lda, const bf16* B, long long ldb, void* C,
                                    long long ldc, int M, int N, int K) {
@@ -418,15 +438,15 @@ static void gemm_bf16(GemmBf16Args g, bool ta, bool tb, bool out_f32) {
     g.vecC = aligned16(g.C) && g.ldc % vec == 0 && (g.bias == NULL || aligned16(g.bias)) &&
              (g.residual == NULL || aligned16(g.residual)) && (g.aux == NULL || aligned16(g.aux));
     if (out_f32) {
-        if (!ta && !tb) gemm_bf16_launch<false, false, float>(g);
-        if (!ta && tb) gemm_bf16_launch<false, true, float>(g);
-        if (ta && !tb) gemm_bf16_launch<true, false, float>(g);
-        if (ta && tb) gemm_bf16_launch<true, true, float>(g);
+        if (!ta && !tb) gemm_bf16_run<false, false, float>(g);
+        if (!ta && tb) gemm_bf16_run<false, true, float>(g);
+        if (ta && !tb) gemm_bf16_run<true, false, float>(g);
+        if (ta && tb) gemm_bf16_run<true, true, float>(g);
     } else {
-        if (!ta && !tb) gemm_bf16_launch<false, false, bf16>(g);
-        if (!ta && tb) gemm_bf16_launch<false, true, bf16>(g);
-        if (ta && !tb) gemm_bf16_launch<true, false, bf16>(g);
-        if (ta && tb) gemm_bf16_launch<true, true, bf16>(g);
+        if (!ta && !tb) gemm_bf16_run<false, false, bf16>(g);
+        if (!ta && tb) gemm_bf16_run<false, true, bf16>(g);
+        if (ta && !tb) gemm_bf16_run<true, false, bf16>(g);
+        if (ta && tb) gemm_bf16_run<true, true, bf16>(g);
     }
 }
 
