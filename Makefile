@@ -363,11 +363,6 @@ KERNEL_STEPS := $(basename $(notdir $(sort $(wildcard dev/kernels/[0-9][0-9]_*.c
 KERNEL_DEPS := $(wildcard dev/kernels/*.cuh) dev/gpu/check.cuh $(GPU_HEADERS)
 KERNEL_GPU := $(addprefix build/kernels/,$(KERNEL_STEPS))
 KERNEL_EMU := $(addprefix build/emu/kernels/,$(KERNEL_STEPS))
-# The steps on Hopper's wgmma and TMA (10 to 12) need sm_90a code (sm_90's has no wgmma): for them
-# GPU_ARCH's 90 is built as sm_90a. On other GPUs they run nothing of it and say SKIP.
-KERNEL_SM90A := $(filter %_wgmma %_tma,$(KERNEL_STEPS))
-kernel_nvcc_flags = $(if $(filter $(1),$(KERNEL_SM90A)),$(patsubst \
-  arch=compute_90$(comma)code=sm_90,arch=compute_90a$(comma)code=sm_90a,$(NVCC_FLAGS)),$(NVCC_FLAGS))
 
 kernels-emu: $(KERNEL_EMU) $(addsuffix _race,$(KERNEL_EMU))
 	bash dev/kernels/run.sh emu $(KERNEL_STEPS)
@@ -382,7 +377,7 @@ ifeq ($(NVCC),)
 else
 	$(nvcc_new_enough)
 	@mkdir -p build/kernels
-	$(NVCC) $(call kernel_nvcc_flags,$*) -o $@ $<
+	$(NVCC) $(NVCC_FLAGS) -o $@ $<
 endif
 # emu_programs PROGRAMS,FOLDER,SOURCES,DEPS,OPT: the rules of the emulated PROGRAMS (build/emu/FOLDER/NAME
 # from SOURCES/NAME.cu and DEPS): NAME.cpp (cuda_emu.py), NAME (under AddressSanitizer and UBSan, at

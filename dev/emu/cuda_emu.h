@@ -811,6 +811,9 @@ extern "C" EMU_HOOK unsigned char __tsan_atomic8_load(const volatile void* p, in
 extern "C" EMU_HOOK int __tsan_atomic32_load(const volatile void* p, int order) {
     return __atomic_load_n((const volatile int*)p, __ATOMIC_ACQUIRE);
 }
+extern "C" EMU_HOOK long long __tsan_atomic64_load(const volatile void* p, int order) {  // emu_dynamic_shared's
+    return __atomic_load_n((const volatile long long*)p, __ATOMIC_ACQUIRE);
+}
 extern "C" EMU_HOOK void __tsan_init(void) {}
 extern "C" EMU_HOOK void __tsan_func_entry(void* pc) {}
 extern "C" EMU_HOOK void __tsan_func_exit(void* pc) {}

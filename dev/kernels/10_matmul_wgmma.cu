@@ -35,15 +35,17 @@
 #define BN10 128  // wgmma's N
 #define BK10 64   // 64 bf16: one 128-byte swizzled row
 #define NT10 256
+#define TILE10 (BM10 * BK10 * 2)  // bytes of one tile, of A or of B (BM10 = BN10)
 
 // The byte offset of 16-byte chunk c of row r in a swizzled tile of 128-byte rows.
 __device__ __forceinline__ int swizzle128(int r, int c) { return r * 128 + ((c ^ (r % 8)) * 16); }
 
 __global__ void __launch_bounds__(NT10) matmul_forward_kernel10(bf16* out, const bf16* inp, const bf16* weight,
                                                                 const float* bias, int M, int N, int K) {
-    // 1024-byte aligned: the swizzle is read from the address bits (hopper.cuh)
-    __shared__ __align__(1024) unsigned char As[BM10 * BK10 * 2];  // inp's rows m0.., swizzled
-    __shared__ __align__(1024) unsigned char Ws[BN10 * BK10 * 2];  // weight's rows n0..: B, K-major
+    // the tiles 1024-byte aligned, as the swizzle needs (it is read from the address bits)
+    __shared__ unsigned char smem10[2 * TILE10 + 1024];
+    unsigned char* As = smem10 + (1024 - smem_address(smem10) % 1024) % 1024;  // inp's rows m0.., swizzled
+    unsigned char* Ws = As + TILE10;  // weight's rows n0..: B, K-major
     int tid = threadIdx.x, wg = tid / 128, warp = tid % 128 / 32, lane = tid % 32;
     int m0 = blockIdx.y * BM10, n0 = blockIdx.x * BN10;
     float d[64];  // this thread's part of the warpgroup's 64x128 tile (layout: wgmma_bf16)
