@@ -20,14 +20,15 @@ typedef void (*MatmulForwardBf16)(bf16* out, const bf16* inp, const bf16* weight
                                   int C, int OC);
 
 // The shapes every step must get right, the float32 steps and the bf16 ones alike (the project's
-// bf16 GEMM takes any M, N, K; step 08 asks C to be a multiple of 8, as all of these are, which is
-// all the vectorised steps ask of their inputs: their launchers say so when it is not).
+// bf16 GEMM takes any M, N, K; steps 08, 10 and 11 ask C to be a multiple of 8, as all of these
+// are, which is all the vectorised steps ask of their inputs: their launchers say so when it is
+// not). No C here is a multiple of 64 but one: the 64-wide k slices of 10 to 12 end in zeros.
 static const int MATMUL_SHAPES[][4] = {
     {2, 37, 40, 72},   // B*T = 74 and OC = 72: partial tiles on both sides of the output
     {1, 3, 24, 10},    // fewer rows and columns than one tile holds; OC = 10: no 16-byte rows of out
     {1, 64, 64, 128},  // whole tiles only
-    {1, 50, 776, 40},  // a long k and one tile of out: the project's kernels (07, 09) split k in 3
-                       // slices (split-K), the last ending in a partial k tile
+    {1, 50, 776, 40},  // a long k and one tile of out: the project's kernels (07, 09, 12) split k
+                       // in slices (split-K), the last ending in a partial k tile
 };
 
 // One shape: random inputs, the CPU's matmul_forward, the step's launcher on a NaN-poisoned
