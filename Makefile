@@ -393,9 +393,9 @@ $$($(1):%=%_race): build/emu/$(2)/%_race: build/emu/$(2)/%.cpp dev/emu/cuda_emu.
 	$$(call emu_race_build)
 endef
 # The steps run for a fraction of a second: -Og builds in 40% less time than -O1, and its runs
-# take about 0.2 s more for all 16 steps. (The race detector's builds stay at -O1: at -Og, some
-# shared-memory stores escape its instrumentation, and gpu_check_race reports a read of memory
-# that the block did write.)
+# took about 0.2 s more for the 16 steps before Hopper's (10 to 12). (The race detector's builds
+# stay at -O1: at -Og, some shared-memory stores escape its instrumentation, and gpu_check_race
+# reports a read of memory that the block did write.)
 $(eval $(call emu_programs,KERNEL_EMU,kernels,dev/kernels,$(KERNEL_DEPS),-Og))
 # The lessons' demonstration kernels (doc/lessons/*.cu), built the same two ways; doc/lessons/emu.sh
 # builds one through these rules and runs it.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The kernel ladder (dev/kernels/) on the CPU emulator of CUDA, as `make kernels-emu` runs it: every
 # step must pass (each against its CPU layer, under AddressSanitizer in the plain order of the
-# warps and under the race detector in a random one), and there must be at least 14 of them across
+# warps and under the race detector in a random one), and there must be at least 19 of them across
 # the three families (matmul, attention, layernorm). Then the ladder must catch broken steps:
 # copies of real steps with one planted fault each, built and run the same way, must each come out
 # FAIL with a non-zero exit:
@@ -21,7 +21,7 @@ for family in matmul attention layernorm; do
   [ "$n" -ge 3 ] || { echo "FAIL: $n $family steps passed, expected at least 3"; exit 1; }
 done
 steps=$(grep -cE "^PASS [0-9]+ " "$log")
-[ "$steps" -ge 14 ] || { echo "FAIL: $steps steps passed, expected at least 14"; exit 1; }
+[ "$steps" -ge 19 ] || { echo "FAIL: $steps steps passed, expected at least 19"; exit 1; }
 echo "ok: make kernels-emu: $steps steps, every one PASS"
 # and AddressSanitizer never lost track of the stacks (its warning that false reports may follow,
 # printed where it is told of a switch between fibers that it cannot follow)
@@ -75,12 +75,12 @@ echo "ok: the race detector names the missing barrier"
 # from the emulator (not timed) and a timed row as a GPU writes it (the format of ladder_end)
 tsv=build/kernels_break/ladder.tsv
 rm -f $tsv
-LADDER_TSV=$tsv ASAN_OPTIONS=detect_leaks=0 build/emu/kernels/14_layernorm_naive >/dev/null 2>&1 ||
-  { echo "FAIL: build/emu/kernels/14_layernorm_naive with LADDER_TSV failed"; exit 1; }
+LADDER_TSV=$tsv ASAN_OPTIONS=detect_leaks=0 build/emu/kernels/17_layernorm_naive >/dev/null 2>&1 ||
+  { echo "FAIL: build/emu/kernels/17_layernorm_naive with LADDER_TSV failed"; exit 1; }
 printf '03\tmatmul\tshared-memory tiles\tPASS\t2.5000\t7.731\tTFLOP/s\t11.56\tfloat32 peak\n' >>$tsv
 $PY dev/kernels/table.py $tsv "a test GPU" build/kernels_break/ladder.md build/kernels_break/ladder.png ||
   { echo "FAIL: dev/kernels/table.py could not read the rows"; exit 1; }
-grep -q "^| 14 | layernorm | naive: one thread per row | PASS | - | - | - | memory bandwidth |$" build/kernels_break/ladder.md &&
+grep -q "^| 17 | layernorm | naive: one thread per row | PASS | - | - | - | memory bandwidth |$" build/kernels_break/ladder.md &&
   grep -q "^| 03 | matmul | shared-memory tiles | PASS | 2.500 | 7.73 TFLOP/s | 11.6% | float32 peak |$" build/kernels_break/ladder.md ||
   { echo "FAIL: build/kernels_break/ladder.md lacks the rows it was given"; exit 1; }
 echo "ok: a step's row in LADDER_TSV and a timed row make dev/kernels/table.py's table, sorted by step"

@@ -1,6 +1,7 @@
 // dev/kernels/09_matmul_project_bf16.cu: the linear layer's forward on the project's tensor-core
 // GEMM, gemm_bf16_kernel of gpt2/gpu/matmul_bf16.cuh, through the launcher train_gpu's bf16 path
-// calls (bf16 inp, weight and out, float32 bias and accumulation, as in 08).
+// calls (bf16 inp, weight and out, float32 bias and accumulation, as in 08). On Hopper gemm_bf16
+// would take its wgmma kernel (step 12): this step turns that off, gemm_bf16_mma_sync_only.
 //
 // What changed from 08: the same instructions (ldmatrix, mma.sync m16n8k16), kept busy.
 //  - A pipeline: cp.async copies 16 bytes from global to shared memory in the background, without
@@ -25,13 +26,12 @@
 //  - Every shape: any M, N and K (chunks that straddle a matrix's edge, or rows that are not 16-byte
 //    aligned, are copied element by element); 08 asked C to be a multiple of 8.
 // What bounds it: at GPT-2's shapes, the tensor cores' rate through mma.sync; Hopper's wgmma
-// instructions and its TMA copies go further (gpt2/gpu/matmul_wgmma.cuh, which gemm_bf16 runs on
-// Hopper; this step keeps to mma.sync everywhere).
+// instructions and its TMA copies (steps 10 to 12) go further.
 
 #include "matmul.cuh"
 #include "../../gpt2/gpu/matmul_bf16.cuh"  // matmul_forward_gpu: gemm_bf16 with weight read as B^T
 
 int main(void) {
-    gemm_bf16_mma_sync_only = 1;
+    gemm_bf16_mma_sync_only = 1;  // the mma.sync kernel, on Hopper too
     return matmul_step_main_bf16({"09", "matmul", "the project's pipelined bf16 GEMM"}, matmul_forward_gpu);
 }

@@ -1,4 +1,4 @@
-// dev/kernels/attention.cuh: the frame of the attention steps of the ladder (10 to 13). Every step
+// dev/kernels/attention.cuh: the frame of the attention steps of the ladder (13 to 16). Every step
 // computes the causal self-attention's forward, as attention_forward in gpt2/cpu_layers.h does:
 // for batch b, head h and query t, with q, k, v the head's hs = C/NH columns of the three thirds
 // of qkv (B, T, 3C),
@@ -19,7 +19,7 @@
 // 67 TFLOP/s, over its 3.35 TB/s is 20 FLOPs per byte; an H200's 4.8 TB/s gives 14). Attention
 // itself is compute bound -- unless it stores its T x T scores: each matrix written once and read
 // back once costs 8 bytes per pair against the pair's 4 hs = 256 FLOPs, and a step that stores
-// two of them (10) lands at 14 FLOPs per byte, at or left of the ridge: bound by the bandwidth.
+// two of them (13) lands at 14 FLOPs per byte, at or left of the ridge: bound by the bandwidth.
 // attention_work says which count each step is held to.
 
 #ifndef DEV_KERNELS_ATTENTION_CUH
@@ -40,7 +40,7 @@ typedef enum { STORES_NOTHING, STORES_ATT, STORES_PREATT_AND_ATT } AttentionStor
 
 // The shapes every step must get right: {B, T, C, NH, qk}. T = 37, 45, 70 and 150 are no multiple
 // of any tile of the steps (32 or 64 rows); hs = C/NH is 16 or 64. At T = 150 a block walks three
-// tiles of 64 keys, so a double-buffered kernel (13) refills a stage it has used. qk scales q and k: at 1 the scores
+// tiles of 64 keys, so a double-buffered kernel (16) refills a stage it has used. qk scales q and k: at 1 the scores
 // have a spread of about 1/3 and the softmax is flat; at 4 a spread of about 5, so the row's
 // maximum jumps often and far as the keys go by, which an online softmax's rescaling must follow.
 // The emulator runs each thread on the CPU: B NH T^2 hs stays below a million.
@@ -78,7 +78,7 @@ static unsigned char* attention_causal_mask(size_t n, int T) {
     return causal;
 }
 
-// The third kernel of the steps that store att (10, 11): out (B, T, C), one thread per output, each
+// The third kernel of the steps that store att (13, 14): out (B, T, C), one thread per output, each
 // the att-weighted sum of one column of the values 0..t. A warp's 32 outputs are consecutive
 // columns: v is read coalesced, and the lanes of one head read the same att (a broadcast).
 __global__ void attention_forward_values_kernel(float* out, const float* att, const float* inp, int B, int T,

@@ -8,6 +8,7 @@
 //   ladder_shape_big()            0 on the emulator (small shapes only), 1 on a GPU (GPT-2 124M's too)
 //   ladder_time(step, f, work)    on a GPU: the median of 20 launches, and the rate against the limit
 //   return ladder_end(step)       one last line, PASS or FAIL; exit status 1 on any mismatch
+//   return ladder_skip(step, why) instead, where this GPU lacks the step's instructions: SKIP
 //
 // The last line has a fixed form, which dev/kernels/run.sh reads into the ladder's table:
 //   PASS 01 matmul   naive: one thread per output            2.715 ms   1.48 TFLOP/s   2.2% of float32 peak
@@ -34,6 +35,7 @@ typedef struct {
     LadderLimit limit;
     double ms;           // the median time at the big shape; < 0 until timed
     double work;         // FLOPs (LIMIT_FP32, LIMIT_BF16) or bytes (LIMIT_BANDWIDTH) per launch
+    bool sm90a;          // Hopper's wgmma and TMA (an sm_90a build): runs on compute capability 9.0 only
 } LadderStep;
 
 static int ladder_shape_big(void) {
@@ -79,6 +81,29 @@ static void ladder_time(LadderStep* s, F launch, double work) {
            100.0 * work / (s->ms * 1e-3) / ladder_peak(s->limit), ladder_limit_name(s->limit));
 }
 
+// Whether this GPU runs the step's instructions: sm_90a code runs on compute capability 9.0 alone
+// (the emulator reports 9.0).
+static bool ladder_can_run(const LadderStep* s) {
+    return !s->sm90a || (cuda_device.prop.major == 9 && cuda_device.prop.minor == 0);
+}
+
+// The row of LADDER_TSV (see above).
+static void ladder_tsv_row(const LadderStep* s, const char* verdict, double rate, double pct) {
+    const char* tsv = getenv("LADDER_TSV");
+    if (tsv == NULL || tsv[0] == '\0') return;
+    FILE* f = fopen_check(tsv, "a");
+    fprintf(f, "%s\t%s\t%s\t%s\t%.4f\t%.3f\t%s\t%.2f\t%s\n", s->number, s->family, s->what, verdict, s->ms, rate,
+            ladder_unit(s->limit), pct, ladder_limit_name(s->limit));
+    fclose_check(f, tsv);
+}
+
+// A step this GPU cannot run: the last line says SKIP and why, and the exit status is 0.
+static int ladder_skip(const LadderStep* s, const char* why) {
+    printf("SKIP %s %-9s %-44s %s\n", s->number, s->family, s->what, why);
+    ladder_tsv_row(s, "SKIP", 0.0, 0.0);
+    return 0;
+}
+
 // The step's last line (and its row in LADDER_TSV); the exit status: 1 when anything failed.
 static int ladder_end(const LadderStep* s) {
     const char* verdict = failures == 0 ? "PASS" : "FAIL";
@@ -91,13 +116,7 @@ static int ladder_end(const LadderStep* s) {
                  pct, ladder_limit_name(s->limit));
     }
     printf("%s %s %-9s %-44s %s\n", verdict, s->number, s->family, s->what, timing);
-    const char* tsv = getenv("LADDER_TSV");
-    if (tsv != NULL && tsv[0] != '\0') {
-        FILE* f = fopen_check(tsv, "a");
-        fprintf(f, "%s\t%s\t%s\t%s\t%.4f\t%.3f\t%s\t%.2f\t%s\n", s->number, s->family, s->what, verdict, s->ms, rate,
-                ladder_unit(s->limit), pct, ladder_limit_name(s->limit));
-        fclose_check(f, tsv);
-    }
+    ladder_tsv_row(s, verdict, rate, pct);
     return failures == 0 ? 0 : 1;
 }
 

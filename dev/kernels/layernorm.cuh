@@ -1,4 +1,4 @@
-// dev/kernels/layernorm.cuh: the frame of the layernorm steps of the ladder (14 to 16). Every step
+// dev/kernels/layernorm.cuh: the frame of the layernorm steps of the ladder (17 to 19). Every step
 // computes layernorm_forward of gpt2/cpu_layers.h: for each of the B*T rows x of C floats,
 //     mean = sum(x) / C,   rstd = 1 / sqrt(sum((x - mean)^2) / C + eps),
 //     out  = (x - mean) * rstd * weight + bias

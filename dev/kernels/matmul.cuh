@@ -1,8 +1,9 @@
-// dev/kernels/matmul.cuh: the frame of the matmul steps of the ladder (01 to 09). Every step
+// dev/kernels/matmul.cuh: the frame of the matmul steps of the ladder (01 to 12). Every step
 // computes the linear layer's forward, as matmul_forward in gpt2/cpu_layers.h does:
 //     out (B*T, OC) = inp (B*T, C) . weight (OC, C)^T + bias (OC)
-// and its main is one call: matmul_step_main (float32 steps) or matmul_step_main_bf16 (the tensor
-// cores' steps: bf16 inputs and output, float32 bias and accumulation). Both check the step's
+// and its main is one call: matmul_step_main (float32 steps), matmul_step_main_bf16 (the tensor
+// cores' steps: bf16 inputs and output, float32 bias and accumulation) or matmul_step_main_sm90a
+// (the bf16 steps on Hopper's wgmma and TMA: skipped on other GPUs). All check the step's
 // launcher against the CPU on shapes that leave partial tiles at every edge and on a shape of
 // whole tiles, then, on a GPU, at GPT-2 124M's MLP product (B=4, T=1024, C=768, OC=3072), which
 // they also time: 2 B T C OC FLOPs.
@@ -19,14 +20,15 @@ typedef void (*MatmulForwardBf16)(bf16* out, const bf16* inp, const bf16* weight
                                   int C, int OC);
 
 // The shapes every step must get right, the float32 steps and the bf16 ones alike (the project's
-// bf16 GEMM takes any M, N, K; step 08 asks C to be a multiple of 8, as all of these are, which is
-// all the vectorised steps ask of their inputs: their launchers say so when it is not).
+// bf16 GEMM takes any M, N, K; steps 08, 10 and 11 ask C to be a multiple of 8, as all of these
+// are, which is all the vectorised steps ask of their inputs: their launchers say so when it is
+// not). No C here is a multiple of 64 but one: the 64-wide k slices of 10 to 12 end in zeros.
 static const int MATMUL_SHAPES[][4] = {
     {2, 37, 40, 72},   // B*T = 74 and OC = 72: partial tiles on both sides of the output
     {1, 3, 24, 10},    // fewer rows and columns than one tile holds; OC = 10: no 16-byte rows of out
     {1, 64, 64, 128},  // whole tiles only
-    {1, 50, 776, 40},  // a long k and one tile of out: the project's kernels (07, 09) split k in 3
-                       // slices (split-K), the last ending in a partial k tile
+    {1, 50, 776, 40},  // a long k and one tile of out: the project's kernels (07, 09, 12) split k
+                       // in slices (split-K), the last ending in a partial k tile
 };
 
 // One shape: random inputs, the CPU's matmul_forward, the step's launcher on a NaN-poisoned
@@ -52,6 +54,7 @@ static void matmul_check(MatmulForward forward, int B, int T, int C, int OC, Lad
 template <typename Forward, typename Check>
 static int matmul_steps(LadderStep s, Forward forward, Check check) {
     ladder_begin(&s);
+    if (!ladder_can_run(&s)) return ladder_skip(&s, "(wgmma and TMA need an sm_90 GPU: H100, H200)");
     for (const auto& shape : MATMUL_SHAPES) check(forward, shape[0], shape[1], shape[2], shape[3], &s, false);
     if (ladder_shape_big()) check(forward, 4, 1024, 768, 3072, &s, true);
     return ladder_end(&s);
@@ -62,7 +65,7 @@ static int matmul_step_main(LadderStep s, MatmulForward forward) {
     return matmul_steps(s, forward, matmul_check);
 }
 
-// ---------- the bf16 steps (08, 09) ----------
+// ---------- the bf16 steps (08 to 12) ----------
 //
 // The tensor cores' steps take bf16 inp and weight, a float32 bias, accumulate in float32 and
 // write bf16 out, as the project's bf16 path does. The inputs are drawn as floats and rounded to
@@ -97,6 +100,12 @@ static void matmul_check_bf16(MatmulForwardBf16 forward, int B, int T, int C, in
 static int matmul_step_main_bf16(LadderStep s, MatmulForwardBf16 forward) {
     s.limit = LIMIT_BF16;
     return matmul_steps(s, forward, matmul_check_bf16);
+}
+
+// A bf16 step built for sm_90a (10 to 12): the same checks, on compute capability 9.0 only.
+static int matmul_step_main_sm90a(LadderStep s, MatmulForwardBf16 forward) {
+    s.sm90a = true;
+    return matmul_step_main_bf16(s, forward);
 }
 
 #endif  // DEV_KERNELS_MATMUL_CUH

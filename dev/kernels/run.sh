@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # dev/kernels/run.sh emu|gpu STEP...: runs the kernel ladder's steps, built by make (make
-# kernels-emu, make kernels), and prints one line per step, PASS or FAIL; exit status 1 if any fails.
+# kernels-emu, make kernels), and prints one line per step, PASS or FAIL (or SKIP: a step whose
+# instructions this GPU lacks, as Hopper's wgmma on another GPU); exit status 1 if any fails.
 #
 #   emu   each step on the CPU emulator of CUDA, at small shapes, twice: as built with
 #         AddressSanitizer and UBSan (build/emu/kernels/STEP), in the emulator's plain order of
@@ -23,7 +24,7 @@ usage="usage: dev/kernels/run.sh emu|gpu STEP..."
 mode=$1; shift
 case $mode in emu|gpu) ;; *) echo "$usage" >&2; exit 2 ;; esac
 
-passed=0; failed=0
+passed=0; failed=0; skipped=0
 logs=build/kernels/logs
 mkdir -p "$logs"
 
@@ -34,7 +35,7 @@ run_once() {
   { (export "$@" ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}; exec "$prog") >"$log" 2>&1; } 2>/dev/null
   local rc=$? line last=""
   while IFS= read -r line; do last=$line; done <"$log"
-  if [ $rc -eq 0 ] && [[ "$last" == PASS* ]]; then return 0; fi
+  if [ $rc -eq 0 ] && [[ "$last" == PASS* || "$last" == SKIP* ]]; then return 0; fi
   # the first mismatch or the error, else the end of the output
   local why; why=$(grep -m 1 -E "^  FAIL|error|ERROR|race" "$log" || tail -n 1 "$log")
   echo "exit $rc: $(sed 's/^ *//' <<<"$why")"
@@ -73,9 +74,9 @@ if [ "$mode" = emu ]; then
       why=""
     fi
     if [ -z "$why" ]; then
-      passed=$((passed + 1))
       # the step's own last line, less the timing it does not have here
       while IFS= read -r line; do last=$line; done <"$logs/$step.emu.log"
+      if [[ "$last" == SKIP* ]]; then skipped=$((skipped + 1)); else passed=$((passed + 1)); fi
       last=${last%not timed (the emulator checks correctness only)}
       echo "${last%"${last##*[! ]}"}"  # (and the spaces before it)
     else
@@ -83,7 +84,7 @@ if [ "$mode" = emu ]; then
       echo "FAIL $step: $why (log: $logs/)"
     fi
   done
-  echo "kernels-emu: $passed passed, $failed failed"
+  echo "kernels-emu: $passed passed, $failed failed$([ $skipped -eq 0 ] || echo ", $skipped skipped")"
   [ $failed -eq 0 ]
   exit
 fi
@@ -93,8 +94,9 @@ tsv=build/kernels/ladder.tsv
 for step in "$@"; do
   bin=build/kernels/$step
   if why=$(run_once "$logs/$step.gpu.log" "$bin" LADDER_TSV="$tsv"); then
-    passed=$((passed + 1))
-    tail -n 1 "$logs/$step.gpu.log"
+    last=$(tail -n 1 "$logs/$step.gpu.log")
+    if [[ "$last" == SKIP* ]]; then skipped=$((skipped + 1)); else passed=$((passed + 1)); fi
+    echo "$last"
   else
     failed=$((failed + 1))
     echo "FAIL $step: $why (log: $logs/$step.gpu.log)"
@@ -103,5 +105,5 @@ done
 PYTHON=${PYTHON:-python3}
 device=$(grep -h -m 1 "^device:" "$logs"/*.gpu.log 2>/dev/null | head -n 1 | sed 's/^device: //')
 "$PYTHON" dev/kernels/table.py "$tsv" "$device" build/kernels/ladder.md build/kernels/ladder.png
-echo "kernels: $passed passed, $failed failed"
+echo "kernels: $passed passed, $failed failed$([ $skipped -eq 0 ] || echo ", $skipped skipped")"
 [ $failed -eq 0 ]

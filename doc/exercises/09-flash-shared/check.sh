@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Exercise 9 (README.md beside this file): a new rung of the kernel ladder,
-# dev/kernels/17_attention_flash_shared.cu, flash attention whose block of query rows shares K and
+# dev/kernels/20_attention_flash_shared.cu, flash attention whose block of query rows shares K and
 # V tiles staged in shared memory. Built for the CPU emulator of CUDA as make kernels-emu builds
 # every step (under AddressSanitizer and UBSan, and again for the race detector), then run by
 # dev/kernels/run.sh in the plain order of the warps, in a random one and under the race detector,
@@ -9,18 +9,18 @@
 # Needs neither nvcc nor a GPU. Run from the root of the tree.
 set -uo pipefail
 here=doc/exercises/09-flash-shared
-step=17_attention_flash_shared
+step=20_attention_flash_shared
 src=dev/kernels/$step.cu
 out=build/exercises/09
 mkdir -p "$out"
 
 if [ ! -f "$src" ]; then
-    echo "$src not found: write it, starting from a copy of dev/kernels/12_attention_flash.cu (see $here/README.md)"
+    echo "$src not found: write it, starting from a copy of dev/kernels/15_attention_flash.cu (see $here/README.md)"
     exit 1
 fi
 code=$(sed -e 's://.*$::' "$src")  # the source without its line comments
 if ! grep -q 'attention_step_main *(' <<<"$code" || ! grep -q 'STORES_NOTHING' <<<"$code"; then
-    echo "$src: its main must call attention_step_main(..., STORES_NOTHING), as step 12's does (the same driver)"
+    echo "$src: its main must call attention_step_main(..., STORES_NOTHING), as step 15's does (the same driver)"
     exit 1
 fi
 # the arrays declared __shared__, each of which must be used beyond its declaration

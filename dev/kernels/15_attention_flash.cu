@@ -1,7 +1,7 @@
-// dev/kernels/12_attention_flash.cu: causal self-attention's forward as flash attention: the
+// dev/kernels/15_attention_flash.cu: causal self-attention's forward as flash attention: the
 // online softmax, one thread per query row, nothing of size T x T stored (float32, CUDA cores).
 //
-// What changed from step 11: att is gone too, and with it the second kernel. A thread owns a
+// What changed from step 14: att is gone too, and with it the second kernel. A thread owns a
 // query row (b, h, t) and walks its keys 0..t in order, keeping three things: the largest score
 // so far m, the denominator l = sum exp(s - m) and the unnormalised output o = sum exp(s - m) v
 // (in registers: the head size is a template parameter, so the loops over it unroll). A key
@@ -10,28 +10,28 @@
 // o / l is the softmax-weighted sum itself, not an approximation (FlashAttention's online
 // softmax: doc/lessons/08-flash-attention.md, doc/lessons/online_softmax.py). The scores live
 // one at a time in a register.
-// Bytes: step 11's 8 per (query, key) pair (att written, read back) drop to none: qkv is read
+// Bytes: step 14's 8 per (query, key) pair (att written, read back) drop to none: qkv is read
 // and out written, the 50 MB of dev/kernels/attention.cuh, 128 FLOPs per byte; 403 MB less per
-// call than step 10 stored at the least. Its limit is the float32 CUDA cores (LIMIT_FP32).
+// call than step 13 stored at the least. Its limit is the float32 CUDA cores (LIMIT_FP32).
 // How the reads go: the 32 threads of a warp are 32 consecutive queries of one head, and at
 // each step they all read the same key and value row: a broadcast, one transaction for the warp.
 // But every warp reads every row of K and V before its queries itself, from L1 or L2: a key row
 // is fetched T/32 times per head (32 times at T = 1024), and the warps of a block, which walk the
 // same keys, do not share what they fetch. Next: the project's own flash kernels
-// (gpt2/gpu/flash_attention.cuh on the CUDA cores, step 13 on the tensor cores) stage K and V in
+// (gpt2/gpu/flash_attention.cuh on the CUDA cores, step 16 on the tensor cores) stage K and V in
 // shared memory a tile at a time, fetched once per block (doc/exercises/09-flash-shared asks
-// for that step, 17), and step 13 hands both products to the tensor cores.
+// for that step, 20), and step 16 hands both products to the tensor cores.
 //
 //   make kernels-emu     every step on the CPU emulator of CUDA: small shapes, PASS or FAIL
 //   make kernels         every step on a GPU: checked, then timed at GPT-2 124M's shapes
 
 #include "attention.cuh"
 
-#define ATTENTION12_ROWS 64  // query rows (threads) a block owns
+#define ATTENTION15_ROWS 64  // query rows (threads) a block owns
 
 // out (B, T, C) from inp = qkv (B, T, 3C); grid (row blocks, NH, B), a thread per query row t.
 template <int HS>
-__global__ void attention_forward_kernel12(float* out, const float* inp, int T, int C) {
+__global__ void attention_forward_kernel15(float* out, const float* inp, int T, int C) {
     int t = blockIdx.x * blockDim.x + threadIdx.x, h = blockIdx.y, b = blockIdx.z;
     if (t >= T) return;
     size_t ld = 3 * (size_t)C;                                // a row of qkv
@@ -65,27 +65,27 @@ __global__ void attention_forward_kernel12(float* out, const float* inp, int T, 
 }
 
 template <int HS>
-static void attention_forward12_launch(float* out, const float* inp, int B, int T, int C, int NH) {
-    dim3 grid(ceil_div((size_t)T, ATTENTION12_ROWS), NH, B);
-    attention_forward_kernel12<HS><<<grid, ATTENTION12_ROWS>>>(out, inp, T, C);
-    launch_check(attention_forward_kernel12);
+static void attention_forward15_launch(float* out, const float* inp, int B, int T, int C, int NH) {
+    dim3 grid(ceil_div((size_t)T, ATTENTION15_ROWS), NH, B);
+    attention_forward_kernel15<HS><<<grid, ATTENTION15_ROWS>>>(out, inp, T, C);
+    launch_check(attention_forward_kernel15);
 }
 
 // preatt and att are not written (the driver passes NULL): flash attention never forms them.
-static void attention_forward12(float* out, float* preatt, float* att, const float* inp, int B, int T, int C,
+static void attention_forward15(float* out, float* preatt, float* att, const float* inp, int B, int T, int C,
                                 int NH) {
     int hs = C / NH;
     switch (C % NH == 0 ? hs : 0) {
-    case 16: attention_forward12_launch<16>(out, inp, B, T, C, NH); break;
-    case 32: attention_forward12_launch<32>(out, inp, B, T, C, NH); break;
-    case 64: attention_forward12_launch<64>(out, inp, B, T, C, NH); break;
+    case 16: attention_forward15_launch<16>(out, inp, B, T, C, NH); break;
+    case 32: attention_forward15_launch<32>(out, inp, B, T, C, NH); break;
+    case 64: attention_forward15_launch<64>(out, inp, B, T, C, NH); break;
     default:
-        fail("attention_forward12: head size C/NH = %d/%d: a thread holds its query row and output in registers, "
+        fail("attention_forward15: head size C/NH = %d/%d: a thread holds its query row and output in registers, "
              "compiled for head sizes 16, 32 and 64", C, NH);
     }
 }
 
 int main(void) {
-    return attention_step_main({"12", "attention", "flash: online softmax, a thread per row", LIMIT_FP32},
-                               attention_forward12, STORES_NOTHING);
+    return attention_step_main({"15", "attention", "flash: online softmax, a thread per row", LIMIT_FP32},
+                               attention_forward15, STORES_NOTHING);
 }

@@ -1,10 +1,10 @@
-// dev/kernels/16_layernorm_registers.cu: layernorm's forward, one warp per row, the row read from
+// dev/kernels/19_layernorm_registers.cu: layernorm's forward, one warp per row, the row read from
 // memory once: into the lanes' registers.
 //
-// What changed from 15: the three passes over the row become one read. Each lane loads its C/32
+// What changed from 18: the three passes over the row become one read. Each lane loads its C/32
 // values of the row into registers (24 at C = 768), all its loads issued before the first is used,
 // then computes the mean and the variance of x - mean from the registers, and writes the output.
-// The row crosses the memory system once, with a warp's whole row in flight at once, where 15
+// The row crosses the memory system once, with a warp's whole row in flight at once, where 18
 // waited for each pass's loads and read the row from L1/L2 twice more. Since a lane now owns its
 // values, it reads them as float4 where C % 4 == 0 (the rows, then, are 16-byte aligned): a warp's
 // load is 512 consecutive bytes, and a quarter of the load instructions.
@@ -16,7 +16,7 @@
 // 24 bits); Welford's (Chan's) combination is accurate too but divides at every step and at every
 // shuffle, for nothing here, where the values are still at hand.
 //
-// The cost: registers. A lane holds LAYERNORM16_MAX_C / 32 floats, 32, fixed at compile time so
+// The cost: registers. A lane holds LAYERNORM19_MAX_C / 32 floats, 32, fixed at compile time so
 // that they are registers (an array indexed by unrolled loops), not local memory; the launcher
 // refuses a larger C (GPT-2 124M: 768, 350M: 1024; the larger models need a bigger maximum, or a
 // block per row).
@@ -28,7 +28,7 @@
 #include "layernorm.cuh"
 
 // The most floats a row may have: each of its warp's 32 lanes holds 1/32 of them in registers.
-#define LAYERNORM16_MAX_C 1024
+#define LAYERNORM19_MAX_C 1024
 
 // W floats that one instruction loads or stores: float4 when W = 4, a float when W = 1.
 template <int W>
@@ -37,9 +37,9 @@ struct alignas(4 * W) FloatPack {
 };
 
 template <int W>
-__global__ void layernorm_forward_kernel16(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+__global__ void layernorm_forward_kernel19(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                                            const float* bias, int N, int C) {
-    constexpr int LOADS = LAYERNORM16_MAX_C / 32 / W;  // a lane's loads at most; (k * 32 + lane) * W < C says which
+    constexpr int LOADS = LAYERNORM19_MAX_C / 32 / W;  // a lane's loads at most; (k * 32 + lane) * W < C says which
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
     if (row >= N) return;  // whole warps leave: the shuffles below still see all 32 lanes
@@ -85,22 +85,22 @@ __global__ void layernorm_forward_kernel16(float* out, float* mean, float* rstd,
     }
 }
 
-static void layernorm_forward16(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+static void layernorm_forward19(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                                 const float* bias, int B, int T, int C) {
-    if (C > LAYERNORM16_MAX_C)
-        fail("layernorm_forward16: C = %d, but a row must fit in its warp's registers: C <= LAYERNORM16_MAX_C = %d",
-             C, LAYERNORM16_MAX_C);
+    if (C > LAYERNORM19_MAX_C)
+        fail("layernorm_forward19: C = %d, but a row must fit in its warp's registers: C <= LAYERNORM19_MAX_C = %d",
+             C, LAYERNORM19_MAX_C);
     int N = B * T;
     int blocks = ceil_div(N, 8);  // 8 warps, 8 rows, a block
     // float4 needs every row, and weight and bias, at a multiple of 16 bytes
     if (C % 4 == 0 && aligned16(out) && aligned16(inp) && aligned16(weight) && aligned16(bias)) {
-        layernorm_forward_kernel16<4><<<blocks, 256>>>(out, mean, rstd, inp, weight, bias, N, C);
+        layernorm_forward_kernel19<4><<<blocks, 256>>>(out, mean, rstd, inp, weight, bias, N, C);
     } else {
-        layernorm_forward_kernel16<1><<<blocks, 256>>>(out, mean, rstd, inp, weight, bias, N, C);
+        layernorm_forward_kernel19<1><<<blocks, 256>>>(out, mean, rstd, inp, weight, bias, N, C);
     }
-    launch_check(layernorm_forward_kernel16);
+    launch_check(layernorm_forward_kernel19);
 }
 
 int main(void) {
-    return layernorm_step_main({"16", "layernorm", "the row read once, into registers"}, layernorm_forward16);
+    return layernorm_step_main({"19", "layernorm", "the row read once, into registers"}, layernorm_forward19);
 }

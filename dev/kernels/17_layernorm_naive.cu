@@ -1,4 +1,4 @@
-// dev/kernels/14_layernorm_naive.cu: layernorm's forward on the GPU, one thread per row.
+// dev/kernels/17_layernorm_naive.cu: layernorm's forward on the GPU, one thread per row.
 //
 // The first rung of the layernorm ladder: the CPU's loop over rows becomes the grid, and each
 // thread runs the CPU's loops over its row as they are: a pass for the mean, a pass for the
@@ -14,14 +14,14 @@
 //    DRAM three times, twice the fewest bytes overall;
 //  - few threads: 32768 rows are 32768 threads, 128 blocks of 256: 8 warps on each of 128 of the
 //    132 SMs of an H100 or H200, which hold 64 each: too few loads in flight to cover DRAM's latency.
-// Next (15): a warp per row, whose 32 lanes read 32 consecutive floats.
+// Next (18): a warp per row, whose 32 lanes read 32 consecutive floats.
 //
 //   make kernels-emu     every step on the CPU emulator of CUDA: small shapes, PASS or FAIL
 //   make kernels         every step on a GPU: checked, then timed at the shape above
 
 #include "layernorm.cuh"
 
-__global__ void layernorm_forward_kernel14(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+__global__ void layernorm_forward_kernel17(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                                            const float* bias, int N, int C) {
     int row = blockIdx.x * blockDim.x + threadIdx.x;
     if (row >= N) return;
@@ -43,13 +43,13 @@ __global__ void layernorm_forward_kernel14(float* out, float* mean, float* rstd,
     rstd[row] = s;
 }
 
-static void layernorm_forward14(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+static void layernorm_forward17(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                                 const float* bias, int B, int T, int C) {
     int N = B * T;
-    layernorm_forward_kernel14<<<ceil_div(N, 256), 256>>>(out, mean, rstd, inp, weight, bias, N, C);
-    launch_check(layernorm_forward_kernel14);
+    layernorm_forward_kernel17<<<ceil_div(N, 256), 256>>>(out, mean, rstd, inp, weight, bias, N, C);
+    launch_check(layernorm_forward_kernel17);
 }
 
 int main(void) {
-    return layernorm_step_main({"14", "layernorm", "naive: one thread per row"}, layernorm_forward14);
+    return layernorm_step_main({"17", "layernorm", "naive: one thread per row"}, layernorm_forward17);
 }

@@ -1,13 +1,13 @@
-// dev/kernels/13_attention_flash_mma.cu: the project's flash attention forward on the tensor cores
+// dev/kernels/16_attention_flash_mma.cu: the project's flash attention forward on the tensor cores
 // (gpt2/gpu/flash_attention_mma.cuh, what train_gpu's bf16 path runs), included, not copied.
 //
-// What it adds over step 12, whose arithmetic (the online softmax: m, l and the output rescaled
+// What it adds over step 15, whose arithmetic (the online softmax: m, l and the output rescaled
 // by exp(m_old - m_new)) it keeps, in the manner of FlashAttention-2:
 //   - bf16 in and out (qkv, out), float32 inside: half the bytes of every load; and it stores
 //     lse = m + log l per row, which its backward needs instead of att.
 //   - A block owns 64 query rows of one head (4 warps, 16 rows each) and walks the keys a tile
 //     of 64 rows at a time (32 for hs = 128). K and V tiles are staged in shared memory once per
-//     block (step 12 fetched each key row once per warp), by cp.async, double-buffered: the next
+//     block (step 15 fetched each key row once per warp), by cp.async, double-buffered: the next
 //     tile's copy is in flight while the tensor cores work on this one.
 //   - S = Q K^T and O += P V run as mma.sync m16n8k16 on bf16 fragments: 4096 multiply-adds an
 //     instruction where an FMA does one. The fragments come out of shared memory by ldmatrix,
@@ -32,11 +32,11 @@
 
 // The tensor-core kernels by name (FLASH_TENSOR_CORES): a head size or alignment they do not take
 // fails with one line, where FLASH_AUTO would quietly run the CUDA-core kernels instead.
-static void attention_forward13(bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH) {
+static void attention_forward16(bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH) {
     flash_attention_forward_with(FLASH_TENSOR_CORES, out, lse, qkv, B, T, C, NH);
 }
 
 int main(void) {
-    return attention_step_main_bf16({"13", "attention", "flash on the tensor cores: mma.sync, bf16"},
-                                    attention_forward13);
+    return attention_step_main_bf16({"16", "attention", "flash on the tensor cores: mma.sync, bf16"},
+                                    attention_forward16);
 }

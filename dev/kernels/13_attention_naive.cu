@@ -1,4 +1,4 @@
-// dev/kernels/10_attention_naive.cu: causal self-attention's forward on the GPU as the CPU does
+// dev/kernels/13_attention_naive.cu: causal self-attention's forward on the GPU as the CPU does
 // it, in three kernels: the scores, their softmax, the weighted sum of the values.
 //
 // The first rung of the attention ladder: each loop of attention_forward_naive (gpt2/cpu_layers.h)
@@ -18,7 +18,7 @@
 // FLOPs (dev/kernels/attention.cuh): 14 FLOPs per byte with qkv and out, at or left of the ridge
 // of an H100 (20) or an H200 (14): this design is bound by the memory's bandwidth, and its limit
 // is LIMIT_BANDWIDTH, its work the bytes it must move at the least (attention_work, 2 matrices).
-// The uncoalesced reads keep it far below even that. Next (11): compute the scores and their
+// The uncoalesced reads keep it far below even that. Next (14): compute the scores and their
 // softmax in one kernel, a warp per row, and never store preatt.
 //
 //   make kernels-emu     every step on the CPU emulator of CUDA: small shapes, PASS or FAIL
@@ -27,7 +27,7 @@
 #include "attention.cuh"
 
 // preatt (B, NH, T, T): the scaled scores of the causal part; the rest is never written or read.
-__global__ void attention_forward_scores_kernel10(float* preatt, const float* inp, int B, int T, int C, int NH) {
+__global__ void attention_forward_scores_kernel13(float* preatt, const float* inp, int B, int T, int C, int NH) {
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (size_t)B * NH * T * T) return;
     int t2 = (int)(idx % T), t = (int)(idx / T % T);
@@ -43,7 +43,7 @@ __global__ void attention_forward_scores_kernel10(float* preatt, const float* in
 
 // att (B, NH, T, T): the softmax of each row's scores 0..t, subtracting their maximum first so
 // that no exponential overflows (softmax(s) = softmax(s - max)).
-__global__ void attention_forward_softmax_kernel10(float* att, const float* preatt, int B, int T, int NH) {
+__global__ void attention_forward_softmax_kernel13(float* att, const float* preatt, int B, int T, int NH) {
     size_t row = (size_t)blockIdx.x * blockDim.x + threadIdx.x;  // (b NH + h) T + t
     if (row >= (size_t)B * NH * T) return;
     int t = (int)(row % T);
@@ -63,20 +63,20 @@ __global__ void attention_forward_softmax_kernel10(float* att, const float* prea
 }
 
 // out (B, T, C): attention_forward_values_kernel of dev/kernels/attention.cuh (one thread per
-// output), which step 11 runs too.
+// output), which step 14 runs too.
 
-static void attention_forward10(float* out, float* preatt, float* att, const float* inp, int B, int T, int C,
+static void attention_forward13(float* out, float* preatt, float* att, const float* inp, int B, int T, int C,
                                 int NH) {
     const int block = 256;
-    attention_forward_scores_kernel10<<<ceil_div((size_t)B * NH * T * T, block), block>>>(preatt, inp, B, T, C, NH);
-    launch_check(attention_forward_scores_kernel10);
-    attention_forward_softmax_kernel10<<<ceil_div((size_t)B * NH * T, block), block>>>(att, preatt, B, T, NH);
-    launch_check(attention_forward_softmax_kernel10);
+    attention_forward_scores_kernel13<<<ceil_div((size_t)B * NH * T * T, block), block>>>(preatt, inp, B, T, C, NH);
+    launch_check(attention_forward_scores_kernel13);
+    attention_forward_softmax_kernel13<<<ceil_div((size_t)B * NH * T, block), block>>>(att, preatt, B, T, NH);
+    launch_check(attention_forward_softmax_kernel13);
     attention_forward_values_kernel<<<ceil_div((size_t)B * T * C, block), block>>>(out, att, inp, B, T, C, NH);
     launch_check(attention_forward_values_kernel);
 }
 
 int main(void) {
-    return attention_step_main({"10", "attention", "naive: scores, softmax, values: 3 kernels", LIMIT_BANDWIDTH},
-                               attention_forward10, STORES_PREATT_AND_ATT);
+    return attention_step_main({"13", "attention", "naive: scores, softmax, values: 3 kernels", LIMIT_BANDWIDTH},
+                               attention_forward13, STORES_PREATT_AND_ATT);
 }

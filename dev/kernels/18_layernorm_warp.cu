@@ -1,9 +1,9 @@
-// dev/kernels/15_layernorm_warp.cu: layernorm's forward, one warp per row: the project's kernel
+// dev/kernels/18_layernorm_warp.cu: layernorm's forward, one warp per row: the project's kernel
 // (gpt2/gpu/layernorm.cuh, layernorm_forward_gpu<float>, which train_gpu.cu runs).
 //
-// What changed from 14: a row is a warp's, not a thread's. Lane l reads x[l], x[l + 32], ...:
+// What changed from 17: a row is a warp's, not a thread's. Lane l reads x[l], x[l + 32], ...:
 // at each step the 32 lanes read 32 consecutive floats, 128 bytes in four whole sectors
-// (coalesced), where step 14's warp asked for 32 sectors at once. The sums over the row end in
+// (coalesced), where step 17's warp asked for 32 sectors at once. The sums over the row end in
 // warp_sum, five shuffles across the lanes' partial sums (no shared memory, no __syncthreads).
 // 32768 rows are now a million threads, 4096 blocks of 8 warps: every SM is full, with many
 // loads in flight. The passes are still three (mean, variance of x - mean, output), but the
@@ -13,16 +13,16 @@
 // The roofline at the timed shape (32768 rows of C = 768): 201.6 MB, 42 us at an H200's 4.8 TB/s,
 // 60 us at an H100's 3.35 TB/s. This step should reach well over half of it; what it lacks: each
 // pass waits for the row's loads and its warp_sum before the next begins, and the re-reads cost
-// L1/L2 requests and latency. Next (16): read the row from memory once, into registers.
+// L1/L2 requests and latency. Next (19): read the row from memory once, into registers.
 
 #include "layernorm.cuh"
 #include "../../gpt2/gpu/layernorm.cuh"  // layernorm_forward_kernel, layernorm_forward_gpu
 
-static void layernorm_forward15(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+static void layernorm_forward18(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                                 const float* bias, int B, int T, int C) {
     layernorm_forward_gpu<float>(out, mean, rstd, inp, weight, bias, B, T, C);
 }
 
 int main(void) {
-    return layernorm_step_main({"15", "layernorm", "a warp per row: coalesced, warp_sum"}, layernorm_forward15);
+    return layernorm_step_main({"18", "layernorm", "a warp per row: coalesced, warp_sum"}, layernorm_forward18);
 }
