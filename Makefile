@@ -24,8 +24,8 @@
 #        a test compile), MPI=1 (0 turns off data parallelism: train_cpu and train_gpu under
 #        mpirun need Open MPI's mpicc, and train_gpu NCCL from the CUDA toolkit, found when present),
 #        LAYERS=fast (naive: every layer of train_cpu and infer on the plain loops that define
-#        it, gpt2/cpu_layers.h), NVCC (CUDA 11.8 or newer for the default GPU_ARCH, 11.0
-#        for GPU_ARCH=80: doc/gpu.md), GPU_ARCH (compute capabilities to build for, e.g.
+#        it, gpt2/cpu_layers.h), NVCC (CUDA 12.0 or newer; 12.8 for compute capability 10.0
+#        and 12.0: doc/gpu.md), GPU_ARCH (compute capabilities to build for, e.g.
 #        GPU_ARCH=90 or GPU_ARCH="80 90"; default: this machine's GPU, or without one 80 86 89 90),
 #        USE_CUBLAS=0, DATA_DIR (local folder holding the source files).
 #
@@ -155,26 +155,26 @@ gencode_of = $(if $(filter 90,$(1)),-gencode arch=compute_90a$(comma)code=sm_90a
 GENCODE := $(foreach a,$(GPU_ARCH),$(call gencode_of,$(a))) \
            -gencode arch=compute_$(GPU_ARCH_PTX),code=compute_$(GPU_ARCH_PTX)
 
-# The oldest CUDA toolkit that builds the GPU code for GPU_ARCH (doc/gpu.md). The code needs 11.0:
-# bf16 (cuda_bf16.h), the tensor-core matmul's PTX ISA 7.0 instructions (mma.sync on bf16,
-# cp.async) and __cvta_generic_to_shared. A compute capability needs the toolkit that first knew
-# it: 8.6 came with 11.1, 8.9 and 9.0 with 11.8 (so the default fat binary needs 11.8), 10.0 and
-# 12.0 with 12.8. An older nvcc (its release read from `nvcc --version`: "release 11.4,") stops
-# each GPU target in one line; `make` alone skips them, saying why.
+# The oldest CUDA toolkit that builds the GPU code for GPU_ARCH (doc/gpu.md). The code needs 12.0:
+# Hopper's tensor maps (CUtensorMap, cuTensorMapEncodeTiled) and the sm_90a target of wgmma, which
+# every GPU program includes (the Ampere path needs 11.0: bf16, mma.sync, cp.async). A compute
+# capability needs the toolkit that first knew it: 8.6 came with 11.1, 8.9 and 9.0 with 11.8, 10.0
+# and 12.0 with 12.8. An older nvcc (its release read from `nvcc --version`: "release 11.4,")
+# stops each GPU target in one line; `make` alone skips them, saying why.
 CUDA_FIRST_86 := 11.1
 CUDA_FIRST_89 := 11.8
-CUDA_FIRST_90 := 11.8
+CUDA_FIRST_90 := 12.0
 CUDA_FIRST_100 := 12.8
 CUDA_FIRST_120 := 12.8
 
 ifneq ($(NVCC),)
-  NVCC_FLOOR := $(lastword $(shell printf '%s\n' 11.0 $(foreach a,$(GPU_ARCH),$(CUDA_FIRST_$(a))) | sort -V))
+  NVCC_FLOOR := $(lastword $(shell printf '%s\n' 12.0 $(foreach a,$(GPU_ARCH),$(CUDA_FIRST_$(a))) | sort -V))
   NVCC_RELEASE := $(shell $(NVCC) --version 2>/dev/null | sed -n 's/.*release \([0-9]*\.[0-9]*\),.*/\1/p')
   # the release when it comes before the floor in version order; empty when new enough (or unread)
   NVCC_TOO_OLD := $(if $(NVCC_RELEASE),$(filter-out $(NVCC_FLOOR),$(firstword $(shell printf '%s\n' $(NVCC_RELEASE) $(NVCC_FLOOR) | sort -V))))
   NVCC_TOO_OLD_WHY := $(NVCC) is CUDA $(NVCC_RELEASE), older than the $(NVCC_FLOOR) that the GPU code needs for compute \
     capability $(GPU_ARCH) (doc/gpu.md): give a newer toolkit's nvcc as NVCC=/path/to/nvcc$(if \
-    $(filter-out 11.0,$(NVCC_FLOOR)),$(comma) or build for fewer GPUs (GPU_ARCH=80 needs 11.0))
+    $(filter-out 12.0,$(NVCC_FLOOR)),$(comma) or build for fewer GPUs (GPU_ARCH=90 needs 12.0))
   # nvcc compiles for one architecture after the other; from CUDA 11.2 on, --threads 0 compiles
   # for all of them at once, as many at a time as there are cores (the default fat binary: 6 jobs)
   NVCC_THREADS := $(if $(filter 11.2,$(firstword $(shell printf '%s\n' $(or $(NVCC_RELEASE),0) 11.2 | sort -V))),--threads 0)
