@@ -217,14 +217,19 @@ endif
 # The first line of each GPU target's recipe: stops make there, in one line, when nvcc is too old.
 nvcc_new_enough = $(if $(NVCC_TOO_OLD),$(error $(NVCC_TOO_OLD_WHY)))
 # nvcc_build FLAGS,LIBS[,NOTE]: a GPU program's recipe, nvcc from its first prerequisite (the .cu
-# file) into $@, after NOTE when given; without nvcc it says "skipped" and fails.
+# file) into $@, after NOTE when given; without nvcc it says "skipped" and fails. Compiled, then
+# linked in a second call without --threads: with it, nvcc runs the device link of each
+# architecture at once, and those all write one temporary file (nvlink then fails, now and then,
+# "Could not read file ..._dlink.reg.c").
 ifeq ($(NVCC),)
 nvcc_build = @echo "skipped: $@ (nvcc not found)"; exit 1
 else
 define nvcc_build
 $(nvcc_new_enough)
 $(if $(3),@echo "$@: $(3)")
-$(NVCC) $(1) -o $@ $< $(2)
+$(NVCC) $(1) -c -o $@.o $<
+$(NVCC) $(filter-out --threads 0,$(1)) -o $@ $@.o $(2)
+@rm -f $@.o
 endef
 endif
 GPU_ARCH_NOTE = compute capability $(GPU_ARCH) ($(GPU_ARCH_WHY)) + PTX $(GPU_ARCH_PTX)
@@ -376,9 +381,8 @@ $(KERNEL_GPU): build/kernels/%: dev/kernels/%.cu $(KERNEL_DEPS) $(NVCC_STAMP)
 ifeq ($(NVCC),)
 	@echo "skipped: $@ (nvcc not found; make kernels-emu runs the ladder on the emulator)"; exit 1
 else
-	$(nvcc_new_enough)
 	@mkdir -p build/kernels
-	$(NVCC) $(NVCC_FLAGS) -o $@ $<
+	$(call nvcc_build,$(NVCC_FLAGS))
 endif
 # emu_programs PROGRAMS,FOLDER,SOURCES,DEPS,OPT: the rules of the emulated PROGRAMS (build/emu/FOLDER/NAME
 # from SOURCES/NAME.cu and DEPS): NAME.cpp (cuda_emu.py), NAME (under AddressSanitizer and UBSan, at

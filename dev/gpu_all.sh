@@ -24,7 +24,8 @@
 #   cublas     cublas.txt     build/gpu_check_cublas copy matmul matmul_bf16: cuBLAS (float32 and
 #                             bf16) on the same matmul shapes as ours, timed in the same call; the
 #                             bf16 products of GPT-2 124M at B=8 and B=64 (forward, dinp, dweight)
-#                             on wgmma, mma.sync and cuBLAS, and their table (ours / cuBLAS)
+#                             on wgmma (128 and 256 wide tiles), mma.sync and cuBLAS, and their
+#                             table (ours / cuBLAS)
 #   kernels    kernels.txt    make kernels: every step of the kernel ladder (dev/kernels/) checked
 #                             and timed, its table; and kernels.png, the table's bar chart
 #   bench      bench_gpu.txt  make bench-gpu: train_cpu against train_gpu, d2..d12, this CPU named

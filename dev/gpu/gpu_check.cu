@@ -16,8 +16,9 @@
 //   build/gpu_check_cublas matmul matmul_bf16   the matmuls timed with cuBLAS too (USE_CUBLAS), to
 //                                               compare with ours on the same shapes: matmul_bf16
 //                                               times each bf16 product of GPT-2 124M (forward, dinp,
-//                                               dweight) at B=8 and B=64, T=1024, on wgmma (Hopper),
-//                                               mma.sync and cuBLAS, and ends with their table
+//                                               dweight) at B=8 and B=64, T=1024, on wgmma (Hopper;
+//                                               tiles 128 and 256 wide), mma.sync and cuBLAS, and ends
+//                                               with their table
 //   build/gpu_check --device                    print the device and exit (1: there is none)
 //   make gpu-emu && build/emu/gpu_check --quick the same checks on the CPU emulator (dev/emu/cuda_emu.h)
 //
@@ -590,11 +591,19 @@ static const char* MMA_VARIANT_NAMES[MMA_VARIANTS] = {"plain", "bias+residual", 
 // build, not forced onto mma.sync); the checks of each path assert which kernel ran.
 static bool wgmma_path(void) { return !gemm_bf16_mma_sync_only && wgmma_available(); }
 
+// The wgmma kernel's tile width in the checks: WGMMA_BN (what the programs run), or 256.
+static int wgmma_bn = WGMMA_BN;
+static void run_gemm_bf16(GemmBf16Args g, bool ta, bool tb, bool out_f32) {
+    if (wgmma_bn == 256) gemm_bf16<256>(g, ta, tb, out_f32);
+    else gemm_bf16<WGMMA_BN>(g, ta, tb, out_f32);
+}
+
 // The slices gemm_bf16 cuts a product of this shape into, on the path it takes.
 static int bf16_slices(int M, int N, int K) {
     int slice_k;
     GemmBf16Args g = gemm_bf16_args(NULL, 0, NULL, 0, NULL, 0, M, N, K);
-    return wgmma_path() ? gemm_bf16_wgmma_slices<WGMMA_BN>(g, &slice_k) : gemm_bf16_slices(g, &slice_k);
+    if (!wgmma_path()) return gemm_bf16_slices(g, &slice_k);
+    return wgmma_bn == 256 ? gemm_bf16_wgmma_slices<256>(g, &slice_k) : gemm_bf16_wgmma_slices<WGMMA_BN>(g, &slice_k);
 }
 
 // Fails the check when the product ran on the other kernel than `wgmma` says.
@@ -613,8 +622,8 @@ static void check_gemm_bf16(int M, int N, int K, bool ta, bool tb, int variant, 
     int slices = bf16_slices(M, N, K);
     char split[24] = "";
     if (slices > 1) snprintf(split, sizeof(split), " split %d", slices);
-    snprintf(what, sizeof(what), "%s %dx%dx%d %s%s %s%s", wgmma ? "wgmma" : "mma", M, N, K, ta ? "T" : "N",
-             tb ? "T" : "N", MMA_VARIANT_NAMES[variant], split);
+    snprintf(what, sizeof(what), "%s %dx%dx%d %s%s %s%s", !wgmma ? "mma" : wgmma_bn == 256 ? "wgmma256" : "wgmma", M,
+             N, K, ta ? "T" : "N", tb ? "T" : "N", MMA_VARIANT_NAMES[variant], split);
     long long runs = gemm_bf16_wgmma_runs;
     float* a = host_random((size_t)M * K, -1, 1);
     float* b = host_random((size_t)K * N, -1, 1);
@@ -648,7 +657,7 @@ static void check_gemm_bf16(int M, int N, int K, bool ta, bool tb, int variant, 
         float* d_c = to_device(extra, MN);  // the bf16-rounded values, as float32
         g.C = d_c;
         g.accumulate = 1;
-        gemm_bf16(g, ta, tb, true);
+        run_gemm_bf16(g, ta, tb, true);
         for (size_t i = 0; i < MN; i++) expect[i] = (float)(extra[i] + ref[i]);
         got = to_host(d_c, MN);
         compare_host(what, got, expect, MN, atol, 1e-6f, NULL);
@@ -660,7 +669,7 @@ static void check_gemm_bf16(int M, int N, int K, bool ta, bool tb, int variant, 
         if (variant == MMA_BIAS_RESIDUAL) { g.bias = d_bias; g.residual = d_extra16; }
         if (variant == MMA_GELU) { g.bias = d_bias; g.aux = d_aux; g.epilogue = EPI_GELU; }
         if (variant == MMA_GELU_BACKWARD) { g.aux = d_extra16; g.epilogue = EPI_GELU_BACKWARD; }
-        gemm_bf16(g, ta, tb, false);
+        run_gemm_bf16(g, ta, tb, false);
         got = to_host_bf16(d_c, MN);
         float* pre = NULL;
         if (variant == MMA_GELU) {
@@ -703,9 +712,9 @@ static void check_gemm_bf16_twice(int M, int N, int K, bool ta, bool tb, bool wg
     float *d_c1 = device_poisoned(MN), *d_c2 = device_poisoned(MN);
     GemmBf16Args g = gemm_bf16_args(d_a, ta ? M : K, d_b, tb ? K : N, d_c1, N, M, N, K);
     expect_split(what, bf16_slices(M, N, K), true);
-    gemm_bf16(g, ta, tb, true);
+    run_gemm_bf16(g, ta, tb, true);
     g.C = d_c2;
-    gemm_bf16(g, ta, tb, true);
+    run_gemm_bf16(g, ta, tb, true);
     float *c1 = to_host(d_c1, MN), *c2 = to_host(d_c2, MN);
     int same = memcmp(c1, c2, MN * sizeof(float)) == 0;
     printf("  %s %-34s %s\n", same ? "ok  " : "FAIL", what, same ? "the same bits" : "different bits");
@@ -825,6 +834,15 @@ static void check_gemm_bf16_wgmma(void) {
     }
     check_gemm_bf16_twice(72, 80, 1000, true, false, true);
     check_gemm_bf16_twice(64, 136, 1024, false, true, true);
+    // 256-wide tiles (4 stages), which gpu_check times beside the programs' 128: a ragged shape in
+    // every layout (the second column of tiles 8 wide), the epilogues, a split product
+    printf("(wgmma, 128x256 tiles)\n");
+    wgmma_bn = 256;
+    for (int layout = 0; layout < 4; layout++) check_gemm_bf16(200, 264, 200, layout & 1, layout & 2, MMA_PLAIN, true);
+    for (int variant = MMA_BIAS_RESIDUAL; variant < MMA_VARIANTS; variant++)
+        check_gemm_bf16(200, 136, 72, variant == MMA_F32_ACCUMULATE, false, variant, true);
+    check_gemm_bf16(72, 80, 1000, true, false, MMA_PLAIN, true);
+    wgmma_bn = WGMMA_BN;
     // rows of A or B not a multiple of 8 elements: TMA cannot read them, mma.sync runs
     printf("(wgmma's fall-back to mma.sync)\n");
     for (int layout = 0; layout < 4; layout++) check_gemm_bf16(37, 67, 45, layout & 1, layout & 2, MMA_PLAIN, false);
@@ -856,7 +874,8 @@ static bf16* device_random_bf16(size_t n, uint32_t seed) {
 enum { PRODUCT_FORWARD, PRODUCT_DINP, PRODUCT_DWEIGHT, PRODUCTS };
 static const char* const product_names[PRODUCTS] = {"forward", "dinp", "dweight"};
 // One row of the table time_matmul_bf16 ends with: milliseconds per kernel (0: not run).
-enum { KERNEL_WGMMA, KERNEL_MMA, KERNEL_CUBLAS, KERNELS_TIMED };
+enum { KERNEL_WGMMA, KERNEL_WGMMA256, KERNEL_MMA, KERNEL_CUBLAS, KERNELS_TIMED };
+static const char* const kernel_names[KERNELS_TIMED] = {"wgmma", "wgmma256", "mma", "cublas"};
 struct MatmulTiming {
     char what[48];
     double flops, ms[KERNELS_TIMED];
@@ -866,8 +885,8 @@ static int n_matmul_timings;
 
 // The bf16 linear layer (N x C) -> (N x OC) of GPT-2 124M, each product timed alone as the model
 // calls it (forward: out = inp w^T, bf16 out; dinp = dout w, bf16; dweight += dout^T inp, float32)
-// on each kernel gemm_bf16 has here (wgmma on Hopper, mma.sync), and on cuBLAS's bf16 GEMM with
-// the same layouts and output types in the USE_CUBLAS build.
+// on each kernel gemm_bf16 has here (wgmma on Hopper, with 128 and 256 wide tiles; mma.sync), and
+// on cuBLAS's bf16 GEMM with the same layouts and output types in the USE_CUBLAS build.
 static void time_matmul_bf16(const char* name, int B, int N, int C, int OC) {
     size_t NC = (size_t)N * C, NOC = (size_t)N * OC, OCC = (size_t)OC * C;
     bf16 *d_inp = device_random_bf16(NC, 1), *d_w = device_random_bf16(OCC, 2), *d_dout = device_random_bf16(NOC, 3);
@@ -894,12 +913,14 @@ static void time_matmul_bf16(const char* name, int B, int N, int C, int OC) {
         }
         for (int k = wgmma_available() ? KERNEL_WGMMA : KERNEL_MMA; k <= KERNEL_MMA; k++) {
             gemm_bf16_mma_sync_only = k == KERNEL_MMA;
-            t->ms[k] = median_ms_gpu([&] { gemm_bf16(g, ta, tb, out_f32); });
+            wgmma_bn = k == KERNEL_WGMMA256 ? 256 : WGMMA_BN;
+            t->ms[k] = median_ms_gpu([&] { run_gemm_bf16(g, ta, tb, out_f32); });
             char what[96];
-            snprintf(what, sizeof(what), "%s %s", k == KERNEL_MMA ? "mma" : "wgmma", t->what);
+            snprintf(what, sizeof(what), "%s %s", kernel_names[k], t->what);
             report_bf16(what, t->ms[k], t->flops);
         }
         gemm_bf16_mma_sync_only = 0;
+        wgmma_bn = WGMMA_BN;
 #ifdef USE_CUBLAS
         // row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T
         float one = 1.0f, zero = 0.0f;
@@ -918,7 +939,7 @@ static void time_matmul_bf16(const char* name, int B, int N, int C, int OC) {
                                           CUBLAS_GEMM_DEFAULT));
         });
         char what[96];
-        snprintf(what, sizeof(what), "cublas %s", t->what);
+        snprintf(what, sizeof(what), "%s %s", kernel_names[KERNEL_CUBLAS], t->what);
         report_bf16(what, t->ms[KERNEL_CUBLAS], t->flops);
 #endif
     }
@@ -927,10 +948,11 @@ static void time_matmul_bf16(const char* name, int B, int N, int C, int OC) {
 }
 
 // The table of time_matmul_bf16's rows: each kernel's TFLOP/s, and ours (gemm_bf16's choice
-// here) as a multiple of cuBLAS's speed (its time over ours).
+// here: wgmma at WGMMA_BN on Hopper) as a multiple of cuBLAS's speed (its time over ours).
 static void report_matmul_table(void) {
-    printf("\n| product (T=1024) | wgmma TFLOP/s | mma.sync TFLOP/s | cuBLAS TFLOP/s | ours / cuBLAS |\n");
-    printf("|---|---:|---:|---:|---:|\n");
+    printf("\n| product (T=1024) | wgmma TFLOP/s | wgmma 128x256 TFLOP/s | mma.sync TFLOP/s | cuBLAS TFLOP/s | "
+           "ours / cuBLAS |\n");
+    printf("|---|---:|---:|---:|---:|---:|\n");
     for (int i = 0; i < n_matmul_timings; i++) {
         const MatmulTiming* t = &matmul_timings[i];
         printf("| %s |", t->what);

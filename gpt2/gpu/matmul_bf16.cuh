@@ -410,11 +410,11 @@ static void gemm_bf16_launch(GemmBf16Args g) {
 static int gemm_bf16_mma_sync_only = 0;
 static long long gemm_bf16_wgmma_runs = 0;  // products the wgmma kernel ran (gpu_check asserts the path)
 
-// The wgmma kernel on a 9.0 GPU that the build has it for, where TMA can read the operands; else
-// the mma.sync one.
-template <bool TA, bool TB, typename OutT>
+// The wgmma kernel (BN-wide tiles) on a 9.0 GPU that the build has it for, where TMA can read the
+// operands; else the mma.sync one.
+template <int BN, bool TA, bool TB, typename OutT>
 static void gemm_bf16_run(GemmBf16Args g) {
-    if (!gemm_bf16_mma_sync_only && wgmma_available() && gemm_bf16_wgmma_launch<WGMMA_BN, TA, TB, OutT>(g)) {
+    if (!gemm_bf16_mma_sync_only && wgmma_available() && gemm_bf16_wgmma_launch<BN, TA, TB, OutT>(g)) {
         gemm_bf16_wgmma_runs++;
         return;
     }
@@ -429,7 +429,9 @@ static GemmBf16Args gemm_bf16_args(const bf16* A, long long lda, const bf16* B, 
     return g;
 }
 
-// Dispatches on the operand layouts and the output type (out_f32: C is float*, else bf16*).
+// Dispatches on the operand layouts and the output type (out_f32: C is float*, else bf16*). BN: the
+// wgmma kernel's tile width (gpu_check times 256 beside it).
+template <int BN = WGMMA_BN>
 static void gemm_bf16(GemmBf16Args g, bool ta, bool tb, bool out_f32) {
     if (g.M == 0 || g.N == 0) return;
     g.vecA = aligned16(g.A) && g.lda % 8 == 0;
@@ -438,15 +440,15 @@ static void gemm_bf16(GemmBf16Args g, bool ta, bool tb, bool out_f32) {
     g.vecC = aligned16(g.C) && g.ldc % vec == 0 && (g.bias == NULL || aligned16(g.bias)) &&
              (g.residual == NULL || aligned16(g.residual)) && (g.aux == NULL || aligned16(g.aux));
     if (out_f32) {
-        if (!ta && !tb) gemm_bf16_run<false, false, float>(g);
-        if (!ta && tb) gemm_bf16_run<false, true, float>(g);
-        if (ta && !tb) gemm_bf16_run<true, false, float>(g);
-        if (ta && tb) gemm_bf16_run<true, true, float>(g);
+        if (!ta && !tb) gemm_bf16_run<BN, false, false, float>(g);
+        if (!ta && tb) gemm_bf16_run<BN, false, true, float>(g);
+        if (ta && !tb) gemm_bf16_run<BN, true, false, float>(g);
+        if (ta && tb) gemm_bf16_run<BN, true, true, float>(g);
     } else {
-        if (!ta && !tb) gemm_bf16_run<false, false, bf16>(g);
-        if (!ta && tb) gemm_bf16_run<false, true, bf16>(g);
-        if (ta && !tb) gemm_bf16_run<true, false, bf16>(g);
-        if (ta && tb) gemm_bf16_run<true, true, bf16>(g);
+        if (!ta && !tb) gemm_bf16_run<BN, false, false, bf16>(g);
+        if (!ta && tb) gemm_bf16_run<BN, false, true, bf16>(g);
+        if (ta && !tb) gemm_bf16_run<BN, true, false, bf16>(g);
+        if (ta && tb) gemm_bf16_run<BN, true, true, bf16>(g);
     }
 }
 
