@@ -1564,60 +1564,74 @@ EMU_INTERNAL static size_t emu_wgmma_start(uint64_t desc) {
 //   K-major (trans 0):  start + (2k / S) LBO + (i % 8) S + (i / 8) SBO + 2k % S
 //   MN-major (trans 1): start + (i % (S/2)) 2 + (i / (S/2)) LBO + (k % 8) S + (k / 8) SBO
 // then swizzled as TMA writes.
-EMU_INTERNAL static const char* emu_wgmma_address(uint64_t desc, size_t start, int trans, int i, int k) {
+EMU_BOOKKEEPING static const char* emu_wgmma_address(uint64_t desc, size_t start, int trans, int i, int k) {
     size_t lbo = (size_t)(desc >> 16 & 0x3fff) << 4, sbo = (size_t)(desc >> 32 & 0x3fff) << 4;
     int span = 256 >> (int)(desc >> 62);  // layout 1: 128B, 2: 64B, 3: 32B
     size_t a = trans == 0 ? start + (2 * k / span) * lbo + (i % 8) * span + (i / 8) * sbo + 2 * k % span
                           : start + (i % (span / 2)) * 2 + (i / (span / 2)) * lbo + (k % 8) * span + (k / 8) * sbo;
     const char* p = (const char*)emu_swizzle((uintptr_t)(emu->arena + a), span);
-    if (!emu_in_arena(p + 1)) emu_fatal("wgmma: an operand's element lies outside shared memory");
+    if (!emu_in_arena(p + 15)) emu_fatal("wgmma: an operand's element lies outside shared memory");
     return p;
 }
-EMU_INTERNAL static float emu_wgmma_element(uint64_t desc, size_t start, int trans, int i, int k) {
-    __nv_bfloat16 h;
-    memcpy(&h, emu_wgmma_address(desc, start, trans, i, k), 2);
-    return __bfloat162float(h);
+// Calls f(p, k, i) for each 16-byte chunk of an operand's rows i0 .. i0+rows-1 (m of A, n of B) by
+// the 16 k: p holds 8 elements in order, from (i, k) on along k (K-major) or along i (MN-major),
+// since the swizzles move whole chunks.
+template <typename F>
+EMU_BOOKKEEPING static void emu_wgmma_chunks(uint64_t desc, size_t start, int trans, int i0, int rows, F f) {
+    if (trans == 0) {
+        for (int i = 0; i < rows; i++)
+            for (int k = 0; k < 16; k += 8) f(emu_wgmma_address(desc, start, 0, i0 + i, k), k, i);
+    } else {
+        for (int k = 0; k < 16; k++)
+            for (int i = 0; i < rows; i += 8) f(emu_wgmma_address(desc, start, 1, i0 + i, k), k, i);
+    }
 }
 // For the race detector: the bytes warp w's part of wgmma q reads (its 16 rows of A, all of B),
 // read from its issue (retire 0), or no longer (retire 1).
 EMU_INTERNAL static void emu_wgmma_race(int w, const EmuWgmma* q, int retire) {
 #ifdef CUDA_EMU_RACE
-    size_t sa = emu_wgmma_start(q->desc_a), sb = emu_wgmma_start(q->desc_b);
-    for (int k = 0; k < 16; k++) {
-        for (int i = 0; i < 16; i++) {
-            const char* p = emu_wgmma_address(q->desc_a, sa, q->trans_a, 16 * (w % 4) + i, k);
-            if (retire) emu_race_wgmma_retire(p, 2);
-            else emu_race_wgmma_read(p, 2, q->pc);
-        }
-        for (int n = 0; n < q->n; n++) {
-            const char* p = emu_wgmma_address(q->desc_b, sb, q->trans_b, n, k);
-            if (retire) emu_race_wgmma_retire(p, 2);
-            else emu_race_wgmma_read(p, 2, q->pc);
-        }
-    }
+    auto race = [&](const char* p, int, int) {
+        if (retire) emu_race_wgmma_retire(p, 16);
+        else emu_race_wgmma_read(p, 16, q->pc);
+    };
+    emu_wgmma_chunks(q->desc_a, emu_wgmma_start(q->desc_a), q->trans_a, 16 * (w % 4), 16, race);
+    emu_wgmma_chunks(q->desc_b, emu_wgmma_start(q->desc_b), q->trans_b, 0, q->n, race);
 #endif
 }
 EMU_INTERNAL static void emu_wgmma_check_desc(uint64_t desc) {
     if ((desc >> 49 & 7) != 0) emu_fatal("wgmma: a descriptor's base offset (bits 49-51) other than 0 is not emulated");
     if ((desc >> 62) == 0) emu_fatal("wgmma: the interleaved layout (descriptor bits 62-63 = 0) is not emulated");
 }
+// D[r][n] += A[k][r] B[k][n], k = 0..15 in order for each element; N known, so that the loop over
+// n runs as vectors.
+template <int N>
+EMU_BOOKKEEPING static void emu_wgmma_sums(float (*D)[256], const float (*A)[16], const float (*B)[256]) {
+    for (int r = 0; r < 16; r++)
+        for (int k = 0; k < 16; k++) {
+            float a = A[k][r];
+            for (int n = 0; n < N; n++) D[r][n] += a * B[k][n];
+        }
+}
 // Warp w's wgmma q: its 16 rows of D (the warp's quarter of the warpgroup's 64) from A's rows and
 // all of B, D = A B (+ D), d then k = 0..15 in float32; lane 4g + q holds for columns 8j..8j+7
-// d[4j], d[4j+1] = D[g][8j+2q, +1] and d[4j+2], d[4j+3] = D[g+8][8j+2q, +1].
-EMU_INTERNAL static void emu_wgmma_compute(int w, const EmuWgmma* q) {
-    static thread_local float A[16][16], B[16][256], D[16][256];
-    size_t sa = emu_wgmma_start(q->desc_a), sb = emu_wgmma_start(q->desc_b);
-    for (int i = 0; i < 16; i++)
-        for (int k = 0; k < 16; k++) A[i][k] = emu_wgmma_element(q->desc_a, sa, q->trans_a, 16 * (w % 4) + i, k);
-    for (int k = 0; k < 16; k++)
-        for (int n = 0; n < q->n; n++) B[k][n] = emu_wgmma_element(q->desc_b, sb, q->trans_b, n, k);
+// d[4j], d[4j+1] = D[g][8j+2q, +1] and d[4j+2], d[4j+3] = D[g+8][8j+2q, +1]. Not instrumented:
+// the operands' bounds are checked above, and the sums over n run as vectors.
+EMU_BOOKKEEPING static void emu_wgmma_compute(int w, const EmuWgmma* q) {
+    static thread_local float A[16][16], B[16][256], D[16][256];  // by k: A[k][m], B[k][n]; off the fiber's small stack
+    auto chunk = [](float* out, const char* p, int stride) {
+        for (int e = 0; e < 8; e++) out[e * stride] = emu_bf16_half((uint32_t)((const uint16_t*)p)[e], 0);
+    };
+    emu_wgmma_chunks(q->desc_a, emu_wgmma_start(q->desc_a), q->trans_a, 16 * (w % 4), 16,
+                     [&](const char* p, int k, int i) { q->trans_a ? chunk(&A[k][i], p, 1) : chunk(&A[k][i], p, 16); });
+    emu_wgmma_chunks(q->desc_b, emu_wgmma_start(q->desc_b), q->trans_b, 0, q->n,
+                     [&](const char* p, int k, int i) { q->trans_b ? chunk(&B[k][i], p, 1) : chunk(&B[k][i], p, 256); });
     for (int lane = 0; lane < 32; lane++)
         for (int j = 0; j < q->n / 8; j++)
             for (int e = 0; e < 4; e++)
                 D[lane / 4 + 8 * (e / 2)][8 * j + 2 * (lane % 4) + e % 2] = q->scale_d ? q->d[lane][4 * j + e] : 0.0f;
-    for (int r = 0; r < 16; r++)
-        for (int k = 0; k < 16; k++)
-            for (int n = 0; n < q->n; n++) D[r][n] += A[r][k] * B[k][n];
+    if (q->n == 64) emu_wgmma_sums<64>(D, A, B);
+    else if (q->n == 128) emu_wgmma_sums<128>(D, A, B);
+    else emu_wgmma_sums<256>(D, A, B);
     for (int lane = 0; lane < 32; lane++)
         for (int j = 0; j < q->n / 8; j++)
             for (int e = 0; e < 4; e++) q->d[lane][4 * j + e] = D[lane / 4 + 8 * (e / 2)][8 * j + 2 * (lane % 4) + e % 2];
