@@ -708,7 +708,7 @@ EMU_INTERNAL static void emu_race(const void* p, const EmuAccess* first, bool fi
     if (why != NULL)
         fprintf(stderr, "  %s\n", why);
     else if (first->kind & EMU_PENDING && first->kind & EMU_TMA)
-        fprintf(stderr, "  before the mbarrier phase that counts the copy's bytes completed, and was seen to\n");
+        fprintf(stderr, "  before this thread saw the mbarrier phase that counts the copy's bytes complete\n");
     else if (first->kind & EMU_PENDING && first->kind & EMU_WGMMA)
         fprintf(stderr, "  before the wgmma_wait that retires the wgmma (and an mbarrier or __syncthreads after it)\n");
     else if (first->kind & EMU_PENDING)
