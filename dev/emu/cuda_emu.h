@@ -1366,6 +1366,7 @@ struct EmuTma {
 // A wgmma in flight (per warp): what its lanes gave, computed when a wait retires it.
 struct EmuWgmma {
     uint64_t desc_a, desc_b;
+    size_t start_a, start_b;        // the arena offsets their start addresses stand for (emu_wgmma_start)
     int n, trans_a, trans_b, scale_d, group;
     float* d[32];                   // each lane's accumulators
     const void* pc;                 // where the kernel issued it, for the race detector
@@ -1594,8 +1595,8 @@ EMU_INTERNAL static void emu_wgmma_race(int w, const EmuWgmma* q, int retire) {
         if (retire) emu_race_wgmma_retire(p, 16);
         else emu_race_wgmma_read(p, 16, q->pc);
     };
-    emu_wgmma_chunks(q->desc_a, emu_wgmma_start(q->desc_a), q->trans_a, 16 * (w % 4), 16, race);
-    emu_wgmma_chunks(q->desc_b, emu_wgmma_start(q->desc_b), q->trans_b, 0, q->n, race);
+    emu_wgmma_chunks(q->desc_a, q->start_a, q->trans_a, 16 * (w % 4), 16, race);
+    emu_wgmma_chunks(q->desc_b, q->start_b, q->trans_b, 0, q->n, race);
 #endif
 }
 EMU_INTERNAL static void emu_wgmma_check_desc(uint64_t desc) {
@@ -1621,9 +1622,9 @@ EMU_BOOKKEEPING static void emu_wgmma_compute(int w, const EmuWgmma* q) {
     auto chunk = [](float* out, const char* p, int stride) {
         for (int e = 0; e < 8; e++) out[e * stride] = emu_bf16_half((uint32_t)((const uint16_t*)p)[e], 0);
     };
-    emu_wgmma_chunks(q->desc_a, emu_wgmma_start(q->desc_a), q->trans_a, 16 * (w % 4), 16,
+    emu_wgmma_chunks(q->desc_a, q->start_a, q->trans_a, 16 * (w % 4), 16,
                      [&](const char* p, int k, int i) { q->trans_a ? chunk(&A[k][i], p, 1) : chunk(&A[k][i], p, 16); });
-    emu_wgmma_chunks(q->desc_b, emu_wgmma_start(q->desc_b), q->trans_b, 0, q->n,
+    emu_wgmma_chunks(q->desc_b, q->start_b, q->trans_b, 0, q->n,
                      [&](const char* p, int k, int i) { q->trans_b ? chunk(&B[k][i], p, 1) : chunk(&B[k][i], p, 256); });
     for (int lane = 0; lane < 32; lane++)
         for (int j = 0; j < q->n / 8; j++)
@@ -1717,6 +1718,7 @@ EMU_INSTRUCTION static void wgmma_bf16(float* d, uint64_t desc_a, uint64_t desc_
         }
         emu_wgmma_check_desc(desc_a);
         emu_wgmma_check_desc(desc_b);
+        q->start_a = emu_wgmma_start(desc_a), q->start_b = emu_wgmma_start(desc_b);
         emu_wgmma_race(w, q, 0);
         if (emu_cfg.async == EMU_AT_ISSUE) emu_wgmma_compute_first(w, emu->nwgmma[w]);
         else emu_wgmma_maybe(w);

@@ -40,6 +40,9 @@ static int ceil_div(size_t n, int d) { return (int)((n + d - 1) / d); }
 
 static int aligned16(const void* p) { return ((uintptr_t)p % 16) == 0; }
 
+// The shared-memory address of p, as the PTX instructions on shared memory take it.
+__device__ __forceinline__ uint32_t smem_address(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
 // ---------- reductions ----------
 
 // Sums over the 32 lanes of a warp; every lane gets the result (butterfly, fixed order).

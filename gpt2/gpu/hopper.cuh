@@ -21,9 +21,6 @@
 // the address's bits (bits 4-6 XOR bits 7-9); tiles start 1024-byte aligned.
 enum { WGMMA_SWIZZLE_128B = 1, WGMMA_SWIZZLE_64B = 2, WGMMA_SWIZZLE_32B = 3 };  // descriptor's layout codes
 
-// The shared-memory address of p, as the instructions take it.
-__device__ __forceinline__ uint32_t smem_address(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
-
 // A wgmma operand's matrix descriptor (PTX ISA, "Matrix Descriptor Format"): the start address,
 // the leading and stride byte offsets, all in 16-byte units, and the swizzle.
 //   K-major (rows of k):  sbo = bytes from one 8-row group to the next; lbo unused (1)

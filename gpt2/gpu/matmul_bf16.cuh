@@ -40,23 +40,20 @@ __device__ __forceinline__ void mma_bf16_16816(float* d, const uint32_t* a, cons
 // Four 8x8 bf16 matrices from shared memory: lanes 8i..8i+7 give the addresses of matrix i's rows
 // (16 bytes, aligned); r[i] gets row lane/4, columns 2(lane%4), +1. .trans: the transposes.
 __device__ __forceinline__ void ldmatrix_x4(uint32_t* r, const void* row) {
-    uint32_t addr = (uint32_t)__cvta_generic_to_shared(row);
     TENSOR_CORE_PTX("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_address(row)) : "memory");
 }
 __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t* r, const void* row) {
-    uint32_t addr = (uint32_t)__cvta_generic_to_shared(row);
     TENSOR_CORE_PTX("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_address(row)) : "memory");
 }
 
 // 16 bytes from global to shared memory, in the background, not through registers; src_bytes = 0
 // writes zeros (past a matrix's edge). Copies since the last commit form a group; wait<N> leaves
 // at most the N newest in flight. Other threads see the data after the wait and a __syncthreads.
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src_bytes) {
-    uint32_t addr = (uint32_t)__cvta_generic_to_shared(smem);
     TENSOR_CORE_PTX("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
-                 :: "r"(addr), "l"(gmem), "r"(src_bytes) : "memory");
+                 :: "r"(smem_address(smem)), "l"(gmem), "r"(src_bytes) : "memory");
 }
 __device__ __forceinline__ void cp_async_commit(void) { TENSOR_CORE_PTX("cp.async.commit_group;\n" ::: "memory"); }
 template <int N>
