@@ -25,40 +25,36 @@
 // ---------- the batch and the loss ----------
 
 // The batch's tokens (host arrays (B, T)) to the GPU, into the current slot, for a forward pass
-// of B x T. Only the first pipeline stage, which runs the encoder, reads them.
+// of B x T. Only the first pipeline stage, which runs the encoder, reads them. Queued: an
+// asynchronous copy from pageable memory takes the bytes before it returns, and waits for nothing.
 static void gpt2_inputs_to_gpu(GPT2* model, const int* inputs, int B, int T) {
     model->last_B = B;
     model->last_T = T;
     if (!model->shard.embed) return;
-    cuda_check(cudaMemcpy(gpt2_slot_inputs(model), inputs, (size_t)B * T * sizeof(int), cudaMemcpyHostToDevice));
+    cuda_check(cudaMemcpyAsync(gpt2_slot_inputs(model), inputs, (size_t)B * T * sizeof(int), cudaMemcpyHostToDevice));
 }
 
-// The end of a forward pass with targets (NULL: none, mean_loss -1): the fused classifier's
-// per-position losses, and the gradient of their mean with respect to the logits in dlogits,
-// ready for the backward pass; the mean loss summed on the host in double (both precisions).
-// Both paths pass dlogits = logits: each slot's logits become their own gradient, which its
-// backward pass reads (GPipe runs every forward pass of a step before the backward passes).
+// The end of a forward pass with targets (NULL: none): the fused classifier's per-position
+// losses, and the gradient of their mean with respect to the logits in dlogits, ready for the
+// backward pass; their mean (in double) stays on the GPU, added to the step's loss there
+// (gpt2/gpu/optimizer.cuh), so that the host need not wait. Both paths pass dlogits = logits: each
+// slot's logits become their own gradient, which its backward pass reads (GPipe runs every
+// forward pass of a step before the backward passes).
 template <typename floatX>
 static void gpt2_loss_gpu(GPT2* model, floatX* dlogits, float* losses, const floatX* logits, const int* targets) {
     GPT2Config c = model->config;
     int B = model->last_B, T = model->last_T;
-    size_t BT = (size_t)B * T;
-    model->mean_loss = -1.0f;
     if (targets == NULL) return;
     int* slot_targets = gpt2_slot_targets(model);
-    cuda_check(cudaMemcpy(slot_targets, targets, BT * sizeof(int), cudaMemcpyHostToDevice));
+    cuda_check(cudaMemcpyAsync(slot_targets, targets, (size_t)B * T * sizeof(int), cudaMemcpyHostToDevice));
     fused_classifier_gpu(dlogits, losses, logits, slot_targets, B, T, c.vocab_size, c.padded_vocab_size);
-    static float* host_losses = NULL;  // the losses' host copy, as large as the largest batch
-    static size_t host_capacity = 0;
-    if (BT > host_capacity) {
-        free(host_losses);
-        host_losses = (float*)malloc_check(BT * sizeof(float));
-        host_capacity = BT;
-    }
-    cuda_check(cudaMemcpy(host_losses, losses, BT * sizeof(float), cudaMemcpyDeviceToHost));
-    double sum = 0.0;
-    for (size_t i = 0; i < BT; i++) sum += host_losses[i];
-    model->mean_loss = (float)(sum / (double)BT);
+    mean_loss_gpu(model, losses, B * T, model->shard.tp_rank == 0);  // counted once per -tp group
+}
+
+// The last forward pass's mean loss on the host (a wait for the GPU), as stage_loss counts it.
+static double stage_loss_gpu(GPT2* model) {
+    if (model->shard.head) model->mean_loss = step_scalars_to_host(model).last_loss;
+    return stage_loss(model);
 }
 
 // ---------- the forward pass, in both precisions ----------
@@ -235,22 +231,29 @@ void gpt2_update_gpu(GPT2BF16* m, float lr, float beta1, float beta2, float eps,
     adamw_update_gpu(&m->base, master, m->params16, lr, beta1, beta2, eps, weight_decay, t);
 }
 
-// The gradients zeroed for a fresh step.
+// The gradients zeroed for a fresh step, and the step's loss.
 void gpt2_zero_grad_gpu(GPT2* model) {
-    cuda_check(cudaMemset(model->grads_memory, 0, model->num_padded * sizeof(float)));
+    cuda_check(cudaMemsetAsync(model->grads_memory, 0, model->num_padded * sizeof(float)));
+    step_scalars_reset_gpu(model);
 }
 
-// The global L2 norm of the gradients times grad_scale (gpt2/train_parallel.h: the ranges this
-// process counts), returned, and the gradients scaled by grad_scale and clipped to max_norm, as
-// PyTorch's clip_grad_norm_.
-float gpt2_clip_gradients_gpu(GPT2* model, float grad_scale, float max_norm) {
+// As train_cpu.c's gpt2_grad_norm, queued on the GPU: the global L2 norm of the gradients
+// (gpt2/train_parallel.h: the ranges this process counts) times 1/parts, the factor AdamW
+// multiplies them by (1/parts, clipped to max_norm as PyTorch's clip_grad_norm_), and the mean of
+// the step's losses over its parts; step_scalars_to_host reads them once the step has run. Under
+// MPI the sums run over the processes, on the host.
+void gpt2_grad_norm_gpu(GPT2* model, int parts, float max_norm) {
     size_t offset[NUM_PARAMETER_TENSORS], count[NUM_PARAMETER_TENSORS];
     int n = grad_norm_ranges(model, offset, count);
-    double squares = 0.0;
-    for (int r = 0; r < n; r++) squares += sum_of_squares_gpu(model->grads_memory + offset[r], count[r]);
-    float norm = grad_norm_of(squares, grad_scale), factor = clip_factor(norm, grad_scale, max_norm);
-    if (factor != 1.0f) scale_gpu(model->grads_memory + model->opt_offset, model->opt_count, factor);
-    return norm;
+    float grad_scale = 1.0f / (float)parts;
+    step_scalars_of_gpu(model, model->grads_memory, offset, count, n, grad_scale, max_norm, parts);
+    if (!procs.mpi) return;
+    StepScalars s = step_scalars_to_host(model);
+    s.loss = (float)(parallel_group_sum(GROUP_WORLD, s.loss_sum) / parts);
+    s.norm = grad_norm_of(s.squares[NORM_RANGES], grad_scale);
+    s.grad_factor = clip_factor(s.norm, grad_scale, max_norm);
+    s.finite = isfinite(s.loss) && isfinite(s.norm);
+    step_scalars_to_gpu(model, &s);
 }
 
 // ZeRO-1, after each replica updated its part: every part to every replica.
@@ -357,7 +360,7 @@ static void validate(Run* run, Model* m, int step) {
         pipe_exchange_gpu(m, pipe_input(model, 0), run->val.B, run->val.T);
         gpt2_forward_gpu(m, run->val.inputs, run->val.targets, run->val.B, run->val.T);
         pipe_exchange_gpu(m, pipe_output(model, 0), run->val.B, run->val.T);
-        sum += stage_loss(model);
+        sum += stage_loss_gpu(model);
     }
     run_val_report(run, step, sum, passes);
 }
@@ -426,8 +429,8 @@ static void sample(Run* run, Model* m, int step) {
 // ---------- the training loop ----------
 
 // Trains a model built on the GPU from the run's host model (or this process's part of it) to
-// -x steps; the same loop as train_cpu.c's main, with the GPU's queue waited on where it is
-// timed.
+// -x steps; the same loop as train_cpu.c's main, with the GPU's queue waited on once a step, at
+// its end (and around the collectives under MPI): the loss, the norm and the clip stay on the GPU.
 template <typename Model>
 static void train(Run* run, Model* m, double peak) {
     GPT2* model = gpt2_of(m);
@@ -444,7 +447,6 @@ static void train(Run* run, Model* m, double peak) {
         parallel_step_begin();
         gpt2_zero_grad_gpu(model);
         comm_time_discard();  // validation's and the samples' collectives are not this step's
-        double loss_sum = 0.0;
         for (int i = 0; i < num_ops; i++) {
             PipeOp op = ops[i];
             if (op.action != PIPE_EXCHANGE) model->slot = op.slot;
@@ -452,8 +454,7 @@ static void train(Run* run, Model* m, double peak) {
                 pipe_exchange_gpu(m, op, B, T);
             } else if (op.action == PIPE_FORWARD) {
                 dataloader_next_batch(&run->train);
-                gpt2_forward_gpu(m, run->train.inputs, run->train.targets, B, T);
-                loss_sum += stage_loss(model);
+                gpt2_forward_gpu(m, run->train.inputs, run->train.targets, B, T);  // its loss added on the GPU
             } else {
                 gpt2_backward_gpu(m);
             }
@@ -462,18 +463,17 @@ static void train(Run* run, Model* m, double peak) {
             synchronize_comm_gpu();  // the backward is queued: time only the sums
             double t1 = now_seconds();
             nccl_sum_gradients(model);
-            loss_sum = parallel_group_sum(GROUP_WORLD, loss_sum);
             synchronize_comm_gpu();
             run->reduce_time = now_seconds() - t1;
         }
-        int parts = run->micro_steps * split.dp;
-        run->loss = (float)(loss_sum / parts);
-        float norm = gpt2_clip_gradients_gpu(model, 1.0f / (float)parts, 1.0f);
-        check_step_finite(step, run->loss, norm);
-        gpt2_update_gpu(m, lr, ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, cfg->weight_decay, step);
+        gpt2_grad_norm_gpu(model, run->micro_steps * split.dp, 1.0f);  // and the loss, on the GPU
+        gpt2_update_gpu(m, lr, ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, cfg->weight_decay, step);  // if both finite
         gather_params_gpu(m);
         synchronize_comm_gpu();  // the step is queued: wait, then time it
-        run_print_step(run, model, step, norm, lr, now_seconds() - t0, peak);
+        StepScalars s = step_scalars_to_host(model);
+        run->loss = s.loss;
+        check_step_finite(step, s.loss, s.norm);  // the update was skipped: stop
+        run_print_step(run, model, step, s.norm, lr, now_seconds() - t0, peak);
         if (step == run->start_step + 1) run_print_parts(model);
         int due = run_due(run, step);
         if (due & RUN_VALIDATE) validate(run, m, step);

@@ -331,6 +331,7 @@ typedef struct {
     int* inputs;               // (B, T) of the last forward pass
     int* targets;              // (B, T), when the last forward pass had targets
     float mean_loss;           // of the last forward pass; -1 when it had no targets
+    struct StepScalars* step_gpu;  // (GPU) the step's losses and gradient norm, on the device
     // split over processes (doc/parallel.md; alone: shard_whole, no padding, one slot)
     Shard shard;               // the part held here; the sizes above are its
     size_t num_padded;         // floats of params and grads: rounded up to whole ZeRO-1 parts

@@ -13,7 +13,8 @@
 #   2. a kernel that faults (CUDA_EMU_FAULT=NAME makes the emulator report an illegal address
 #      asynchronously, as a GPU does): the run stops with one line naming the CUDA error and the
 #      call that saw it; with GPU_DEBUG=1 the line names the kernel;
-#   3. precision: bf16 by default on the emulated H100; a bad -p (to train_gpu and to train_cpu)
+#   3. divergence (a learning rate of 1e30) stops the run with one line at step 2, in fp32 and bf16;
+#      precision: bf16 by default on the emulated H100; a bad -p (to train_gpu and to train_cpu)
 #      and a head size flash attention is not built for are one-line errors (-p fp32 trains that
 #      model);
 #   4. schedules and races: a short run with validation and a sample, in fp32 and bf16, with the
@@ -116,6 +117,14 @@ expect fault-debug "kernel layernorm_forward_kernel (gpt2/gpu/layernorm.cuh:" CU
 expect fault-debug-adamw "kernel adamw_kernel (gpt2/gpu/optimizer.cuh:" CUDA_EMU_FAULT=adamw_kernel GPU_DEBUG=1
 expect fault-debug-wgmma "kernel gemm_bf16_wgmma_kernel (gpt2/gpu/matmul_wgmma.cuh:" CUDA_EMU_FAULT=gemm_bf16_wgmma_kernel GPU_DEBUG=1
 expect fault-debug-flash "kernel flash_attention_backward_dq_mma_kernel (gpt2/gpu/flash_attention_mma.cuh:" CUDA_EMU_FAULT=flash_attention_backward_dq_mma_kernel GPU_DEBUG=1
+
+echo "--- divergence"
+# a learning rate of 1e30 makes step 2's loss NaN: the loss, the norm and the clip stay on the GPU
+# during a step, and AdamW skips the update there; the run stops with one line, no NaN printed
+for p in fp32 bf16; do
+  expect_run diverges-$p "training diverged at step 2 " build/emu/train_gpu "${tiny[@]}" -p $p -x 4 -l 1e30
+  grep -qi nan "$dir/diverges-$p.out" && { echo "FAIL diverges-$p: a NaN printed as progress"; status=1; }
+done
 
 echo "--- precision"
 expect_run bad-precision "-p expects fp32 or bf16, got fp16" build/emu/train_gpu "${tiny[@]}" -p fp16

@@ -93,6 +93,13 @@ static int compare_scalar(const char* what, double gpu, double ref, double atol,
     return compare_host(what, &g, &r, 1, (float)atol, (float)rtol, NULL);
 }
 
+// A property that must hold, one line like the comparisons'.
+static int check_flag(const char* what, bool ok) {
+    printf("  %s %s\n", ok ? "ok  " : "FAIL", what);
+    if (!ok) failures++;
+    return ok;
+}
+
 // ---------- bf16 ----------
 
 static float max_abs(const float* x, size_t n) {

@@ -406,11 +406,14 @@ static void check_classifier(int B, int T, int V, int Vp, int bench) {
     cuda_check(cudaFree(d_dlogits));
 }
 
-// The global norm and clipping after a scale (the 1/parts of gradient accumulation), as the
-// trainers' loops run them: train_gpu.cu's gpt2_clip_gradients_gpu (the norm, the gradients
-// scaled in place) against train_cpu.c's gpt2_grad_norm and clip_factor, on a model of one tensor.
-static void check_clip(size_t n, float grad_scale, float max_norm, int bench) {
-    printf("clip n=%zu grad_scale=%g max_norm=%g\n", n, grad_scale, max_norm);
+// The global norm and the clip factor after a scale (1/parts: gradient accumulation), as the
+// trainers' loops compute them: train_gpu.cu's gpt2_grad_norm_gpu (on the GPU, into the step's
+// scalars) against train_cpu.c's gpt2_grad_norm and clip_factor, on a model of one tensor whose
+// gradients start `offset` floats past a 16-byte boundary (the norm's vector loads then start
+// later); a non-finite gradient must clear `finite`, which stops AdamW.
+static void check_clip(size_t n, size_t offset, int parts, float max_norm, int bench) {
+    printf("clip n=%zu offset=%zu parts=%d max_norm=%g\n", n, offset, parts, max_norm);
+    float grad_scale = 1.0f / (float)parts;
     float* grads = host_random(n, -0.01f, 0.01f);
     GPT2 cpu, gpu;
     memset(&cpu, 0, sizeof(cpu));
@@ -418,18 +421,27 @@ static void check_clip(size_t n, float grad_scale, float max_norm, int bench) {
     cpu.shard.tp = cpu.shard.embed = cpu.shard.head = 1;
     cpu.grads_memory = grads;
     gpu = cpu;
-    gpu.grads_memory = to_device(grads, n);
+    float* d_grads = device_poisoned(n + offset);
+    gpu.grads_memory = d_grads + offset;
+    cuda_check(cudaMemcpy(gpu.grads_memory, grads, n * sizeof(float), cudaMemcpyHostToDevice));
     float norm = gpt2_grad_norm(&cpu, grad_scale), factor = clip_factor(norm, grad_scale, max_norm);
-    for (size_t i = 0; i < n; i++) grads[i] *= factor;  // what gpt2_update multiplies them by
-    float d_norm = gpt2_clip_gradients_gpu(&gpu, grad_scale, max_norm);
-    compare_scalar("clip_gradients norm", d_norm, norm, 0.0, 1e-6);
-    compare("clip_gradients grads", gpu.grads_memory, grads, n, 0.0f, 1e-6f);
+    gpt2_grad_norm_gpu(&gpu, parts, max_norm);
+    StepScalars s = step_scalars_to_host(&gpu);
+    compare_scalar("grad_norm norm", s.norm, norm, 0.0, 1e-6);
+    compare_scalar("grad_norm clip factor", s.grad_factor, factor, 0.0, 1e-6);
+    check_flag("grad_norm finite", s.finite == 1);
+    float inf = INFINITY;
+    cuda_check(cudaMemcpy(gpu.grads_memory + n / 2, &inf, sizeof(float), cudaMemcpyHostToDevice));
+    gpt2_grad_norm_gpu(&gpu, parts, max_norm);
+    check_flag("grad_norm not finite with an infinite gradient", step_scalars_to_host(&gpu).finite == 0);
     if (bench) {
-        time_both("global norm", [&] { gpt2_clip_gradients_gpu(&gpu, 1.0f, 1e30f); },
+        cuda_check(cudaMemcpy(gpu.grads_memory, grads, n * sizeof(float), cudaMemcpyHostToDevice));
+        time_both("global norm", [&] { gpt2_grad_norm_gpu(&gpu, 1, 1.0f); },
                   [&] { gpt2_grad_norm(&cpu, 1.0f); }, 0, 1.0 * n * 4);
     }
     free(grads);
-    cuda_check(cudaFree(gpu.grads_memory));
+    cuda_check(cudaFree(d_grads));
+    cuda_check(cudaFree(gpu.step_gpu));
 }
 
 // A small model shape for the optimizer and whole-model checks: V=1000 < Vp=1024 keeps padding.
@@ -455,18 +467,34 @@ static void adamw_state_to_gpu(GPT2* gpu, const GPT2* cpu) {
     cuda_check(cudaMemcpy(gpu->v_memory, cpu->v_memory, bytes, cudaMemcpyHostToDevice));
 }
 
-// AdamW against gpt2_update, with weight decay, so that the decay grouping is checked too.
+// The step's scalars AdamW reads (gpt2/gpu/optimizer.cuh), set from the host: its clip factor
+// and whether to update at all.
+static void set_step_scalars(GPT2* gpu, float grad_factor, int finite) {
+    StepScalars s = step_scalars_to_host(gpu);
+    s.grad_factor = grad_factor;
+    s.finite = finite;
+    step_scalars_to_gpu(gpu, &s);
+}
+
+// AdamW against gpt2_update, with weight decay, so that the decay grouping is checked too, and
+// a clip factor; then a step whose loss or norm was not finite, which must change nothing.
 static void check_adamw(GPT2Config config, int bench) {
     GPT2 cpu, gpu;
     adamw_case(&cpu, config, "adamw");
     size_t n = cpu.num_parameters;
     gpt2_build_gpu(&gpu, &cpu, 1, 1);
     adamw_state_to_gpu(&gpu, &cpu);
-    gpt2_update(&cpu, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, 1.0f);
+    gpt2_update(&cpu, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, 0.37f);
+    set_step_scalars(&gpu, 0.37f, 1);
     gpt2_update_gpu(&gpu, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3);
     compare("adamw params", gpu.params_memory, cpu.params_memory, n, 1e-7f, 1e-6f);
     compare("adamw m", gpu.m_memory, cpu.m_memory, n, 1e-9f, 1e-6f);
     compare("adamw v", gpu.v_memory, cpu.v_memory, n, 1e-12f, 1e-6f);
+    set_step_scalars(&gpu, 1.0f, 0);
+    gpt2_update_gpu(&gpu, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 4);
+    compare("adamw skipped: params", gpu.params_memory, cpu.params_memory, n, 1e-7f, 1e-6f);
+    compare("adamw skipped: m", gpu.m_memory, cpu.m_memory, n, 1e-9f, 1e-6f);
+    set_step_scalars(&gpu, 1.0f, 1);
     if (bench) {
         time_both("adamw", [&] { gpt2_update_gpu(&gpu, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3); },
                   [&] { gpt2_update(&cpu, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, 1.0f); }, 0, 7.0 * n * 4);
@@ -535,7 +563,7 @@ static void check_model(GPT2Config config, int B, int T, int steps) {
     compare("model logits", gpu.acts.logits, cpu.acts.logits, BT * config.padded_vocab_size, 1e-4f, 1e-4f);
     gpt2_forward(&cpu, inputs, targets, B, T);
     gpt2_forward_gpu(&gpu, inputs, targets, B, T);
-    compare_scalar("model loss", gpu.mean_loss, cpu.mean_loss, 0.0, 1e-5);
+    compare_scalar("model loss", stage_loss_gpu(&gpu), cpu.mean_loss, 0.0, 1e-5);
     gpt2_zero_grad(&cpu);
     gpt2_backward(&cpu, 1);
     gpt2_zero_grad_gpu(&gpu);
@@ -552,12 +580,14 @@ static void check_model(GPT2Config config, int B, int T, int steps) {
             gpt2_backward_gpu(&gpu);
         }
         float norm = gpt2_grad_norm(&cpu, 1.0f);
-        float d_norm = gpt2_clip_gradients_gpu(&gpu, 1.0f, 1.0f);
+        gpt2_grad_norm_gpu(&gpu, 1, 1.0f);
         gpt2_update(&cpu, MODEL_STEPS_LR, 0.9f, 0.95f, 1e-8f, 0.1f, step, clip_factor(norm, 1.0f, 1.0f));
         gpt2_update_gpu(&gpu, MODEL_STEPS_LR, 0.9f, 0.95f, 1e-8f, 0.1f, step);
+        StepScalars s = step_scalars_to_host(&gpu);
+        float d_norm = s.norm;
         char what[64];
         snprintf(what, sizeof(what), "step %d loss %.6f", step, cpu.mean_loss);
-        compare_scalar(what, gpu.mean_loss, cpu.mean_loss, 0.0, 1e-4);
+        compare_scalar(what, s.last_loss, cpu.mean_loss, 0.0, 1e-4);
         snprintf(what, sizeof(what), "step %d grad norm %.6f", step, norm);
         compare_scalar(what, d_norm, norm, 0.0, 1e-3);
     }
@@ -1100,7 +1130,7 @@ static void check_model_bf16(GPT2Config config, int B, int T) {
     gpt2_build_bf16(&gpu, &cpu, B, T);
     gpt2_forward(&cpu, inputs, targets, B, T);
     gpt2_forward_gpu(&gpu, inputs, targets, B, T);
-    compare_scalar("model bf16 loss", gpu.base.mean_loss, cpu.mean_loss, 0.0, 1e-3);
+    compare_scalar("model bf16 loss", stage_loss_gpu(&gpu.base), cpu.mean_loss, 0.0, 1e-3);
     gpt2_zero_grad(&cpu);
     gpt2_backward(&cpu, 1);
     gpt2_zero_grad_gpu(&gpu.base);
@@ -1680,8 +1710,8 @@ static void roofline_fp32(GPT2Config c, int B, int T, const int* inputs, const i
             layernorm_backward_gpu(dx, g0.ln1w, g0.ln1b, da0.ln1, x, w0.ln1w, a0.ln1_mean, a0.ln1_rstd, B, T, C);
             break;
         case OP_ENCODER_BWD: encoder_backward_gpu(g.wte, g.wpe, da.encoded, tokens, B, T, C); break;
-        case OP_GRAD_NORM: sum_of_squares_gpu(m.grads_memory, m.num_parameters); break;
-        case OP_CLIP: scale_gpu(m.grads_memory, m.num_parameters, 1.0f); break;
+        case OP_MEAN_LOSS: mean_loss_gpu(&m, a.losses, B * T, 1); break;
+        case OP_GRAD_NORM: gpt2_grad_norm_gpu(&m, 1, 1.0f); break;
         case OP_ADAMW: gpt2_update_gpu(&m, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1); break;
         default: fail("roofline: float32 has no row %d", (int)op);
         }
@@ -1690,7 +1720,7 @@ static void roofline_fp32(GPT2Config c, int B, int T, const int* inputs, const i
         gpt2_zero_grad_gpu(&m);
         gpt2_forward_gpu(&m, inputs, targets, B, T);
         gpt2_backward_gpu(&m);
-        gpt2_clip_gradients_gpu(&m, 1.0f, 1.0f);
+        gpt2_grad_norm_gpu(&m, 1, 1.0f);
         gpt2_update_gpu(&m, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1);
     });
     gpt2_free_gpu(&m);
@@ -1766,8 +1796,8 @@ static void roofline_bf16(GPT2Config c, int B, int T, const int* inputs, const i
             layernorm_backward_gpu(da.residual3, g0.ln1w, g0.ln1b, da.ln1, x, w0.ln1w, a.ln1_mean, a.ln1_rstd, B, T, C);
             break;
         case OP_ENCODER_BWD: encoder_backward_gpu(g.wte, g.wpe, (const bf16*)da.encoded, tokens, B, T, C); break;
-        case OP_GRAD_NORM: sum_of_squares_gpu(base->grads_memory, base->num_parameters); break;
-        case OP_CLIP: scale_gpu(base->grads_memory, base->num_parameters, 1.0f); break;
+        case OP_MEAN_LOSS: mean_loss_gpu(base, a.losses, B * T, 1); break;
+        case OP_GRAD_NORM: gpt2_grad_norm_gpu(base, 1, 1.0f); break;
         case OP_ADAMW: gpt2_update_gpu(&m, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1); break;
         default: fail("roofline: bf16 has no row %d", (int)op);
         }
@@ -1776,7 +1806,7 @@ static void roofline_bf16(GPT2Config c, int B, int T, const int* inputs, const i
         gpt2_zero_grad_gpu(base);
         gpt2_forward_gpu(&m, inputs, targets, B, T);
         gpt2_backward_gpu(&m);
-        gpt2_clip_gradients_gpu(base, 1.0f, 1.0f);
+        gpt2_grad_norm_gpu(base, 1, 1.0f);
         gpt2_update_gpu(&m, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1);
     });
     gpt2_free_bf16(&m);
@@ -1990,11 +2020,11 @@ int main(int argc, char** argv) {
         if (!quick) check_classifier(B, T, V, Vp, bench);
     }
     if (wanted(argc, argv, "clip")) {
-        check_clip(100003, 1.0f, 1.0f, 0);    // norm ~1.8: clipped
-        check_clip(100003, 1.0f, 10.0f, 0);   // not clipped
-        check_clip(100003, 0.25f, 1.0f, 0);   // the mean of 4 parts, norm ~0.46: scaled, not clipped
-        check_clip(100003, 0.75f, 1.0f, 0);   // norm ~1.4: scaled and clipped
-        if (!quick) check_clip(124475904, 1.0f, 1.0f, bench);
+        check_clip(100003, 0, 1, 1.0f, 0);    // norm ~1.8: clipped
+        check_clip(100003, 1, 1, 10.0f, 0);   // not clipped; the vector loads start 3 floats in
+        check_clip(100003, 2, 4, 1.0f, 0);    // the mean of 4 parts, norm ~0.46: scaled, not clipped
+        check_clip(5, 3, 1, 1.0f, 0);         // fewer floats than a 16-byte boundary is away
+        if (!quick) check_clip(124475904, 0, 1, 1.0f, bench);
     }
     if (wanted(argc, argv, "adamw")) {
         check_adamw(tiny_config(), 0);

@@ -60,9 +60,9 @@ static inline RooflinePeaks roofline_h100(void) {
 typedef enum {
     OP_ZERO_GRADS, OP_ENCODER_FWD, OP_LN1_FWD, OP_QKV_FWD, OP_ATTENTION_FWD, OP_ATTPROJ_FWD,
     OP_RESIDUAL2_FWD, OP_LN2_FWD, OP_FC_FWD, OP_GELU_FWD, OP_FCPROJ_FWD, OP_RESIDUAL3_FWD, OP_LNF_FWD,
-    OP_LOGITS_FWD, OP_CLASSIFIER, OP_ZERO_ACT_GRADS, OP_LOGITS_BWD, OP_LNF_BWD, OP_RESIDUAL3_BWD,
+    OP_LOGITS_FWD, OP_CLASSIFIER, OP_MEAN_LOSS, OP_ZERO_ACT_GRADS, OP_LOGITS_BWD, OP_LNF_BWD, OP_RESIDUAL3_BWD,
     OP_FCPROJ_BWD, OP_GELU_BWD, OP_FC_BWD, OP_LN2_BWD, OP_RESIDUAL2_BWD, OP_ATTPROJ_BWD,
-    OP_ATTENTION_BWD, OP_QKV_BWD, OP_LN1_BWD, OP_ENCODER_BWD, OP_GRAD_NORM, OP_CLIP, OP_ADAMW,
+    OP_ATTENTION_BWD, OP_QKV_BWD, OP_LN1_BWD, OP_ENCODER_BWD, OP_GRAD_NORM, OP_ADAMW,
     NUM_ROOFLINE_OPS
 } RooflineOp;
 
@@ -97,7 +97,7 @@ typedef struct {
 #define ROOFLINE_OPS_GELU_FWD 9        // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), tanh as 1
 #define ROOFLINE_OPS_GELU_BWD 20       // gelu_grad (tanh as 1), then dinp += dout * it
 #define ROOFLINE_OPS_CLASSIFIER 9      // per real logit: max 1; sum of exp 3; gradient 5 (exp as 1)
-#define ROOFLINE_OPS_ADAMW 16          // per parameter: m 4, v 5, the step 7 (sqrt as 1)
+#define ROOFLINE_OPS_ADAMW 17          // per parameter: the clip factor 1, m 4, v 5, the step 7 (sqrt as 1)
 
 static inline void roofline_add(Roofline* r, RooflineOp op, const char* what, const char* launcher, int count,
                                 double flops, double bytes, RooflineUnit unit, int product) {
@@ -215,6 +215,8 @@ static inline void roofline_build(Roofline* r, GPT2Config c, int B, int T, int b
     // softmax, loss and the loss's gradient, written over the logits (Vp columns, the padding 0)
     roofline_add(r, OP_CLASSIFIER, "fused classifier (softmax, loss, dlogits)", "fused_classifier_gpu", 1,
                  ROOFLINE_OPS_CLASSIFIER * N * V, 2 * N * Vp * a + N * 4 + N * 4, ON_CUDA_CORES, 0);
+    // the losses' mean, kept on the GPU for the step's loss (read once, from L2 as often as not)
+    roofline_add(r, OP_MEAN_LOSS, "mean loss (stays on the GPU)", "mean_loss_gpu", 1, N, N * 4, ON_CUDA_CORES, 0);
     // ---- backward
     double ln_bwd_bytes = 2 * NC * a + 2 * NC * a + C * 4 + stats + 2 * 2 * C * 4;
     if (!bf16) {
@@ -274,13 +276,13 @@ static inline void roofline_build(Roofline* r, GPT2Config c, int B, int T, int b
     roofline_add(r, OP_ENCODER_BWD, "encoder backward (dwte, dwpe)", "encoder_backward_gpu", 1, 2 * NC,
                  NC * a + N * 4 + 2 * (double)T * C * 4 + 2 * NC * 4, ON_CUDA_CORES, 0);
     // ---- the step's end
-    roofline_add(r, OP_GRAD_NORM, "gradient norm (sum of squares)", "sum_of_squares_gpu", 1, 2 * P, P * 4,
-                 ON_CUDA_CORES, 0);
-    roofline_add(r, OP_CLIP, "clip: scale the gradients (when the norm > 1)", "scale_gpu", 1, P, 2 * P * 4,
+    // the norm and the clip factor stay on the GPU: AdamW multiplies each gradient by the factor
+    // as it reads it, so clipping costs no pass of its own
+    roofline_add(r, OP_GRAD_NORM, "gradient norm and clip factor", "gpt2_grad_norm_gpu", 1, 2 * P, P * 4,
                  ON_CUDA_CORES, 0);
     // AdamW reads the float32 parameters, gradients, m and v and writes the parameters, m and v;
     // the bf16 path also writes the bf16 copy of the parameters that the next step's passes read
-    roofline_add(r, OP_ADAMW, bf16 ? "AdamW (float32 master, writes the bf16 copy)" : "AdamW",
+    roofline_add(r, OP_ADAMW, bf16 ? "AdamW (x the clip factor; float32 master, writes the bf16 copy)" : "AdamW (x the clip factor)",
                  "gpt2_update_gpu", 1, ROOFLINE_OPS_ADAMW * P,
                  P * 7 * 4 + (bf16 ? P * 2 : 0), ON_CUDA_CORES, 0);
 #undef BACKWARD

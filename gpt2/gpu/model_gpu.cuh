@@ -152,6 +152,7 @@ void gpt2_free_gpu(GPT2* model) {
     cuda_check(cudaFree(model->inputs));
     cuda_check(cudaFree(model->targets));
     cuda_check(cudaFree(model->pipe_grad));
+    cuda_check(cudaFree(model->step_gpu));
     memset(model, 0, sizeof(*model));
 }
 
