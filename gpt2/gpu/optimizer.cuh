@@ -31,8 +31,8 @@ __global__ void mean_loss_kernel(StepScalars* s, const float* losses, int n, int
     for (int i = threadIdx.x; i < n; i += blockDim.x) sum += losses[i];
     sum = block_sum(sum);
     if (threadIdx.x == 0) {
-        double mean = sum / n;
-        s->last_loss = (float)mean;
+        float mean = (float)(sum / n);  // a float, as train_cpu's mean_loss
+        s->last_loss = mean;
         if (counted) s->loss_sum += mean;
     }
 }
