@@ -2024,6 +2024,7 @@ int main(int argc, char** argv) {
         check_clip(100003, 1, 1, 10.0f, 0);   // not clipped; the vector loads start 3 floats in
         check_clip(100003, 2, 4, 1.0f, 0);    // the mean of 4 parts, norm ~0.46: scaled, not clipped
         check_clip(5, 3, 1, 1.0f, 0);         // fewer floats than a 16-byte boundary is away
+        check_clip(2500001, 1, 1, 1.0f, 0);   // over 2 x 512 x 256 float4s: two loads in flight
         if (!quick) check_clip(124475904, 0, 1, 1.0f, bench);
     }
     if (wanted(argc, argv, "adamw")) {
