@@ -51,7 +51,7 @@ echo "model: d12 (GPT-2 124M) from random weights, T=1024, 9 steps (4 of warm-up
   done; echo "average 55.0 ms per step, 1 tok/s"; } >"$runs/ours_b8.log"
 printf '300\n300\n5000\n12588\n12000\n' >"$runs/ours_b8.mem"   # 12288 MiB over the 300 before: 12.0 GiB
 # llm.c, B=8: 25.00, 25.10, 25.20, 25.30 after the warm-up (median 25.15 ms, 325,726 tokens/s)
-{ echo "\$ train_gpt2cu ..."; echo "val loss 11.0"; for s in 1 2 3 4 5 6 7 8; do
+{ echo "\$ train_gpt2cu -e d12 -t 1024 -x 8 -b 8 -r 0 -v 1000000 -m 1 -s 0"; echo "val loss 11.0"; for s in 1 2 3 4 5 6 7 8; do
     printf 'step %4d/%d | loss %7.6f (%+.2fz)| norm %6.4f (%+.2fz)| lr %.2e | %.2f ms | %.1f%% bf16 MFU | %.0f tok/s\n' \
       $s 8 11.25 0.5 2.0 -0.2 3e-4 "$([ $s -le 4 ] && echo 99 || echo "25.$(( (s - 5) * 10 ))")" 30.0 1
   done; } >"$runs/llmc_b8.log"
@@ -63,7 +63,7 @@ printf '300\n300\n6444\n' >"$runs/llmc_b8.mem"   # 6.0 GiB
 : >"$runs/torch_b8.mem"
 echo "not run: no torch 2.0+ with CUDA" >"$runs/torch_compile_b8.skip"
 # B=64: llm.c out of memory (its cudaCheck's lines), train_gpu cut at its time limit
-printf '$ train_gpt2cu ...\n[CUDA ERROR] at file llmc/cuda_utils.cuh:215:\nout of memory\n' >"$runs/llmc_b64.log"
+printf '$ train_gpt2cu -e d12 -t 1024 -x 8 -b 64 -r 0 -v 1000000 -m 1 -s 0\n[CUDA ERROR] at file llmc/cuda_utils.cuh:215:\nout of memory\n' >"$runs/llmc_b64.log"
 printf '300\n300\n144000\n' >"$runs/llmc_b64.mem"
 printf '$ ./train_gpu ...\nstep    1/9 | loss 11.000000 | norm 1.0000 | lr 3.00e-04 | 900.0 ms | 1 tok/s\n' >"$runs/ours_b64.log"
 for f in ours_b8:0 llmc_b8:0 torch_b8:0 llmc_b64:1 ours_b64:124; do echo "${f#*:}" >"$runs/${f%:*}.rc"; done

@@ -72,7 +72,8 @@ label() {  # the trainer's name in the table, with what its log says of its vers
   local version
   case $1 in
     ours) echo "train_gpu -p bf16" ;;
-    llmc) echo "llm.c train_gpt2cu -r $LLMC_RECOMPUTE$(sed -n 's/^llm.c commit: \(.*\)/ (\1)/p' "$2/settings.txt" 2>/dev/null)" ;;
+    llmc) version=$(sed -n 's/^llm.c commit: \([0-9a-f]*\)$/ \1/p' "$2/settings.txt" 2>/dev/null)
+          echo "llm.c$version train_gpt2cu$(sed -n '1s/.* \(-r [0-9]\) .*/ \1/p' "$2"/llmc_b*.log 2>/dev/null | head -n 1)" ;;
     torch*) version=$(sed -n 's/^torch \([^ ]*\) on .*/ \1/p' "$2"/torch*_b*.log 2>/dev/null | head -n 1)
             [ "$1" = torch ] && echo "PyTorch$version eager" || echo "PyTorch$version torch.compile" ;;
   esac
