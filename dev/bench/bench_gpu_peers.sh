@@ -182,7 +182,8 @@ if [ "$gpus" -eq 0 ]; then
   exit 1
 fi
 mkdir -p "$out" || exit 1
-rm -f "$out"/*.log "$out"/*.rc "$out"/*.mem "$out"/*.skip "$out"/peers.md "$out"/peers.png
+for name in $TRAINERS; do rm -f "$out/${name}"_b*.{log,rc,mem,skip}; done   # an earlier run's, only
+rm -f "$out"/{build_train_gpu.log,settings.txt,peers.md,peers.png}
 gpu=${CUDA_VISIBLE_DEVICES:-0}; gpu=${gpu%%,*}   # nvidia-smi -i takes an index or a UUID
 skip() {  # NAME REASON: every B of trainer NAME not run, for REASON
   local b; for b in $BATCHES; do echo "not run: $2" >"$out/${1}_b$b.skip"; done
@@ -205,8 +206,14 @@ sys.exit(0 if torch.cuda.is_available() and hasattr(F, "scaled_dot_product_atten
 if [ -z "${TORCH_PYTHON:-}" ]; then
   for TORCH_PYTHON in ${PYTHON:-} python3 /usr/bin/python3; do "$TORCH_PYTHON" -c "$torch_ok" 2>/dev/null && break; done
 fi
+compile_ok='import torch; print(torch.compile(lambda x: x * 2)(torch.ones(8, device="cuda")).sum().item())'
 if "$TORCH_PYTHON" -c "$torch_ok" 2>/dev/null; then
-  [ "$TORCH_COMPILE" = 1 ] || skip torch_compile "TORCH_COMPILE=$TORCH_COMPILE"
+  if [ "$TORCH_COMPILE" != 1 ]; then skip torch_compile "TORCH_COMPILE=$TORCH_COMPILE"
+  elif ! why=$(timeout 120 "$TORCH_PYTHON" -c "$compile_ok" 2>&1); then   # a compiler, Triton, ...
+    why=$(tail -n 1 <<<"$why" | cut -c1-100)
+    echo "PyTorch: torch.compile does not work here ($why): its rows are left out"
+    skip torch_compile "torch.compile does not work here ($why)"
+  fi
 else
   echo "PyTorch: no Python here has torch 2.0 or newer that sees the GPU (tried ${TORCH_PYTHON}): its rows are left out; give TORCH_PYTHON=/path/to/python with torch for CUDA"
   skip torch "no torch 2.0+ with CUDA"; skip torch_compile "no torch 2.0+ with CUDA"
