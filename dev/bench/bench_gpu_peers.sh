@@ -219,10 +219,12 @@ else
   skip torch "no torch 2.0+ with CUDA"; skip torch_compile "no torch 2.0+ with CUDA"
 fi
 
-# the builds
+# the data, then the builds
+echo "building: make data train_gpu"
+make -s data >"$out/build_train_gpu.log" 2>&1 ||
+  { echo "bench-gpu-peers: make data failed ($out/build_train_gpu.log; offline, give DATA_DIR=)"; exit 1; }
 ours=1
-echo "building: make train_gpu data"
-make -s train_gpu data >"$out/build_train_gpu.log" 2>&1 ||
+make -s train_gpu >>"$out/build_train_gpu.log" 2>&1 ||
   { ours=0; echo "train_gpu did not build ($out/build_train_gpu.log)"; skip ours "make train_gpu failed (build_train_gpu.log)"; }
 cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader -i "$gpu" 2>/dev/null | head -n 1 | tr -d .)
 if [ "$llmc" = build ]; then
