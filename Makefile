@@ -36,6 +36,9 @@
 #   make bench-emu       the emulator's speed on the programs the tests run (EMU_BASELINE=DIR:
 #                        an older checkout timed beside this one, for the ratio)
 #   make kernels         the kernel ladder on a GPU: every step checked and timed, a table and a chart
+#   make bench-gpu-peers train_gpu beside llm.c's train_gpt2cu (LLMC_DIR=/path/to/llm.c, or LLMC_BIN) and
+#                        PyTorch, eager and compiled: GPT-2 124M, T=1024, B=8 and 64, a table and a chart
+#                        in BENCH_OUT (default build/bench_gpu_peers; dev/bench/bench_gpu_peers.sh)
 
 CC       ?= gcc
 OMP      ?= 1
@@ -202,7 +205,7 @@ else
   ALL_TARGETS := $(CPU_PROGRAMS)
 endif
 
-.PHONY: all data test plot lessons roofline-doc fuzz fuzz-targets fuzz-coverage bench bench-tokenizer bench-cpu bench-infer bench-serve bench-dp bench-data bench-parallel clean gpu-status gpu-checks gpu-emu race-emu bench-gpu bench-emu train_gpu_emu infer_gpu_emu kernels kernels-emu figures
+.PHONY: all data test plot lessons roofline-doc fuzz fuzz-targets fuzz-coverage bench bench-tokenizer bench-cpu bench-infer bench-serve bench-dp bench-data bench-parallel bench-gpu-peers clean gpu-status gpu-checks gpu-emu race-emu bench-gpu bench-emu train_gpu_emu infer_gpu_emu kernels kernels-emu figures
 
 all: $(ALL_TARGETS) gpu-status
 	@echo "built: $(ALL_TARGETS) ($(OMP_STATUS), $(MPI_STATUS), $(SERVE_STATUS))"
@@ -508,6 +511,11 @@ bench-gpu: train_cpu train_gpu
 	bash dev/bench/gpu_speedup.sh
 	$(PLOT_SETUP) && $(PYTHON) dev/bench/plot.py bench-gpu doc/results/gpu_speedup.png doc/results/gpu_speedup.md \
 	  || echo "bench-gpu: no chart (the table is in doc/results/gpu_speedup.md)"
+
+# train_gpu, llm.c's train_gpt2cu and PyTorch (dev/bench/train_torch.py) side by side on this GPU: the
+# script checks for a GPU before it builds anything, then builds train_gpu and llm.c (doc/gpu.md)
+bench-gpu-peers:
+	@bash dev/bench/bench_gpu_peers.sh
 
 # Loss curves of one or more runs: make plot LOG="runA/main.log runB/main.log" OUT=loss.png
 plot:

@@ -30,11 +30,15 @@
 #                             and timed, its table; and kernels.png, the table's bar chart
 #   bench      bench_gpu.txt  make bench-gpu: train_cpu against train_gpu, d2..d12, this CPU named
 #                             (its bar chart: dev/bench/plot.py bench-gpu on the table, where matplotlib is)
+#   peers      peers.txt      make bench-gpu-peers: train_gpu beside llm.c's train_gpt2cu (LLMC_DIR
+#                             or LLMC_BIN from the environment; without them its rows say so) and
+#                             PyTorch, eager and compiled, at B=8 and B=64; its logs, table and chart
+#                             in OUTDIR/peers/
 #   test       test.txt       make test, offline (TEST_OFFLINE=1: what it would install is skipped)
 #
 # and summary.txt: one line per stage, its exit status and seconds. With GPU_ALL_PACK=1, the files
 # end up packed in OUTDIR/gpu_all.tar.gz beside summary.txt (for a machine that returns only a
-# few files: every stage together writes twelve). Stages run in this order
+# few files: every stage together writes thirteen and the folder peers/). Stages run in this order
 # (or the ones named), each under a time limit, and the whole under GPU_ALL_SECONDS (default 560,
 # for a 10-minute call); a stage cut short says so in the summary, and can be run again on its
 # own in a second call: `dev/gpu_all.sh OUT2 test`. Where there is no GPU it stops at once, with
@@ -44,11 +48,14 @@
 # that exists: a copy of ../shared/data inside the checkout travels with it), and PYTHON (default:
 # python3 or /usr/bin/python3, the first with numpy) with numpy and, for the PyTorch tests, torch.
 set -u
+for v in LLMC_DIR LLMC_BIN; do   # the peers stage's llm.c, given relative to where this was started
+  [ -n "${!v:-}" ] && [[ ${!v} != /* ]] && export "$v=$PWD/${!v}"
+done
 cd "$(dirname "$0")/.."
-usage="usage: dev/gpu_all.sh OUTDIR [env build sass gpu train roofline cublas kernels bench test]"
+usage="usage: dev/gpu_all.sh OUTDIR [env build sass gpu train roofline cublas kernels bench peers test]"
 [ $# -ge 1 ] || { echo "$usage" >&2; exit 2; }
 out=$1; shift
-ALL_STAGES="env build sass gpu train roofline cublas kernels bench test"
+ALL_STAGES="env build sass gpu train roofline cublas kernels bench peers test"
 stages=${*:-$ALL_STAGES}
 for s in $stages; do
   [[ " $ALL_STAGES " == *" $s "* ]] || { echo "gpu_all: unknown stage '$s'; $usage" >&2; exit 2; }
@@ -74,7 +81,7 @@ start_all=$(date +%s)
 budget=${GPU_ALL_SECONDS:-560}
 : >"$out/summary.txt"
 # stage NAME FILE LIMIT COMMAND...: runs COMMAND with its output in OUTDIR/FILE, for at most
-# LIMIT seconds or what is left of the budget
+# LIMIT seconds or what is left of the budget (STAGE_SECONDS in COMMAND's environment)
 stage() {
   local name=$1 file=$2 limit=$3; shift 3
   [[ " $stages " == *" $name "* ]] || return 0
@@ -87,7 +94,7 @@ stage() {
   local t0; t0=$(date +%s)
   echo "=== $name ($file, at most $limit s)"
   { echo "\$ $*"; echo "(commit $(git rev-parse --short HEAD 2>/dev/null), $(date -u '+%Y-%m-%d %H:%M:%S') UTC)"; } >"$out/$file"
-  timeout -k 10 $limit bash -c "$*" >>"$out/$file" 2>&1
+  STAGE_SECONDS=$limit timeout -k 10 $limit bash -c "$*" >>"$out/$file" 2>&1
   local rc=$? secs=$(( $(date +%s) - t0 ))
   local what="exit $rc"
   [ $rc -eq 124 ] || [ $rc -eq 137 ] && what="cut at the time limit ($limit s)"
@@ -143,11 +150,13 @@ stage roofline roofline.txt 60 'build/gpu_check roofline'
 stage cublas cublas.txt 120 'build/gpu_check_cublas copy matmul matmul_bf16'
 stage kernels kernels.txt 150 'make -j"$(nproc)" kernels && { [ ! -f build/kernels/ladder.png ] || cp build/kernels/ladder.png "'"$out"'/kernels.png"; }'
 stage bench bench_gpu.txt 150 'TEST_OFFLINE=1 make bench-gpu && cat doc/results/gpu_speedup.md'
+# the benchmark's own budget inside the stage's, so that its table is printed before the stage ends
+stage peers peers.txt 300 'TEST_OFFLINE=1 BENCH_SECONDS=$((STAGE_SECONDS - 20)) BENCH_OUT="'"$out"'/peers" make bench-gpu-peers'
 stage test test.txt 300 'TEST_OFFLINE=1 make test'
 echo "=== summary ($out/summary.txt)"
 cat "$out/summary.txt"
 if [ "${GPU_ALL_PACK:-0}" = 1 ]; then
   (cd "$out" && files=$(ls | grep -vx -e summary.txt -e gpu_all.tar.gz) && [ -n "$files" ] &&
-    tar czf gpu_all.tar.gz $files && rm -f $files && echo "packed: $out/gpu_all.tar.gz ($(echo $files))")
+    tar czf gpu_all.tar.gz $files && rm -rf $files && echo "packed: $out/gpu_all.tar.gz ($(echo $files))")
 fi
 ! grep -qv ": exit 0," "$out/summary.txt"

@@ -9,8 +9,9 @@
 #      form dev/bench/bench_cpu.sh writes (fp32 and bf16 per model), the bench-gpu chart from a
 #      table in the form dev/bench/gpu_speedup.sh writes, the bench-infer chart from tables in the
 #      form dev/bench/bench_infer.sh prints (fp32, bf16 and the GPU), the bench-serve chart from a
-#      table in the form dev/bench/bench_serve.sh prints, and the bench-parallel chart from the
-#      committed doc/results/bench_parallel.txt, each naming the figures it drew
+#      table in the form dev/bench/bench_serve.sh prints, the bench-parallel chart from the
+#      committed doc/results/bench_parallel.txt, and the bench-gpu-peers chart from a table in the
+#      form dev/bench/bench_gpu_peers.sh writes, each naming the figures it drew
 set -u
 . "$(dirname "$0")/lib.sh"
 if ! out=$(TEST_OFFLINE=${TEST_OFFLINE:-0} bash dev/bench/setup_plot.sh 2>&1); then
@@ -167,5 +168,19 @@ while IFS='|' read -r label np ms speedup mb; do
 done < <(sed -nE 's/^(\S.*\S)\s{2,}([0-9]+)\s+([0-9.]+)\s+[0-9]+\s+([0-9.]+)x\s+([0-9.]+) \(.*/\1|\2|\3|\4|\5/p' doc/results/bench_parallel.txt)
 [ "$rows" = 6 ] && [ "$(grep -c ' MB per process$' "$dir/bench_parallel.out")" = 6 ] ||
   bad "doc/results/bench_parallel.txt has $rows table rows and the chart drew $(grep -c ' MB per process$' "$dir/bench_parallel.out"), expected 6"
+cat > "$dir/peers.md" <<'TABLE'
+- GPU: a table in the form of dev/bench/bench_gpu_peers.sh, 580.00
+| trainer | B | tokens/s | ms/step | vs train_gpu | peak GPU memory | loss, first -> last step |
+|---|---:|---:|---:|---:|---:|---|
+| train_gpu -p bf16 | 8 | 150,000 | 54.6 | 1.00x | 12.0 GiB | 11.00 -> 7.00 |
+| llm.c train_gpt2cu -r 0 | 8 | 300,000 | 27.3 | 2.00x | 6.5 GiB | 11.00 -> 7.10 |
+| train_gpu -p bf16 | 64 | 170,000 | 385.5 | 1.00x | 60.2 GiB | 11.00 -> 6.00 |
+| llm.c train_gpt2cu -r 0 | 64 | failed: out of memory (exit 1, llmc_b64.log) | - | - | 139.0 GiB | - |
+TABLE
+"$PY" dev/bench/plot.py bench-gpu-peers "$dir/peers.png" "$dir/peers.md" > "$dir/peers.out" 2>&1 || { bad "bench-gpu-peers chart:"; cat "$dir/peers.out"; }
+is_png "$dir/peers.png" || bad "no bench-gpu-peers chart"
+printf '%s\n' "train_gpu -p bf16, B=8: 150000 tokens/s, 12.0 GiB" "llm.c train_gpt2cu -r 0, B=8: 300000 tokens/s, 6.5 GiB" \
+  "train_gpu -p bf16, B=64: 170000 tokens/s, 60.2 GiB" "llm.c train_gpt2cu -r 0, B=64: no figures, 139.0 GiB" "wrote $dir/peers.png" |
+  cmp -s - "$dir/peers.out" || { bad "the bench-gpu-peers chart does not show the table's rows:"; cat "$dir/peers.out"; }
 [ $status = 0 ] && echo "make plot, the ETA and the benchmark charts: ok"
 exit $status

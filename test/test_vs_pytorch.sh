@@ -21,6 +21,14 @@
 #       2 validation batches (-m 10 asks for more)
 #   In both the gradient norm crosses 1.0 (R1: clipped except at steps 6 and 11; R2: clipped at
 #   steps 1-5 only); compare_run.py --mixed-clipping checks that this still holds.
+#
+# 3. The PyTorch trainer of make bench-gpu-peers (dev/bench/train_torch.py: nn.Module blocks,
+#    PyTorch's own layer norm, GELU and attention) is train_cpu's model: on the CPU in float32, from
+#    the same checkpoint and tokens (P1: L=2 NH=4 C=64 V=211 Vp=256, weights at 0.1, so that GELU's
+#    form and the layernorm epsilon show in the loss, as they do not at GPT-2's 0.02), B=4 T=32,
+#    4 steps at lr 1e-3, weight decay 0.5, the norm clipped at every step: each step's loss within
+#    2e-6 + 2e-6 relative (the prints' rounding and float32's), its gradient norm within 1e-4 (the
+#    prints' rounding) + 5e-5 relative. Step 1 is the model as loaded, steps 2-4 follow AdamW steps.
 set -u
 . "$(dirname "$0")/lib.sh"
 need_python torch numpy
@@ -77,5 +85,29 @@ real_run R1 97 "--Vp 128 --maxT 32 --L 2 --NH 4 --C 16 --scale 0.1 --seed 3 --nt
 real_run R2 211 "--Vp 256 --maxT 64 --L 3 --NH 2 --C 48 --scale 0.02 --seed 6 --ntokens 800" 150 11 \
   "-b 4 -t 16 -l 3e-3 -u 0 -q 1 -c 0 -v 5 -m 10" || status=1
 
-[ $status -eq 0 ] && echo "PASS: train_cpu's functions and its real runs agree with PyTorch"
+# ---------- 3. the PyTorch trainer of make bench-gpu-peers ----------
+peer_run() {  # name, make-model args, the trainers' options
+  local name=$1 model_args=$2 opts=$3 base=$dir/peer_$1
+  echo "== dev/bench/train_torch.py against train_cpu: $name"
+  "$PY" dev/reference/gpt2_ref.py make-model --model "$base.bin" --tokens "${base}_tok.bin" $model_args || return 1
+  "$TRAIN_CPU" -e "$base.bin" -i "${base}_tok.bin" $opts -v 0 -s 0 >"$base.cpu" || { echo "FAIL: train_cpu exited with $?"; return 1; }
+  "$PY" dev/bench/train_torch.py -e "$base.bin" -i "${base}_tok.bin" $opts --device cpu >"$base.torch" ||
+    { echo "FAIL: train_torch.py exited with $?"; return 1; }
+  grep '^torch ' "$base.torch"
+  # each progress line's loss and norm, side by side
+  awk -F' [|] ' '/^step +[0-9]+\// { split($2, l, " "); split($3, n, " "); print l[2], n[2] }' "$base.cpu" >"$base.cpu.ln"
+  awk -F' [|] ' '/^step +[0-9]+\// { split($2, l, " "); split($3, n, " "); print l[2], n[2] }' "$base.torch" >"$base.torch.ln"
+  paste -d' ' "$base.cpu.ln" "$base.torch.ln" | awk -v want="$(grep -cE '^step +[0-9]+/' "$base.cpu")" '
+    function abs(x) { return x < 0 ? -x : x }
+    { s++; lt = 2e-6 + 2e-6 * abs($1); nt = 1e-4 + 5e-5 * abs($2)
+      ok = abs($1 - $3) <= lt && abs($2 - $4) <= nt && NF == 4
+      bad += !ok
+      printf "%s step %d: loss %s vs %s (|diff| %.1e, tol %.1e), norm %s vs %s (|diff| %.1e, tol %.1e)\n",
+             ok ? "ok  " : "FAIL", s, $1, $3, abs($1 - $3), lt, $2, $4, abs($2 - $4), nt }
+    END { if (s != want || s == 0) { print "FAIL: " s " steps compared, train_cpu printed " want; exit 1 } exit bad > 0 }'
+}
+peer_run P1 "--V 211 --Vp 256 --maxT 64 --L 2 --NH 4 --C 64 --scale 0.1 --seed 7 --ntokens 2000" \
+  "-b 4 -t 32 -x 4 -l 1e-3 -c 0.5" || status=1
+
+[ $status -eq 0 ] && echo "PASS: train_cpu's functions and its real runs agree with PyTorch, and so does make bench-gpu-peers' PyTorch model"
 exit $status

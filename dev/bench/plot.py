@@ -15,6 +15,9 @@
                                         offline engine against the clients, and the server's latency
   plot.py bench-parallel OUT.png TEXT   make bench-parallel's table: memory per process and the step
                                         time split into compute and communication, per way of splitting
+  plot.py bench-gpu-peers OUT.png TABLE.md
+                                        make bench-gpu-peers's table (peers.md): tokens/s and peak GPU
+                                        memory of train_gpu, llm.c and PyTorch, per batch size
 
 Each prints one line per series it drew (what it read, so that a reader or a test can check it),
 writes OUT through a temporary file (an existing OUT is replaced only by a finished picture), and
@@ -455,8 +458,62 @@ def plot_bench_parallel(out, path):
     save(fig, out)
 
 
+def read_bench_gpu_peers(path):
+    """The rows of bench_gpu_peers.sh's table: (trainer, B, tokens/s, memory GiB), the last two
+    None where the run gave none (it failed, or did not run), and the text."""
+    text = read_text(path)
+    rows = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip('|').split('|')]
+        if len(cells) != 7 or not cells[1].isdigit():
+            continue
+        tps = cells[2].replace(',', '')
+        mem = re.match(r'^([0-9.]+) GiB$', cells[5])
+        rows.append((cells[0], int(cells[1]), float(tps) if re.match(r'^[0-9.]+$', tps) else None,
+                     float(mem.group(1)) if mem else None))
+    if not rows:
+        fail(f'{path} has no bench-gpu-peers table (rows "| TRAINER | B | TOKENS/S | ..." as make bench-gpu-peers writes them)')
+    return rows, text
+
+
+def plot_bench_gpu_peers(out, path):
+    """Left: tokens/s per batch size, a bar per trainer, labelled with its ratio to train_gpu's.
+    Right: the peak GPU memory of the same runs. A run without figures gets no bar, its name says why."""
+    rows, text = read_bench_gpu_peers(path)
+    gpu = re.search(r'^- GPU: ([^,]*)', text, re.M)
+    trainers = list(dict.fromkeys(r[0] for r in rows))
+    batches = sorted({r[1] for r in rows})
+    by = {(r[0], r[1]): r for r in rows}
+    plt = pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.5))
+    w = 0.8 / len(trainers)
+    for k, name in enumerate(trainers):
+        xs = [i + (k - (len(trainers) - 1) / 2) * w for i in range(len(batches))]
+        for ax, col in ((left, 2), (right, 3)):
+            ys = [by[(name, b)][col] if (name, b) in by and by[(name, b)][col] is not None else 0 for b in batches]
+            ax.bar(xs, ys, w, label=name, color=f'C{k}')
+        for x, b in zip(xs, batches):
+            r = by.get((name, b))
+            ours = next((by[(t, b)][2] for t in trainers if t.startswith('train_gpu') and (t, b) in by), None)
+            if r and r[2] is not None:
+                left.annotate(f'{r[2] / ours:.2f}x' if ours else '', (x, r[2]), ha='center', va='bottom', fontsize=7)
+            elif r:
+                left.annotate('no run', (x, 0), ha='center', va='bottom', fontsize=7, rotation=90)
+    for ax, what in ((left, 'tokens/s (median step)'), (right, 'peak GPU memory, GiB (nvidia-smi)')):
+        ax.set_xticks(range(len(batches)), [f'B={b}' for b in batches])
+        ax.set_ylabel(what)
+    fig.legend(*left.get_legend_handles_labels(), fontsize=8, loc='lower center', ncol=len(trainers),
+               bbox_to_anchor=(0.5, -0.06))
+    fig.suptitle('make bench-gpu-peers: GPT-2 124M, T=1024' + (f'; {gpu.group(1)}' if gpu else ''), fontsize=9)
+    for r in rows:
+        print(f'{r[0]}, B={r[1]}: ' + (f'{r[2]:.0f} tokens/s' if r[2] is not None else 'no figures') +
+              (f', {r[3]} GiB' if r[3] is not None else ''))
+    save(fig, out)
+
+
 def main(argv):
-    if len(argv) < 2 or argv[0] not in ('loss', 'bench-cpu', 'bench-gpu', 'bench-infer', 'bench-serve', 'bench-parallel'):
+    if len(argv) < 2 or argv[0] not in ('loss', 'bench-cpu', 'bench-gpu', 'bench-infer', 'bench-serve', 'bench-parallel',
+                                        'bench-gpu-peers'):
         print(__doc__.strip(), file=sys.stderr)
         return 2
     kind, out, inputs = argv[0], argv[1], argv[2:]
@@ -472,6 +529,8 @@ def main(argv):
         plot_bench_serve(out, inputs[0])
     elif kind == 'bench-parallel':
         plot_bench_parallel(out, inputs[0])
+    elif kind == 'bench-gpu-peers':
+        plot_bench_gpu_peers(out, inputs[0])
     else:
         plot_bench_gpu(out, inputs[0])
     return 0
