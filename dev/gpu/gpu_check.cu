@@ -53,6 +53,22 @@
 
 static int quick = 0;
 
+// A device copy of x in the element type of the path checked (bf16 rounds x in place first, so
+// that the CPU reads what the GPU reads), an output of that type poisoned with NaN, and a host
+// copy in float32.
+template <typename floatX> static floatX* to_device_as(float* x, size_t n);
+template <> float* to_device_as<float>(float* x, size_t n) { return to_device(x, n); }
+template <> bf16* to_device_as<bf16>(float* x, size_t n) { return to_device_bf16(x, n); }
+template <typename floatX>
+static floatX* device_poisoned_as(size_t n) {
+    floatX* d;
+    cuda_check(cudaMalloc((void**)&d, n * sizeof(floatX)));
+    cuda_check(cudaMemset(d, 0xff, n * sizeof(floatX)));  // NaN in either type
+    return d;
+}
+static float* to_host_as(const float* d, size_t n) { return to_host(d, n); }
+static float* to_host_as(const bf16* d, size_t n) { return to_host_bf16(d, n); }
+
 // Fails the check when a product meant to run split along k would not, or one meant to run
 // unsplit would, so that a change of the plan cannot quietly leave a path untested. The split
 // shapes have few tiles (2 to 4 of 64x64: split on any GPU of 3 SMs or more, the emulator says
@@ -133,40 +149,90 @@ static void check_encoder(int B, int T, int C, int V, int bench) {
     cuda_check(cudaFree(d_dout)); cuda_check(cudaFree(d_dwte)); cuda_check(cudaFree(d_dwpe));
 }
 
+// Layernorm in either element type: the GPU reads what the CPU reads (bf16 inputs rounded on the
+// host first); a bf16 output may differ by its rounding too, BF16_RTOL of it more. dinp, dweight and dbias
+// start from random values (the launcher adds into them), and a second run from the same start
+// must give the same bits.
+template <typename floatX>
 static void check_layernorm(int B, int T, int C, int bench) {
-    printf("layernorm B=%d T=%d C=%d\n", B, T, C);
+    const int bf = sizeof(floatX) == 2;
+    const float rtol = 1e-5f + (bf ? BF16_RTOL : 0.0f), dinp_rtol = 1e-4f + (bf ? BF16_RTOL : 0.0f);
+    printf("layernorm %s B=%d T=%d C=%d\n", bf ? "bf16" : "float", B, T, C);
     size_t BT = (size_t)B * T, BTC = BT * C;
     float* inp = host_random(BTC, -2, 3);  // mean 0.5: the mean subtraction matters
     float* w = host_random(C, 0.5f, 1.5f);
     float* b = host_random(C, -0.5f, 0.5f);
     float *out = host_zeros(BTC), *mean = host_zeros(BT), *rstd = host_zeros(BT);
-    float *d_inp = to_device(inp, BTC), *d_w = to_device(w, C), *d_b = to_device(b, C);
-    float *d_out = device_poisoned(BTC), *d_mean = device_poisoned(BT), *d_rstd = device_poisoned(BT);
+    floatX* d_inp = to_device_as<floatX>(inp, BTC);
+    float *d_w = to_device(w, C), *d_b = to_device(b, C);
+    floatX* d_out = device_poisoned_as<floatX>(BTC);
+    float *d_mean = device_poisoned(BT), *d_rstd = device_poisoned(BT);
     layernorm_forward(out, mean, rstd, inp, w, b, B, T, C);
     layernorm_forward_gpu(d_out, d_mean, d_rstd, d_inp, d_w, d_b, B, T, C);
-    compare("layernorm_forward out", d_out, out, BTC, 1e-5f, 1e-5f);
+    float* got = to_host_as(d_out, BTC);
+    compare_host("layernorm_forward out", got, out, BTC, 1e-5f, rtol, NULL);
+    free(got);
     compare("layernorm_forward mean", d_mean, mean, BT, 1e-6f, 1e-5f);
     compare("layernorm_forward rstd", d_rstd, rstd, BT, 1e-6f, 1e-5f);
 
     float* dout = host_random(BTC, -1, 1);
     float *dinp = host_random(BTC, -1, 1), *dw = host_random(C, -1, 1), *db = host_random(C, -1, 1);
-    float *d_dout = to_device(dout, BTC), *d_dinp = to_device(dinp, BTC), *d_dw = to_device(dw, C), *d_db = to_device(db, C);
+    floatX *d_dout = to_device_as<floatX>(dout, BTC), *d_dinp = to_device_as<floatX>(dinp, BTC);
+    float *d_dw = to_device(dw, C), *d_db = to_device(db, C);
+    floatX* d_dinp0 = to_device_as<floatX>(dinp, BTC);  // the start, for the second run
+    float *d_dw0 = to_device(dw, C), *d_db0 = to_device(db, C);
     layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, B, T, C);
     layernorm_backward_gpu(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_mean, d_rstd, B, T, C);
-    compare("layernorm_backward dinp", d_dinp, dinp, BTC, 1e-5f, 1e-4f);
+    got = to_host_as(d_dinp, BTC);
+    compare_host("layernorm_backward dinp", got, dinp, BTC, 1e-5f, dinp_rtol, NULL);
+    free(got);
     float sum_atol = 1e-6f * sqrtf((float)BT) * 10;  // sums over B*T rows
     compare("layernorm_backward dweight", d_dw, dw, C, sum_atol, 1e-4f);
     compare("layernorm_backward dbias", d_db, db, C, sum_atol, 1e-4f);
+    layernorm_backward_gpu(d_dinp0, d_dw0, d_db0, d_dout, d_inp, d_w, d_mean, d_rstd, B, T, C);
+    int same = 1;
+    for (int k = 0; k < 3; k++) {
+        const void *x = k == 0 ? (const void*)d_dinp : k == 1 ? (const void*)d_dw : (const void*)d_db;
+        const void *y = k == 0 ? (const void*)d_dinp0 : k == 1 ? (const void*)d_dw0 : (const void*)d_db0;
+        size_t bytes = k == 0 ? BTC * sizeof(floatX) : C * sizeof(float);
+        char *hx = (char*)malloc_check(bytes), *hy = (char*)malloc_check(bytes);
+        cuda_check(cudaMemcpy(hx, x, bytes, cudaMemcpyDeviceToHost));
+        cuda_check(cudaMemcpy(hy, y, bytes, cudaMemcpyDeviceToHost));
+        same = same && memcmp(hx, hy, bytes) == 0;
+        free(hx); free(hy);
+    }
+    printf("  %s %-34s %s\n", same ? "ok  " : "FAIL", "layernorm_backward twice", same ? "the same bits" : "different bits");
+    if (!same) failures++;
     if (bench) {
+        double a = sizeof(floatX);
         time_both("layernorm_forward", [&] { layernorm_forward_gpu(d_out, d_mean, d_rstd, d_inp, d_w, d_b, B, T, C); },
-                  [&] { layernorm_forward(out, mean, rstd, inp, w, b, B, T, C); }, 0, 2.0 * BTC * 4);
+                  [&] { layernorm_forward(out, mean, rstd, inp, w, b, B, T, C); }, 0, 2.0 * BTC * a);
         time_both("layernorm_backward", [&] { layernorm_backward_gpu(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_mean, d_rstd, B, T, C); },
-                  [&] { layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, B, T, C); }, 0, 4.0 * BTC * 4);
+                  [&] { layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, B, T, C); }, 0, 4.0 * BTC * a);
     }
     free(inp); free(w); free(b); free(out); free(mean); free(rstd); free(dout); free(dinp); free(dw); free(db);
     cuda_check(cudaFree(d_inp)); cuda_check(cudaFree(d_w)); cuda_check(cudaFree(d_b)); cuda_check(cudaFree(d_out));
     cuda_check(cudaFree(d_mean)); cuda_check(cudaFree(d_rstd)); cuda_check(cudaFree(d_dout)); cuda_check(cudaFree(d_dinp));
-    cuda_check(cudaFree(d_dw)); cuda_check(cudaFree(d_db));
+    cuda_check(cudaFree(d_dw)); cuda_check(cudaFree(d_db)); cuda_check(cudaFree(d_dinp0)); cuda_check(cudaFree(d_dw0));
+    cuda_check(cudaFree(d_db0));
+}
+
+// The shapes of layernorm's paths (gpt2/gpu/layernorm.cuh): rows in registers (C a whole number
+// of 16-byte packs, at most LAYERNORM_MAX_C) or strided (any other C), in both element types.
+static void check_layernorm_cases(void) {
+    const int shapes[][3] = {
+        {3, 37, 67},    // odd C: strided; 111 rows, no multiple of a block's 8
+        {2, 37, 768},   // GPT-2's C: 24 values a lane (float 6 packs, bf16 3)
+        {1, 7, 100},    // float in registers, 25 packs: lanes 25-31 idle; bf16 strided (100 % 8)
+        {1, 9, 264},    // 16 values a lane, some lanes with one pack more than others
+        {1, 9, 1024},   // the longest row in registers: 32 a lane
+        {1, 5, 1032},   // past it: strided
+        {3, 700, 32},   // 2100 rows: more than the backward's 256 blocks of 8 warps, rows in turn
+    };
+    for (const auto& s : shapes) {
+        check_layernorm<float>(s[0], s[1], s[2], 0);
+        check_layernorm<bf16>(s[0], s[1], s[2], 0);
+    }
 }
 
 // The slices gemm_fp32 cuts a single product of this shape into.
@@ -1156,22 +1222,6 @@ static void check_adamw_bf16(GPT2Config config) {
 
 // ---------- attention against the paged key-value cache (generation) ----------
 
-// A device copy of x in the element type of the path checked (bf16 rounds x in place first, so
-// that the CPU reads what the GPU reads), an output of that type poisoned with NaN, and a host
-// copy in float32.
-template <typename floatX> static floatX* to_device_as(float* x, size_t n);
-template <> float* to_device_as<float>(float* x, size_t n) { return to_device(x, n); }
-template <> bf16* to_device_as<bf16>(float* x, size_t n) { return to_device_bf16(x, n); }
-template <typename floatX>
-static floatX* device_poisoned_as(size_t n) {
-    floatX* d;
-    cuda_check(cudaMalloc((void**)&d, n * sizeof(floatX)));
-    cuda_check(cudaMemset(d, 0xff, n * sizeof(floatX)));  // NaN in either type
-    return d;
-}
-static float* to_host_as(const float* d, size_t n) { return to_host(d, n); }
-static float* to_host_as(const bf16* d, size_t n) { return to_host_bf16(d, n); }
-
 // One layer's paged caches for a check, B sequences that held pos[b] positions each and take T
 // new tokens, on the host and the GPU. The sequences' pages are drawn at random from a pool with
 // 3 spare pages, so that they are neither contiguous nor in order; a page table's entries past
@@ -1956,8 +2006,11 @@ int main(int argc, char** argv) {
         if (!quick) check_encoder(B, T, C, V, bench);
     }
     if (wanted(argc, argv, "layernorm")) {
-        check_layernorm(3, 37, 67, 0);
-        if (!quick) check_layernorm(B, T, C, bench);
+        check_layernorm_cases();
+        if (!quick) {
+            check_layernorm<float>(B, T, C, bench);
+            check_layernorm<bf16>(B, T, C, bench);
+        }
     }
     if (wanted(argc, argv, "matmul")) {
         check_matmul_small();
