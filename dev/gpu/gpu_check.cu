@@ -435,29 +435,36 @@ static void check_residual(int N, int bench) {
 }
 
 // The fused classifier against the CPU's three functions: softmax_forward, crossentropy_forward
-// and crossentropy_softmax_backward with dlosses = 1/(B*T), the gradient of the mean loss.
-static void check_classifier(int B, int T, int V, int Vp, int bench) {
-    printf("classifier B=%d T=%d V=%d Vp=%d\n", B, T, V, Vp);
+// and crossentropy_softmax_backward with dlosses = 1/(B*T), the gradient of the mean loss; in
+// either element type (bf16 logits rounded on the host first, dlogits rounded: BF16_RTOL more).
+template <typename floatX>
+static void check_classifier(int B, int T, int V, int Vp, float lo, float hi, int bench) {
+    const int bf = sizeof(floatX) == 2;
+    printf("classifier %s B=%d T=%d V=%d Vp=%d, logits in [%g, %g)\n", bf ? "bf16" : "float", B, T, V, Vp, lo, hi);
     size_t BT = (size_t)B * T, n = BT * Vp;
-    float* logits = host_random(n, -4, 4);  // padding columns hold junk too: it must be ignored
+    float* logits = host_random(n, lo, hi);  // padding columns hold junk too: it must be ignored
     int* targets = host_tokens(BT, V);
     float *probs = host_zeros(n), *losses = host_zeros(BT), *dlogits = host_zeros(n), *dlosses = host_zeros(BT);
     for (size_t i = 0; i < BT; i++) dlosses[i] = 1.0f / (float)BT;
-    float* d_logits = to_device(logits, n);
+    floatX* d_logits = to_device_as<floatX>(logits, n);
     int* d_targets = to_device_int(targets, BT);
-    float *d_losses = device_poisoned(BT), *d_dlogits = device_poisoned(n);
+    float* d_losses = device_poisoned(BT);
+    floatX* d_dlogits = device_poisoned_as<floatX>(n);
     softmax_forward(probs, logits, B, T, V, Vp);
     crossentropy_forward(losses, probs, targets, B, T, Vp);
     crossentropy_softmax_backward(dlogits, dlosses, probs, targets, B, T, V, Vp);
     fused_classifier_gpu(d_dlogits, d_losses, d_logits, d_targets, B, T, V, Vp);
     compare("fused_classifier losses", d_losses, losses, BT, 1e-5f, 1e-5f);
-    compare("fused_classifier dlogits", d_dlogits, dlogits, n, 1e-11f, 1e-4f);  // entries ~ p/(B*T)
+    float* separate = to_host_as(d_dlogits, n);
+    compare_host("fused_classifier dlogits", separate, dlogits, n, 1e-11f, 1e-4f + (bf ? BF16_RTOL : 0.0f),
+                 NULL);  // entries ~ p/(B*T)
     // in place, as train_gpu runs it (each slot's logits become their gradient): the same bits
-    float* d_inplace = to_device(logits, n);
+    floatX* d_inplace = to_device_as<floatX>(logits, n);
     fused_classifier_gpu(d_inplace, d_losses, d_inplace, d_targets, B, T, V, Vp);
-    float* separate = to_host(d_dlogits, n);
-    compare("fused_classifier dlogits in place", d_inplace, separate, n, 0.0f, 0.0f);
+    float* inplace = to_host_as(d_inplace, n);
+    compare_host("fused_classifier dlogits in place", inplace, separate, n, 0.0f, 0.0f, NULL);
     free(separate);
+    free(inplace);
     cuda_check(cudaFree(d_inplace));
     if (bench) {
         time_both("fused_classifier", [&] { fused_classifier_gpu(d_dlogits, d_losses, d_logits, d_targets, B, T, V, Vp); },
@@ -465,11 +472,27 @@ static void check_classifier(int B, int T, int V, int Vp, int bench) {
                       softmax_forward(probs, logits, B, T, V, Vp);
                       crossentropy_forward(losses, probs, targets, B, T, Vp);
                       crossentropy_softmax_backward(dlogits, dlosses, probs, targets, B, T, V, Vp);
-                  }, 0, 2.0 * n * 4);
+                  }, 0, 2.0 * n * sizeof(floatX));
     }
     free(logits); free(targets); free(probs); free(losses); free(dlogits); free(dlosses);
     cuda_check(cudaFree(d_logits)); cuda_check(cudaFree(d_targets)); cuda_check(cudaFree(d_losses));
     cuda_check(cudaFree(d_dlogits));
+}
+
+// The classifier's paths (gpt2/gpu/classifier.cuh): 16-byte packs (Vp a whole number of them) or
+// one value at a time, in both element types.
+static void check_classifier_cases(void) {
+    struct { int B, T, V, Vp; float lo, hi; } shapes[] = {
+        {3, 7, 1000, 1024, -4, 4},      // packs; the last ones all padding
+        {2, 3, 1000, 1001, -4, 4},      // odd Vp: one value at a time
+        {1, 3, 1, 8, -4, 4},            // one logit: most threads hold none
+        {1, 2, 50257, 50304, -10, 10},  // GPT-2's: one real logit in the last pack that has any
+        {2, 2, 300, 304, 100, 110},     // large logits: exp(x) overflows without the max
+    };
+    for (const auto& s : shapes) {
+        check_classifier<float>(s.B, s.T, s.V, s.Vp, s.lo, s.hi, 0);
+        check_classifier<bf16>(s.B, s.T, s.V, s.Vp, s.lo, s.hi, 0);
+    }
 }
 
 // The global norm and clipping after a scale (the 1/parts of gradient accumulation), as the
@@ -2039,8 +2062,11 @@ int main(int argc, char** argv) {
         if (!quick) check_residual(B * T * C, bench);
     }
     if (wanted(argc, argv, "classifier")) {
-        check_classifier(3, 7, 1000, 1024, 0);
-        if (!quick) check_classifier(B, T, V, Vp, bench);
+        check_classifier_cases();
+        if (!quick) {
+            check_classifier<float>(B, T, V, Vp, -4, 4, bench);
+            check_classifier<bf16>(B, T, V, Vp, -4, 4, bench);
+        }
     }
     if (wanted(argc, argv, "clip")) {
         check_clip(100003, 1.0f, 1.0f, 0);    // norm ~1.8: clipped
