@@ -116,8 +116,12 @@ static void time_both(const char* what, G gpu, F cpu, double flops, double bytes
 
 // ---------- layers ----------
 
+// The embeddings in either element type of the activations (wte and wpe stay float32): out is
+// one addition, exact in float and off by its rounding in bf16; the gradients are float32 sums.
+template <typename floatX>
 static void check_encoder(int B, int T, int C, int V, int bench) {
-    printf("encoder B=%d T=%d C=%d V=%d\n", B, T, C, V);
+    const int bf = sizeof(floatX) == 2;
+    printf("encoder %s B=%d T=%d C=%d V=%d\n", bf ? "bf16" : "float", B, T, C, V);
     size_t BT = (size_t)B * T, BTC = BT * C;
     int* inp = host_tokens(BT, V < 1000 ? V : 1000);  // a small range: tokens repeat, as in text
     float* wte = host_random((size_t)V * C, -1, 1);
@@ -125,24 +129,28 @@ static void check_encoder(int B, int T, int C, int V, int bench) {
     float* out = host_zeros(BTC);
     int* d_inp = to_device_int(inp, BT);
     float *d_wte = to_device(wte, (size_t)V * C), *d_wpe = to_device(wpe, (size_t)T * C);
-    float* d_out = device_poisoned(BTC);
+    floatX* d_out = device_poisoned_as<floatX>(BTC);
     encoder_forward(out, inp, wte, wpe, B, T, C);
     encoder_forward_gpu(d_out, d_inp, d_wte, d_wpe, B, T, C);
-    compare("encoder_forward out", d_out, out, BTC, 0.0f, 0.0f);  // one addition: exact
+    float* got = to_host_as(d_out, BTC);
+    compare_host("encoder_forward out", got, out, BTC, 0.0f, bf ? BF16_RTOL : 0.0f, NULL);  // one addition: exact
+    free(got);
 
     float* dout = host_random(BTC, -1, 1);
     float* dwte = host_random((size_t)V * C, -1, 1);
     float* dwpe = host_random((size_t)T * C, -1, 1);
-    float *d_dout = to_device(dout, BTC), *d_dwte = to_device(dwte, (size_t)V * C), *d_dwpe = to_device(dwpe, (size_t)T * C);
+    floatX* d_dout = to_device_as<floatX>(dout, BTC);
+    float *d_dwte = to_device(dwte, (size_t)V * C), *d_dwpe = to_device(dwpe, (size_t)T * C);
     encoder_backward(dwte, dwpe, dout, inp, B, T, C);
     encoder_backward_gpu(d_dwte, d_dwpe, d_dout, d_inp, B, T, C);
     compare("encoder_backward dwte", d_dwte, dwte, (size_t)V * C, 1e-5f, 1e-5f);
     compare("encoder_backward dwpe", d_dwpe, dwpe, (size_t)T * C, 1e-5f, 1e-5f);
     if (bench) {
+        double a = sizeof(floatX);
         time_both("encoder_forward", [&] { encoder_forward_gpu(d_out, d_inp, d_wte, d_wpe, B, T, C); },
-                  [&] { encoder_forward(out, inp, wte, wpe, B, T, C); }, 0, 3.0 * BTC * 4);
+                  [&] { encoder_forward(out, inp, wte, wpe, B, T, C); }, 0, BTC * (8 + a));
         time_both("encoder_backward", [&] { encoder_backward_gpu(d_dwte, d_dwpe, d_dout, d_inp, B, T, C); },
-                  [&] { encoder_backward(dwte, dwpe, dout, inp, B, T, C); }, 0, 3.0 * BTC * 4);
+                  [&] { encoder_backward(dwte, dwpe, dout, inp, B, T, C); }, 0, BTC * (8 + a));
     }
     free(inp); free(wte); free(wpe); free(out); free(dout); free(dwte); free(dwpe);
     cuda_check(cudaFree(d_inp)); cuda_check(cudaFree(d_wte)); cuda_check(cudaFree(d_wpe)); cuda_check(cudaFree(d_out));
@@ -1467,7 +1475,8 @@ static void check_generation(void) {
 // bucket that crosses chunks in two passes (gpt2/gpu/encoder.cuh). These cases shape the buckets:
 // one token at every position (one bucket through every chunk), all tokens distinct (every bucket
 // one position, in shuffled order), and a mix as in text (frequencies falling as 1/rank: a few
-// long buckets, many of one), each with float and with bf16 dout, at B x T = 3 x 701 = 2103: a
+// long buckets, many of one), each with float and with bf16 dout and at C = 67 (a column a
+// thread) and 72 (16-byte packs a thread), at B x T = 3 x 701 = 2103: a
 // multiple of neither the 32 rows of a chunk nor the 1024 keys a block sorts in shared memory,
 // so the last chunk and the last sort block are partial, and two merge passes run in global
 // memory. The values (dout, dwte and dwpe before) are multiples of 2^-6 in [-1, 1]: a sum of up
@@ -1544,7 +1553,7 @@ static void check_encoder_backward_sort(const char* tokens, const int* inp, int 
 }
 
 static void check_encoder_backward_bucket_cases(void) {
-    const int B = 3, T = 701, C = 67, BT = B * T;
+    const int B = 3, T = 701, BT = B * T;
     int* inp = (int*)malloc_check(BT * sizeof(int));
     for (int pass = 0; pass < 3; pass++) {
         const char* tokens;
@@ -1573,8 +1582,10 @@ static void check_encoder_backward_bucket_cases(void) {
             }
         }
         check_encoder_backward_sort(tokens, inp, BT);
-        check_encoder_backward_buckets<float>(tokens, inp, B, T, C, V);
-        check_encoder_backward_buckets<bf16>(tokens, inp, B, T, C, V);
+        for (int C : {67, 72}) {  // one column a thread; 16-byte packs (9 of bf16, 18 of float)
+            check_encoder_backward_buckets<float>(tokens, inp, B, T, C, V);
+            check_encoder_backward_buckets<bf16>(tokens, inp, B, T, C, V);
+        }
     }
     free(inp);
 }
@@ -2024,9 +2035,15 @@ int main(int argc, char** argv) {
     const int B = 4, T = 1024, C = 768, NH = 12, V = 50257, Vp = 50304;
     if (!quick && wanted(argc, argv, "copy")) time_copy();
     if (wanted(argc, argv, "encoder")) {
-        check_encoder(3, 37, 67, 101, 0);
+        for (int c : {67, 64}) {  // one column a thread; 16-byte packs
+            check_encoder<float>(3, 37, c, 101, 0);
+            check_encoder<bf16>(3, 37, c, 101, 0);
+        }
         check_encoder_backward_bucket_cases();
-        if (!quick) check_encoder(B, T, C, V, bench);
+        if (!quick) {
+            check_encoder<float>(B, T, C, V, bench);
+            check_encoder<bf16>(B, T, C, V, bench);
+        }
     }
     if (wanted(argc, argv, "layernorm")) {
         check_layernorm_cases();
