@@ -53,6 +53,22 @@
 
 static int quick = 0;
 
+// A device copy of x in the element type of the path checked (bf16 rounds x in place first, so
+// that the CPU reads what the GPU reads), an output of that type poisoned with NaN, and a host
+// copy in float32.
+template <typename floatX> static floatX* to_device_as(float* x, size_t n);
+template <> float* to_device_as<float>(float* x, size_t n) { return to_device(x, n); }
+template <> bf16* to_device_as<bf16>(float* x, size_t n) { return to_device_bf16(x, n); }
+template <typename floatX>
+static floatX* device_poisoned_as(size_t n) {
+    floatX* d;
+    cuda_check(cudaMalloc((void**)&d, n * sizeof(floatX)));
+    cuda_check(cudaMemset(d, 0xff, n * sizeof(floatX)));  // NaN in either type
+    return d;
+}
+static float* to_host_as(const float* d, size_t n) { return to_host(d, n); }
+static float* to_host_as(const bf16* d, size_t n) { return to_host_bf16(d, n); }
+
 // Fails the check when a product meant to run split along k would not, or one meant to run
 // unsplit would, so that a change of the plan cannot quietly leave a path untested. The split
 // shapes have few tiles (2 to 4 of 64x64: split on any GPU of 3 SMs or more, the emulator says
@@ -100,8 +116,12 @@ static void time_both(const char* what, G gpu, F cpu, double flops, double bytes
 
 // ---------- layers ----------
 
+// The embeddings in either element type of the activations (wte and wpe stay float32): out is
+// one addition, exact in float and off by its rounding in bf16; the gradients are float32 sums.
+template <typename floatX>
 static void check_encoder(int B, int T, int C, int V, int bench) {
-    printf("encoder B=%d T=%d C=%d V=%d\n", B, T, C, V);
+    const int bf = sizeof(floatX) == 2;
+    printf("encoder %s B=%d T=%d C=%d V=%d\n", bf ? "bf16" : "float", B, T, C, V);
     size_t BT = (size_t)B * T, BTC = BT * C;
     int* inp = host_tokens(BT, V < 1000 ? V : 1000);  // a small range: tokens repeat, as in text
     float* wte = host_random((size_t)V * C, -1, 1);
@@ -109,64 +129,118 @@ static void check_encoder(int B, int T, int C, int V, int bench) {
     float* out = host_zeros(BTC);
     int* d_inp = to_device_int(inp, BT);
     float *d_wte = to_device(wte, (size_t)V * C), *d_wpe = to_device(wpe, (size_t)T * C);
-    float* d_out = device_poisoned(BTC);
+    floatX* d_out = device_poisoned_as<floatX>(BTC);
     encoder_forward(out, inp, wte, wpe, B, T, C);
     encoder_forward_gpu(d_out, d_inp, d_wte, d_wpe, B, T, C);
-    compare("encoder_forward out", d_out, out, BTC, 0.0f, 0.0f);  // one addition: exact
+    float* got = to_host_as(d_out, BTC);
+    compare_host("encoder_forward out", got, out, BTC, 0.0f, bf ? BF16_RTOL : 0.0f, NULL);  // one addition: exact
+    free(got);
 
     float* dout = host_random(BTC, -1, 1);
     float* dwte = host_random((size_t)V * C, -1, 1);
     float* dwpe = host_random((size_t)T * C, -1, 1);
-    float *d_dout = to_device(dout, BTC), *d_dwte = to_device(dwte, (size_t)V * C), *d_dwpe = to_device(dwpe, (size_t)T * C);
+    floatX* d_dout = to_device_as<floatX>(dout, BTC);
+    float *d_dwte = to_device(dwte, (size_t)V * C), *d_dwpe = to_device(dwpe, (size_t)T * C);
     encoder_backward(dwte, dwpe, dout, inp, B, T, C);
     encoder_backward_gpu(d_dwte, d_dwpe, d_dout, d_inp, B, T, C);
     compare("encoder_backward dwte", d_dwte, dwte, (size_t)V * C, 1e-5f, 1e-5f);
     compare("encoder_backward dwpe", d_dwpe, dwpe, (size_t)T * C, 1e-5f, 1e-5f);
     if (bench) {
+        double a = sizeof(floatX);
         time_both("encoder_forward", [&] { encoder_forward_gpu(d_out, d_inp, d_wte, d_wpe, B, T, C); },
-                  [&] { encoder_forward(out, inp, wte, wpe, B, T, C); }, 0, 3.0 * BTC * 4);
+                  [&] { encoder_forward(out, inp, wte, wpe, B, T, C); }, 0, BTC * (8 + a));
         time_both("encoder_backward", [&] { encoder_backward_gpu(d_dwte, d_dwpe, d_dout, d_inp, B, T, C); },
-                  [&] { encoder_backward(dwte, dwpe, dout, inp, B, T, C); }, 0, 3.0 * BTC * 4);
+                  [&] { encoder_backward(dwte, dwpe, dout, inp, B, T, C); }, 0, BTC * (8 + a));
     }
     free(inp); free(wte); free(wpe); free(out); free(dout); free(dwte); free(dwpe);
     cuda_check(cudaFree(d_inp)); cuda_check(cudaFree(d_wte)); cuda_check(cudaFree(d_wpe)); cuda_check(cudaFree(d_out));
     cuda_check(cudaFree(d_dout)); cuda_check(cudaFree(d_dwte)); cuda_check(cudaFree(d_dwpe));
 }
 
+// Layernorm in either element type: the GPU reads what the CPU reads (bf16 inputs rounded on the
+// host first); a bf16 output may differ by its rounding too, BF16_RTOL of it more. dinp, dweight and dbias
+// start from random values (the launcher adds into them), and a second run from the same start
+// must give the same bits.
+template <typename floatX>
 static void check_layernorm(int B, int T, int C, int bench) {
-    printf("layernorm B=%d T=%d C=%d\n", B, T, C);
+    const int bf = sizeof(floatX) == 2;
+    const float rtol = 1e-5f + (bf ? BF16_RTOL : 0.0f), dinp_rtol = 1e-4f + (bf ? BF16_RTOL : 0.0f);
+    printf("layernorm %s B=%d T=%d C=%d\n", bf ? "bf16" : "float", B, T, C);
     size_t BT = (size_t)B * T, BTC = BT * C;
     float* inp = host_random(BTC, -2, 3);  // mean 0.5: the mean subtraction matters
     float* w = host_random(C, 0.5f, 1.5f);
     float* b = host_random(C, -0.5f, 0.5f);
     float *out = host_zeros(BTC), *mean = host_zeros(BT), *rstd = host_zeros(BT);
-    float *d_inp = to_device(inp, BTC), *d_w = to_device(w, C), *d_b = to_device(b, C);
-    float *d_out = device_poisoned(BTC), *d_mean = device_poisoned(BT), *d_rstd = device_poisoned(BT);
+    floatX* d_inp = to_device_as<floatX>(inp, BTC);
+    float *d_w = to_device(w, C), *d_b = to_device(b, C);
+    floatX* d_out = device_poisoned_as<floatX>(BTC);
+    float *d_mean = device_poisoned(BT), *d_rstd = device_poisoned(BT);
     layernorm_forward(out, mean, rstd, inp, w, b, B, T, C);
     layernorm_forward_gpu(d_out, d_mean, d_rstd, d_inp, d_w, d_b, B, T, C);
-    compare("layernorm_forward out", d_out, out, BTC, 1e-5f, 1e-5f);
+    float* got = to_host_as(d_out, BTC);
+    compare_host("layernorm_forward out", got, out, BTC, 1e-5f, rtol, NULL);
+    free(got);
     compare("layernorm_forward mean", d_mean, mean, BT, 1e-6f, 1e-5f);
     compare("layernorm_forward rstd", d_rstd, rstd, BT, 1e-6f, 1e-5f);
 
     float* dout = host_random(BTC, -1, 1);
     float *dinp = host_random(BTC, -1, 1), *dw = host_random(C, -1, 1), *db = host_random(C, -1, 1);
-    float *d_dout = to_device(dout, BTC), *d_dinp = to_device(dinp, BTC), *d_dw = to_device(dw, C), *d_db = to_device(db, C);
+    floatX *d_dout = to_device_as<floatX>(dout, BTC), *d_dinp = to_device_as<floatX>(dinp, BTC);
+    float *d_dw = to_device(dw, C), *d_db = to_device(db, C);
+    floatX* d_dinp0 = to_device_as<floatX>(dinp, BTC);  // the start, for the second run
+    float *d_dw0 = to_device(dw, C), *d_db0 = to_device(db, C);
     layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, B, T, C);
     layernorm_backward_gpu(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_mean, d_rstd, B, T, C);
-    compare("layernorm_backward dinp", d_dinp, dinp, BTC, 1e-5f, 1e-4f);
+    got = to_host_as(d_dinp, BTC);
+    compare_host("layernorm_backward dinp", got, dinp, BTC, 1e-5f, dinp_rtol, NULL);
+    free(got);
     float sum_atol = 1e-6f * sqrtf((float)BT) * 10;  // sums over B*T rows
     compare("layernorm_backward dweight", d_dw, dw, C, sum_atol, 1e-4f);
     compare("layernorm_backward dbias", d_db, db, C, sum_atol, 1e-4f);
+    layernorm_backward_gpu(d_dinp0, d_dw0, d_db0, d_dout, d_inp, d_w, d_mean, d_rstd, B, T, C);
+    int same = 1;
+    for (int k = 0; k < 3; k++) {
+        const void *x = k == 0 ? (const void*)d_dinp : k == 1 ? (const void*)d_dw : (const void*)d_db;
+        const void *y = k == 0 ? (const void*)d_dinp0 : k == 1 ? (const void*)d_dw0 : (const void*)d_db0;
+        size_t bytes = k == 0 ? BTC * sizeof(floatX) : C * sizeof(float);
+        char *hx = (char*)malloc_check(bytes), *hy = (char*)malloc_check(bytes);
+        cuda_check(cudaMemcpy(hx, x, bytes, cudaMemcpyDeviceToHost));
+        cuda_check(cudaMemcpy(hy, y, bytes, cudaMemcpyDeviceToHost));
+        same = same && memcmp(hx, hy, bytes) == 0;
+        free(hx); free(hy);
+    }
+    printf("  %s %-34s %s\n", same ? "ok  " : "FAIL", "layernorm_backward twice", same ? "the same bits" : "different bits");
+    if (!same) failures++;
     if (bench) {
+        double a = sizeof(floatX);
         time_both("layernorm_forward", [&] { layernorm_forward_gpu(d_out, d_mean, d_rstd, d_inp, d_w, d_b, B, T, C); },
-                  [&] { layernorm_forward(out, mean, rstd, inp, w, b, B, T, C); }, 0, 2.0 * BTC * 4);
+                  [&] { layernorm_forward(out, mean, rstd, inp, w, b, B, T, C); }, 0, 2.0 * BTC * a);
         time_both("layernorm_backward", [&] { layernorm_backward_gpu(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_mean, d_rstd, B, T, C); },
-                  [&] { layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, B, T, C); }, 0, 4.0 * BTC * 4);
+                  [&] { layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, B, T, C); }, 0, 4.0 * BTC * a);
     }
     free(inp); free(w); free(b); free(out); free(mean); free(rstd); free(dout); free(dinp); free(dw); free(db);
     cuda_check(cudaFree(d_inp)); cuda_check(cudaFree(d_w)); cuda_check(cudaFree(d_b)); cuda_check(cudaFree(d_out));
     cuda_check(cudaFree(d_mean)); cuda_check(cudaFree(d_rstd)); cuda_check(cudaFree(d_dout)); cuda_check(cudaFree(d_dinp));
-    cuda_check(cudaFree(d_dw)); cuda_check(cudaFree(d_db));
+    cuda_check(cudaFree(d_dw)); cuda_check(cudaFree(d_db)); cuda_check(cudaFree(d_dinp0)); cuda_check(cudaFree(d_dw0));
+    cuda_check(cudaFree(d_db0));
+}
+
+// The shapes of layernorm's paths (gpt2/gpu/layernorm.cuh): rows in registers (C a whole number
+// of 16-byte packs, at most LAYERNORM_MAX_C) or strided (any other C), in both element types.
+static void check_layernorm_cases(void) {
+    const int shapes[][3] = {
+        {3, 37, 67},    // odd C: strided; 111 rows, no multiple of a block's 8
+        {2, 37, 768},   // GPT-2's C: 24 values a lane (float 6 packs, bf16 3)
+        {1, 7, 100},    // float in registers, 25 packs: lanes 25-31 idle; bf16 strided (100 % 8)
+        {1, 9, 264},    // 16 values a lane, some lanes with one pack more than others
+        {1, 9, 1024},   // the longest row in registers: 32 a lane
+        {1, 5, 1032},   // past it: strided
+        {3, 700, 32},   // 2100 rows: more than the backward's 256 blocks of 8 warps, rows in turn
+    };
+    for (const auto& s : shapes) {
+        check_layernorm<float>(s[0], s[1], s[2], 0);
+        check_layernorm<bf16>(s[0], s[1], s[2], 0);
+    }
 }
 
 // The slices gemm_fp32 cuts a single product of this shape into.
@@ -369,29 +443,36 @@ static void check_residual(int N, int bench) {
 }
 
 // The fused classifier against the CPU's three functions: softmax_forward, crossentropy_forward
-// and crossentropy_softmax_backward with dlosses = 1/(B*T), the gradient of the mean loss.
-static void check_classifier(int B, int T, int V, int Vp, int bench) {
-    printf("classifier B=%d T=%d V=%d Vp=%d\n", B, T, V, Vp);
+// and crossentropy_softmax_backward with dlosses = 1/(B*T), the gradient of the mean loss; in
+// either element type (bf16 logits rounded on the host first, dlogits rounded: BF16_RTOL more).
+template <typename floatX>
+static void check_classifier(int B, int T, int V, int Vp, float lo, float hi, int bench) {
+    const int bf = sizeof(floatX) == 2;
+    printf("classifier %s B=%d T=%d V=%d Vp=%d, logits in [%g, %g)\n", bf ? "bf16" : "float", B, T, V, Vp, lo, hi);
     size_t BT = (size_t)B * T, n = BT * Vp;
-    float* logits = host_random(n, -4, 4);  // padding columns hold junk too: it must be ignored
+    float* logits = host_random(n, lo, hi);  // padding columns hold junk too: it must be ignored
     int* targets = host_tokens(BT, V);
     float *probs = host_zeros(n), *losses = host_zeros(BT), *dlogits = host_zeros(n), *dlosses = host_zeros(BT);
     for (size_t i = 0; i < BT; i++) dlosses[i] = 1.0f / (float)BT;
-    float* d_logits = to_device(logits, n);
+    floatX* d_logits = to_device_as<floatX>(logits, n);
     int* d_targets = to_device_int(targets, BT);
-    float *d_losses = device_poisoned(BT), *d_dlogits = device_poisoned(n);
+    float* d_losses = device_poisoned(BT);
+    floatX* d_dlogits = device_poisoned_as<floatX>(n);
     softmax_forward(probs, logits, B, T, V, Vp);
     crossentropy_forward(losses, probs, targets, B, T, Vp);
     crossentropy_softmax_backward(dlogits, dlosses, probs, targets, B, T, V, Vp);
     fused_classifier_gpu(d_dlogits, d_losses, d_logits, d_targets, B, T, V, Vp);
     compare("fused_classifier losses", d_losses, losses, BT, 1e-5f, 1e-5f);
-    compare("fused_classifier dlogits", d_dlogits, dlogits, n, 1e-11f, 1e-4f);  // entries ~ p/(B*T)
+    float* separate = to_host_as(d_dlogits, n);
+    compare_host("fused_classifier dlogits", separate, dlogits, n, 1e-11f, 1e-4f + (bf ? BF16_RTOL : 0.0f),
+                 NULL);  // entries ~ p/(B*T)
     // in place, as train_gpu runs it (each slot's logits become their gradient): the same bits
-    float* d_inplace = to_device(logits, n);
+    floatX* d_inplace = to_device_as<floatX>(logits, n);
     fused_classifier_gpu(d_inplace, d_losses, d_inplace, d_targets, B, T, V, Vp);
-    float* separate = to_host(d_dlogits, n);
-    compare("fused_classifier dlogits in place", d_inplace, separate, n, 0.0f, 0.0f);
+    float* inplace = to_host_as(d_inplace, n);
+    compare_host("fused_classifier dlogits in place", inplace, separate, n, 0.0f, 0.0f, NULL);
     free(separate);
+    free(inplace);
     cuda_check(cudaFree(d_inplace));
     if (bench) {
         time_both("fused_classifier", [&] { fused_classifier_gpu(d_dlogits, d_losses, d_logits, d_targets, B, T, V, Vp); },
@@ -399,11 +480,27 @@ static void check_classifier(int B, int T, int V, int Vp, int bench) {
                       softmax_forward(probs, logits, B, T, V, Vp);
                       crossentropy_forward(losses, probs, targets, B, T, Vp);
                       crossentropy_softmax_backward(dlogits, dlosses, probs, targets, B, T, V, Vp);
-                  }, 0, 2.0 * n * 4);
+                  }, 0, 2.0 * n * sizeof(floatX));
     }
     free(logits); free(targets); free(probs); free(losses); free(dlogits); free(dlosses);
     cuda_check(cudaFree(d_logits)); cuda_check(cudaFree(d_targets)); cuda_check(cudaFree(d_losses));
     cuda_check(cudaFree(d_dlogits));
+}
+
+// The classifier's paths (gpt2/gpu/classifier.cuh): 16-byte packs (Vp a whole number of them) or
+// one value at a time, in both element types.
+static void check_classifier_cases(void) {
+    struct { int B, T, V, Vp; float lo, hi; } shapes[] = {
+        {3, 7, 1000, 1024, -4, 4},      // packs; the last ones all padding
+        {2, 3, 1000, 1001, -4, 4},      // odd Vp: one value at a time
+        {1, 3, 1, 8, -4, 4},            // one logit: most threads hold none
+        {1, 2, 50257, 50304, -10, 10},  // GPT-2's: one real logit in the last pack that has any
+        {2, 2, 300, 304, 100, 110},     // large logits: exp(x) overflows without the max
+    };
+    for (const auto& s : shapes) {
+        check_classifier<float>(s.B, s.T, s.V, s.Vp, s.lo, s.hi, 0);
+        check_classifier<bf16>(s.B, s.T, s.V, s.Vp, s.lo, s.hi, 0);
+    }
 }
 
 // The global norm and the clip factor after a scale (1/parts: gradient accumulation), as the
@@ -1186,22 +1283,6 @@ static void check_adamw_bf16(GPT2Config config) {
 
 // ---------- attention against the paged key-value cache (generation) ----------
 
-// A device copy of x in the element type of the path checked (bf16 rounds x in place first, so
-// that the CPU reads what the GPU reads), an output of that type poisoned with NaN, and a host
-// copy in float32.
-template <typename floatX> static floatX* to_device_as(float* x, size_t n);
-template <> float* to_device_as<float>(float* x, size_t n) { return to_device(x, n); }
-template <> bf16* to_device_as<bf16>(float* x, size_t n) { return to_device_bf16(x, n); }
-template <typename floatX>
-static floatX* device_poisoned_as(size_t n) {
-    floatX* d;
-    cuda_check(cudaMalloc((void**)&d, n * sizeof(floatX)));
-    cuda_check(cudaMemset(d, 0xff, n * sizeof(floatX)));  // NaN in either type
-    return d;
-}
-static float* to_host_as(const float* d, size_t n) { return to_host(d, n); }
-static float* to_host_as(const bf16* d, size_t n) { return to_host_bf16(d, n); }
-
 // One layer's paged caches for a check, B sequences that held pos[b] positions each and take T
 // new tokens, on the host and the GPU. The sequences' pages are drawn at random from a pool with
 // 3 spare pages, so that they are neither contiguous nor in order; a page table's entries past
@@ -1424,7 +1505,8 @@ static void check_generation(void) {
 // bucket that crosses chunks in two passes (gpt2/gpu/encoder.cuh). These cases shape the buckets:
 // one token at every position (one bucket through every chunk), all tokens distinct (every bucket
 // one position, in shuffled order), and a mix as in text (frequencies falling as 1/rank: a few
-// long buckets, many of one), each with float and with bf16 dout, at B x T = 3 x 701 = 2103: a
+// long buckets, many of one), each with float and with bf16 dout and at C = 67 (a column a
+// thread) and 72 (16-byte packs a thread), at B x T = 3 x 701 = 2103: a
 // multiple of neither the 32 rows of a chunk nor the 1024 keys a block sorts in shared memory,
 // so the last chunk and the last sort block are partial, and two merge passes run in global
 // memory. The values (dout, dwte and dwpe before) are multiples of 2^-6 in [-1, 1]: a sum of up
@@ -1501,7 +1583,7 @@ static void check_encoder_backward_sort(const char* tokens, const int* inp, int 
 }
 
 static void check_encoder_backward_bucket_cases(void) {
-    const int B = 3, T = 701, C = 67, BT = B * T;
+    const int B = 3, T = 701, BT = B * T;
     int* inp = (int*)malloc_check(BT * sizeof(int));
     for (int pass = 0; pass < 3; pass++) {
         const char* tokens;
@@ -1530,8 +1612,10 @@ static void check_encoder_backward_bucket_cases(void) {
             }
         }
         check_encoder_backward_sort(tokens, inp, BT);
-        check_encoder_backward_buckets<float>(tokens, inp, B, T, C, V);
-        check_encoder_backward_buckets<bf16>(tokens, inp, B, T, C, V);
+        for (int C : {67, 72}) {  // one column a thread; 16-byte packs (9 of bf16, 18 of float)
+            check_encoder_backward_buckets<float>(tokens, inp, B, T, C, V);
+            check_encoder_backward_buckets<bf16>(tokens, inp, B, T, C, V);
+        }
     }
     free(inp);
 }
@@ -1981,13 +2065,22 @@ int main(int argc, char** argv) {
     const int B = 4, T = 1024, C = 768, NH = 12, V = 50257, Vp = 50304;
     if (!quick && wanted(argc, argv, "copy")) time_copy();
     if (wanted(argc, argv, "encoder")) {
-        check_encoder(3, 37, 67, 101, 0);
+        for (int c : {67, 64}) {  // one column a thread; 16-byte packs
+            check_encoder<float>(3, 37, c, 101, 0);
+            check_encoder<bf16>(3, 37, c, 101, 0);
+        }
         check_encoder_backward_bucket_cases();
-        if (!quick) check_encoder(B, T, C, V, bench);
+        if (!quick) {
+            check_encoder<float>(B, T, C, V, bench);
+            check_encoder<bf16>(B, T, C, V, bench);
+        }
     }
     if (wanted(argc, argv, "layernorm")) {
-        check_layernorm(3, 37, 67, 0);
-        if (!quick) check_layernorm(B, T, C, bench);
+        check_layernorm_cases();
+        if (!quick) {
+            check_layernorm<float>(B, T, C, bench);
+            check_layernorm<bf16>(B, T, C, bench);
+        }
     }
     if (wanted(argc, argv, "matmul")) {
         check_matmul_small();
@@ -2016,8 +2109,11 @@ int main(int argc, char** argv) {
         if (!quick) check_residual(B * T * C, bench);
     }
     if (wanted(argc, argv, "classifier")) {
-        check_classifier(3, 7, 1000, 1024, 0);
-        if (!quick) check_classifier(B, T, V, Vp, bench);
+        check_classifier_cases();
+        if (!quick) {
+            check_classifier<float>(B, T, V, Vp, -4, 4, bench);
+            check_classifier<bf16>(B, T, V, Vp, -4, 4, bench);
+        }
     }
     if (wanted(argc, argv, "clip")) {
         check_clip(100003, 0, 1, 1.0f, 0);    // norm ~1.8: clipped

@@ -1,5 +1,6 @@
 // dev/kernels/18_layernorm_warp.cu: layernorm's forward, one warp per row: the project's kernel
-// (gpt2/gpu/layernorm.cuh, layernorm_forward_gpu<float>, which train_gpu.cu runs).
+// for any C (gpt2/gpu/layernorm.cuh, layernorm_forward_strided_kernel<float>, which
+// layernorm_forward_gpu runs for rows that do not fit 19's registers).
 //
 // What changed from 17: a row is a warp's, not a thread's. Lane l reads x[l], x[l + 32], ...:
 // at each step the 32 lanes read 32 consecutive floats, 128 bytes in four whole sectors
@@ -16,11 +17,13 @@
 // L1/L2 requests and latency. Next (19): read the row from memory once, into registers.
 
 #include "layernorm.cuh"
-#include "../../gpt2/gpu/layernorm.cuh"  // layernorm_forward_kernel, layernorm_forward_gpu
+#include "../../gpt2/gpu/layernorm.cuh"  // layernorm_forward_strided_kernel
 
 static void layernorm_forward18(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                                 const float* bias, int B, int T, int C) {
-    layernorm_forward_gpu<float>(out, mean, rstd, inp, weight, bias, B, T, C);
+    int N = B * T;
+    layernorm_forward_strided_kernel<float><<<ceil_div(N, 8), 256>>>(out, mean, rstd, inp, weight, bias, N, C);
+    launch_check(layernorm_forward_strided_kernel);
 }
 
 int main(void) {

@@ -121,6 +121,37 @@ template <typename floatX> __device__ __forceinline__ floatX from_float(float x)
 template <> __device__ __forceinline__ float from_float<float>(float x) { return x; }
 template <> __device__ __forceinline__ bf16 from_float<bf16>(float x) { return __float2bfloat16(x); }
 
+// 16 bytes of T, one load or store instruction: 4 floats or 8 bf16.
+template <typename T>
+struct alignas(16) Pack16 {
+    static constexpr int N = 16 / sizeof(T);
+    T v[N];
+};
+// x[0 .. N) = p[0 .. N) as float32, and back; p 16-byte aligned.
+template <typename T>
+__device__ __forceinline__ void load16(float* x, const T* p) {
+    Pack16<T> pk = *reinterpret_cast<const Pack16<T>*>(p);
+    for (int e = 0; e < Pack16<T>::N; e++) x[e] = to_float(pk.v[e]);
+}
+template <typename T>
+__device__ __forceinline__ void store16(T* p, const float* x) {
+    Pack16<T> pk;
+    for (int e = 0; e < Pack16<T>::N; e++) pk.v[e] = from_float<T>(x[e]);
+    *reinterpret_cast<Pack16<T>*>(p) = pk;
+}
+// W consecutive values as float32, and back: in 16-byte accesses (p aligned, W a multiple of
+// Pack16<T>::N), or, for W = 1, one value (a kernel's fallback for any size and alignment).
+template <int W, typename T>
+__device__ __forceinline__ void load_values(float* x, const T* p) {
+    if constexpr (W == 1) x[0] = to_float(*p);
+    else for (int h = 0; h < W; h += Pack16<T>::N) load16(x + h, p + h);
+}
+template <int W, typename T>
+__device__ __forceinline__ void store_values(T* p, const float* x) {
+    if constexpr (W == 1) *p = from_float<T>(x[0]);
+    else for (int h = 0; h < W; h += Pack16<T>::N) store16(p + h, x + h);
+}
+
 // ---------- the device ----------
 
 // Peak float32 without tensor cores: SMs x clock x FP32 lanes per SM (64 on 7.x and 8.0, 128 on
