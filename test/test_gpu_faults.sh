@@ -26,6 +26,15 @@ norm_unscaled_factor|clip|clip_factor(s->norm, grad_scale, max_norm)|clip_factor
 mean_loss_wrong_count|model|(float)(sum / n)|(float)(sum / blockDim.x)|
 adamw_without_clip|adamw|grads[i] * step->grad_factor|grads[i]|
 adamw_ignores_divergence|adamw|i >= n \|\| !step->finite|i >= n|
+layernorm_forward_bias_of_column_0|layernorm|y[e] = (s * (x[k * P + e] - m)) * w[e] + b[e];|y[e] = (s * (x[k * P + e] - m)) * w[e] + b[0];|
+layernorm_backward_rows_skipped|layernorm|row += gridDim.x * LAYERNORM_ROWS|row += gridDim.x|
+layernorm_backward_last_block_dropped|layernorm|b < blocks|b < blocks - 1|
+layernorm_backward_wrong_term|layernorm|gn_sum += g * n[j];|gn_sum += g * dy[j];|
+classifier_merge_unscaled|classifier|(m2 == mm ? s2 : s2 * expf(m2 - mm))|(m2 == mm ? s2 : s2)|
+classifier_padding_not_zero|classifier|col < V|col <= V|
+encoder_forward_wpe_column_0|encoder|e[j] += p[j];|e[j] += p[0];|
+encoder_wpe_wrong_batch_stride|encoder|load_values<W>(d, dout + (size_t)b * T * C + idx);|load_values<W>(d, dout + (size_t)b * C + idx);|
+encoder_wte_carry_wrong_half|encoder|load_values<W>(sum, partial + (size_t)(2 * chunk + 1) * C + c);|load_values<W>(sum, partial + (size_t)(2 * chunk) * C + c);|
 EOF
 )
 
