@@ -23,7 +23,8 @@
 #      that some lanes never reach, a __syncthreads that some threads never reach, threads at
 #      different barriers, misaligned cp.async and ldmatrix addresses, a cp.async into device
 #      memory, copies never waited for, launches over CUDA's limits (dynamic shared memory too),
-#      mbarrier waits that nothing will complete, a misaligned float4, a write
+#      mbarrier waits that nothing will complete, a wgmma's A fragments changed in registers before
+#      its wait, a misaligned float4, a write
 #      past the end of device memory) must each stop the run with its message; launch after
 #      launch of a few blocks each, shared out to 4 workers, must give the host's result;
 #   5. dev/emu/nccl_check.cu under mpirun with 2 and 4 ranks: the emulator's NCCL (done with MPI)
@@ -164,6 +165,7 @@ misuse big_block "kernel over_limits_kernel (dev/emu/emu_check.cu:$(at big_block
 misuse big_grid "invalid launch of over_limits_kernel: grid (1,65536,1) block (32,1,1)"
 misuse big_shared "launch of over_limits_kernel with 65536 bytes of dynamic shared memory: more than 48 KiB without cudaFuncSetAttribute"
 misuse mbarrier_deadlock "deadlock: mbarrier waits that no arrival or copy will complete (a wrong parity or count?): the mbarrier at bar+0 (mbarrier_deadlock_kernel), 0 phases completed, 1 of 2 arrivals"
+misuse wgmma_rs_changed "wgmma_bf16_rs: lane 0 of warp 0 changed its A fragments (registers) before the wgmma_wait that retires the wgmma (kernel wgmma_rs_changed_kernel"
 misuse float4_misaligned "dev/emu/emu_check.cu:$(at float4_misaligned):17: runtime error: reference binding to misaligned address"
 misuse past_device_end "in past_device_end_kernel(float*, int) dev/emu/emu_check.cu:$(at past_device_end)"
 grep -q "AddressSanitizer: heap-buffer-overflow" build/emu/misuse.log ||
