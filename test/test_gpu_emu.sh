@@ -89,14 +89,15 @@ done
 echo "ok   clean, clean_tma, clean_stores: no race reported, right result, in 4 modes"
 # (a line may be marked for several races: "// race: NAME NAME ...")
 for race in missing_barrier reuse_before_barrier refill_before_barrier read_before_wait \
-            tma_read_before_wait wrong_parity wgmma_write_before_wait shallow_wait missing_proxy_fence; do
+            tma_read_before_wait wrong_parity wgmma_write_before_wait shallow_wait release_before_wait missing_proxy_fence; do
   lines=$(grep -nE "// race: (.* )?$race( .*)?\$" dev/emu/race_check.cu | cut -d: -f1)
   case $race in
     missing_proxy_fence) kernel=stores_kernel ;;
-    tma_*|wrong_parity|wgmma_*|shallow_wait) kernel=tma_kernel ;;
+    tma_*|wrong_parity|wgmma_*|shallow_wait|release_*) kernel=tma_kernel ;;
     *) kernel=${race}_kernel ;;
   esac
-  ( build/emu/race_check $race ) >build/emu/race.log 2>&1  # (in a subshell: its abort message goes to the log)
+  mode=; [ $race = release_before_wait ] && mode=CUDA_EMU_SCHEDULE=reverse  # the producer between release and wait
+  ( env $mode build/emu/race_check $race ) >build/emu/race.log 2>&1  # (in a subshell: its abort message goes to the log)
   rc=$?
   ok=1
   [ $rc -ne 0 ] && grep -q "race on shared memory in kernel $kernel" build/emu/race.log || ok=0

@@ -59,7 +59,8 @@
 //                             a phase completes when its arrivals and announced bytes are in; a
 //                             try_wait that says no yields, and its thread retries once a barrier
 //                             has changed; if every live thread polls and nothing can change, the
-//                             run stops ("deadlock: mbarrier waits that ...");
+//                             run stops ("deadlock: mbarrier waits that ..."); an arrive yields too,
+//                             so that its waiters may run before the arriving thread goes on;
 //   tma_load_2d               the box (zeros outside the tensor) into shared memory, swizzled by
 //                             the address bits as the map says; it lands and counts its bytes off
 //                             the barrier at the latest when a waiter needs it (CUDA_EMU_ASYNC);
@@ -1441,7 +1442,15 @@ EMU_INTERNAL static void emu_arrive(EmuBarrier* b) {
     b->pending--;
     emu_barrier_check(b);
 }
-EMU_INTERNAL static void mbarrier_arrive(uint64_t* bar) { emu_arrive(emu_barrier(bar, false, "mbarrier_arrive")); }
+// The threads that wait on the barrier may run before the arriving thread's next instruction, as
+// on a GPU: it yields as a poller does, and runs on once the scheduler has seen the change (so a
+// stage released before the wgmma_wait that retires its reads is refilled while they are in flight).
+EMU_INTERNAL static void mbarrier_arrive(uint64_t* bar) {
+    emu_arrive(emu_barrier(bar, false, "mbarrier_arrive"));
+    EmuThread* me = emu->cur;
+    emu->polling[me->warp] |= 1u << me->lane;
+    emu_yield(EMU_POLL);
+}
 EMU_INTERNAL static void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
     EmuBarrier* b = emu_barrier(bar, false, "mbarrier_arrive_expect_tx");
     b->tx += bytes;
