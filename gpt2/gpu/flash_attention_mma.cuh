@@ -457,8 +457,8 @@ static void flash_backward_launch(bool mma, FlashBackward a, int B) {
 static void flash_attention_forward_with(FlashKernels kernels, bf16* out, float* lse, const bf16* qkv, int B, int T,
                                          int C, int NH) {
     int hs = flash_head_size(C, NH);
-    if ((kernels == FLASH_AUTO || kernels == FLASH_WGMMA) && flash_attention_forward_wgmma_launch(out, lse, qkv, B, T, C, NH))
-        return;
+    bool wgmma_wanted = kernels == FLASH_AUTO || kernels == FLASH_WGMMA;
+    if (wgmma_wanted && flash_attention_forward_wgmma_launch(out, lse, qkv, B, T, C, NH)) return;
     if (kernels == FLASH_WGMMA)
         fail("flash attention: the wgmma forward needs a 9.0 GPU with sm_90a code, head size 64 or 128 and 16-byte "
              "aligned tensors");

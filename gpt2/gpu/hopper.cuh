@@ -1,9 +1,10 @@
 // gpt2/gpu/hopper.cuh: Hopper's (sm_90) instructions for matrix products, each wrapped in one
 // small function as matmul_bf16.cuh wraps mma.sync: wgmma (the warpgroup's tensor-core product,
-// operands read from shared memory through descriptors, or A from registers), TMA (the tensor copy engine: a 2D tile
-// from global to shared memory, swizzled, edges zero-filled) and mbarrier (the shared-memory
-// barrier the copies complete on, in phases). The emulator (dev/emu/cuda_emu.h) defines the same
-// functions from the PTX ISA; dev/gpu/instruction_check.cu checks each against a scalar definition.
+// operands read from shared memory through descriptors, or A from registers), TMA (the tensor copy
+// engine: a 2D tile from global to shared memory, swizzled, edges zero-filled) and mbarrier (the
+// shared-memory barrier the copies complete on, in phases). The emulator (dev/emu/cuda_emu.h)
+// defines the same functions from the PTX ISA; dev/gpu/instruction_check.cu checks each against a
+// scalar definition.
 
 #ifndef GPT2_GPU_HOPPER_CUH
 #define GPT2_GPU_HOPPER_CUH
