@@ -23,7 +23,8 @@
 #      that some lanes never reach, a __syncthreads that some threads never reach, threads at
 #      different barriers, misaligned cp.async and ldmatrix addresses, a cp.async into device
 #      memory, copies never waited for, launches over CUDA's limits (dynamic shared memory too),
-#      mbarrier waits that nothing will complete, a misaligned float4, a write
+#      mbarrier waits that nothing will complete, a wgmma's A fragments changed in registers before
+#      its wait, a misaligned float4, a write
 #      past the end of device memory) must each stop the run with its message; launch after
 #      launch of a few blocks each, shared out to 4 workers, must give the host's result;
 #   5. dev/emu/nccl_check.cu under mpirun with 2 and 4 ranks: the emulator's NCCL (done with MPI)
@@ -88,14 +89,15 @@ done
 echo "ok   clean, clean_tma, clean_stores: no race reported, right result, in 4 modes"
 # (a line may be marked for several races: "// race: NAME NAME ...")
 for race in missing_barrier reuse_before_barrier refill_before_barrier read_before_wait \
-            tma_read_before_wait wrong_parity wgmma_write_before_wait shallow_wait missing_proxy_fence; do
+            tma_read_before_wait wrong_parity wgmma_write_before_wait shallow_wait release_before_wait missing_proxy_fence; do
   lines=$(grep -nE "// race: (.* )?$race( .*)?\$" dev/emu/race_check.cu | cut -d: -f1)
   case $race in
     missing_proxy_fence) kernel=stores_kernel ;;
-    tma_*|wrong_parity|wgmma_*|shallow_wait) kernel=tma_kernel ;;
+    tma_*|wrong_parity|wgmma_*|shallow_wait|release_*) kernel=tma_kernel ;;
     *) kernel=${race}_kernel ;;
   esac
-  ( build/emu/race_check $race ) >build/emu/race.log 2>&1  # (in a subshell: its abort message goes to the log)
+  mode=; [ $race = release_before_wait ] && mode=CUDA_EMU_SCHEDULE=reverse  # the producer between release and wait
+  ( env $mode build/emu/race_check $race ) >build/emu/race.log 2>&1  # (in a subshell: its abort message goes to the log)
   rc=$?
   ok=1
   [ $rc -ne 0 ] && grep -q "race on shared memory in kernel $kernel" build/emu/race.log || ok=0
@@ -164,6 +166,7 @@ misuse big_block "kernel over_limits_kernel (dev/emu/emu_check.cu:$(at big_block
 misuse big_grid "invalid launch of over_limits_kernel: grid (1,65536,1) block (32,1,1)"
 misuse big_shared "launch of over_limits_kernel with 65536 bytes of dynamic shared memory: more than 48 KiB without cudaFuncSetAttribute"
 misuse mbarrier_deadlock "deadlock: mbarrier waits that no arrival or copy will complete (a wrong parity or count?): the mbarrier at bar+0 (mbarrier_deadlock_kernel), 0 phases completed, 1 of 2 arrivals"
+misuse wgmma_rs_changed "wgmma_bf16_rs: lane 0 of warp 0 changed its A fragments (registers) before the wgmma_wait that retires the wgmma (kernel wgmma_rs_changed_kernel"
 misuse float4_misaligned "dev/emu/emu_check.cu:$(at float4_misaligned):17: runtime error: reference binding to misaligned address"
 misuse past_device_end "in past_device_end_kernel(float*, int) dev/emu/emu_check.cu:$(at past_device_end)"
 grep -q "AddressSanitizer: heap-buffer-overflow" build/emu/misuse.log ||

@@ -12,7 +12,8 @@
 #      error line, a non-zero exit, and no hang;
 #   2. a kernel that faults (CUDA_EMU_FAULT=NAME makes the emulator report an illegal address
 #      asynchronously, as a GPU does): the run stops with one line naming the CUDA error and the
-#      call that saw it; with GPU_DEBUG=1 the line names the kernel;
+#      call that saw it; with GPU_DEBUG=1 the line names the kernel (at head size 64 the bf16
+#      forward's flash attention is Hopper's wgmma kernel: the run names it);
 #   3. divergence (a learning rate of 1e30) stops the run with one line at step 2, in fp32 and bf16;
 #      precision: bf16 by default on the emulated H100; a bad -p (to train_gpu and to train_cpu)
 #      and a head size flash attention is not built for are one-line errors (-p fp32 trains that
@@ -117,6 +118,12 @@ expect fault-debug "kernel layernorm_forward_kernel (gpt2/gpu/layernorm.cuh:" CU
 expect fault-debug-adamw "kernel adamw_kernel (gpt2/gpu/optimizer.cuh:" CUDA_EMU_FAULT=adamw_kernel GPU_DEBUG=1
 expect fault-debug-wgmma "kernel gemm_bf16_wgmma_kernel (gpt2/gpu/matmul_wgmma.cuh:" CUDA_EMU_FAULT=gemm_bf16_wgmma_kernel GPU_DEBUG=1
 expect fault-debug-flash "kernel flash_attention_backward_dq_mma_kernel (gpt2/gpu/flash_attention_mma.cuh:" CUDA_EMU_FAULT=flash_attention_backward_dq_mma_kernel GPU_DEBUG=1
+# at head size 64 (one head of 64 channels) the forward runs on Hopper's wgmma, as on an H100
+$PY dev/reference/gpt2_ref.py make-model --model "$dir/hs64.bin" --tokens "$dir/hs64_tokens.bin" --V 97 --maxT 16 --L 1 \
+  --NH 1 --C 64 --ntokens 100 --seed 3 >/dev/null || exit 1
+expect_run fault-debug-flash-wgmma "kernel flash_attention_forward_wgmma_kernel (gpt2/gpu/flash_attention_wgmma.cuh:" \
+  env CUDA_EMU_FAULT=flash_attention_forward_wgmma_kernel GPU_DEBUG=1 build/emu/train_gpu -e "$dir/hs64.bin" \
+  -i "$dir/hs64_tokens.bin" -b 1 -t 8 -x 1 -v 0 -s 0
 
 echo "--- divergence"
 # a learning rate of 1e30 makes step 2's loss NaN: the loss, the norm and the clip stay on the GPU

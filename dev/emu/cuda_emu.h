@@ -59,14 +59,17 @@
 //                             a phase completes when its arrivals and announced bytes are in; a
 //                             try_wait that says no yields, and its thread retries once a barrier
 //                             has changed; if every live thread polls and nothing can change, the
-//                             run stops ("deadlock: mbarrier waits that ...");
+//                             run stops ("deadlock: mbarrier waits that ..."); an arrive yields too,
+//                             so that its waiters may run before the arriving thread goes on;
 //   tma_load_2d               the box (zeros outside the tensor) into shared memory, swizzled by
 //                             the address bits as the map says; it lands and counts its bytes off
 //                             the barrier at the latest when a waiter needs it (CUDA_EMU_ASYNC);
-//   wgmma_bf16, _fence, _commit, _wait<N>
+//   wgmma_bf16(_rs), _fence, _commit, _wait<N>
 //                             warp barriers; each warp of the warpgroup queues its 16 rows of D,
 //                             computed from the descriptors' swizzled layouts (d, then k = 0..15,
 //                             in float32) at the wait that retires its group (CUDA_EMU_ASYNC);
+//                             the RS form's A from the lanes' registers, which must not change
+//                             before that wait;
 //   fence_proxy_async, setmaxnreg, wgmma_hold   nothing (setmaxnreg checks its value);
 //   cudaGetDriverEntryPoint(ByVersion)          gives the emulator's cuTensorMapEncodeTiled, which
 //                             checks what the driver checks and keeps the map's fields in CUtensorMap.
@@ -373,6 +376,7 @@ struct EmuState {
     long long block_gen;            // block barrier generation
     int block_acc[2];               // __syncthreads_count/or accumulators, by generation parity
     unsigned long long warp_slot[32][2][32];  // shuffle values, ldmatrix row addresses: [warp][parity][lane]
+    const uint32_t* wgmma_a_slot[32][2][32];  // wgmma_bf16_rs's A fragments (NULL: wgmma_bf16's A by descriptor)
     uint32_t mma_slot[32][2][32][6];          // mma operands a[0..3], b[0..1]: [warp][parity][lane]
     float mma_d[32][2][32][4];                // mma accumulators d[0..3], in and out: [warp][parity][lane]
     uint32_t ldmatrix_slot[32][2][32][4];     // ldmatrix results r[0..3]: [warp][parity][lane]
@@ -393,7 +397,7 @@ struct EmuState {
     int nbarriers, ntma;            // the block's mbarriers and TMA copies in flight (hopper section)
     struct EmuBarrier* barriers;
     struct EmuTma* tma;
-    struct EmuWgmma (*wgmma)[8];    // each warp's wgmmas in flight, in issue order
+    struct EmuWgmma (*wgmma)[16];   // each warp's wgmmas in flight, in issue order
     int nwgmma[32], wgmma_groups[32];  // how many; the warp's wgmma_commit calls in this block
     int capacity;                   // fibers made so far
     const char* kernel;             // the kernel being run, for messages
@@ -1369,10 +1373,12 @@ struct EmuWgmma {
     size_t start_a, start_b;        // the arena offsets their start addresses stand for (emu_wgmma_start)
     int n, trans_a, trans_b, scale_d, group;
     float* d[32];                   // each lane's accumulators
+    const uint32_t* a[32];          // each lane's A fragments (wgmma_bf16_rs; NULL: A by desc_a)
+    uint32_t a_issued[32][4];       // and their values at issue, which must not change before the wait
     const void* pc;                 // where the kernel issued it, for the race detector
     int computed;                   // d written (CUDA_EMU_ASYNC: before the wait that retires it)
 };
-enum { EMU_MAX_BARRIERS = 64, EMU_MAX_TMA = 256, EMU_MAX_WGMMA = 8 };
+enum { EMU_MAX_BARRIERS = 64, EMU_MAX_TMA = 256, EMU_MAX_WGMMA = 16 };
 
 // The block's Hopper state, made with the worker's first block, emptied at every block's start.
 static void emu_hopper_block_start(void) {
@@ -1436,7 +1442,15 @@ EMU_INTERNAL static void emu_arrive(EmuBarrier* b) {
     b->pending--;
     emu_barrier_check(b);
 }
-EMU_INTERNAL static void mbarrier_arrive(uint64_t* bar) { emu_arrive(emu_barrier(bar, false, "mbarrier_arrive")); }
+// The threads that wait on the barrier may run before the arriving thread's next instruction, as
+// on a GPU: it yields as a poller does, and runs on once the scheduler has seen the change (so a
+// stage released before the wgmma_wait that retires its reads is refilled while they are in flight).
+EMU_INTERNAL static void mbarrier_arrive(uint64_t* bar) {
+    emu_arrive(emu_barrier(bar, false, "mbarrier_arrive"));
+    EmuThread* me = emu->cur;
+    emu->polling[me->warp] |= 1u << me->lane;
+    emu_yield(EMU_POLL);
+}
 EMU_INTERNAL static void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
     EmuBarrier* b = emu_barrier(bar, false, "mbarrier_arrive_expect_tx");
     b->tx += bytes;
@@ -1595,7 +1609,7 @@ EMU_INTERNAL static void emu_wgmma_race(int w, const EmuWgmma* q, int retire) {
         if (retire) emu_race_wgmma_retire(p, 16);
         else emu_race_wgmma_read(p, 16, q->pc);
     };
-    emu_wgmma_chunks(q->desc_a, q->start_a, q->trans_a, 16 * (w % 4), 16, race);
+    if (q->a[0] == NULL) emu_wgmma_chunks(q->desc_a, q->start_a, q->trans_a, 16 * (w % 4), 16, race);
     emu_wgmma_chunks(q->desc_b, q->start_b, q->trans_b, 0, q->n, race);
 #endif
 }
@@ -1615,15 +1629,24 @@ EMU_BOOKKEEPING static void emu_wgmma_sums(float (*D)[256], const float (*A)[16]
 }
 // Warp w's wgmma q: its 16 rows of D (the warp's quarter of the warpgroup's 64) from A's rows and
 // all of B, D = A B (+ D), d then k = 0..15 in float32; lane 4g + q holds for columns 8j..8j+7
-// d[4j], d[4j+1] = D[g][8j+2q, +1] and d[4j+2], d[4j+3] = D[g+8][8j+2q, +1]. Not instrumented:
-// the operands' bounds are checked above, and the sums over n run as vectors.
+// d[4j], d[4j+1] = D[g][8j+2q, +1] and d[4j+2], d[4j+3] = D[g+8][8j+2q, +1]. A from registers
+// (wgmma_bf16_rs): lane 4g + q's a[j] holds A's row g + 8 (j % 2), columns 2q + 8 (j / 2) and the
+// next, as mma_bf16_16816's. Not instrumented: the operands' bounds are checked above, and the
+// sums over n run as vectors.
 EMU_BOOKKEEPING static void emu_wgmma_compute(int w, const EmuWgmma* q) {
     static thread_local float A[16][16], B[16][256], D[16][256];  // by k: A[k][m], B[k][n]; off the fiber's small stack
     auto chunk = [](float* out, const char* p, int stride) {
         for (int e = 0; e < 8; e++) out[e * stride] = emu_bf16_half((uint32_t)((const uint16_t*)p)[e], 0);
     };
-    emu_wgmma_chunks(q->desc_a, q->start_a, q->trans_a, 16 * (w % 4), 16,
-                     [&](const char* p, int k, int i) { q->trans_a ? chunk(&A[k][i], p, 1) : chunk(&A[k][i], p, 16); });
+    if (q->a[0] != NULL) {
+        for (int lane = 0; lane < 32; lane++)
+            for (int j = 0; j < 4; j++)
+                for (int h = 0; h < 2; h++)
+                    A[2 * (lane % 4) + 8 * (j / 2) + h][lane / 4 + 8 * (j % 2)] = emu_bf16_half(q->a[lane][j], h);
+    } else {
+        emu_wgmma_chunks(q->desc_a, q->start_a, q->trans_a, 16 * (w % 4), 16,
+                         [&](const char* p, int k, int i) { q->trans_a ? chunk(&A[k][i], p, 1) : chunk(&A[k][i], p, 16); });
+    }
     emu_wgmma_chunks(q->desc_b, q->start_b, q->trans_b, 0, q->n,
                      [&](const char* p, int k, int i) { q->trans_b ? chunk(&B[k][i], p, 1) : chunk(&B[k][i], p, 256); });
     for (int lane = 0; lane < 32; lane++)
@@ -1646,10 +1669,21 @@ EMU_INTERNAL static void emu_wgmma_compute_first(int w, int n) {
         }
 }
 // A wait retires warp w's first n wgmmas: computed, if they were not yet, their reads of shared
-// memory over (whenever their values were read), dropped from the queue.
+// memory over (whenever their values were read), dropped from the queue. A fragments in registers
+// are read until then too: a lane that changed them before has broken the PTX ISA's rule.
 EMU_INTERNAL static void emu_wgmma_retire(int w, int n) {
     emu_wgmma_compute_first(w, n);
-    for (int i = 0; i < n; i++) emu_wgmma_race(w, &emu->wgmma[w][i], 1);
+    for (int i = 0; i < n; i++) {
+        const EmuWgmma* q = &emu->wgmma[w][i];
+        for (int l = 0; l < 32 && q->a[0] != NULL; l++)
+            if (memcmp(q->a[l], q->a_issued[l], sizeof q->a_issued[l]) != 0) {
+                static thread_local char what[160];
+                snprintf(what, sizeof what, "wgmma_bf16_rs: lane %d of warp %d changed its A fragments (registers) before "
+                         "the wgmma_wait that retires the wgmma", l, w);
+                emu_fatal(what);
+            }
+        emu_wgmma_race(w, q, 1);
+    }
     for (int i = n; i < emu->nwgmma[w]; i++) emu->wgmma[w][i - n] = emu->wgmma[w][i];
     emu->nwgmma[w] -= n;
 }
@@ -1692,38 +1726,58 @@ EMU_INTERNAL static void wgmma_wait(void) {
 }
 template <int REGS>
 static inline void wgmma_hold(float* d) {}  // a fence for nvcc's register allocation: nothing here
-// wgmma.mma_async m64nNk16 bf16 -> f32: each lane leaves its d and the operands in the slots; the
-// last lane of the warp queues the warp's part, computed when a wait retires it (or sooner).
-template <int N, int TRANS_A, int TRANS_B>
-EMU_INSTRUCTION static void wgmma_bf16(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
-    static_assert(N == 64 || N == 128 || N == 256, "wgmma_bf16: N is 64, 128 or 256");
-    int w = emu_warp(), lane = emu_lane(), parity = emu_warp_enter("wgmma_bf16");
+template <int REGS>
+static inline void wgmma_hold(uint32_t* a) {}
+// wgmma.mma_async m64nNk16 bf16 -> f32: each lane leaves its d and the operands in the slots (a:
+// its A fragments, or NULL for A by desc_a); the last lane of the warp queues the warp's part,
+// computed when a wait retires it (or sooner).
+EMU_INTERNAL static void emu_wgmma_issue(const char* op, float* d, const uint32_t* a, uint64_t desc_a, uint64_t desc_b,
+                                         int scale_d, int n, int trans_a, int trans_b, const void* pc) {
+    int w = emu_warp(), lane = emu_lane(), parity = emu_warp_enter(op);
     if (emu->nthreads % 128 != 0) emu_fatal("wgmma in a block whose threads are not whole warpgroups (a multiple of 128)");
     emu->warp_slot[w][parity][lane] = (uintptr_t)d;
+    emu->wgmma_a_slot[w][parity][lane] = a;
     uint32_t* mine = emu->mma_slot[w][parity][lane];
     mine[0] = (uint32_t)desc_a, mine[1] = (uint32_t)(desc_a >> 32), mine[2] = (uint32_t)desc_b;
-    mine[3] = (uint32_t)(desc_b >> 32), mine[4] = scale_d != 0, mine[5] = N | TRANS_A << 9 | TRANS_B << 10;
+    mine[3] = (uint32_t)(desc_b >> 32), mine[4] = scale_d != 0, mine[5] = n | trans_a << 9 | trans_b << 10;
     if (emu_last_to_arrive(w)) {
         if (emu->nwgmma[w] == EMU_MAX_WGMMA) emu_fatal("more wgmmas in flight in a warp than the emulator holds (EMU_MAX_WGMMA)");
         EmuWgmma* q = &emu->wgmma[w][emu->nwgmma[w]++];
-        q->desc_a = desc_a, q->desc_b = desc_b, q->n = N, q->trans_a = TRANS_A, q->trans_b = TRANS_B;
-        q->scale_d = scale_d != 0, q->group = emu->wgmma_groups[w], q->pc = __builtin_return_address(0);
+        q->desc_a = desc_a, q->desc_b = desc_b, q->n = n, q->trans_a = trans_a, q->trans_b = trans_b;
+        q->scale_d = scale_d != 0, q->group = emu->wgmma_groups[w], q->pc = pc;
         q->computed = 0;
         for (int l = 0; l < 32; l++) {
             if (memcmp(emu->mma_slot[w][parity][l], mine, sizeof(uint32_t[6])) != 0)
                 emu_fatal("wgmma: the lanes of a warp give different descriptors or scale_d");
             q->d[l] = (float*)(uintptr_t)emu->warp_slot[w][parity][l];
+            q->a[l] = emu->wgmma_a_slot[w][parity][l];
+            if ((q->a[l] == NULL) != (a == NULL)) emu_fatal("wgmma: lanes of a warp at different forms of wgmma");
+            if (q->a[l] != NULL) memcpy(q->a_issued[l], q->a[l], sizeof q->a_issued[l]);
             for (int m = 0; m < l; m++)
                 if (q->d[m] == q->d[l]) emu_fatal("wgmma: two lanes give the same accumulators d");
         }
-        emu_wgmma_check_desc(desc_a);
+        if (a == NULL) {
+            emu_wgmma_check_desc(desc_a);
+            q->start_a = emu_wgmma_start(desc_a);
+        }
         emu_wgmma_check_desc(desc_b);
-        q->start_a = emu_wgmma_start(desc_a), q->start_b = emu_wgmma_start(desc_b);
+        q->start_b = emu_wgmma_start(desc_b);
         emu_wgmma_race(w, q, 0);
         if (emu_cfg.async == EMU_AT_ISSUE) emu_wgmma_compute_first(w, emu->nwgmma[w]);
         else emu_wgmma_maybe(w);
     }
     emu_yield(EMU_WARP_WAIT);
+}
+template <int N, int TRANS_A, int TRANS_B>
+EMU_INSTRUCTION static void wgmma_bf16(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {
+    static_assert(N == 64 || N == 128 || N == 256, "wgmma_bf16: N is 64, 128 or 256");
+    emu_wgmma_issue("wgmma_bf16", d, NULL, desc_a, desc_b, scale_d, N, TRANS_A, TRANS_B, __builtin_return_address(0));
+}
+// The RS form: A's fragments from each lane's registers a[0..3] (read, as on a GPU, until the wait).
+template <int N, int TRANS_B>
+EMU_INSTRUCTION static void wgmma_bf16_rs(float* d, const uint32_t* a, uint64_t desc_b, int scale_d) {
+    static_assert(N == 64 || N == 128, "wgmma_bf16_rs: N is 64 or 128");
+    emu_wgmma_issue("wgmma_bf16_rs", d, a, 0, desc_b, scale_d, N, 0, TRANS_B, __builtin_return_address(0));
 }
 
 // Runs one step of warp w: each of its lanes that can run, in the schedule's order, until it waits

@@ -4,7 +4,7 @@
 // __syncthreads that some threads never reach, threads waiting at different barriers, cp.async
 // and ldmatrix addresses that are not 16-byte aligned or not in shared memory, copies never
 // waited for, launches over the limits (dynamic shared memory too), mbarrier waits that nothing
-// will complete; and, in the AddressSanitizer and UBSan build, a misaligned
+// will complete, a wgmma's A fragments changed in registers before the wait that retires it; and, in the AddressSanitizer and UBSan build, a misaligned
 // float4 and a write past the end of device memory. A real GPU hangs, faults or gives garbage on
 // most of these. And one that must run right: `workers`, thousands of launches of a few blocks
 // each, every launch reading what the one before wrote and each block staging its part in shared
@@ -15,7 +15,7 @@
 //   build/emu/emu_check NAME     (no NAME: the list)
 
 #include "../../gpt2/gpu/matmul_bf16.cuh"  // cp_async16, cp_async_commit, cp_async_wait, ldmatrix_x4; cuda_check
-#include "../../gpt2/gpu/hopper.cuh"       // mbarrier
+#include "../../gpt2/gpu/hopper.cuh"       // mbarrier, wgmma
 
 // Lanes 0-15 shuffle while lanes 16-31 load a matrix: the warp has diverged.
 __global__ void divergent_warp_kernel(float* out) {
@@ -116,6 +116,23 @@ __global__ void mbarrier_deadlock_kernel(float* out) {
     out[threadIdx.x] = 1.0f;
 }
 
+// A lane changes its A fragments while the wgmma that reads them is in flight (undefined in the
+// PTX ISA: the tensor cores may read them any time until the wait).
+__global__ void wgmma_rs_changed_kernel(float* out) {
+    __shared__ __align__(1024) bf16 b[64 * 64];  // B: 64 rows of 128 bytes, K-major
+    for (int i = threadIdx.x; i < 64 * 64; i += blockDim.x) b[i] = __float2bfloat16(0.0f);
+    fence_proxy_async();
+    __syncthreads();
+    uint32_t a[4] = {0, 0, 0, 0};
+    float d[32];
+    wgmma_fence();
+    wgmma_bf16_rs<64, 0>(d, a, wgmma_descriptor(smem_address(b), 16, 1024, WGMMA_SWIZZLE_128B), 0);
+    wgmma_commit();
+    a[0] = 1;  // misuse: wgmma_rs_changed
+    wgmma_wait<0>();
+    out[threadIdx.x % 64] = d[0];
+}
+
 // A float4 load from an address 4 bytes past a 16-byte boundary (UBSan; a fault on a GPU).
 __global__ void float4_misaligned_kernel(float* out, const float* in) {
     int lane = threadIdx.x;
@@ -166,7 +183,7 @@ static const char* const names[] = {"divergent_warp", "partial_warp", "exited_la
                                     "divergent_barriers", "cp_async_misaligned", "cp_async_not_shared",
                                     "cp_async_unwaited", "ldmatrix_misaligned", "big_block", "big_grid",
                                     "float4_misaligned", "past_device_end", "workers", "mbarrier_deadlock",
-                                    "big_shared"};
+                                    "big_shared", "wgmma_rs_changed"};
 
 int main(int argc, char** argv) {
     int n = (int)(sizeof(names) / sizeof(names[0])), which = -1;
@@ -200,6 +217,7 @@ int main(int argc, char** argv) {
     case 12: past_device_end_kernel<<<1, 128>>>(out, 64); launch_check(past_device_end_kernel); break;
     case 14: mbarrier_deadlock_kernel<<<1, 64>>>(out); launch_check(mbarrier_deadlock_kernel); break;
     case 15: over_limits_kernel<<<1, 32, 64 << 10>>>(out); launch_check(over_limits_kernel); break;  // misuse: big_shared
+    case 16: wgmma_rs_changed_kernel<<<1, 128>>>(out); launch_check(wgmma_rs_changed_kernel); break;
     }
     cuda_check(cudaDeviceSynchronize());
     printf("emu_check %s: ran to the end, nothing reported\n", names[which]);

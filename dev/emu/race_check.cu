@@ -10,8 +10,9 @@
 // Then Hopper's asynchronous copies and products (gpt2/gpu/hopper.cuh): a TMA and wgmma pipeline
 // without a fault (clean_tma), a product of tiles staged by ordinary stores (clean_stores), and
 // each with one fault: a read before the copy's mbarrier phase, a wait on the wrong parity, a
-// write to a tile a wgmma still reads, a wgmma_wait one too shallow, stores read by wgmma with no
-// fence.proxy.async, and a descriptor whose swizzle is not the tensor map's (a wrong result: the
+// write to a tile a wgmma still reads, a wgmma_wait one too shallow, a stage released just before
+// the wgmma_wait that retires its reads (reported where the producer runs first: `reverse`),
+// stores read by wgmma with no fence.proxy.async, and a descriptor whose swizzle is not the tensor map's (a wrong result: the
 // bytes are read in the wrong places, which no detector sees, but the product does).
 //
 //   build/emu/race_check NAME     NAME: one of `names` below
@@ -25,12 +26,13 @@
 
 enum { THREADS = 64, TILE = 4 * THREADS, TILES = 4 };  // a tile: 16 bytes (4 floats) per thread
 enum { CLEAN, MISSING_BARRIER, REUSE_BEFORE_BARRIER, REFILL_BEFORE_BARRIER, READ_BEFORE_WAIT, PAST_THE_END, UNWRITTEN,
-       CLEAN_TMA, TMA_READ_BEFORE_WAIT, WRONG_PARITY, WGMMA_WRITE_BEFORE_WAIT, SHALLOW_WAIT, SWIZZLE_MISMATCH,
-       CLEAN_STORES, MISSING_PROXY_FENCE, KERNELS };
+       CLEAN_TMA, TMA_READ_BEFORE_WAIT, WRONG_PARITY, WGMMA_WRITE_BEFORE_WAIT, SHALLOW_WAIT, RELEASE_BEFORE_WAIT,
+       SWIZZLE_MISMATCH, CLEAN_STORES, MISSING_PROXY_FENCE, KERNELS };
 static const char* const names[KERNELS] = {"clean", "missing_barrier", "reuse_before_barrier", "refill_before_barrier",
                                            "read_before_wait", "past_the_end", "unwritten", "clean_tma",
                                            "tma_read_before_wait", "wrong_parity", "wgmma_write_before_wait",
-                                           "shallow_wait", "swizzle_mismatch", "clean_stores", "missing_proxy_fence"};
+                                           "shallow_wait", "release_before_wait", "swizzle_mismatch", "clean_stores",
+                                           "missing_proxy_fence"};
 
 // The element of a tile that thread tid sums in the pipelines: in the other warp's half.
 __host__ __device__ int other_element(int tid) { return (4 * tid + TILE / 2 + 1) % TILE; }
@@ -165,7 +167,7 @@ __global__ void __launch_bounds__(HTHREADS) tma_kernel(const __grid_constant__ C
             unsigned char* stage = stages + kt % 2 * HSTAGE;
             if (kt >= 2) mbarrier_wait(&empty[kt % 2], (kt / 2 - 1) % 2);
             mbarrier_arrive_expect_tx(&full[kt % 2], HSTAGE);
-            tma_load_2d(stage, &map_a, kt * 64, 0, &full[kt % 2]);  // race: tma_read_before_wait wrong_parity shallow_wait
+            tma_load_2d(stage, &map_a, kt * 64, 0, &full[kt % 2]);  // race: tma_read_before_wait wrong_parity shallow_wait release_before_wait
             tma_load_2d(stage + HTILE, &map_b, kt * 64, 0, &full[kt % 2]);
         }
         return;
@@ -178,13 +180,15 @@ __global__ void __launch_bounds__(HTHREADS) tma_kernel(const __grid_constant__ C
         int swizzle = FAULT == SWIZZLE_MISMATCH ? WGMMA_SWIZZLE_64B : WGMMA_SWIZZLE_128B;
         wgmma_fence();
         for (int kk = 0; kk < 4; kk++)
-            wgmma_bf16<64, 0, 0>(d, tile_descriptor(stage, kk, swizzle), tile_descriptor(stage + HTILE, kk, swizzle),  // race: wrong_parity wgmma_write_before_wait shallow_wait
+            wgmma_bf16<64, 0, 0>(d, tile_descriptor(stage, kk, swizzle), tile_descriptor(stage + HTILE, kk, swizzle),  // race: wrong_parity wgmma_write_before_wait shallow_wait release_before_wait
                                  kt > 0 || kk > 0);
         wgmma_commit();
         if (FAULT == WGMMA_WRITE_BEFORE_WAIT && kt == 1) stage[8 * tid] = 0;  // race: wgmma_write_before_wait
+        bool release = kt > 0 && tid % 32 == 0;
+        if (FAULT == RELEASE_BEFORE_WAIT && release) mbarrier_arrive(&empty[(kt - 1) % 2]);  // freed, still read
         if (FAULT == SHALLOW_WAIT) wgmma_wait<2>();
         else wgmma_wait<1>();
-        if (kt > 0 && tid % 32 == 0) mbarrier_arrive(&empty[(kt - 1) % 2]);
+        if (FAULT != RELEASE_BEFORE_WAIT && release) mbarrier_arrive(&empty[(kt - 1) % 2]);
     }
     wgmma_wait<0>();
     store_d(out, d, tid);
@@ -245,6 +249,7 @@ static int run_hopper(int which) {
     TMA_CASE(WRONG_PARITY)
     TMA_CASE(WGMMA_WRITE_BEFORE_WAIT)
     TMA_CASE(SHALLOW_WAIT)
+    TMA_CASE(RELEASE_BEFORE_WAIT)
     TMA_CASE(SWIZZLE_MISMATCH)
     case CLEAN_STORES: stores_kernel<CLEAN_STORES><<<1, 128>>>(a, b, d); launch_check(stores_kernel); break;
     case MISSING_PROXY_FENCE: stores_kernel<MISSING_PROXY_FENCE><<<1, 128>>>(a, b, d); launch_check(stores_kernel); break;

@@ -1111,11 +1111,13 @@ static void report_matmul_table(void) {
 // sum_j |dS_ij| |k_jd|. Twice those bounds, computed per value from the CPU's P and dS, are added
 // to the tolerances above: a bound, where a wrong index or mask gives errors of the size of the
 // sums themselves.
-static void check_attention_bf16(int B, int T, int C, int NH, int bench, FlashKernels kernels) {
+// FLASH_WGMMA's forward rounds P as they do (its backward is theirs); backward 0: the forward only.
+static void check_attention_bf16(int B, int T, int C, int NH, int bench, FlashKernels kernels, int backward = 1) {
     int hs = C / NH;
-    bool mma = kernels == FLASH_TENSOR_CORES;
-    printf("attention bf16 (flash, %s) B=%d T=%d C=%d NH=%d, head size %d\n", mma ? "tensor cores" : "CUDA cores",
-           B, T, C, NH, hs);
+    bool mma = kernels != FLASH_CUDA_CORES;  // FLASH_WGMMA: the wgmma forward, the mma.sync backward
+    const char* kind = kernels == FLASH_WGMMA ? "wgmma forward" : mma ? "tensor cores" : "CUDA cores";
+    printf("attention bf16 (flash, %s) B=%d T=%d C=%d NH=%d, head size %d%s\n", kind, B, T, C, NH, hs,
+           backward ? "" : ", forward only");
     size_t BT = (size_t)B * T, n_qkv = BT * 3 * C, n_out = BT * C, n_lse = (size_t)B * NH * T;
     size_t n_att = (size_t)B * NH * T * T;
     float scale = 1.0f / sqrtf((float)hs);
@@ -1136,6 +1138,19 @@ static void check_attention_bf16(int B, int T, int C, int NH, int bench, FlashKe
     compare_host_slack("flash forward out", out_gpu, out, n_out, max_abs(out, n_out) / 8192, BF16_RTOL, NULL,
                        slack_out);
     compare("flash forward lse", d_lse, lse, n_lse, max_abs(lse, n_lse) / 65536, 0.0f);
+    // useful flops of causal attention: half of the 2 T^2 hs of each of the forward's two products
+    // per head, and of the backward's five (S again, dP, dV, dK, dQ)
+    double fwd = 2.0 * B * NH * (double)T * T * hs, bwd = 2.5 * fwd;
+    char what[64];
+    snprintf(what, sizeof(what), "flash attention forward (%s)", kernels == FLASH_WGMMA ? "wgmma" : kind);
+    if (bench)
+        report_bf16(what, median_ms_gpu([&] { flash_attention_forward_with(kernels, d_out, d_lse, d_qkv, B, T, C, NH); }),
+                    fwd);
+    if (!backward) {
+        free(qkv); free(out); free(preatt); free(att); free(lse); free(out_gpu); free(slack_out); free(slack_qkv);
+        cuda_check(cudaFree(d_qkv)); cuda_check(cudaFree(d_out)); cuda_check(cudaFree(d_lse));
+        return;
+    }
 
     float* dout = host_random(n_out, -2, 2);
     bf16* d_dout = to_device_bf16(dout, n_out);
@@ -1192,18 +1207,11 @@ static void check_attention_bf16(int B, int T, int C, int NH, int bench, FlashKe
     int same = memcmp(dqkv_gpu, dqkv_gpu2, n_qkv * sizeof(float)) == 0;
     printf("  %s flash backward twice             %s\n", same ? "ok  " : "FAIL", same ? "the same bits" : "different bits");
     if (!same) failures++;
-    if (bench) {
-        // useful flops of causal attention: half of the 2 T^2 hs of each of the forward's two products
-        // per head, and of the backward's five (S again, dP, dV, dK, dQ)
-        double fwd = 2.0 * B * NH * (double)T * T * hs, bwd = 2.5 * fwd;
-        report_bf16(mma ? "flash attention forward (tensor cores)" : "flash attention forward (CUDA cores)",
-                    median_ms_gpu([&] { flash_attention_forward_with(kernels, d_out, d_lse, d_qkv, B, T, C, NH); }),
-                    fwd);
-        report_bf16(mma ? "flash attention backward (tensor cores)" : "flash attention backward (CUDA cores)",
-                    median_ms_gpu([&] {
+    snprintf(what, sizeof(what), "flash attention backward (%s)", mma ? "tensor cores" : kind);
+    if (bench && kernels != FLASH_WGMMA)  // (its backward is FLASH_TENSOR_CORES's)
+        report_bf16(what, median_ms_gpu([&] {
                         flash_attention_backward_with(kernels, d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, C, NH);
                     }), bwd);
-    }
     free(qkv); free(out); free(preatt); free(att); free(lse); free(out_gpu); free(dout); free(dqkv);
     free(dpreatt); free(datt); free(dqkv_gpu); free(dqkv_gpu2); free(mask); free(slack_out); free(slack_qkv);
     cuda_check(cudaFree(d_qkv)); cuda_check(cudaFree(d_out)); cuda_check(cudaFree(d_lse));
@@ -2012,6 +2020,17 @@ static void check_bf16_path(int argc, char** argv, int bench) {
             check_attention_bf16(1, 150, 64, 4, 0, k);
             check_attention_bf16(1, 97, 256, 2, 0, k);
             if (!quick) check_attention_bf16(B, T, C, NH, bench, k);
+        }
+        // the Hopper forward at its head sizes (64, 128): T past its 128-row blocks, the second
+        // consumer's rows partly or wholly past T, 5 or 6 key tiles (its 4 stages wrap); the
+        // backward (mma.sync's) after it once, as the backward reads out and lse
+        if (wgmma_available()) {
+            const int shapes[][5] = {{2, 67, 128, 2, 1}, {1, 1, 64, 1, 0}, {1, 97, 256, 2, 0},
+                                     {2, 193, 192, 3, 0}, {1, 300, 128, 2, 0}, {1, 330, 256, 2, 0}};  // B, T, C, NH, backward
+            for (const auto& s : shapes) check_attention_bf16(s[0], s[1], s[2], s[3], 0, FLASH_WGMMA, s[4]);
+            if (!quick) check_attention_bf16(B, T, C, NH, bench, FLASH_WGMMA, 0);
+        } else {
+            printf("(attention bf16, wgmma forward: skipped, not a 9.0 GPU with sm_90a code)\n");
         }
     }
     if (wanted(argc, argv, "attention_paged_bf16")) check_attention_paged_cases<bf16>(bench);

@@ -9,7 +9,8 @@
 //   tma         2D boxes with the 128-byte swizzle: every byte, edges and negative coordinates zero
 //   mbarrier    count and expect_tx over four phases: try_wait of both parities at each step
 //   wgmma       m64nNk16 for N = 64, 128, 256, all four transposes, scale_d 0 and 1, operands by TMA
-// The last three need compute capability 9.0 (wgmma an sm_90a build): elsewhere they print
+//   wgmma_rs    the same with A from registers, for N = 64 and 128, B K-major and N-major
+// The last four need compute capability 9.0 (wgmma an sm_90a build): elsewhere they print
 // "skipped".
 // On a GPU this checks the wrappers and our reading of the ISA; on the CPU emulator
 // (dev/emu/cuda_emu.h) it checks the emulator's versions of the same functions, which every emulated
@@ -629,9 +630,60 @@ __global__ void wgmma_kernel(float* dout, const float* c, const __grid_constant_
         for (int e = 0; e < 4; e++) dout[(16 * w + g + 8 * (e / 2)) * N + 8 * j + 2 * q + e % 2] = d[4 * j + e];
 }
 
+// The RS form: the same product with A (64 x WG_K, row-major in global memory) in registers, each
+// lane loading the fragments the PTX ISA's figure for wgmma .m64nNk16's A gives it: warp w, lane
+// 4g + q, k step s, register j holds row 16w + g + 8 (j % 2), columns 16s + 2q + 8 (j / 2) and
+// the next (the lower column in the low half).
+template <int N, int TB>
+__global__ void wgmma_rs_kernel(float* dout, const float* c, const bf16* a, const __grid_constant__ CUtensorMap map_b,
+                                int scale_d) {
+    extern __shared__ __align__(1024) unsigned char wg_smem[];
+    __shared__ __align__(8) uint64_t bar;
+    bf16* b = (bf16*)align1024(wg_smem);
+    int t = threadIdx.x, w = t / 32, g = t % 32 / 4, q = t % 4;
+    if (t == 0) {
+        mbarrier_init(&bar, 1);
+        mbarrier_init_fence();
+    }
+    __syncthreads();
+    if (t == 0) {
+        mbarrier_arrive_expect_tx(&bar, N * WG_K * 2);
+        for (int kt = 0; kt < WG_K / 64; kt++) {
+            if (TB == 0) tma_load_2d(b + kt * N * 64, &map_b, 64 * kt, 0, &bar);
+            else
+                for (int j = 0; j < N / 64; j++) tma_load_2d(b + kt * N * 64 + j * 64 * 64, &map_b, 64 * j, 64 * kt, &bar);
+        }
+    }
+    uint32_t frag[WG_K / 16][4];
+    for (int s = 0; s < WG_K / 16; s++)
+        for (int j = 0; j < 4; j++) {
+            const bf16* e = a + (16 * w + g + 8 * (j % 2)) * WG_K + 16 * s + 2 * q + 8 * (j / 2);
+            frag[s][j] = (uint32_t)__bfloat16_as_ushort(e[0]) | (uint32_t)__bfloat16_as_ushort(e[1]) << 16;
+        }
+    float d[N / 2];
+    for (int j = 0; j < N / 8; j++)
+        for (int e = 0; e < 4; e++) d[4 * j + e] = c[(16 * w + g + 8 * (e / 2)) * N + 8 * j + 2 * q + e % 2];
+    mbarrier_wait(&bar, 0);
+    wgmma_fence();
+    wgmma_hold<N / 2>(d);
+    wgmma_hold<WG_K / 4>(&frag[0][0]);
+    for (int s = 0; s < WG_K / 16; s++) {
+        wgmma_bf16_rs<N, TB>(d, frag[s], wg_descriptor(b, TB, N, s), s == 0 ? scale_d : 1);
+        if (s == WG_K / 32 - 1) wgmma_commit();  // two groups, as above
+    }
+    wgmma_commit();
+    wgmma_wait<1>();
+    wgmma_wait<0>();
+    wgmma_hold<N / 2>(d);
+    wgmma_hold<WG_K / 4>(&frag[0][0]);
+    for (int j = 0; j < N / 8; j++)
+        for (int e = 0; e < 4; e++) dout[(16 * w + g + 8 * (e / 2)) * N + 8 * j + 2 * q + e % 2] = d[4 * j + e];
+}
+
 // Integers, so that every product and sum is exact in float32 (below 2^24) in any order:
 // A[m][k] = (37m + 11k) % 256 - 128, B[k][n] = (13k + 29n + 7) % 251 - 125, C[m][n] = m - 3n.
-template <int N, int TA, int TB>
+// RS: A from registers (wgmma_rs_kernel; A row-major, TA 0).
+template <int N, int TA, int TB, bool RS = false>
 static int wgmma_case(int scale_d) {
     size_t na = 64 * WG_K, nb = (size_t)WG_K * N, nd = 64 * (size_t)N;
     bf16* a = (bf16*)malloc_check(na * sizeof(bf16));
@@ -649,6 +701,7 @@ static int wgmma_case(int scale_d) {
     float* d_d = (float*)device_alloc(nd * sizeof(float));
     cuda_check(cudaMemset(d_d, 0xff, nd * sizeof(float)));  // NaN: an output never written fails
     CUtensorMap map_a, map_b;
+    static_assert(!RS || TA == 0, "wgmma_rs_kernel reads A row-major");
     bool ok = (TA ? tensor_map_bf16(&map_a, d_a, WG_K, 64, 64, 64, 64) : tensor_map_bf16(&map_a, d_a, 64, WG_K, WG_K, 64, 64)) &&
               (TB ? tensor_map_bf16(&map_b, d_b, WG_K, N, N, 64, 64) : tensor_map_bf16(&map_b, d_b, N, WG_K, WG_K, N, 64));
     int bad = 0;
@@ -656,10 +709,17 @@ static int wgmma_case(int scale_d) {
         printf("instructions: wgmma: tensor_map_bf16 refused a map (N %d)\n", N);
         bad = 1;
     } else {
-        int bytes = (64 + N) * WG_K * 2 + 1024;  // over 48 KiB from N = 128 on
-        cuda_check(cudaFuncSetAttribute(wgmma_kernel<N, TA, TB>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-        wgmma_kernel<N, TA, TB><<<1, 128, bytes>>>(d_d, d_c, map_a, map_b, scale_d);
-        launch_check(wgmma_kernel);
+        if constexpr (RS) {
+            int bytes = N * WG_K * 2 + 1024;
+            cuda_check(cudaFuncSetAttribute(wgmma_rs_kernel<N, TB>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+            wgmma_rs_kernel<N, TB><<<1, 128, bytes>>>(d_d, d_c, d_a, map_b, scale_d);
+            launch_check(wgmma_rs_kernel);
+        } else {
+            int bytes = (64 + N) * WG_K * 2 + 1024;  // over 48 KiB from N = 128 on
+            cuda_check(cudaFuncSetAttribute(wgmma_kernel<N, TA, TB>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+            wgmma_kernel<N, TA, TB><<<1, 128, bytes>>>(d_d, d_c, map_a, map_b, scale_d);
+            launch_check(wgmma_kernel);
+        }
         to_host(d, d_d, nd * sizeof(float));
         for (int m = 0; m < 64; m++)
             for (int n = 0; n < N; n++) {
@@ -668,8 +728,8 @@ static int wgmma_case(int scale_d) {
                     want += (double)__bfloat162float(a[TA ? k * 64 + m : m * WG_K + k]) *
                             (double)__bfloat162float(b[TB ? k * N + n : n * WG_K + k]);
                 if (d[m * N + n] != want && bad++ < MAX_SHOWN)
-                    printf("instructions: wgmma mismatch: N %d, trans (%d, %d), scale_d %d: D[%d][%d] = %.9g, want %.9g\n", N,
-                           TA, TB, scale_d, m, n, d[m * N + n], want);
+                    printf("instructions: %s mismatch: N %d, trans (%d, %d), scale_d %d: D[%d][%d] = %.9g, want %.9g\n",
+                           RS ? "wgmma_rs" : "wgmma", N, TA, TB, scale_d, m, n, d[m * N + n], want);
             }
     }
     cuda_check(cudaFree(d_a));
@@ -695,6 +755,19 @@ static int check_wgmma(void) {
                   "two commit groups, operands by TMA, 128B swizzle, exact integers");
 }
 
+template <int N>
+static int wgmma_rs_cases(void) {
+    return wgmma_case<N, 0, 0, true>(0) + wgmma_case<N, 0, 0, true>(1) + wgmma_case<N, 0, 1, true>(0) +
+           wgmma_case<N, 0, 1, true>(1);
+}
+
+static int check_wgmma_rs(void) {
+    if (!hopper_device()) return hopper_skipped("wgmma_rs");
+    int bad = wgmma_rs_cases<64>() + wgmma_rs_cases<128>();
+    return report("wgmma_rs", bad, "m64nNk16 with A from registers for N 64, 128, TRANS_B 0 and 1, scale_d 0 and 1, "
+                  "128 deep in two commit groups, B by TMA, exact integers");
+}
+
 // ---------- main ----------
 
 int main(void) {
@@ -703,6 +776,7 @@ int main(void) {
     printf("instructions: on %s\n", cuda_device.prop.name);
     int failed = (check_bf16_conversion() > 0) + (check_mma() > 0) + (check_ldmatrix() > 0) + (check_cp_async() > 0);
     failed += (check_descriptor() > 0) + (check_tma() > 0) + (check_mbarrier() > 0) + (check_wgmma() > 0);
+    failed += check_wgmma_rs() > 0;
     printf("instructions: %d failed\n", failed);
     return failed > 0 ? 1 : 0;
 }

@@ -8,6 +8,7 @@
 #include "../arithmetic.h"      // attention_scale
 #include "cuda_utils.cuh"
 #include "flash_attention.cuh"  // the CUDA-core kernels, the D kernel, FLASH_LOG2E, flash_head_size
+#include "flash_attention_wgmma.cuh"  // the forward on Hopper's wgmma
 #include "matmul_bf16.cuh"      // mma_bf16_16816, ldmatrix_x4(_trans), cp_async16: the instructions
 
 // The arithmetic of gpt2/gpu/flash_attention.cuh (read it first); a warp owns 16 rows and gives
@@ -400,7 +401,8 @@ flash_attention_backward_dq_mma_kernel(FlashBackward a) {
 
 // ---------- the bf16 path's flash attention: which kernels run ----------
 
-enum FlashKernels { FLASH_AUTO, FLASH_CUDA_CORES, FLASH_TENSOR_CORES };
+// FLASH_WGMMA: the forward on wgmma (flash_attention_wgmma.cuh), the backward on mma.sync.
+enum FlashKernels { FLASH_AUTO, FLASH_CUDA_CORES, FLASH_TENSOR_CORES, FLASH_WGMMA };
 
 // The tensor-core kernels copy 16 bytes at a time: the tensors must start 16-byte aligned (rows
 // then are too, C being a multiple of 16). Anything else runs on the CUDA cores.
@@ -409,6 +411,7 @@ static bool flash_mma_takes(int hs, const void* a, const void* b, const void* c)
 }
 
 static FlashKernels flash_choose(FlashKernels want, bool mma_ok) {
+    if (want == FLASH_WGMMA) want = FLASH_TENSOR_CORES;  // what is left for mma.sync: the backward
     if (want == FLASH_TENSOR_CORES && !mma_ok)
         fail("flash attention: the tensor-core kernels need head size 16, 32, 64 or 128 and 16-byte aligned tensors");
     if (want == FLASH_AUTO) return mma_ok ? FLASH_TENSOR_CORES : FLASH_CUDA_CORES;
@@ -450,10 +453,15 @@ static void flash_backward_launch(bool mma, FlashBackward a, int B) {
     }
 }
 
-// The forward with the kernels chosen (FLASH_AUTO: the tensor cores where they can run it).
+// The forward with the kernels chosen (FLASH_AUTO: wgmma, else mma.sync, where they can run it).
 static void flash_attention_forward_with(FlashKernels kernels, bf16* out, float* lse, const bf16* qkv, int B, int T,
                                          int C, int NH) {
     int hs = flash_head_size(C, NH);
+    bool wgmma_wanted = kernels == FLASH_AUTO || kernels == FLASH_WGMMA;
+    if (wgmma_wanted && flash_attention_forward_wgmma_launch(out, lse, qkv, B, T, C, NH)) return;
+    if (kernels == FLASH_WGMMA)
+        fail("flash attention: the wgmma forward needs a 9.0 GPU with sm_90a code, head size 64 or 128 and 16-byte "
+             "aligned tensors");
     bool mma = flash_choose(kernels, flash_mma_takes(hs, out, qkv, qkv)) == FLASH_TENSOR_CORES;
     if (!mma) {
         flash_check_aligned(out, "out");

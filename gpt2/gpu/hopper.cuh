@@ -1,9 +1,10 @@
 // gpt2/gpu/hopper.cuh: Hopper's (sm_90) instructions for matrix products, each wrapped in one
 // small function as matmul_bf16.cuh wraps mma.sync: wgmma (the warpgroup's tensor-core product,
-// operands read from shared memory through descriptors), TMA (the tensor copy engine: a 2D tile
-// from global to shared memory, swizzled, edges zero-filled) and mbarrier (the shared-memory
-// barrier the copies complete on, in phases). The emulator (dev/emu/cuda_emu.h) defines the same
-// functions from the PTX ISA; dev/gpu/instruction_check.cu checks each against a scalar definition.
+// operands read from shared memory through descriptors, or A from registers), TMA (the tensor copy
+// engine: a 2D tile from global to shared memory, swizzled, edges zero-filled) and mbarrier (the
+// shared-memory barrier the copies complete on, in phases). The emulator (dev/emu/cuda_emu.h)
+// defines the same functions from the PTX ISA; dev/gpu/instruction_check.cu checks each against a
+// scalar definition.
 
 #ifndef GPT2_GPU_HOPPER_CUH
 #define GPT2_GPU_HOPPER_CUH
@@ -101,6 +102,12 @@ __device__ __forceinline__ void wgmma_hold(float* d) {
 #pragma unroll
     for (int i = 0; i < REGS; i++) asm volatile("" : "+f"(d[i])::"memory");
 }
+// The same for A fragments in registers (wgmma_bf16_rs), which the wgmma reads until its wait.
+template <int REGS>
+__device__ __forceinline__ void wgmma_hold(uint32_t* a) {
+#pragma unroll
+    for (int i = 0; i < REGS; i++) asm volatile("" : "+r"(a[i])::"memory");
+}
 
 #define WGMMA_D8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
                     "+f"(d[i + 6]), "+f"(d[i + 7])
@@ -135,6 +142,27 @@ __device__ __forceinline__ void wgmma_bf16(float* d, uint64_t desc_a, uint64_t d
                   " wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {" WGMMA_REGS128 "}, %128, %129, p, 1, 1, %131, %132;\n}\n"
                   : WGMMA_D32(0), WGMMA_D32(32), WGMMA_D32(64), WGMMA_D32(96)
                   : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B));
+    }
+}
+
+// The same product with A from registers (the "RS" form), B by descriptor. Warp w holds A's rows
+// 16w..16w+15 as mma.sync m16n8k16 holds its A: lane 4g + q has a[0] = A[g][2q, +1], a[1] =
+// A[g+8][2q, +1], a[2] = A[g][2q+8, +1], a[3] = A[g+8][2q+8, +1], the lower column in the low
+// half. So the accumulators of a product, packed in pairs (d[2i], d[2i+1]) into a[i % 4] of k step
+// i / 4, are the A of the next: P = softmax(S) goes on without leaving registers.
+template <int N, int TRANS_B>
+__device__ __forceinline__ void wgmma_bf16_rs(float* d, const uint32_t* a, uint64_t desc_b, int scale_d) {
+    static_assert(N == 64 || N == 128, "wgmma_bf16_rs: N is 64 or 128");
+    if constexpr (N == 64) {
+        WGMMA_PTX("{\n .reg .pred p;\n setp.ne.b32 p, %37, 0;\n"
+                  " wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" WGMMA_REGS32 "}, {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
+                  : WGMMA_D32(0)
+                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(TRANS_B));
+    } else {
+        WGMMA_PTX("{\n .reg .pred p;\n setp.ne.b32 p, %69, 0;\n"
+                  " wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" WGMMA_REGS64 "}, {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
+                  : WGMMA_D32(0), WGMMA_D32(32)
+                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(TRANS_B));
     }
 }
 
