@@ -163,8 +163,9 @@ __device__ __forceinline__ void flash_mma_store(bf16* dst, size_t ld, const bf16
 // ---------- forward ----------
 
 // One key tile for a warp's 16 queries, rows wr.. of q_s: S = Q K^T, the online softmax, O += P V.
-// m, l: rows g and g+8 (l: this lane's columns). MASK: the tile crosses the warp's diagonal; key
-// k0 + j is after row wrow + r when after + j > r (after = k0 - wrow), and its score becomes -inf.
+// m, l: rows g and g+8 (l: this lane's columns). mask: the tile crosses the warp's diagonal; its
+// key j is after the warp's query r when after + j > r (after: first key - first query), and its
+// score becomes -inf.
 template <int HS, int TILE>
 __device__ __forceinline__ void flash_mma_forward_tile(float (*o)[4], float* m, float* l, const bf16* q_s, int wr,
                                                        const bf16* k_s, const bf16* v_s, bool mask, int after,
@@ -172,7 +173,7 @@ __device__ __forceinline__ void flash_mma_forward_tile(float (*o)[4], float* m, 
     int g = lane / 4, q = lane % 4;
     float s[TILE / 8][4];
     flash_mma_zero<TILE>(s);
-    uint32_t qa[HS / 16][4];  // read again each tile: held, they would cost 2 blocks an SM (doc/gpu.md)
+    uint32_t qa[HS / 16][4];  // read each tile: 16 more registers held would leave 1 block an SM
     flash_mma_load_a<HS>(qa, q_s, wr, lane);
     flash_mma_abt<HS, TILE>(s, qa, k_s, 0, lane);
     if (mask)
