@@ -2009,8 +2009,9 @@ static void check_bf16_path(int argc, char** argv, int bench) {
         }
     }
     if (wanted(argc, argv, "attention_bf16")) {
-        // both kernels, every compiled head size (16, 32, 64, 128); T below, at and past the 64-row
-        // blocks and the 32- and 64-row tiles; T = 1
+        // both kernels, every compiled head size (16, 32, 64, 128); T below, at and past the 64- and
+        // 128-row blocks and the 32- and 64-row tiles, the stage rings wrapping (T = 200: the
+        // forward's second block takes 4 key tiles through 3 stages); T = 1
         for (FlashKernels k : {FLASH_CUDA_CORES, FLASH_TENSOR_CORES}) {
             check_attention_bf16(2, 29, 32, 2, 0, k);
             check_attention_bf16(1, 70, 64, 2, 0, k);
@@ -2019,6 +2020,8 @@ static void check_bf16_path(int argc, char** argv, int bench) {
             check_attention_bf16(1, 1, 64, 1, 0, k);
             check_attention_bf16(1, 150, 64, 4, 0, k);
             check_attention_bf16(1, 97, 256, 2, 0, k);
+            check_attention_bf16(2, 200, 128, 2, 0, k);
+            check_attention_bf16(3, 130, 64, 2, 0, k);
             if (!quick) check_attention_bf16(B, T, C, NH, bench, k);
         }
         // the Hopper forward at its head sizes (64, 128): T past its 128-row blocks, the second

@@ -170,30 +170,39 @@ flash_attention_forward_kernel(bf16* out, float* lse, const bf16* qkv, int T, in
     }
 }
 
-// D[b,h,t] = dO . O over row t of head h, in float. One thread per (b, t, h), h fastest: a warp
+// D[b,h,t] = dO . O over row t of head h, in float, and lse2[b,h,t] = lse[b,h,t] log2(e) (the
+// backward's exponents are in base 2), both in rows of ld >= T floats: past T, D = 0 and
+// lse2 = +inf, so that exp2f(s - lse2) = 0 there. One thread per (b, t, h), h fastest: a warp
 // reads consecutive heads of a position, one contiguous stretch.
-__global__ void flash_attention_backward_d_kernel(float* D, const bf16* dout, const bf16* out, int B, int T,
-                                                  int C, int NH) {
+__global__ void flash_attention_backward_d_kernel(float* D, float* lse2, const bf16* dout, const bf16* out,
+                                                  const float* lse, int B, int T, int C, int NH, int ld) {
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (size_t)B * T * NH) return;
+    if (idx >= (size_t)B * ld * NH) return;
     int h = (int)(idx % NH), hs = C / NH;
-    size_t bt = idx / NH;
-    const bf16* o = out + bt * C + h * hs;
-    const bf16* d = dout + bt * C + h * hs;
+    size_t bt = idx / NH, b = bt / ld, t = bt % ld;
+    size_t at = (b * NH + h) * ld + t;
+    if (t >= (size_t)T) {
+        D[at] = 0.0f;
+        lse2[at] = INFINITY;
+        return;
+    }
+    const bf16* o = out + (b * T + t) * C + h * hs;
+    const bf16* d = dout + (b * T + t) * C + h * hs;
     float sum = 0.0f;
     for (int e = 0; e < hs; e++) sum += __bfloat162float(d[e]) * __bfloat162float(o[e]);
-    size_t b = bt / T, t = bt % T;
-    D[(b * NH + h) * T + t] = sum;
+    D[at] = sum;
+    lse2[at] = lse[(b * NH + h) * T + t] * FLASH_LOG2E;
 }
 
-// The backward kernels' arguments (both kinds): dqkv (B,T,3C), written; dout (B,T,C); lse, D (B,NH,T).
+// The backward kernels' arguments (both kinds): dqkv (B,T,3C), written; dout (B,T,C); lse2, D
+// (B,NH,ld): flash_attention_backward_d_kernel's.
 typedef struct {
     bf16* dqkv;
     const bf16* dout;
     const bf16* qkv;
-    const float* lse;
+    const float* lse2;
     const float* D;
-    int T, C, NH;
+    int T, C, NH, ld;
     float scale;
 } FlashBackward;
 
@@ -213,8 +222,8 @@ flash_attention_backward_dkv_kernel(FlashBackward a) {
     size_t ld = 3 * (size_t)C;
     const bf16* head = a.qkv + (size_t)b * T * ld + h * HS;
     const bf16* do_head = a.dout + (size_t)b * T * C + h * HS;
-    const float* lse_row = a.lse + ((size_t)b * NH + h) * T;
-    const float* d_row = a.D + ((size_t)b * NH + h) * T;
+    const float* lse2_row = a.lse2 + ((size_t)b * NH + h) * a.ld;
+    const float* d_row = a.D + ((size_t)b * NH + h) * a.ld;
     // k pre-scaled: q . k is the score in base 2; dK is scaled by 1/sqrt(hs) at the end.
     float k[S::W], v[S::W], dk[S::W], dv[S::W];
     const bf16* kv_row = head + (size_t)j * ld + slice * S::W;
@@ -228,7 +237,7 @@ flash_attention_backward_dkv_kernel(FlashBackward a) {
         flash_stage<HS, S>(do_tile, do_head, C, i0, T);
         if (threadIdx.x < FLASH_TILE) {
             int i = i0 + threadIdx.x;
-            lse_tile[threadIdx.x] = i < T ? lse_row[i] * FLASH_LOG2E : 0.0f;
+            lse_tile[threadIdx.x] = i < T ? lse2_row[i] : 0.0f;
             d_tile[threadIdx.x] = i < T ? d_row[i] : 0.0f;
         }
         __syncthreads();
@@ -272,8 +281,8 @@ flash_attention_backward_dq_kernel(FlashBackward a) {
     flash_load_slice<S::W>(dO, a.dout + ((size_t)b * T + i) * C + h * HS + slice * S::W, i < T, 1.0f);
 #pragma unroll
     for (int e = 0; e < S::W; e++) dq[e] = 0.0f;
-    size_t row = ((size_t)b * NH + h) * T + i;
-    float lse2 = i < T ? a.lse[row] * FLASH_LOG2E : 0.0f, d_i = i < T ? a.D[row] : 0.0f;
+    size_t row = ((size_t)b * NH + h) * a.ld + i;
+    float lse2 = i < T ? a.lse2[row] : 0.0f, d_i = i < T ? a.D[row] : 0.0f;
     int key_end = min(row0 + FLASH_ROWS, T);
     for (int k0 = 0; k0 < key_end; k0 += FLASH_TILE) {
         __syncthreads();
@@ -310,12 +319,17 @@ static void flash_check_aligned(const void* p, const char* name) {
     if ((uintptr_t)p % 4 != 0) fail("flash attention: %s is not 4-byte aligned", name);
 }
 
-// D = dO . O for every row, in the scratch buffer (B, NH, T), returned.
-static float* flash_attention_backward_d(const bf16* dout, const bf16* out, int B, int T, int C, int NH) {
-    float* D = scratch_floats((size_t)B * NH * T);
-    flash_attention_backward_d_kernel<<<ceil_div((size_t)B * T * NH, 256), 256>>>(D, dout, out, B, T, C, NH);
+// The backward's arguments, with D and lse2 computed into the scratch buffer: rows of whole
+// 64-row tiles (ld), which the tensor-core kernels stage 16 bytes at a time. The launcher sets scale.
+static FlashBackward flash_attention_backward_args(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
+                                                   const float* lse, int B, int T, int C, int NH) {
+    int ld = (T + 63) / 64 * 64;
+    size_t n = (size_t)B * NH * ld;
+    float* D = scratch_floats(2 * n);
+    flash_attention_backward_d_kernel<<<ceil_div(n, 256), 256>>>(D, D + n, dout, out, lse, B, T, C, NH, ld);
     launch_check(flash_attention_backward_d_kernel);
-    return D;
+    FlashBackward a = {dqkv, dout, qkv, D + n, D, T, C, NH, ld, 0.0f};
+    return a;
 }
 
 #endif // GPT2_GPU_FLASH_ATTENTION_CUH
