@@ -35,6 +35,13 @@ classifier_padding_not_zero|classifier|col < V|col <= V|
 encoder_forward_wpe_column_0|encoder|e[j] += p[j];|e[j] += p[0];|
 encoder_wpe_wrong_batch_stride|encoder|load_values<W>(d, dout + (size_t)b * T * C + idx);|load_values<W>(d, dout + (size_t)b * C + idx);|
 encoder_wte_carry_wrong_half|encoder|load_values<W>(sum, partial + (size_t)(2 * chunk + 1) * C + c);|load_values<W>(sum, partial + (size_t)(2 * chunk) * C + c);|
+flash_wgmma_mask_hides_diagonal|attention_bf16|k0 + 8 * j + 2 * q + (e & 1) > row + 8 * (e >> 1)|k0 + 8 * j + 2 * q + (e & 1) >= row + 8 * (e >> 1)|
+flash_wgmma_rescale_of_other_row|attention_bf16|o[i] *= rescale[i % 4 / 2]|o[i] *= rescale[i % 2]|
+flash_forward_sum_not_rescaled|attention_bf16|l[r] *= rescale[r];|l[r] *= 1.0f;|
+flash_forward_diagonal_unmasked|attention_bf16|k0 + TILE - 1 > wrow|k0 + TILE - 1 > wrow + 15|
+flash_dkv_diagonal_step_skipped|attention_bf16|if (i0 + x0 < wkey) continue;|if (i0 + x0 <= wkey) continue;|
+flash_dkv_reads_lse_as_d|attention_bf16|a.D + rows + i0|a.lse2 + rows + i0|
+flash_dq_diagonal_tile_skipped|attention_bf16|if (k0 > wrow) break;|if (k0 >= wrow) break;|
 EOF
 )
 
