@@ -5,10 +5,10 @@
 // by exp(m_old - m_new)) it keeps, in the manner of FlashAttention-2:
 //   - bf16 in and out (qkv, out), float32 inside: half the bytes of every load; and it stores
 //     lse = m + log l per row, which its backward needs instead of att.
-//   - A block owns 64 query rows of one head (4 warps, 16 rows each) and walks the keys a tile
+//   - A block owns 128 query rows of one head (8 warps, 16 rows each) and walks the keys a tile
 //     of 64 rows at a time (32 for hs = 128). K and V tiles are staged in shared memory once per
-//     block (step 15 fetched each key row once per warp), by cp.async, double-buffered: the next
-//     tile's copy is in flight while the tensor cores work on this one.
+//     block (step 15 fetched each key row once per warp), by cp.async through three stages: the
+//     next tiles' copies are in flight while the tensor cores work on this one.
 //   - S = Q K^T and O += P V run as mma.sync m16n8k16 on bf16 fragments: 4096 multiply-adds an
 //     instruction where an FMA does one. The fragments come out of shared memory by ldmatrix,
 //     whose 8 rows a matrix are swizzled (their 16-byte chunks XOR-ed by the row) so that they
@@ -18,7 +18,8 @@
 //     which the check bounds per value). m and l stay float32; a row's maximum and sum take two
 //     shuffles among the four lanes that hold it.
 //   - The blocks with the longest rows (the last queries, which see the most keys) start first,
-//     and the key tiles after a block's last query are skipped (causal).
+//     a warp skips the key tiles after its last query (causal), and only the diagonal tile is
+//     masked.
 // Its limit is the bf16 tensor cores (LIMIT_BF16), its work the same 2 B NH T (T+1) hs FLOPs as
 // every step's (dev/kernels/attention.cuh). The kernels themselves: gpt2/gpu/flash_attention_mma.cuh,
 // whose opening comment derives them; the lesson: doc/lessons/08-flash-attention.md. The last
