@@ -15,9 +15,10 @@
 #   train      train_gpu.txt  ./train_gpu as a user runs it: d12, T=1024, B=8, 100 steps (bf16 on
 #                             8.0+); then 10 steps of -p bf16 and of -p fp32 at the largest B that
 #                             train_gpu computes fits, or that the training data fills if fewer
-#   sass       sass.txt       the Hopper GEMM's machine code: ptxas -v's registers and spills for
-#                             gemm_bf16_wgmma_kernel (sm_90a), and the HGMMA instructions that
-#                             cuobjdump --dump-sass finds in it (wgmma; HMMA would be mma.sync)
+#   sass       sass.txt       the Hopper kernels' machine code: ptxas -v's registers and spills for
+#                             the wgmma GEMM and flash attention's kernels (sm_90a), and the HGMMA
+#                             instructions that cuobjdump --dump-sass finds in the GEMM and the
+#                             wgmma flash forward (wgmma; HMMA would be mma.sync)
 #   roofline   roofline.txt   build/gpu_check roofline: every kernel of a training step of GPT-2 124M
 #                             (B=8, T=1024, bf16 and fp32) timed against its floor on an H100 SXM and
 #                             on this GPU (dev/gpu/roofline.h), and the whole step
@@ -129,16 +130,22 @@ train_report() {
 }
 export -f train_report
 sass_report() {
-  echo "--- ptxas -v (sm_90a): gemm_bf16_wgmma_kernel's registers and spills"
-  "$NVCC" -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -Xptxas -v -Xcompiler -fopenmp -I. \
-    -c dev/gpu/gpu_check.cu -o /dev/null 2>&1 | grep -A 3 "entry function '_Z[0-9]*gemm_bf16_wgmma_kernel" | grep -v "^--"
-  local dump=${CUOBJDUMP:-$(dirname "$NVCC")/cuobjdump}
-  echo; echo "--- $dump --dump-sass build/gpu_check: instructions of gemm_bf16_wgmma_kernel, by kind"
-  "$dump" --dump-sass build/gpu_check |
-    awk '/Function : /{f = /gemm_bf16_wgmma_kernel/} f && /HGMMA|HMMA|UTMALDG|SYNCS/ {
-           match($0, /(HGMMA|HMMA|UTMALDG|SYNCS)[.A-Z0-9_]*/); n[substr($0, RSTART, RLENGTH)]++ }
-         END { for (k in n) { print n[k], k; if (k ~ /^HGMMA/) hgmma = 1 }
-               if (!hgmma) print "(no HGMMA in it: not on wgmma)" }' | sort -k2
+  local ptxas dump=${CUOBJDUMP:-$(dirname "$NVCC")/cuobjdump} k
+  ptxas=$("$NVCC" -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -Xptxas -v -Xcompiler -fopenmp -I. \
+    -c dev/gpu/gpu_check.cu -o /dev/null 2>&1)
+  for k in gemm_bf16_wgmma_kernel flash_attention_forward_wgmma_kernel flash_attention_forward_mma_kernel \
+           flash_attention_backward_dkv_mma_kernel flash_attention_backward_dq_mma_kernel; do
+    echo "--- ptxas -v (sm_90a): $k's registers and spills"
+    grep -A 3 "entry function '_Z[0-9]*$k" <<<"$ptxas" | grep -v "^--"
+  done
+  for k in gemm_bf16_wgmma_kernel flash_attention_forward_wgmma_kernel; do
+    echo; echo "--- $dump --dump-sass build/gpu_check: instructions of $k, by kind"
+    "$dump" --dump-sass build/gpu_check |
+      awk -v k="$k" '/Function : /{f = index($0, k) > 0} f && /HGMMA|HMMA|UTMALDG|SYNCS/ {
+             match($0, /(HGMMA|HMMA|UTMALDG|SYNCS)[.A-Z0-9_]*/); n[substr($0, RSTART, RLENGTH)]++ }
+           END { for (i in n) { print n[i], i; if (i ~ /^HGMMA/) hgmma = 1 }
+                 if (!hgmma) print "(no HGMMA in it: not on wgmma)" }' | sort -k2
+  done
 }
 export -f sass_report
 stage env env.txt 20 env_report
