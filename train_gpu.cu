@@ -24,14 +24,37 @@
 
 // ---------- the batch and the loss ----------
 
+// The batch's way to the GPU: through pinned host memory, so that the copy is queued like a
+// kernel (a copy from pageable memory may wait for the queue to drain first). A buffer is refilled
+// once its last copy has run (its event): the GPU is then past that pass's start, and the rest of
+// the pass still queued.
+typedef struct {
+    int* host;  // pinned
+    size_t capacity;
+    cudaEvent_t copied;
+} PinnedTokens;
+static PinnedTokens pinned_inputs, pinned_targets;
+
+static void tokens_to_gpu(PinnedTokens* p, int* device, const int* tokens, size_t n) {
+    if (p->copied == NULL) cuda_check(cudaEventCreate(&p->copied));
+    cuda_check(cudaEventSynchronize(p->copied));  // its last copy has run
+    if (n > p->capacity) {
+        if (p->host != NULL) cuda_check(cudaFreeHost(p->host));
+        cuda_check(cudaMallocHost((void**)&p->host, n * sizeof(int)));
+        p->capacity = n;
+    }
+    memcpy(p->host, tokens, n * sizeof(int));
+    cuda_check(cudaMemcpyAsync(device, p->host, n * sizeof(int), cudaMemcpyHostToDevice));
+    cuda_check(cudaEventRecord(p->copied));
+}
+
 // The batch's tokens (host arrays (B, T)) to the GPU, into the current slot, for a forward pass
-// of B x T. Only the first pipeline stage, which runs the encoder, reads them. Queued: an
-// asynchronous copy from pageable memory takes the bytes before it returns, and waits for nothing.
+// of B x T. Only the first pipeline stage, which runs the encoder, reads them.
 static void gpt2_inputs_to_gpu(GPT2* model, const int* inputs, int B, int T) {
     model->last_B = B;
     model->last_T = T;
     if (!model->shard.embed) return;
-    cuda_check(cudaMemcpyAsync(gpt2_slot_inputs(model), inputs, (size_t)B * T * sizeof(int), cudaMemcpyHostToDevice));
+    tokens_to_gpu(&pinned_inputs, gpt2_slot_inputs(model), inputs, (size_t)B * T);
 }
 
 // The end of a forward pass with targets (NULL: none): the fused classifier's per-position
@@ -46,7 +69,7 @@ static void gpt2_loss_gpu(GPT2* model, floatX* dlogits, float* losses, const flo
     int B = model->last_B, T = model->last_T;
     if (targets == NULL) return;
     int* slot_targets = gpt2_slot_targets(model);
-    cuda_check(cudaMemcpyAsync(slot_targets, targets, (size_t)B * T * sizeof(int), cudaMemcpyHostToDevice));
+    tokens_to_gpu(&pinned_targets, slot_targets, targets, (size_t)B * T);
     fused_classifier_gpu(dlogits, losses, logits, slot_targets, B, T, c.vocab_size, c.padded_vocab_size);
     mean_loss_gpu(model, losses, B * T, model->shard.tp_rank == 0);  // counted once per -tp group
 }
