@@ -23,6 +23,7 @@ faults=$(cat <<'EOF'
 norm_drops_a_term|clip|(double)v.z * v.z + (double)v.w * v.w|(double)v.z * v.z|
 norm_second_load_dropped|clip|squares_of(a) + squares_of(b)|squares_of(a)|
 norm_unscaled_factor|clip|clip_factor(s->norm, grad_scale, max_norm)|clip_factor(s->norm, 1.0f, max_norm)|
+norm_ranges_all_read_as_the_first|clip|s->partial[blockIdx.x][i]|s->partial[0][i]|
 mean_loss_wrong_count|model|(float)(sum / n)|(float)(sum / blockDim.x)|
 adamw_without_clip|adamw|grads[i] * step->grad_factor|grads[i]|
 adamw_ignores_divergence|adamw|i >= n \|\| !step->finite|i >= n|

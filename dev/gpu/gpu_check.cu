@@ -541,6 +541,28 @@ static void check_clip(size_t n, size_t offset, int parts, float max_norm, int b
     cuda_check(cudaFree(gpu.step_gpu));
 }
 
+// The norm over several ranges of the gradients (what -tp, -pp and ZeRO-1 leave a process: some
+// tensors, or part of them), as train_cpu adds them: each range's sum of squares, then the ranges
+// in order; against train_cpu.c's sum_of_squares on the same ranges.
+static void check_norm_ranges(void) {
+    size_t n = 100003, offset[3] = {0, 5003, 60001}, count[3] = {1000, 40000, 40002};
+    printf("norm over 3 ranges of %zu gradients\n", n);
+    float* grads = host_random(n, -0.01f, 0.01f);
+    GPT2 gpu;
+    memset(&gpu, 0, sizeof(gpu));
+    float* d_grads = to_device(grads, n);
+    double squares = 0.0;
+    for (int r = 0; r < 3; r++) squares += sum_of_squares(grads + offset[r], count[r]);
+    float norm = (float)(0.5f * sqrt(squares));
+    step_scalars_of_gpu(&gpu, d_grads, offset, count, 3, 0.5f, 1.0f, 2);
+    StepScalars s = step_scalars_to_host(&gpu);
+    compare_scalar("norm ranges: sum of squares", s.squares[NORM_RANGES], squares, 0.0, 1e-6);
+    compare_scalar("norm ranges: norm", s.norm, norm, 0.0, 1e-6);
+    free(grads);
+    cuda_check(cudaFree(d_grads));
+    cuda_check(cudaFree(gpu.step_gpu));
+}
+
 // A small model shape for the optimizer and whole-model checks: V=1000 < Vp=1024 keeps padding.
 static GPT2Config tiny_config(void) {
     return gpt2_config(128, 1000, 2, 2, 64, 1024);  // maxT V L NH C Vp
@@ -2142,6 +2164,7 @@ int main(int argc, char** argv) {
         check_clip(100003, 1, 1, 10.0f, 0);   // not clipped; the vector loads start 3 floats in
         check_clip(100003, 2, 4, 1.0f, 0);    // the mean of 4 parts, norm ~0.46: scaled, not clipped
         check_clip(5, 3, 1, 1.0f, 0);         // fewer floats than a 16-byte boundary is away
+        check_norm_ranges();
         check_clip(2500001, 1, 1, 1.0f, 0);   // over 2 x 512 x 256 float4s: two loads in flight
         if (!quick) check_clip(124475904, 0, 1, 1.0f, bench);
     }
