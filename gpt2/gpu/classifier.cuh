@@ -20,8 +20,8 @@ __device__ __forceinline__ void softmax_merge(float& m, float& s, float m2, floa
 // log(s) - (x[target] - m). dlogits may be logits: a value is read before its thread writes it.
 template <typename floatX, int W>
 __global__ void __launch_bounds__(1024) fused_classifier_kernel(floatX* dlogits, float* losses,
-                                                                   const floatX* logits, const int* targets,
-                                                                   float dloss, int V, int Vp) {
+                                                                const floatX* logits, const int* targets,
+                                                                float dloss, int V, int Vp) {
     __shared__ float warp_m[32], warp_s[32], row_m, row_s;
     size_t row = blockIdx.x;
     const floatX* x = logits + row * Vp;
